@@ -1,0 +1,150 @@
+//! The command line: clap definitions and one handler per subcommand.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::stages::{self, Stage};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agent",
+    version,
+    about = "Provision a Linux machine from an Ignition 3.x config, or serve configs to machines"
+)]
+pub struct Cli {
+    /// More output (repeat for trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Also write log lines to /dev/kmsg (in the initramfs).
+    #[arg(long, global = true)]
+    pub log_kmsg: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check a config: prints each error and warning on stderr; exit 0 valid, 1 invalid.
+    Validate(ValidateArgs),
+    /// Run provisioning stages (default: fetch, disks, files).
+    Run(RunArgs),
+    /// Serve machine configs to booting machines (the MachineConfigServer).
+    Serve(crate::serve::ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Config file to check; "-" or nothing reads standard input.
+    pub file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Stage to run; repeat to run several, in the order given.
+    #[arg(long = "stage", value_enum)]
+    pub stages: Vec<Stage>,
+    /// Root of the system being provisioned.
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// Read the user config from this file ("-" for stdin).
+    #[arg(long)]
+    pub config_file: Option<PathBuf>,
+    /// Fetch the user config from this URL.
+    #[arg(long, conflicts_with = "config_file")]
+    pub config_url: Option<String>,
+    /// Platform the machine runs on (file, metal, qemu, ...).
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// Where stages keep their state (the rendered config).
+    #[arg(long, default_value = "/run/agent")]
+    pub state_dir: PathBuf,
+}
+
+/// Runs the command; returns the process exit code.
+pub fn dispatch(cli: Cli) -> i32 {
+    let verbosity = if cli.quiet {
+        -1
+    } else {
+        cli.verbose.min(3) as i8
+    };
+    crate::logging::init(verbosity, cli.log_kmsg);
+    let result = match cli.command {
+        Command::Validate(a) => return validate(a),
+        Command::Run(a) => run(a),
+        Command::Serve(a) => crate::serve::main(a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            log::error!("{e:#}");
+            1
+        }
+    }
+}
+
+fn validate(a: ValidateArgs) -> i32 {
+    let bytes = match &a.file {
+        None => read_stdin(),
+        Some(p) if p.as_os_str() == "-" => read_stdin(),
+        Some(p) => std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display())),
+    };
+    let bytes = match bytes {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    match crate::config::parse(&bytes) {
+        Ok(p) => {
+            for w in &p.warnings.diagnostics {
+                eprintln!("{w}");
+            }
+            0
+        }
+        Err(report) => {
+            for d in &report.diagnostics {
+                eprintln!("{d}");
+            }
+            1
+        }
+    }
+}
+
+fn read_stdin() -> Result<Vec<u8>, String> {
+    let mut b = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut b)
+        .map_err(|e| format!("reading standard input: {e}"))?;
+    Ok(b)
+}
+
+fn run(a: RunArgs) -> anyhow::Result<()> {
+    let stages = if a.stages.is_empty() {
+        vec![Stage::Fetch, Stage::Disks, Stage::Files]
+    } else {
+        a.stages
+    };
+    let ctx = stages::Context {
+        root: a.root,
+        state_dir: a.state_dir,
+        platform: a.platform,
+        config_file: a.config_file,
+        config_url: a.config_url,
+    };
+    stages::run(&stages, &ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,128 @@
+//! Machine configs: the model (`types`), spec versions (`version`), decoding with positions
+//! (`decode`), semantic rules (`validate`), merging (`merge`) and writing back out.
+
+pub mod decode;
+pub mod diag;
+pub mod merge;
+pub mod types;
+pub mod validate;
+pub mod version;
+
+pub use diag::{Diagnostic, Path, Report, Severity};
+pub use merge::merge;
+pub use types::Config;
+pub use version::Version;
+
+use crate::json;
+
+/// A config read from text: the model, the version it declared, and its warnings.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub config: Config,
+    pub version: Version,
+    pub warnings: Report,
+}
+
+/// Parses, decodes and validates a config document of any supported version.
+/// On failure the report holds every error (and warning) found.
+pub fn parse(bytes: &[u8]) -> Result<Parsed, Report> {
+    let tree = match json::parse(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let mut d = Diagnostic::error(Path::root(), format!("invalid JSON: {}", e.message));
+            d.line_col = Some(json::line_col(bytes, e.pos));
+            return Err(Report {
+                diagnostics: vec![d],
+            });
+        }
+    };
+    let mut report = Report::default();
+    if !matches!(tree.kind, json::Kind::Object(_)) {
+        report.push(Diagnostic::error(
+            Path::root(),
+            format!(
+                "a config must be a JSON object, found {}",
+                tree.kind.type_name()
+            ),
+        ));
+        report.locate(&tree, bytes);
+        return Err(report);
+    }
+    let vpath = Path::root().key("ignition").key("version");
+    let version = match tree.get("ignition").and_then(|i| i.get("version")) {
+        Some(json::Value {
+            kind: json::Kind::String(s),
+            ..
+        }) => match version::parse(s) {
+            Ok(v) => v,
+            Err(e) => {
+                report.push(Diagnostic::error(vpath, e));
+                report.locate(&tree, bytes);
+                return Err(report);
+            }
+        },
+        _ => {
+            report.push(Diagnostic::error(
+                vpath,
+                "ignition.version is required (a string such as \"3.4.0\")",
+            ));
+            report.locate(&tree, bytes);
+            return Err(report);
+        }
+    };
+    let mut dec = decode::Decoder::new();
+    let mut config = dec.config(&tree);
+    report.diagnostics.append(&mut dec.diags);
+    report
+        .diagnostics
+        .extend(version::check(&mut config, version));
+    report.diagnostics.extend(validate::validate(&config));
+    if report.has_errors() {
+        report.locate(&tree, bytes);
+        return Err(report);
+    }
+    config.ignition.version = Version::NEWEST.to_string();
+    if !report.diagnostics.is_empty() {
+        report.locate(&tree, bytes);
+    }
+    Ok(Parsed {
+        config,
+        version,
+        warnings: report,
+    })
+}
+
+/// Validates a config that did not come from text (e.g. a merge result).
+pub fn check(config: &Config) -> Report {
+    Report {
+        diagnostics: validate::validate(config),
+    }
+}
+
+/// Writes `config` as a document of spec version `v`. Fails, naming every offending field,
+/// when the config uses something `v` cannot express: never a silently degraded config.
+pub fn to_json(config: &Config, v: Version) -> Result<Vec<u8>, String> {
+    let missing = version::unexpressible(config, v);
+    if !missing.is_empty() {
+        let list: Vec<String> = missing
+            .iter()
+            .map(|f| format!("{} at {} (needs 3.{}.0)", f.what, f.path, f.minor))
+            .collect();
+        return Err(format!(
+            "config cannot be expressed as spec {v}: {}",
+            list.join("; ")
+        ));
+    }
+    let mut c = config.clone();
+    c.ignition.version = v.to_string();
+    serde_json::to_vec(&c).map_err(|e| format!("serializing config: {e}"))
+}
+
+/// The same as `to_json`, pretty-printed with a trailing newline (for files people read).
+pub fn to_json_pretty(config: &Config, v: Version) -> Result<Vec<u8>, String> {
+    let compact = to_json(config, v)?;
+    let value: serde_json::Value = serde_json::from_slice(&compact).map_err(|e| e.to_string())?;
+    let mut out = serde_json::to_vec_pretty(&value).map_err(|e| e.to_string())?;
+    out.push(b'\n');
+    Ok(out)
+}

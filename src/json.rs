@@ -1,0 +1,443 @@
+//! A small JSON parser that keeps the byte offset of every value.
+//!
+//! serde_json's `Value` forgets where a value came from; config errors must name the line and
+//! column of the offending value, duplicate keys must be rejected (serde_json keeps the last
+//! one silently) and hostile input (deep nesting, invalid UTF-8, huge numbers) must produce a
+//! clear error instead of a stack overflow. Object members keep their order.
+
+use std::fmt;
+
+/// Deepest nesting accepted. Real configs nest about 8 levels; this bounds recursion.
+pub const MAX_DEPTH: usize = 128;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Value {
+    pub kind: Kind,
+    /// Byte offset of the first character of the value in the input.
+    pub pos: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    Array(Vec<Value>),
+    Object(Vec<Member>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    pub key: String,
+    pub key_pos: usize,
+    pub value: Value,
+}
+
+/// A JSON number: integral literals that fit in i64 are kept exactly.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Number {
+    Int(i64),
+    /// A literal with a fraction or exponent, or an integer too large for i64.
+    Float(f64),
+}
+
+impl Kind {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Kind::Null => "null",
+            Kind::Bool(_) => "boolean",
+            Kind::Number(_) => "number",
+            Kind::String(_) => "string",
+            Kind::Array(_) => "array",
+            Kind::Object(_) => "object",
+        }
+    }
+}
+
+impl Value {
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match &self.kind {
+            Kind::Object(members) => members.iter().find(|m| m.key == key).map(|m| &m.value),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    pub pos: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// 1-based line and column (in characters) of a byte offset.
+pub fn line_col(text: &[u8], pos: usize) -> (usize, usize) {
+    let pos = pos.min(text.len());
+    let before = &text[..pos];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    // Count characters, not bytes: continuation bytes do not start a character.
+    let col = before[line_start..]
+        .iter()
+        .filter(|&&b| (b & 0xC0) != 0x80)
+        .count()
+        + 1;
+    (line, col)
+}
+
+/// Parses a complete JSON document.
+pub fn parse(input: &[u8]) -> Result<Value, ParseError> {
+    if let Err(e) = std::str::from_utf8(input) {
+        return Err(ParseError {
+            pos: e.valid_up_to(),
+            message: "invalid UTF-8 in config".into(),
+        });
+    }
+    let mut p = Parser { s: input, i: 0 };
+    // A UTF-8 byte order mark is tolerated.
+    if p.s.starts_with(&[0xEF, 0xBB, 0xBF]) {
+        p.i = 3;
+    }
+    p.ws();
+    if p.i >= p.s.len() {
+        return Err(p.err("empty document: expected a JSON object"));
+    }
+    let v = p.value(0)?;
+    p.ws();
+    if p.i < p.s.len() {
+        return Err(p.err("unexpected data after the end of the JSON document"));
+    }
+    Ok(v)
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn err(&self, msg: impl Into<String>) -> ParseError {
+        ParseError {
+            pos: self.i,
+            message: msg.into(),
+        }
+    }
+
+    fn ws(&mut self) {
+        while let Some(&b) = self.s.get(self.i) {
+            if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                self.i += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn eof_err(&self, what: &str) -> ParseError {
+        self.err(format!(
+            "unexpected end of input (truncated JSON?) while reading {what}"
+        ))
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, ParseError> {
+        if depth > MAX_DEPTH {
+            return Err(self.err(format!("nesting deeper than {MAX_DEPTH} levels")));
+        }
+        let pos = self.i;
+        let kind = match self.s.get(self.i) {
+            None => return Err(self.eof_err("a value")),
+            Some(b'{') => self.object(depth)?,
+            Some(b'[') => self.array(depth)?,
+            Some(b'"') => Kind::String(self.string()?),
+            Some(b't') => self.literal("true", Kind::Bool(true))?,
+            Some(b'f') => self.literal("false", Kind::Bool(false))?,
+            Some(b'n') => self.literal("null", Kind::Null)?,
+            Some(b'-' | b'0'..=b'9') => Kind::Number(self.number()?),
+            Some(&c) => return Err(self.err(format!("unexpected character {:?}", c as char))),
+        };
+        Ok(Value { kind, pos })
+    }
+
+    fn literal(&mut self, word: &str, kind: Kind) -> Result<Kind, ParseError> {
+        if self.s[self.i..].starts_with(word.as_bytes()) {
+            self.i += word.len();
+            Ok(kind)
+        } else {
+            Err(self.err("invalid literal"))
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Kind, ParseError> {
+        self.i += 1;
+        let mut members: Vec<Member> = Vec::new();
+        self.ws();
+        if self.s.get(self.i) == Some(&b'}') {
+            self.i += 1;
+            return Ok(Kind::Object(members));
+        }
+        loop {
+            self.ws();
+            match self.s.get(self.i) {
+                Some(b'"') => {}
+                None => return Err(self.eof_err("an object")),
+                _ => return Err(self.err("expected a string key")),
+            }
+            let key_pos = self.i;
+            let key = self.string()?;
+            // Configs have few keys per object: a linear scan beats hashing.
+            if members.iter().any(|m| m.key == key) {
+                return Err(ParseError {
+                    pos: key_pos,
+                    message: format!("duplicate key {key:?}"),
+                });
+            }
+            self.ws();
+            match self.s.get(self.i) {
+                Some(b':') => self.i += 1,
+                None => return Err(self.eof_err("an object")),
+                _ => return Err(self.err("expected ':' after key")),
+            }
+            self.ws();
+            let value = self.value(depth + 1)?;
+            members.push(Member {
+                key,
+                key_pos,
+                value,
+            });
+            self.ws();
+            match self.s.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(b'}') => {
+                    self.i += 1;
+                    return Ok(Kind::Object(members));
+                }
+                None => return Err(self.eof_err("an object")),
+                _ => return Err(self.err("expected ',' or '}'")),
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Kind, ParseError> {
+        self.i += 1;
+        let mut items = Vec::new();
+        self.ws();
+        if self.s.get(self.i) == Some(&b']') {
+            self.i += 1;
+            return Ok(Kind::Array(items));
+        }
+        loop {
+            self.ws();
+            items.push(self.value(depth + 1)?);
+            self.ws();
+            match self.s.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(b']') => {
+                    self.i += 1;
+                    return Ok(Kind::Array(items));
+                }
+                None => return Err(self.eof_err("an array")),
+                _ => return Err(self.err("expected ',' or ']'")),
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32, ParseError> {
+        let h = self
+            .s
+            .get(self.i..self.i + 4)
+            .ok_or_else(|| self.eof_err("a \\u escape"))?;
+        let txt = std::str::from_utf8(h).map_err(|_| self.err("invalid \\u escape"))?;
+        let v = u32::from_str_radix(txt, 16).map_err(|_| self.err("invalid \\u escape"))?;
+        self.i += 4;
+        Ok(v)
+    }
+
+    fn string(&mut self) -> Result<String, ParseError> {
+        self.i += 1; // opening quote
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            let start = self.i;
+            // Fast path: copy runs of plain bytes at once.
+            while let Some(&b) = self.s.get(self.i) {
+                if b == b'"' || b == b'\\' || b < 0x20 {
+                    break;
+                }
+                self.i += 1;
+            }
+            out.extend_from_slice(&self.s[start..self.i]);
+            match self.s.get(self.i) {
+                None => return Err(self.eof_err("a string")),
+                Some(b'"') => {
+                    self.i += 1;
+                    // Input was checked as UTF-8 and escapes produce valid UTF-8.
+                    return String::from_utf8(out).map_err(|_| self.err("invalid UTF-8 in string"));
+                }
+                Some(b'\\') => {
+                    self.i += 1;
+                    let c = *self.s.get(self.i).ok_or_else(|| self.eof_err("a string"))?;
+                    self.i += 1;
+                    let ch = match c {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let hi = self.hex4()?;
+                            let code = if (0xD800..0xDC00).contains(&hi) {
+                                if self.s.get(self.i..self.i + 2) != Some(b"\\u") {
+                                    return Err(self.err("unpaired surrogate in \\u escape"));
+                                }
+                                self.i += 2;
+                                let lo = self.hex4()?;
+                                if !(0xDC00..0xE000).contains(&lo) {
+                                    return Err(self.err("invalid surrogate pair in \\u escape"));
+                                }
+                                0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                            } else {
+                                hi
+                            };
+                            char::from_u32(code)
+                                .ok_or_else(|| self.err("invalid code point in \\u escape"))?
+                        }
+                        _ => return Err(self.err("invalid escape sequence")),
+                    };
+                    let mut buf = [0u8; 4];
+                    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                }
+                Some(_) => return Err(self.err("control character in string")),
+            }
+        }
+    }
+
+    fn number(&mut self) -> Result<Number, ParseError> {
+        let start = self.i;
+        if self.s.get(self.i) == Some(&b'-') {
+            self.i += 1;
+        }
+        let digits = |p: &mut Self| {
+            let s = p.i;
+            while matches!(p.s.get(p.i), Some(b'0'..=b'9')) {
+                p.i += 1;
+            }
+            p.i - s
+        };
+        let int_start = self.i;
+        let n = digits(self);
+        if n == 0 {
+            return Err(self.err("invalid number"));
+        }
+        if n > 1 && self.s[int_start] == b'0' {
+            return Err(ParseError {
+                pos: int_start,
+                message: "invalid number: leading zero".into(),
+            });
+        }
+        let mut float = false;
+        if self.s.get(self.i) == Some(&b'.') {
+            self.i += 1;
+            float = true;
+            if digits(self) == 0 {
+                return Err(self.err("invalid number: digits expected after '.'"));
+            }
+        }
+        if matches!(self.s.get(self.i), Some(b'e' | b'E')) {
+            self.i += 1;
+            float = true;
+            if matches!(self.s.get(self.i), Some(b'+' | b'-')) {
+                self.i += 1;
+            }
+            if digits(self) == 0 {
+                return Err(self.err("invalid number: digits expected in exponent"));
+            }
+        }
+        // The slice holds only ASCII digits and signs.
+        let text = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("");
+        if !float && let Ok(v) = text.parse::<i64>() {
+            return Ok(Number::Int(v));
+        }
+        match text.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(Number::Float(v)),
+            _ => Err(ParseError {
+                pos: start,
+                message: "number out of range".into(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_keeps_positions() {
+        let v = parse(br#"{"a": [1, "x"], "b": {"c": null}}"#).unwrap();
+        let a = v.get("a").unwrap();
+        assert_eq!(a.pos, 6);
+        match &a.kind {
+            Kind::Array(items) => {
+                assert_eq!(items[0].kind, Kind::Number(Number::Int(1)));
+                assert_eq!(items[1].pos, 10);
+            }
+            _ => panic!("not an array"),
+        }
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"{\"a\":1,\"a\":2}", "duplicate key"),
+            (b"{\"a\":", "unexpected end"),
+            (b"{\"a\": \"\xff\"}", "invalid UTF-8"),
+            (b"", "empty document"),
+            (b"{} x", "after the end"),
+            (b"{\"a\": 01}", "leading zero"),
+            (b"{\"a\": 1e999}", "out of range"),
+            (b"{\"a\": \"\\ud800\"}", "surrogate"),
+            (b"{\"a\": tru}", "invalid literal"),
+        ];
+        for (input, want) in cases {
+            let e = parse(input).unwrap_err();
+            assert!(e.message.contains(want), "{input:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let deep = "[".repeat(100_000);
+        let e = parse(deep.as_bytes()).unwrap_err();
+        assert!(e.message.contains("nesting"), "{e}");
+    }
+
+    #[test]
+    fn big_integers_become_floats() {
+        let v = parse(b"[99999999999999999999]").unwrap();
+        match &v.kind {
+            Kind::Array(items) => assert!(matches!(items[0].kind, Kind::Number(Number::Float(_)))),
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn line_and_column() {
+        let text = b"{\n  \"a\": \"\xc3\xa9\", \"b\": 1\n}";
+        let v = parse(text).unwrap();
+        let b = v.get("b").unwrap();
+        assert_eq!(line_col(text, b.pos), (2, 18));
+    }
+}

@@ -1,0 +1,110 @@
+//! Small shared pieces: atomic file writes and the one wrapper for external commands.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+/// Writes `data` to `path` atomically: a temporary file in the same directory, fsync,
+/// mode set, then rename over the target.
+pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name = path.file_name().and_then(OsStr::to_str).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let res = (|| -> Result<()> {
+        let mut f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(data)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("setting mode of {}", tmp.display()))?;
+        f.sync_all()
+            .with_context(|| format!("syncing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    })();
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res
+}
+
+/// Output of a finished command.
+pub struct Output {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// Runs an external tool: logs the argv, null stdin, captured output; a failure names the
+/// command and the tail of its stderr.
+pub fn run<S: AsRef<OsStr>>(program: &str, args: &[S]) -> Result<Output> {
+    run_with_stdin(program, args, None)
+}
+
+/// Like `run`, with bytes fed to the command's stdin.
+pub fn run_with_stdin<S: AsRef<OsStr>>(
+    program: &str,
+    args: &[S],
+    stdin: Option<&[u8]>,
+) -> Result<Output> {
+    let argv: Vec<String> = std::iter::once(program.to_string())
+        .chain(
+            args.iter()
+                .map(|a| a.as_ref().to_string_lossy().into_owned()),
+        )
+        .collect();
+    log::debug!("running {}", argv.join(" "));
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().with_context(|| format!("starting {program}"))?;
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().context("stdin pipe")?;
+        let data = input.to_vec();
+        // Feed stdin from a thread so a command that writes a lot before reading cannot block us.
+        let feeder = std::thread::spawn(move || pipe.write_all(&data));
+        let out = child
+            .wait_with_output()
+            .with_context(|| format!("waiting for {program}"))?;
+        let _ = feeder.join();
+        return finish(&argv, out);
+    }
+    let out = child
+        .wait_with_output()
+        .with_context(|| format!("waiting for {program}"))?;
+    finish(&argv, out)
+}
+
+fn finish(argv: &[String], out: std::process::Output) -> Result<Output> {
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(8).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!(
+            "{} failed ({}): {}",
+            argv.join(" "),
+            out.status,
+            tail.join(" | ")
+        );
+    }
+    Ok(Output {
+        stdout: out.stdout,
+        stderr: out.stderr,
+    })
+}
+
+/// Whether `program` can be found on PATH.
+pub fn have_program(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
