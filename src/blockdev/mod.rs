@@ -1,2 +1,9 @@
-//! Block devices: GPT tables, probing, kernel partition updates, in-use guards.
-//! (Work in progress: see the disks stage issue.)
+//! Block devices: GPT tables, the partition planner, probing, kernel partition updates, in-use
+//! guards, failpoints.
+
+pub mod failpoint;
+pub mod gpt;
+pub mod inuse;
+pub mod kernel;
+pub mod plan;
+pub mod probe;
