@@ -33,6 +33,8 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Run provisioning stages (default: fetch, disks, files).
     Run(RunArgs),
+    /// Print the plan of the disks stage (partitions, filesystems) without touching any disk.
+    Plan(PlanArgs),
     /// Serve machine configs to booting machines (the MachineConfigServer).
     Serve(crate::serve::ServeArgs),
 }
@@ -41,6 +43,16 @@ pub enum Command {
 pub struct ValidateArgs {
     /// Config file to check; "-" or nothing reads standard input.
     pub file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Config to plan for; default: the rendered config in the state directory.
+    #[arg(long)]
+    pub config_file: Option<PathBuf>,
+    /// Where the fetch stage left the rendered config.
+    #[arg(long, default_value = "/run/agent")]
+    pub state_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -76,6 +88,7 @@ pub fn dispatch(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Validate(a) => return validate(a),
         Command::Run(a) => run(a),
+        Command::Plan(a) => plan(a),
         Command::Serve(a) => crate::serve::main(a),
     };
     match result {
@@ -122,6 +135,32 @@ fn read_stdin() -> Result<Vec<u8>, String> {
         .read_to_end(&mut b)
         .map_err(|e| format!("reading standard input: {e}"))?;
     Ok(b)
+}
+
+fn plan(a: PlanArgs) -> anyhow::Result<()> {
+    let config = match &a.config_file {
+        Some(p) => {
+            let bytes = if p.as_os_str() == "-" {
+                read_stdin().map_err(anyhow::Error::msg)?
+            } else {
+                std::fs::read(p).map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?
+            };
+            crate::config::parse(&bytes)
+                .map(|p| p.config)
+                .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", p.display()))?
+        }
+        None => stages::load_rendered(&stages::Context {
+            root: "/".into(),
+            state_dir: a.state_dir.clone(),
+            platform: None,
+            config_file: None,
+            config_url: None,
+        })?,
+    };
+    crate::logging::set_stage("disks");
+    let p = stages::disks::plan(&config)?;
+    print!("{p}");
+    Ok(())
 }
 
 fn run(a: RunArgs) -> anyhow::Result<()> {

@@ -186,6 +186,16 @@ pub fn sync_partitions(
         .collect())
 }
 
+/// Removes every partition node the kernel has for `disk` (before detaching a loop device:
+/// nodes added with BLKPG outlive the loop device's backing file).
+pub fn remove_partitions(dev: &File, disk: &str) -> Result<()> {
+    for (n, _, _) in kernel_partitions(disk) {
+        blkpg(dev, BLKPG_DEL, n, 0, 0)
+            .with_context(|| format!("BLKPG delete of {}", part_name(disk, n)))?;
+    }
+    Ok(())
+}
+
 /// Waits until every path exists (following symlinks), polling; names the missing ones on timeout.
 pub fn wait_for(paths: &[PathBuf], timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;

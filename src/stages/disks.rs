@@ -1,10 +1,569 @@
-//! The disks stage. (Work in progress: see the disks stage issue.)
+//! The disks stage: partitions (GPT), then filesystems.
+//!
+//! Everything is planned first (`plan`): the new partition table of every disk, computed whole in
+//! memory and checked, and what happens to every filesystem. Only then is anything written
+//! (`apply`): one table write per disk, partition nodes updated with BLKPG, nodes waited for, then
+//! filesystems wiped/created in parallel. A failure while partitioning puts every table back as it
+//! was.
 
-use anyhow::{Result, bail};
+use std::fmt;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail};
 
 use super::Context;
+use crate::blockdev::gpt::{self, OnDisk, Table};
+use crate::blockdev::plan::{Action, DiskPlan, Spec};
+use crate::blockdev::probe::{Found, probe};
+use crate::blockdev::{failpoint, inuse, kernel};
 use crate::config::Config;
+use crate::config::types::Filesystem;
 
-pub fn run(_config: &Config, _ctx: &Context) -> Result<()> {
-    bail!("the disks stage is not implemented yet")
+/// One disk of the plan.
+#[derive(Debug)]
+pub struct DiskWork {
+    /// As named in the config.
+    pub path: String,
+    /// The device node it resolves to.
+    pub dev: PathBuf,
+    /// Kernel name ("loop3").
+    pub name: String,
+    pub plan: DiskPlan,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FsAction {
+    /// Nothing there and format none: nothing to do.
+    Nothing,
+    Reuse(Found),
+    Create,
+    /// Wipe the existing signatures, then create (format none: only wipe).
+    WipeCreate(Found),
+    /// The device is (re)created by the partitioning: probed and decided afterwards.
+    AfterPartitioning,
+}
+
+#[derive(Debug)]
+pub struct FsWork {
+    pub fs: Filesystem,
+    pub action: FsAction,
+}
+
+/// The whole plan of the stage.
+#[derive(Debug, Default)]
+pub struct StagePlan {
+    pub disks: Vec<DiskWork>,
+    pub filesystems: Vec<FsWork>,
+}
+
+/// Times of one run, for the benchmark and the log.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Report {
+    pub total: Duration,
+    /// Summed wall time of the external mkfs/wipefs tools (they run in parallel).
+    pub tools: Duration,
+    /// Wall time of the filesystem phase (tools in parallel).
+    pub fs_phase: Duration,
+}
+
+pub fn run(config: &Config, _ctx: &Context) -> Result<()> {
+    let t0 = Instant::now();
+    let p = plan(config)?;
+    if p.disks.is_empty() && p.filesystems.is_empty() {
+        log::info!("nothing to do");
+        return Ok(());
+    }
+    for line in p.to_string().lines() {
+        log::info!("plan: {line}");
+    }
+    let mut r = apply(&p)?;
+    r.total = t0.elapsed();
+    log::info!(
+        "done in {:.1} ms (external tools {:.1} ms summed, filesystem phase {:.1} ms, own overhead {:.1} ms)",
+        ms(r.total),
+        ms(r.tools),
+        ms(r.fs_phase),
+        ms(r.total.saturating_sub(r.fs_phase))
+    );
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Waits (bounded) for a config device path and resolves it to its node.
+fn resolve(path: &str) -> Result<PathBuf> {
+    let p = PathBuf::from(path);
+    kernel::wait_for(std::slice::from_ref(&p), kernel::device_timeout())?;
+    std::fs::canonicalize(&p).with_context(|| format!("resolving {path}"))
+}
+
+/// Computes the plan of the stage; reads devices, writes nothing.
+pub fn plan(config: &Config) -> Result<StagePlan> {
+    let st = &config.storage;
+    if !st.raid.is_empty() || !st.luks.is_empty() {
+        bail!("storage.raid / storage.luks: RAID/LUKS not implemented yet");
+    }
+    let mut out = StagePlan::default();
+    for d in &st.disks {
+        let dev = resolve(&d.device)?;
+        let name = kernel::sys_name(&dev)?;
+        let f = File::open(&dev).with_context(|| format!("opening {}", dev.display()))?;
+        let g = kernel::geometry(&f, &dev)?;
+        let wipe = d.wipe_table.unwrap_or(false);
+        let existing = match gpt::read(&f, &g) {
+            Ok(OnDisk::Gpt(t)) => Some(t),
+            Ok(OnDisk::None) => None,
+            Err(e) if wipe => {
+                log::warn!("{}: {e:#}; ignored since wipeTable is set", dev.display());
+                None
+            }
+            Err(e) => return Err(e.context(format!("reading GPT of {}", dev.display()))),
+        };
+        let specs = d
+            .partitions
+            .iter()
+            .map(Spec::from_config)
+            .collect::<Result<Vec<_>>>()
+            .with_context(|| format!("disk {}", d.device))?;
+        let plan = crate::blockdev::plan::plan(
+            existing.as_ref(),
+            &g,
+            wipe,
+            &specs,
+            &mut uuid::Uuid::new_v4,
+        )
+        .with_context(|| format!("planning partitions of {}", d.device))?;
+        if plan.changes() {
+            check_free(&name, &g, &plan.new)?;
+        }
+        out.disks.push(DiskWork {
+            path: d.device.clone(),
+            dev,
+            name,
+            plan,
+        });
+    }
+    for fs in &st.filesystems {
+        let action = if touched_by_partitioning(&out.disks, &fs.device) {
+            FsAction::AfterPartitioning
+        } else {
+            let dev = resolve(&fs.device)?;
+            decide(fs, probe(&dev)?)?
+        };
+        out.filesystems.push(FsWork {
+            fs: fs.clone(),
+            action,
+        });
+    }
+    Ok(out)
+}
+
+/// Refuses when the disk, or a partition the kernel knows that the new table removes or changes,
+/// is in use.
+fn check_free(name: &str, g: &gpt::Geometry, new: &Table) -> Result<()> {
+    inuse::ensure_free(name, &format!("repartition /dev/{name}"))?;
+    let ss = g.sector_size;
+    for (n, start, size) in kernel::kernel_partitions(name) {
+        let same = new
+            .get(n)
+            .is_some_and(|e| e.start * ss == start && e.size() * ss == size);
+        if !same {
+            let pn = kernel::part_name(name, n);
+            inuse::ensure_free(&pn, &format!("change or delete partition /dev/{pn}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the filesystem device is a partition that the plan creates, recreates or resizes.
+fn touched_by_partitioning(disks: &[DiskWork], device: &str) -> bool {
+    let canon = std::fs::canonicalize(device).ok();
+    disks.iter().any(|d| {
+        d.plan.changes()
+            && d.plan.parts.iter().any(|p| {
+                !matches!(p.action, Action::Keep | Action::Unlisted | Action::Absent) && {
+                    let node = PathBuf::from("/dev").join(kernel::part_name(&d.name, p.number));
+                    canon.as_deref() == Some(node.as_path()) || Path::new(device) == node
+                }
+            })
+    })
+}
+
+fn norm_uuid(s: &str, fmt: &str) -> String {
+    let s = s.to_ascii_lowercase();
+    if fmt == "vfat" { s.replace('-', "") } else { s }
+}
+
+/// The filesystem rules: reuse, create, wipe, or fail touching nothing.
+pub fn decide(fs: &Filesystem, found: Option<Found>) -> Result<FsAction> {
+    let fmt = fs
+        .format
+        .as_deref()
+        .ok_or_else(|| anyhow!("filesystem on {}: no format given", fs.device))?;
+    if !matches!(fmt, "ext4" | "xfs" | "btrfs" | "vfat" | "swap" | "none") {
+        bail!("filesystem on {}: unsupported format {fmt:?}", fs.device);
+    }
+    let wipe = fs.wipe_filesystem.unwrap_or(false);
+    let Some(found) = found else {
+        return Ok(if fmt == "none" {
+            FsAction::Nothing
+        } else {
+            FsAction::Create
+        });
+    };
+    if wipe {
+        return Ok(FsAction::WipeCreate(found));
+    }
+    let mut why = Vec::new();
+    if fmt == "none" {
+        why.push("format none asks for no filesystem".to_string());
+    } else if found.fstype != fmt {
+        why.push(format!("type {} != {fmt}", found.fstype));
+    }
+    if let Some(l) = &fs.label
+        && found.label.as_ref() != Some(l)
+    {
+        why.push(format!(
+            "label {:?} != {l:?}",
+            found.label.as_deref().unwrap_or("")
+        ));
+    }
+    if let Some(u) = &fs.uuid
+        && found.uuid.as_deref().map(|x| norm_uuid(x, fmt)) != Some(norm_uuid(u, fmt))
+    {
+        why.push(format!(
+            "uuid {:?} != {u:?}",
+            found.uuid.as_deref().unwrap_or("")
+        ));
+    }
+    if why.is_empty() {
+        Ok(FsAction::Reuse(found))
+    } else {
+        bail!(
+            "filesystem on {}: the existing {} does not match the config ({}) and wipeFilesystem \
+             is false; refusing to touch it",
+            fs.device,
+            found.fstype,
+            why.join(", ")
+        )
+    }
+}
+
+impl fmt::Display for StagePlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for d in &self.disks {
+            writeln!(f, "disk {} ({}):", d.path, d.dev.display())?;
+            write!(f, "{}", d.plan)?;
+        }
+        for w in &self.filesystems {
+            let fmt = w.fs.format.as_deref().unwrap_or("?");
+            let what = match &w.action {
+                FsAction::Nothing => "nothing (format none, nothing there)".to_string(),
+                FsAction::Reuse(x) => format!(
+                    "reuse {} (label {:?}, uuid {})",
+                    x.fstype,
+                    x.label.as_deref().unwrap_or(""),
+                    x.uuid.as_deref().unwrap_or("-")
+                ),
+                FsAction::Create => format!("create {fmt}"),
+                FsAction::WipeCreate(x) if fmt == "none" => format!("wipe {}", x.fstype),
+                FsAction::WipeCreate(x) => format!("wipe {} and create {fmt}", x.fstype),
+                FsAction::AfterPartitioning => format!(
+                    "{} {fmt} (decided after partitioning: the partition is new or changed)",
+                    if w.fs.wipe_filesystem == Some(true) {
+                        "wipe/create"
+                    } else {
+                        "reuse/create"
+                    }
+                ),
+            };
+            writeln!(f, "filesystem {}: {what}", w.fs.device)?;
+        }
+        Ok(())
+    }
+}
+
+/// Puts a disk's table back as it was unless `close()`d.
+struct TableGuard {
+    file: File,
+    name: String,
+    geometry: gpt::Geometry,
+    snapshot: gpt::Snapshot,
+    old: Table,
+    done: bool,
+}
+
+impl TableGuard {
+    fn close(mut self) {
+        self.done = true;
+    }
+    fn rollback(&mut self) -> Result<()> {
+        self.done = true;
+        gpt::restore(&self.file, &self.snapshot)
+            .with_context(|| format!("restoring the table of /dev/{}", self.name))?;
+        kernel::sync_partitions(&self.file, &self.name, &self.geometry, &self.old)
+            .with_context(|| format!("restoring partition nodes of /dev/{}", self.name))?;
+        Ok(())
+    }
+}
+
+impl Drop for TableGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            log::warn!(
+                "partitioning failed: putting the table of /dev/{} back",
+                self.name
+            );
+            if let Err(e) = self.rollback() {
+                log::error!("{e:#}");
+            }
+        }
+    }
+}
+
+fn partition(d: &DiskWork) -> Result<TableGuard> {
+    let dev = &d.dev;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dev)
+        .with_context(|| format!("opening {} for writing", dev.display()))?;
+    let g = d.plan.geometry;
+    // Re-check right before writing: nothing may have been mounted since the plan.
+    check_free(&d.name, &g, &d.plan.new)?;
+    let snapshot = gpt::snapshot(&file, &g)
+        .with_context(|| format!("saving the table of {}", dev.display()))?;
+    let old = d.plan.old.clone().unwrap_or(Table {
+        disk_guid: uuid::Uuid::nil(),
+        entries: Vec::new(),
+    });
+    let guard = TableGuard {
+        file: file.try_clone().context("duplicating a file handle")?,
+        name: d.name.clone(),
+        geometry: g,
+        snapshot,
+        old,
+        done: false,
+    };
+    log::info!("writing the partition table of {}", dev.display());
+    gpt::write(&file, &g, &d.plan.new)
+        .with_context(|| format!("writing the partition table of {}", dev.display()))?;
+    failpoint::hit("after-table-write")?;
+    let nodes = kernel::sync_partitions(&file, &d.name, &g, &d.plan.new)
+        .with_context(|| format!("updating partition nodes of {}", dev.display()))?;
+    failpoint::hit("after-partition-nodes")?;
+    kernel::udev_settle();
+    kernel::wait_for(&nodes, kernel::device_timeout())?;
+    Ok(guard)
+}
+
+/// Carries out a plan.
+pub fn apply(p: &StagePlan) -> Result<Report> {
+    let t0 = Instant::now();
+    let mut guards = Vec::new();
+    for d in p.disks.iter().filter(|d| d.plan.changes()) {
+        guards.push(partition(d)?);
+    }
+    failpoint::hit("after-partitioning")?;
+    for g in guards {
+        g.close();
+    }
+
+    // Filesystems: decide the pending ones now, then run each device's tools in parallel.
+    let mut work = Vec::new();
+    for w in &p.filesystems {
+        let dev = resolve(&w.fs.device)?;
+        let action = match &w.action {
+            FsAction::AfterPartitioning => decide(&w.fs, probe(&dev)?)?,
+            a => a.clone(),
+        };
+        if matches!(action, FsAction::Create | FsAction::WipeCreate(_)) {
+            let name = kernel::sys_name(&dev)?;
+            inuse::ensure_free(&name, &format!("format {}", w.fs.device))?;
+        }
+        work.push((w.fs.clone(), dev, action));
+    }
+    let tools = Mutex::new(Duration::ZERO);
+    let t_fs = Instant::now();
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let hs: Vec<_> = work
+            .iter()
+            .map(|(fs, dev, action)| s.spawn(|| make_fs(fs, dev, action, &tools)))
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("filesystem worker panicked")))
+            })
+            .collect()
+    });
+    let fs_phase = t_fs.elapsed();
+    for r in results {
+        r?;
+    }
+    let tools = *tools.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(Report {
+        total: t0.elapsed(),
+        tools,
+        fs_phase,
+    })
+}
+
+fn timed(tools: &Mutex<Duration>, program: &str, args: &[String]) -> Result<()> {
+    let t = Instant::now();
+    let r = crate::util::run(program, args);
+    *tools.lock().unwrap_or_else(|e| e.into_inner()) += t.elapsed();
+    r.map(|_| ())
+}
+
+fn make_fs(fs: &Filesystem, dev: &Path, action: &FsAction, tools: &Mutex<Duration>) -> Result<()> {
+    let fmt = fs.format.as_deref().unwrap_or("none");
+    let d = dev.display().to_string();
+    match action {
+        FsAction::Nothing => return Ok(()),
+        FsAction::Reuse(_) => {
+            log::info!("reusing the existing {fmt} filesystem on {}", fs.device);
+            return Ok(());
+        }
+        FsAction::WipeCreate(found) => {
+            log::info!("wiping the {} signatures on {}", found.fstype, fs.device);
+            timed(tools, "wipefs", &["-a".into(), d.clone()])?;
+            failpoint::hit("after-wipe")?;
+        }
+        FsAction::Create => {}
+        FsAction::AfterPartitioning => bail!("internal: undecided filesystem"),
+    }
+    if fmt == "none" {
+        return Ok(());
+    }
+    let label = fs.label.clone();
+    let uuid = fs.uuid.clone();
+    let (prog, mut args): (&str, Vec<String>) = match fmt {
+        "ext4" => ("mkfs.ext4", vec!["-F".into(), "-q".into()]),
+        "xfs" => ("mkfs.xfs", vec!["-f".into(), "-q".into()]),
+        "btrfs" => ("mkfs.btrfs", vec!["-f".into(), "-q".into()]),
+        "vfat" => ("mkfs.fat", vec![]),
+        "swap" => ("mkswap", vec!["-f".into()]),
+        other => bail!("unsupported filesystem format {other:?}"),
+    };
+    if let Some(l) = label {
+        args.push(if fmt == "vfat" { "-n" } else { "-L" }.into());
+        args.push(l);
+    }
+    if let Some(u) = uuid {
+        match fmt {
+            "xfs" => {
+                args.push("-m".into());
+                args.push(format!("uuid={u}"));
+            }
+            "vfat" => {
+                args.push("-i".into());
+                args.push(u.replace('-', ""));
+            }
+            _ => {
+                args.push("-U".into());
+                args.push(u);
+            }
+        }
+    }
+    args.extend(fs.options.iter().cloned());
+    args.push(d);
+    log::info!("creating {fmt} on {}", fs.device);
+    timed(tools, prog, &args).with_context(|| format!("creating {fmt} on {}", fs.device))?;
+    failpoint::hit("after-mkfs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fs(format: &str, label: Option<&str>, uuid: Option<&str>, wipe: bool) -> Filesystem {
+        Filesystem {
+            device: "/dev/x".into(),
+            format: Some(format.into()),
+            label: label.map(Into::into),
+            uuid: uuid.map(Into::into),
+            wipe_filesystem: Some(wipe),
+            ..Default::default()
+        }
+    }
+    fn found(t: &str, label: Option<&str>, uuid: Option<&str>) -> Option<Found> {
+        Some(Found {
+            fstype: t.into(),
+            label: label.map(Into::into),
+            uuid: uuid.map(Into::into),
+        })
+    }
+
+    #[test]
+    fn filesystem_rules() {
+        use FsAction::*;
+        let u = "6b7f1c2e-0000-4000-8000-000000000001";
+        let cases: Vec<(Filesystem, Option<Found>, Option<FsAction>)> = vec![
+            (fs("ext4", None, None, false), None, Some(Create)),
+            (fs("none", None, None, false), None, Some(Nothing)),
+            (
+                fs("ext4", None, None, false),
+                found("ext4", Some("a"), None),
+                Some(Reuse(found("ext4", Some("a"), None).unwrap())),
+            ),
+            (
+                fs("ext4", Some("a"), None, false),
+                found("ext4", Some("a"), None),
+                Some(Reuse(found("ext4", Some("a"), None).unwrap())),
+            ),
+            (
+                fs("ext4", Some("b"), None, false),
+                found("ext4", Some("a"), None),
+                None,
+            ),
+            (
+                fs("xfs", None, None, false),
+                found("ext4", None, None),
+                None,
+            ),
+            (
+                fs("ext4", None, Some(&u.to_uppercase()), false),
+                found("ext4", None, Some(u)),
+                Some(Reuse(found("ext4", None, Some(u)).unwrap())),
+            ),
+            (
+                fs("ext4", None, Some(u), false),
+                found("ext4", None, Some("6b7f1c2e-0000-4000-8000-000000000002")),
+                None,
+            ),
+            (
+                fs("vfat", None, Some("ABCD-1234"), false),
+                found("vfat", None, Some("abcd1234")),
+                Some(Reuse(found("vfat", None, Some("abcd1234")).unwrap())),
+            ),
+            (
+                fs("none", None, None, false),
+                found("ext4", None, None),
+                None,
+            ),
+            (
+                fs("none", None, None, true),
+                found("ext4", None, None),
+                Some(WipeCreate(found("ext4", None, None).unwrap())),
+            ),
+            (
+                fs("xfs", None, None, true),
+                found("ext4", None, None),
+                Some(WipeCreate(found("ext4", None, None).unwrap())),
+            ),
+        ];
+        for (i, (f, found, want)) in cases.into_iter().enumerate() {
+            let got = decide(&f, found);
+            match want {
+                None => assert!(got.is_err(), "case {i}: {got:?}"),
+                Some(w) => assert_eq!(got.unwrap(), w, "case {i}"),
+            }
+        }
+    }
 }
