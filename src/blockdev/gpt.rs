@@ -270,19 +270,19 @@ fn header(g: &Geometry, t: &Table, primary: bool, arr_crc: u32) -> Vec<u8> {
     let mut h = vec![0u8; g.sector_size as usize];
     let last = g.sectors - 1;
     let (my, alt, entries) = if primary {
-        (1, last, 2)
+        (1u64, last, 2u64)
     } else {
         (last, 1, last - g.entry_sectors(DEFAULT_ENTRIES))
     };
     h[0..8].copy_from_slice(b"EFI PART");
     h[8..12].copy_from_slice(&0x0001_0000u32.to_le_bytes());
     h[12..16].copy_from_slice(&92u32.to_le_bytes());
-    h[24..32].copy_from_slice(&(my as u64).to_le_bytes());
-    h[32..40].copy_from_slice(&(alt as u64).to_le_bytes());
+    h[24..32].copy_from_slice(&my.to_le_bytes());
+    h[32..40].copy_from_slice(&alt.to_le_bytes());
     h[40..48].copy_from_slice(&g.first_usable().to_le_bytes());
     h[48..56].copy_from_slice(&g.last_usable().to_le_bytes());
     h[56..72].copy_from_slice(&t.disk_guid.to_bytes_le());
-    h[72..80].copy_from_slice(&(entries as u64).to_le_bytes());
+    h[72..80].copy_from_slice(&entries.to_le_bytes());
     h[80..84].copy_from_slice(&DEFAULT_ENTRIES.to_le_bytes());
     h[84..88].copy_from_slice(&(ENTRY_SIZE as u32).to_le_bytes());
     h[88..92].copy_from_slice(&arr_crc.to_le_bytes());

@@ -55,9 +55,7 @@ pub fn in_use(name: &str) -> Option<String> {
     let Ok(dev) = std::fs::read_to_string(format!("/sys/class/block/{name}/dev")) else {
         return None;
     };
-    let Some((a, b)) = dev.trim().split_once(':') else {
-        return None;
-    };
+    let (a, b) = dev.trim().split_once(':')?;
     let rdev = libc_makedev(a.parse().ok()?, b.parse().ok()?);
     if let Some((_, mp)) = mounted_devs().into_iter().find(|(d, _)| *d == rdev) {
         return Some(format!("/dev/{name} is mounted on {mp}"));

@@ -227,9 +227,10 @@ pub fn device_timeout() -> Duration {
 
 /// Runs `udevadm settle` only when a udev daemon is running (its control socket exists).
 pub fn udev_settle() {
-    if Path::new("/run/udev/control").exists() && crate::util::have_program("udevadm") {
-        if let Err(e) = crate::util::run("udevadm", &["settle", "--timeout=10"]) {
-            log::warn!("{e:#}");
-        }
+    if Path::new("/run/udev/control").exists()
+        && crate::util::have_program("udevadm")
+        && let Err(e) = crate::util::run("udevadm", &["settle", "--timeout=10"])
+    {
+        log::warn!("{e:#}");
     }
 }

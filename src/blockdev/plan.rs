@@ -584,7 +584,8 @@ mod tests {
     #[test]
     fn every_specified_attribute_is_matched() {
         let t = table(vec![e(1, 1, 10)]);
-        let cases: Vec<(&str, Box<dyn Fn(&mut Spec)>, bool)> = vec![
+        type Edit = Box<dyn Fn(&mut Spec)>;
+        let cases: Vec<(&str, Edit, bool)> = vec![
             ("start same", Box::new(|s| s.start_mib = Some(1)), true),
             ("start diff", Box::new(|s| s.start_mib = Some(2)), false),
             ("size same", Box::new(|s| s.size_mib = Some(10)), true),

@@ -180,17 +180,18 @@ fn check_free(name: &str, g: &gpt::Geometry, new: &Table) -> Result<()> {
     Ok(())
 }
 
-/// Whether the filesystem device is a partition that the plan creates, recreates or resizes.
+/// Whether the filesystem device is a partition that the plan creates, recreates or resizes,
+/// or one whose node only appears once the partitioning has told the kernel about it.
 fn touched_by_partitioning(disks: &[DiskWork], device: &str) -> bool {
     let canon = std::fs::canonicalize(device).ok();
     disks.iter().any(|d| {
-        d.plan.changes()
-            && d.plan.parts.iter().any(|p| {
-                !matches!(p.action, Action::Keep | Action::Unlisted | Action::Absent) && {
-                    let node = PathBuf::from("/dev").join(kernel::part_name(&d.name, p.number));
-                    canon.as_deref() == Some(node.as_path()) || Path::new(device) == node
-                }
-            })
+        d.plan.parts.iter().any(|p| {
+            let node = PathBuf::from("/dev").join(kernel::part_name(&d.name, p.number));
+            let is_it = canon.as_deref() == Some(node.as_path()) || Path::new(device) == node;
+            let changed = d.plan.changes()
+                && !matches!(p.action, Action::Keep | Action::Unlisted | Action::Absent);
+            is_it && (changed || (canon.is_none() && p.new.is_some()))
+        })
     })
 }
 
@@ -274,7 +275,8 @@ impl fmt::Display for StagePlan {
                 FsAction::WipeCreate(x) if fmt == "none" => format!("wipe {}", x.fstype),
                 FsAction::WipeCreate(x) => format!("wipe {} and create {fmt}", x.fstype),
                 FsAction::AfterPartitioning => format!(
-                    "{} {fmt} (decided after partitioning: the partition is new or changed)",
+                    "{} {fmt} (decided after partitioning: the partition is new, changed or has \
+                     no device node yet)",
                     if w.fs.wipe_filesystem == Some(true) {
                         "wipe/create"
                     } else {
@@ -326,6 +328,18 @@ impl Drop for TableGuard {
     }
 }
 
+/// Makes sure the kernel has nodes for an unchanged table (a kernel that does not parse tables
+/// has none for partitions made before this boot).
+fn refresh_nodes(d: &DiskWork) -> Result<()> {
+    let dev = &d.dev;
+    let file = File::open(dev).with_context(|| format!("opening {}", dev.display()))?;
+    let g = d.plan.geometry;
+    check_free(&d.name, &g, &d.plan.new)?;
+    let nodes = kernel::sync_partitions(&file, &d.name, &g, &d.plan.new)
+        .with_context(|| format!("updating partition nodes of {}", dev.display()))?;
+    kernel::wait_for(&nodes, kernel::device_timeout())
+}
+
 fn partition(d: &DiskWork) -> Result<TableGuard> {
     let dev = &d.dev;
     let file = std::fs::OpenOptions::new()
@@ -366,8 +380,12 @@ fn partition(d: &DiskWork) -> Result<TableGuard> {
 pub fn apply(p: &StagePlan) -> Result<Report> {
     let t0 = Instant::now();
     let mut guards = Vec::new();
-    for d in p.disks.iter().filter(|d| d.plan.changes()) {
-        guards.push(partition(d)?);
+    for d in &p.disks {
+        if d.plan.changes() {
+            guards.push(partition(d)?);
+        } else {
+            refresh_nodes(d)?;
+        }
     }
     failpoint::hit("after-partitioning")?;
     for g in guards {

@@ -1,0 +1,800 @@
+//! The disks stage against real loop devices (root): the partition action table, the match and
+//! `0` rules, number 0 ordering, resize, wipeTable, filesystems, refusals, failure injection.
+//! The result is read back with `sfdisk --json` and `blkid -p`.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+// ---------- fixtures ----------
+
+fn need(tool: &str) {
+    assert!(
+        agent::util::have_program(tool),
+        "{tool} is missing: install the packages in .ci/packages/disks.apt"
+    );
+}
+
+fn sh(program: &str, args: &[&str]) -> String {
+    need(program);
+    let out = Command::new(program).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new() -> TempDir {
+        let p = std::env::temp_dir().join(format!("agent-disks-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A sparse image attached to a loop device (partscan off); partition nodes removed and the
+/// device detached on drop.
+struct Loop {
+    _dir: TempDir,
+    img: PathBuf,
+    dev: PathBuf,
+}
+
+impl Loop {
+    /// `setup` (an sfdisk script) is written to the image before it is attached.
+    fn new(size_mib: u64, sector: u32, setup: Option<&str>) -> Loop {
+        need("losetup");
+        let dir = TempDir::new();
+        let img = dir.0.join("disk.img");
+        File::create(&img).unwrap().set_len(size_mib << 20).unwrap();
+        if let Some(script) = setup {
+            need("sfdisk");
+            let mut c = Command::new("sfdisk");
+            assert_eq!(sector, 512, "sfdisk fixtures are for 512-byte sectors");
+            c.arg("-q").arg(&img);
+            let out = run_stdin(c, script);
+            assert!(
+                out.status.success(),
+                "sfdisk: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let dev = sh(
+            "losetup",
+            &[
+                "-f",
+                "--show",
+                "-b",
+                &sector.to_string(),
+                img.to_str().unwrap(),
+            ],
+        );
+        Loop {
+            _dir: dir,
+            img,
+            dev: PathBuf::from(dev.trim()),
+        }
+    }
+    fn dev(&self) -> &str {
+        self.dev.to_str().unwrap()
+    }
+    fn part(&self, n: u32) -> String {
+        format!("{}p{n}", self.dev())
+    }
+    fn name(&self) -> String {
+        self.dev.file_name().unwrap().to_string_lossy().into_owned()
+    }
+    /// Partitions as sfdisk reads them: (number, start, size, name, uuid, type).
+    fn table(&self) -> Vec<Part> {
+        // Read the image file: the kernel does not parse tables here anyway.
+        sync_dev(&self.dev);
+        let out = Command::new("sfdisk")
+            .arg("--json")
+            .arg(&self.img)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return Vec::new();
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let img = self.img.to_str().unwrap();
+        v["partitiontable"]["partitions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|p| Part {
+                number: p["node"].as_str().unwrap()[img.len()..].parse().unwrap(),
+                start: p["start"].as_u64().unwrap(),
+                size: p["size"].as_u64().unwrap(),
+                name: p["name"].as_str().unwrap_or("").to_string(),
+                uuid: p["uuid"].as_str().unwrap_or("").to_string(),
+                type_guid: p["type"].as_str().unwrap_or("").to_string(),
+            })
+            .collect()
+    }
+    fn kernel_nodes(&self) -> Vec<u32> {
+        agent::blockdev::kernel::kernel_partitions(&self.name())
+            .into_iter()
+            .map(|x| x.0)
+            .collect()
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        if let Ok(f) = File::open(&self.dev) {
+            let _ = agent::blockdev::kernel::remove_partitions(&f, &self.name());
+        }
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+    }
+}
+
+fn sync_dev(dev: &Path) {
+    if let Ok(f) = File::open(dev) {
+        let _ = f.sync_all();
+    }
+}
+
+fn run_stdin(mut c: Command, input: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut ch = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    ch.stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    ch.wait_with_output().unwrap()
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Part {
+    number: u32,
+    start: u64,
+    size: u64,
+    name: String,
+    uuid: String,
+    type_guid: String,
+}
+
+const MIB: u64 = 2048;
+
+/// Runs `agent run --stage disks` on `storage`; returns (success, stderr).
+fn agent(storage: Value, env: &[(&str, &str)]) -> (bool, String) {
+    let dir = TempDir::new();
+    let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": storage});
+    std::fs::write(dir.0.join("config.json"), cfg.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["run", "--stage", "disks", "--state-dir"])
+        .arg(&dir.0)
+        .env("AGENT_DEVICE_TIMEOUT_MS", "5000")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(storage: Value) -> String {
+    let (s, err) = agent(storage, &[]);
+    assert!(s, "agent failed:\n{err}");
+    err
+}
+
+fn fails(storage: Value, needle: &str) {
+    let (s, err) = agent(storage, &[]);
+    assert!(!s, "agent should have failed:\n{err}");
+    assert!(
+        err.contains(needle),
+        "error should mention {needle:?}:\n{err}"
+    );
+}
+
+fn disk(l: &Loop, parts: Value) -> Value {
+    serde_json::json!({"disks": [{"device": l.dev(), "partitions": parts}]})
+}
+
+fn blkid(dev: &str) -> std::collections::HashMap<String, String> {
+    need("blkid");
+    let out = Command::new("blkid")
+        .args(["-p", "-c", "/dev/null", "-o", "export", dev])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Two partitions: 1 "one" at 1 MiB (10 MiB), 2 "two" at 20 MiB (10 MiB), on a 64 MiB disk.
+const TWO: &str = "label: gpt\nstart=2048, size=20480, name=one, uuid=11111111-1111-1111-1111-111111111111\nstart=40960, size=20480, name=two\n";
+
+// ---------- the action table ----------
+
+#[test]
+fn row_absent_should_not_exist_does_nothing() {
+    let l = Loop::new(64, 512, Some(TWO));
+    let before = l.table();
+    ok(disk(
+        &l,
+        serde_json::json!([{"number": 3, "shouldExist": false}]),
+    ));
+    assert_eq!(l.table(), before);
+}
+
+#[test]
+fn row_absent_should_exist_creates() {
+    let l = Loop::new(64, 512, Some(TWO));
+    ok(disk(
+        &l,
+        serde_json::json!([{"number": 3, "label": "three", "sizeMiB": 5, "typeGuid": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "guid": "33333333-3333-4333-8333-333333333333"}]),
+    ));
+    let t = l.table();
+    let p = t.iter().find(|p| p.number == 3).unwrap();
+    // Largest free block: after partition 2 (30 MiB .. end).
+    assert_eq!((p.start, p.size), (30 * MIB, 5 * MIB));
+    assert_eq!(p.name, "three");
+    assert_eq!(p.type_guid, "C12A7328-F81F-11D2-BA4B-00A0C93EC93B");
+    assert_eq!(p.uuid, "33333333-3333-4333-8333-333333333333");
+    assert_eq!(l.kernel_nodes(), vec![1, 2, 3]);
+    assert!(Path::new(&l.part(3)).exists());
+}
+
+#[test]
+fn row_present_should_not_exist_no_wipe_fails() {
+    let l = Loop::new(64, 512, Some(TWO));
+    let before = l.table();
+    fails(
+        disk(&l, serde_json::json!([{"number": 2, "shouldExist": false}])),
+        "wipePartitionEntry is false",
+    );
+    assert_eq!(l.table(), before);
+}
+
+#[test]
+fn row_present_should_not_exist_wipe_deletes() {
+    let l = Loop::new(64, 512, Some(TWO));
+    ok(disk(
+        &l,
+        serde_json::json!([{"number": 2, "shouldExist": false, "wipePartitionEntry": true}]),
+    ));
+    let t = l.table();
+    assert_eq!(t.iter().map(|p| p.number).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(l.kernel_nodes(), vec![1]);
+}
+
+#[test]
+fn row_present_matching_is_kept_with_and_without_wipe() {
+    for wipe in [false, true] {
+        let l = Loop::new(64, 512, Some(TWO));
+        let before = l.table();
+        ok(disk(
+            &l,
+            serde_json::json!([{"number": 1, "label": "one", "startMiB": 1, "sizeMiB": 10, "guid": "11111111-1111-1111-1111-111111111111", "wipePartitionEntry": wipe}]),
+        ));
+        assert_eq!(l.table(), before, "wipe={wipe}");
+    }
+}
+
+#[test]
+fn row_present_mismatch_without_wipe_fails() {
+    let l = Loop::new(64, 512, Some(TWO));
+    let before = l.table();
+    fails(
+        disk(&l, serde_json::json!([{"number": 1, "label": "other"}])),
+        "does not match",
+    );
+    assert_eq!(l.table(), before);
+}
+
+#[test]
+fn row_present_mismatch_with_wipe_recreates() {
+    let l = Loop::new(64, 512, Some(TWO));
+    ok(disk(
+        &l,
+        serde_json::json!([{"number": 1, "label": "other", "startMiB": 1, "sizeMiB": 15, "wipePartitionEntry": true}]),
+    ));
+    let t = l.table();
+    let p = &t[0];
+    assert_eq!(
+        (p.number, p.start, p.size, p.name.as_str()),
+        (1, MIB, 15 * MIB, "other")
+    );
+    assert_ne!(p.uuid, "11111111-1111-1111-1111-111111111111");
+    assert_eq!(t[1].name, "two");
+}
+
+// ---------- matching on each attribute ----------
+
+#[test]
+fn each_mismatching_attribute_fails() {
+    let l = Loop::new(64, 512, Some(TWO));
+    let before = l.table();
+    for (attr, val) in [
+        ("startMiB", serde_json::json!(2)),
+        ("sizeMiB", serde_json::json!(11)),
+        ("label", serde_json::json!("nope")),
+        (
+            "guid",
+            serde_json::json!("22222222-2222-4222-8222-222222222222"),
+        ),
+        (
+            "typeGuid",
+            serde_json::json!("C12A7328-F81F-11D2-BA4B-00A0C93EC93B"),
+        ),
+    ] {
+        let mut p = serde_json::json!({"number": 1});
+        p[attr] = val;
+        fails(disk(&l, serde_json::json!([p])), "does not match");
+        assert_eq!(l.table(), before, "{attr}");
+    }
+    // Matching values, GUIDs in lower case and an empty guid string: kept.
+    ok(disk(
+        &l,
+        serde_json::json!([{"number": 1, "startMiB": 1, "sizeMiB": 10, "label": "one", "guid": "", "typeGuid": "0fc63daf-8483-4772-8e79-3d69d8477de4"}]),
+    ));
+    assert_eq!(l.table(), before);
+}
+
+// ---------- the 0 rules, number 0, resize, wipeTable ----------
+
+#[test]
+fn zero_start_and_size_use_largest_free_block() {
+    let l = Loop::new(64, 512, Some(TWO));
+    ok(disk(
+        &l,
+        serde_json::json!([{"number": 3, "startMiB": 0, "sizeMiB": 0}]),
+    ));
+    let t = l.table();
+    let last = 64 * MIB - 33; // one past the last usable sector
+    assert_eq!((t[2].start, t[2].start + t[2].size), (30 * MIB, last));
+}
+
+#[test]
+fn zero_size_with_start_outside_largest_block_fails() {
+    let l = Loop::new(64, 512, Some(TWO));
+    let before = l.table();
+    fails(
+        disk(
+            &l,
+            serde_json::json!([{"number": 3, "startMiB": 12, "sizeMiB": 0}]),
+        ),
+        "largest free block",
+    );
+    assert_eq!(l.table(), before);
+}
+
+#[test]
+fn zero_values_compare_against_layout_after_deletion() {
+    // One partition filling the disk matches 0/0 (as if deleted and recreated).
+    let l = Loop::new(
+        32,
+        512,
+        Some("label: gpt\nstart=2048, size=63455, name=all\n"),
+    );
+    let before = l.table();
+    ok(disk(
+        &l,
+        serde_json::json!([{"number": 1, "startMiB": 0, "sizeMiB": 0}]),
+    ));
+    assert_eq!(l.table(), before);
+}
+
+#[test]
+fn number_zero_goes_after_numbered_partitions() {
+    let l = Loop::new(64, 512, Some(TWO));
+    ok(disk(
+        &l,
+        serde_json::json!([{"label": "a", "sizeMiB": 4}, {"number": 5, "label": "five", "sizeMiB": 4}, {"label": "b", "sizeMiB": 4}]),
+    ));
+    let t = l.table();
+    let by = |n: &str| t.iter().find(|p| p.name == n).unwrap().clone();
+    assert_eq!((by("five").number, by("five").start), (5, 30 * MIB));
+    assert_eq!((by("a").number, by("a").start), (3, 34 * MIB));
+    assert_eq!((by("b").number, by("b").start), (4, 38 * MIB));
+    assert_eq!(l.kernel_nodes(), vec![1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn resize_grows_in_place_and_keeps_data() {
+    let l = Loop::new(64, 512, Some(TWO));
+    // Data inside partition 2 (kernel node created by a first, no-op run).
+    ok(disk(&l, serde_json::json!([{"number": 2}])));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(l.part(2))
+        .unwrap();
+    f.write_all_at(b"keep me", 4096).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let before = l.table();
+    fails(
+        disk(&l, serde_json::json!([{"number": 2, "sizeMiB": 20}])),
+        "does not match",
+    );
+    ok(disk(
+        &l,
+        serde_json::json!([{"number": 2, "sizeMiB": 20, "resize": true}]),
+    ));
+    let t = l.table();
+    assert_eq!((t[1].start, t[1].size), (before[1].start, 20 * MIB));
+    assert_eq!(t[1].uuid, before[1].uuid);
+    let size: u64 = std::fs::read_to_string(format!("/sys/class/block/{}p2/size", l.name()))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(size, 20 * MIB);
+    let mut buf = [0u8; 7];
+    File::open(l.part(2))
+        .unwrap()
+        .read_exact_at(&mut buf, 4096)
+        .unwrap();
+    assert_eq!(&buf, b"keep me");
+}
+
+#[test]
+fn wipe_table_over_garbage() {
+    let l = Loop::new(32, 512, Some(TWO.replace("20480", "2048").as_str()));
+    // Corrupt both headers: not a missing table, a broken one.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&l.img)
+        .unwrap();
+    f.write_all_at(&[0xA5; 64], 512 + 20).unwrap();
+    f.write_all_at(&[0xA5; 64], (32 << 20) - 512 + 20).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let parts = serde_json::json!([{"number": 1, "label": "new", "sizeMiB": 8}]);
+    fails(disk(&l, parts.clone()), "corrupt");
+    ok(serde_json::json!({"disks": [{"device": l.dev(), "wipeTable": true, "partitions": parts}]}));
+    let t = l.table();
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        (t[0].start, t[0].size, t[0].name.as_str()),
+        (MIB, 8 * MIB, "new")
+    );
+}
+
+#[test]
+fn sector_size_4096() {
+    let l = Loop::new(64, 4096, None);
+    ok(disk(
+        &l,
+        serde_json::json!([{"number": 1, "label": "a", "sizeMiB": 8}, {"label": "b"}]),
+    ));
+    let out = sh("sfdisk", &["--json", l.dev()]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["partitiontable"]["sectorsize"], 4096);
+    let ps = v["partitiontable"]["partitions"].as_array().unwrap();
+    assert_eq!(
+        (ps[0]["start"].as_u64(), ps[0]["size"].as_u64()),
+        (Some(256), Some(2048))
+    );
+    assert_eq!(ps[1]["start"].as_u64(), Some(9 * 256));
+    assert_eq!(l.kernel_nodes(), vec![1, 2]);
+}
+
+#[test]
+fn by_id_symlink_device_names() {
+    let l = Loop::new(32, 512, None);
+    std::fs::create_dir_all("/dev/disk/by-id").unwrap();
+    let link = PathBuf::from(format!(
+        "/dev/disk/by-id/agent-test-{}",
+        uuid::Uuid::new_v4()
+    ));
+    std::os::unix::fs::symlink(&l.dev, &link).unwrap();
+    struct Rm(PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _rm = Rm(link.clone());
+    ok(
+        serde_json::json!({"disks": [{"device": link, "partitions": [{"number": 1, "sizeMiB": 8}]}],
+        "filesystems": [{"device": l.part(1), "format": "ext4", "label": "byid"}]}),
+    );
+    assert_eq!(blkid(&l.part(1))["LABEL"], "byid");
+}
+
+#[test]
+fn missing_device_times_out_naming_it() {
+    let (s, err) = agent(
+        serde_json::json!({"disks": [{"device": "/dev/disk/by-id/agent-test-never-there", "partitions": [{"number": 1}]}]}),
+        &[("AGENT_DEVICE_TIMEOUT_MS", "300")],
+    );
+    assert!(!s);
+    assert!(err.contains("agent-test-never-there"), "{err}");
+}
+
+#[test]
+fn plan_prints_and_touches_nothing() {
+    let l = Loop::new(64, 512, Some(TWO));
+    let before = std::fs::read(&l.img).unwrap();
+    let dir = TempDir::new();
+    let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": {"disks": [{"device": l.dev(), "partitions": [
+        {"number": 1, "label": "one"}, {"number": 2, "shouldExist": false, "wipePartitionEntry": true}, {"number": 3, "sizeMiB": 4}]}]}});
+    std::fs::write(dir.0.join("c.json"), cfg.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["plan", "--config-file"])
+        .arg(dir.0.join("c.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("partition 1: keep"), "{text}");
+    assert!(text.contains("partition 2: delete"), "{text}");
+    assert!(text.contains("partition 3: create"), "{text}");
+    assert_eq!(std::fs::read(&l.img).unwrap(), before);
+    assert!(l.kernel_nodes().is_empty());
+}
+
+#[test]
+fn raid_and_luks_are_refused_clearly() {
+    fails(
+        serde_json::json!({"raid": [{"name": "md0", "level": "raid1", "devices": ["/dev/null"]}]}),
+        "not implemented",
+    );
+}
+
+// ---------- filesystems ----------
+
+fn fs_disk(l: &Loop, fss: Value) -> Value {
+    serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1, "sizeMiB": 40}]}], "filesystems": fss})
+}
+
+#[test]
+fn filesystem_create_reuse_keeps_data_and_mismatch_fails() {
+    need("mount");
+    let l = Loop::new(64, 512, None);
+    let p1 = l.part(1);
+    ok(fs_disk(
+        &l,
+        serde_json::json!([{"device": p1, "format": "ext4", "label": "data"}]),
+    ));
+    let first = blkid(&p1);
+    assert_eq!(
+        (first["TYPE"].as_str(), first["LABEL"].as_str()),
+        ("ext4", "data")
+    );
+    // Write a file, checksum it.
+    let mnt = TempDir::new();
+    sh("mount", &[&p1, mnt.0.to_str().unwrap()]);
+    let payload: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(mnt.0.join("f"), &payload).unwrap();
+    sh("umount", &[mnt.0.to_str().unwrap()]);
+    // Reuse: same type, matching label and uuid (upper case).
+    ok(fs_disk(
+        &l,
+        serde_json::json!([{"device": p1, "format": "ext4", "label": "data", "uuid": first["UUID"].to_uppercase()}]),
+    ));
+    assert_eq!(blkid(&p1)["UUID"], first["UUID"]);
+    // Mismatches fail and touch nothing.
+    fails(
+        fs_disk(&l, serde_json::json!([{"device": p1, "format": "btrfs"}])),
+        "does not match",
+    );
+    fails(
+        fs_disk(
+            &l,
+            serde_json::json!([{"device": p1, "format": "ext4", "label": "other"}]),
+        ),
+        "does not match",
+    );
+    fails(
+        fs_disk(
+            &l,
+            serde_json::json!([{"device": p1, "format": "ext4", "uuid": "6b7f1c2e-0000-4000-8000-000000000001"}]),
+        ),
+        "does not match",
+    );
+    fails(
+        fs_disk(&l, serde_json::json!([{"device": p1, "format": "none"}])),
+        "does not match",
+    );
+    assert_eq!(blkid(&p1)["UUID"], first["UUID"]);
+    sh("mount", &[&p1, mnt.0.to_str().unwrap()]);
+    let back = std::fs::read(mnt.0.join("f"));
+    sh("umount", &[mnt.0.to_str().unwrap()]);
+    assert!(back.unwrap() == payload, "data changed after reuse");
+}
+
+#[test]
+fn filesystem_wipe_recreates_with_label_uuid_options() {
+    let l = Loop::new(64, 512, None);
+    let p1 = l.part(1);
+    ok(fs_disk(
+        &l,
+        serde_json::json!([{"device": p1, "format": "ext4"}]),
+    ));
+    let uuid = "7c4b1a2e-1111-4222-8333-444455556666";
+    ok(fs_disk(
+        &l,
+        serde_json::json!([{"device": p1, "format": "swap", "label": "sw", "uuid": uuid, "wipeFilesystem": true}]),
+    ));
+    let b = blkid(&p1);
+    assert_eq!(
+        (b["TYPE"].as_str(), b["LABEL"].as_str(), b["UUID"].as_str()),
+        ("swap", "sw", uuid)
+    );
+    // Options are passed to mkfs.
+    ok(fs_disk(
+        &l,
+        serde_json::json!([{"device": p1, "format": "ext4", "wipeFilesystem": true, "options": ["-b", "1024"]}]),
+    ));
+    let out = sh("dumpe2fs", &["-h", &p1]);
+    assert!(
+        out.lines()
+            .any(|x| x.starts_with("Block size:") && x.ends_with(" 1024")),
+        "{out}"
+    );
+    // format none + wipe: signatures gone.
+    ok(fs_disk(
+        &l,
+        serde_json::json!([{"device": p1, "format": "none", "wipeFilesystem": true}]),
+    ));
+    assert!(!blkid(&p1).contains_key("TYPE"));
+}
+
+#[test]
+fn filesystems_xfs_btrfs_vfat_in_parallel() {
+    let l = Loop::new(700, 512, None);
+    ok(
+        serde_json::json!({"disks": [{"device": l.dev(), "partitions": [
+        {"number": 1, "sizeMiB": 64}, {"number": 2, "sizeMiB": 130}, {"number": 3, "sizeMiB": 330}]}],
+        "filesystems": [
+            {"device": l.part(1), "format": "vfat", "label": "EFI", "uuid": "ABCD-1234"},
+            {"device": l.part(2), "format": "btrfs", "label": "b"},
+            {"device": l.part(3), "format": "xfs", "label": "x", "uuid": "5a5a5a5a-1111-4222-8333-444455556666"}]}),
+    );
+    let (a, b, c) = (blkid(&l.part(1)), blkid(&l.part(2)), blkid(&l.part(3)));
+    assert_eq!(
+        (a["TYPE"].as_str(), a["UUID"].as_str()),
+        ("vfat", "ABCD-1234")
+    );
+    assert_eq!(b["TYPE"], "btrfs");
+    assert_eq!(
+        (c["TYPE"].as_str(), c["UUID"].as_str()),
+        ("xfs", "5a5a5a5a-1111-4222-8333-444455556666")
+    );
+    // vfat uuid compared without the dash, case-insensitively: reuse.
+    ok(
+        serde_json::json!({"filesystems": [{"device": l.part(1), "format": "vfat", "uuid": "abcd1234"}]}),
+    );
+}
+
+// ---------- refusals ----------
+
+#[test]
+fn refuses_to_delete_a_mounted_partition() {
+    let l = Loop::new(64, 512, Some(TWO));
+    ok(
+        serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
+        "filesystems": [{"device": l.part(1), "format": "ext4"}]}),
+    );
+    let mnt = TempDir::new();
+    sh("mount", &[&l.part(1), mnt.0.to_str().unwrap()]);
+    struct Umount(PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let um = Umount(mnt.0.clone());
+    let before = l.table();
+    fails(
+        disk(
+            &l,
+            serde_json::json!([{"number": 1, "shouldExist": false, "wipePartitionEntry": true}]),
+        ),
+        "is mounted",
+    );
+    fails(
+        serde_json::json!({"filesystems": [{"device": l.part(1), "format": "xfs", "wipeFilesystem": true}]}),
+        "is mounted",
+    );
+    assert_eq!(l.table(), before);
+    drop(um);
+}
+
+#[test]
+fn refuses_to_change_an_active_swap() {
+    let l = Loop::new(64, 512, Some(TWO));
+    ok(disk(&l, serde_json::json!([{"number": 2}])));
+    sh("mkswap", &[&l.part(2)]);
+    sh("swapon", &[&l.part(2)]);
+    struct Swapoff(String);
+    impl Drop for Swapoff {
+        fn drop(&mut self) {
+            let _ = Command::new("swapoff").arg(&self.0).status();
+        }
+    }
+    let so = Swapoff(l.part(2));
+    let before = l.table();
+    fails(
+        disk(
+            &l,
+            serde_json::json!([{"number": 2, "sizeMiB": 12, "resize": true}]),
+        ),
+        "active swap",
+    );
+    assert_eq!(l.table(), before);
+    drop(so);
+}
+
+// ---------- failure injection ----------
+
+#[test]
+fn failpoints_leave_the_disk_as_before_or_as_planned() {
+    let storage = |l: &Loop| {
+        serde_json::json!({"disks": [{"device": l.dev(), "partitions": [
+            {"number": 1, "label": "one", "wipePartitionEntry": true, "sizeMiB": 8},
+            {"number": 2, "shouldExist": false, "wipePartitionEntry": true},
+            {"number": 3, "label": "three", "sizeMiB": 6}]}],
+            "filesystems": [{"device": l.part(3), "format": "ext4"}]})
+    };
+    let shape = |t: &[Part]| -> Vec<(u32, u64, u64, String)> {
+        t.iter()
+            .map(|p| (p.number, p.start, p.size, p.name.clone()))
+            .collect()
+    };
+    // The planned layout, from an undisturbed run.
+    let reference = Loop::new(64, 512, Some(TWO));
+    ok(storage(&reference));
+    let planned = shape(&reference.table());
+    drop(reference);
+    for fp in [
+        "after-table-write",
+        "after-partition-nodes",
+        "after-partitioning",
+        "after-wipe",
+        "after-mkfs",
+    ] {
+        let l = Loop::new(64, 512, Some(TWO));
+        let before = shape(&l.table());
+        let (s, err) = agent(storage(&l), &[("AGENT_FAILPOINTS", fp)]);
+        let now = shape(&l.table());
+        if fp != "after-wipe" {
+            // after-wipe is not reached here (nothing to wipe): the run succeeds.
+            assert!(!s && err.contains(fp), "{fp}: {err}");
+        }
+        assert!(
+            now == before || now == planned,
+            "{fp}: half-way table {now:?}"
+        );
+        // The kernel's nodes agree with what is on disk.
+        let nums: Vec<u32> = now.iter().map(|p| p.0).collect();
+        assert!(
+            l.kernel_nodes().is_empty() || l.kernel_nodes() == nums,
+            "{fp}"
+        );
+        if now == planned {
+            assert_eq!(l.kernel_nodes(), nums, "{fp}");
+        }
+    }
+}
