@@ -798,3 +798,29 @@ fn failpoints_leave_the_disk_as_before_or_as_planned() {
         }
     }
 }
+
+#[test]
+fn failpoints_in_the_filesystem_phase_keep_the_table_as_planned() {
+    for fp in ["after-wipe", "after-mkfs"] {
+        let l = Loop::new(64, 512, Some(TWO));
+        ok(
+            serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
+            "filesystems": [{"device": l.part(1), "format": "swap", "label": "old"}]}),
+        );
+        let before = l.table();
+        let (s, err) = agent(
+            serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}, {"number": 3, "sizeMiB": 4}]}],
+                "filesystems": [{"device": l.part(1), "format": "ext4", "wipeFilesystem": true}]}),
+            &[("AGENT_FAILPOINTS", fp)],
+        );
+        assert!(!s && err.contains(fp), "{fp}: {err}");
+        let t = l.table();
+        assert_eq!(&t[..2], &before[..], "{fp}");
+        assert_eq!((t[2].number, t[2].size), (3, 4 * MIB), "{fp}");
+        let b = blkid(&l.part(1));
+        match fp {
+            "after-wipe" => assert!(!b.contains_key("TYPE"), "{fp}: {b:?}"),
+            _ => assert_eq!(b["TYPE"], "ext4"),
+        }
+    }
+}

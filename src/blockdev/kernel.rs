@@ -212,7 +212,7 @@ pub fn wait_for(paths: &[PathBuf], timeout: Duration) -> Result<()> {
                 names.join(", ")
             );
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -391,21 +391,26 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
     for g in guards {
         g.close();
     }
+    log::debug!("partitioning done after {:.1} ms", ms(t0.elapsed()));
 
     // Filesystems: decide the pending ones now, then run each device's tools in parallel.
-    let mut work = Vec::new();
-    for w in &p.filesystems {
-        let dev = resolve(&w.fs.device)?;
-        let action = match &w.action {
-            FsAction::AfterPartitioning => decide(&w.fs, probe(&dev)?)?,
-            a => a.clone(),
-        };
-        if matches!(action, FsAction::Create | FsAction::WipeCreate(_)) {
-            let name = kernel::sys_name(&dev)?;
-            inuse::ensure_free(&name, &format!("format {}", w.fs.device))?;
-        }
-        work.push((w.fs.clone(), dev, action));
-    }
+    // Probing is decided for all devices (in parallel) before any of them is touched, so that a
+    // mismatch on one leaves every other one alone too.
+    let decided: Vec<Result<(Filesystem, PathBuf, FsAction)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = p
+            .filesystems
+            .iter()
+            .map(|w| s.spawn(move || decide_now(w)))
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("probe worker panicked")))
+            })
+            .collect()
+    });
+    let work = decided.into_iter().collect::<Result<Vec<_>>>()?;
+    log::debug!("filesystems decided after {:.1} ms", ms(t0.elapsed()));
     let tools = Mutex::new(Duration::ZERO);
     let t_fs = Instant::now();
     let results: Vec<Result<()>> = std::thread::scope(|s| {
@@ -430,6 +435,20 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
         tools,
         fs_phase,
     })
+}
+
+/// Resolves, probes (if not done at plan time) and checks one filesystem's device.
+fn decide_now(w: &FsWork) -> Result<(Filesystem, PathBuf, FsAction)> {
+    let dev = resolve(&w.fs.device)?;
+    let action = match &w.action {
+        FsAction::AfterPartitioning => decide(&w.fs, probe(&dev)?)?,
+        a => a.clone(),
+    };
+    if matches!(action, FsAction::Create | FsAction::WipeCreate(_)) {
+        let name = kernel::sys_name(&dev)?;
+        inuse::ensure_free(&name, &format!("format {}", w.fs.device))?;
+    }
+    Ok((w.fs.clone(), dev, action))
 }
 
 fn timed(tools: &Mutex<Duration>, program: &str, args: &[String]) -> Result<()> {
