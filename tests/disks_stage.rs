@@ -824,3 +824,47 @@ fn failpoints_in_the_filesystem_phase_keep_the_table_as_planned() {
         }
     }
 }
+
+struct RmLink(PathBuf);
+impl Drop for RmLink {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn late_device_is_waited_for() {
+    let l = Loop::new(32, 512, None);
+    std::fs::create_dir_all("/dev/disk/by-id").unwrap();
+    let link = PathBuf::from(format!(
+        "/dev/disk/by-id/agent-test-late-{}",
+        uuid::Uuid::new_v4()
+    ));
+    let _rm = RmLink(link.clone());
+    let (target, l2) = (l.dev.clone(), link.clone());
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        std::os::unix::fs::symlink(target, l2).unwrap();
+    });
+    ok(
+        serde_json::json!({"disks": [{"device": link, "partitions": [{"number": 1, "sizeMiB": 8}]}]}),
+    );
+    t.join().unwrap();
+    assert_eq!(l.table().len(), 1);
+}
+
+#[test]
+fn by_partlabel_and_partuuid_resolve_without_udev() {
+    let l = Loop::new(64, 512, None);
+    let pu = "44444444-4444-4444-8444-444444444444";
+    ok(
+        serde_json::json!({"disks": [{"device": l.dev(), "partitions": [
+            {"number": 1, "label": "my root", "sizeMiB": 20},
+            {"number": 2, "guid": pu, "sizeMiB": 20}]}],
+        "filesystems": [
+            {"device": "/dev/disk/by-partlabel/my\\x20root", "format": "ext4", "label": "r"},
+            {"device": format!("/dev/disk/by-partuuid/{}", pu.to_uppercase()), "format": "swap"}]}),
+    );
+    assert_eq!(blkid(&l.part(1))["LABEL"], "r");
+    assert_eq!(blkid(&l.part(2))["TYPE"], "swap");
+}

@@ -152,7 +152,7 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
         let action = if touched_by_partitioning(&out.disks, &fs.device) {
             FsAction::AfterPartitioning
         } else {
-            let dev = resolve(&fs.device)?;
+            let dev = resolve_fs(&out.disks, &fs.device)?;
             decide(fs, probe(&dev)?)?
         };
         out.filesystems.push(FsWork {
@@ -180,19 +180,70 @@ fn check_free(name: &str, g: &gpt::Geometry, new: &Table) -> Result<()> {
     Ok(())
 }
 
+/// Decodes udev's `\xHH` escapes in a /dev/disk/by-* link name.
+fn udev_unescape(s: &str) -> String {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && b.get(i + 1) == Some(&b'x')
+            && let Some(h) = s.get(i + 2..i + 4)
+            && let Ok(v) = u8::from_str_radix(h, 16)
+        {
+            out.push(v);
+            i += 4;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The partition of a planned disk that a filesystem device names: its node path (also when the
+/// node does not exist yet), or a /dev/disk/by-partlabel or by-partuuid link resolved against the
+/// planned table (no udev needed). Returns the node and whether the plan changes that partition.
+fn planned_partition(disks: &[DiskWork], device: &str) -> Option<(PathBuf, bool)> {
+    let canon = std::fs::canonicalize(device).ok();
+    let by = |prefix: &str| device.strip_prefix(prefix).map(udev_unescape);
+    let (plabel, puuid) = (by("/dev/disk/by-partlabel/"), by("/dev/disk/by-partuuid/"));
+    for d in disks {
+        for p in &d.plan.parts {
+            let node = PathBuf::from("/dev").join(kernel::part_name(&d.name, p.number));
+            let by_link = canon.is_none()
+                && p.new.as_ref().is_some_and(|e| {
+                    plabel.as_deref() == Some(e.name.as_str())
+                        || puuid
+                            .as_deref()
+                            .is_some_and(|u| u.eq_ignore_ascii_case(&e.guid.to_string()))
+                });
+            if canon.as_deref() == Some(node.as_path()) || Path::new(device) == node || by_link {
+                let changed = d.plan.changes()
+                    && !matches!(p.action, Action::Keep | Action::Unlisted | Action::Absent);
+                return Some((node, changed));
+            }
+        }
+    }
+    None
+}
+
 /// Whether the filesystem device is a partition that the plan creates, recreates or resizes,
 /// or one whose node only appears once the partitioning has told the kernel about it.
 fn touched_by_partitioning(disks: &[DiskWork], device: &str) -> bool {
-    let canon = std::fs::canonicalize(device).ok();
-    disks.iter().any(|d| {
-        d.plan.parts.iter().any(|p| {
-            let node = PathBuf::from("/dev").join(kernel::part_name(&d.name, p.number));
-            let is_it = canon.as_deref() == Some(node.as_path()) || Path::new(device) == node;
-            let changed = d.plan.changes()
-                && !matches!(p.action, Action::Keep | Action::Unlisted | Action::Absent);
-            is_it && (changed || (canon.is_none() && p.new.is_some()))
-        })
-    })
+    planned_partition(disks, device)
+        .is_some_and(|(node, changed)| changed || !Path::new(device).exists() || !node.exists())
+}
+
+/// Resolves a filesystem device: an existing path, else a planned partition's node, else waits.
+fn resolve_fs(disks: &[DiskWork], device: &str) -> Result<PathBuf> {
+    if !Path::new(device).exists()
+        && let Some((node, _)) = planned_partition(disks, device)
+    {
+        kernel::wait_for(std::slice::from_ref(&node), kernel::device_timeout())?;
+        return Ok(node);
+    }
+    resolve(device)
 }
 
 fn norm_uuid(s: &str, fmt: &str) -> String {
@@ -400,7 +451,7 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
         let hs: Vec<_> = p
             .filesystems
             .iter()
-            .map(|w| s.spawn(move || decide_now(w)))
+            .map(|w| s.spawn(move || decide_now(&p.disks, w)))
             .collect();
         hs.into_iter()
             .map(|h| {
@@ -438,8 +489,8 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
 }
 
 /// Resolves, probes (if not done at plan time) and checks one filesystem's device.
-fn decide_now(w: &FsWork) -> Result<(Filesystem, PathBuf, FsAction)> {
-    let dev = resolve(&w.fs.device)?;
+fn decide_now(disks: &[DiskWork], w: &FsWork) -> Result<(Filesystem, PathBuf, FsAction)> {
+    let dev = resolve_fs(disks, &w.fs.device)?;
     let action = match &w.action {
         FsAction::AfterPartitioning => decide(&w.fs, probe(&dev)?)?,
         a => a.clone(),
@@ -535,6 +586,12 @@ mod tests {
             label: label.map(Into::into),
             uuid: uuid.map(Into::into),
         })
+    }
+
+    #[test]
+    fn udev_escapes() {
+        assert_eq!(udev_unescape("EFI\\x20System"), "EFI System");
+        assert_eq!(udev_unescape("plain\\xZZ"), "plain\\xZZ");
     }
 
     #[test]
