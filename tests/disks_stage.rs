@@ -868,3 +868,18 @@ fn by_partlabel_and_partuuid_resolve_without_udev() {
     assert_eq!(blkid(&l.part(1))["LABEL"], "r");
     assert_eq!(blkid(&l.part(2))["TYPE"], "swap");
 }
+
+#[test]
+fn mbr_table_is_not_overwritten_without_wipe_table() {
+    let l = Loop::new(
+        32,
+        512,
+        Some("label: dos\nstart=2048, size=4096, type=83\n"),
+    );
+    let before = std::fs::read(&l.img).unwrap();
+    let parts = serde_json::json!([{"number": 1, "sizeMiB": 4}]);
+    fails(disk(&l, parts.clone()), "MBR");
+    assert!(std::fs::read(&l.img).unwrap() == before);
+    ok(serde_json::json!({"disks": [{"device": l.dev(), "wipeTable": true, "partitions": parts}]}));
+    assert_eq!(l.table().len(), 1);
+}

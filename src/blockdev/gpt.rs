@@ -90,8 +90,10 @@ impl Table {
 /// What was found on a disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OnDisk {
-    /// No GPT signature in either header.
+    /// No GPT signature in either header, no MBR partitions.
     None,
+    /// An MBR (DOS) partition table and no GPT.
+    Mbr,
     Gpt(Table),
 }
 
@@ -232,7 +234,13 @@ pub fn read(dev: &File, g: &Geometry) -> Result<OnDisk> {
             log::warn!("primary GPT header is missing or invalid; using the backup");
             Ok(OnDisk::Gpt(t))
         }
-        (Ok(()), Ok(None)) => Ok(OnDisk::None),
+        (Ok(()), Ok(None)) => {
+            let m = read_at(dev, "MBR", 0, 512)?;
+            let has_dos = m[510] == 0x55
+                && m[511] == 0xAA
+                && (0..4).any(|i| !matches!(m[446 + 16 * i + 4], 0 | 0xEE));
+            Ok(if has_dos { OnDisk::Mbr } else { OnDisk::None })
+        }
         (Err(e), _) | (_, Err(e)) => Err(e.context("the partition table is corrupt")),
     }
 }

@@ -118,6 +118,11 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
         let existing = match gpt::read(&f, &g) {
             Ok(OnDisk::Gpt(t)) => Some(t),
             Ok(OnDisk::None) => None,
+            Ok(OnDisk::Mbr) if wipe => None,
+            Ok(OnDisk::Mbr) => bail!(
+                "{} has an MBR (DOS) partition table; set wipeTable to replace it with a GPT",
+                d.device
+            ),
             Err(e) if wipe => {
                 log::warn!("{}: {e:#}; ignored since wipeTable is set", dev.display());
                 None
