@@ -67,11 +67,18 @@ pub struct Report {
     pub tools: Duration,
     /// Wall time of the filesystem phase (tools in parallel).
     pub fs_phase: Duration,
+    /// Reading tables, planning, probing devices known before partitioning.
+    pub planning: Duration,
+    /// Table writes (with fsync), partition nodes, waiting for them.
+    pub partitioning: Duration,
+    /// Probing and checking filesystems after partitioning.
+    pub probing: Duration,
 }
 
 pub fn run(config: &Config, _ctx: &Context) -> Result<()> {
     let t0 = Instant::now();
     let p = plan(config)?;
+    let planning = t0.elapsed();
     if p.disks.is_empty() && p.filesystems.is_empty() {
         log::info!("nothing to do");
         return Ok(());
@@ -81,12 +88,19 @@ pub fn run(config: &Config, _ctx: &Context) -> Result<()> {
     }
     let mut r = apply(&p)?;
     r.total = t0.elapsed();
+    r.planning = planning;
     log::info!(
         "done in {:.1} ms (external tools {:.1} ms summed, filesystem phase {:.1} ms, own overhead {:.1} ms)",
         ms(r.total),
         ms(r.tools),
         ms(r.fs_phase),
         ms(r.total.saturating_sub(r.fs_phase))
+    );
+    log::info!(
+        "overhead: planning {:.1} ms, partitioning (table write + fsync + nodes) {:.1} ms, probing {:.1} ms",
+        ms(r.planning),
+        ms(r.partitioning),
+        ms(r.probing)
     );
     Ok(())
 }
@@ -111,6 +125,14 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
     let mut out = StagePlan::default();
     for d in &st.disks {
         let dev = resolve(&d.device)?;
+        if let Some(other) = out.disks.iter().find(|o| o.dev == dev) {
+            bail!(
+                "disks {} and {} are the same device {}",
+                other.path,
+                d.device,
+                dev.display()
+            );
+        }
         let name = kernel::sys_name(&dev)?;
         let f = File::open(&dev).with_context(|| format!("opening {}", dev.display()))?;
         let g = kernel::geometry(&f, &dev)?;
@@ -447,7 +469,7 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
     for g in guards {
         g.close();
     }
-    log::debug!("partitioning done after {:.1} ms", ms(t0.elapsed()));
+    let partitioning = t0.elapsed();
 
     // Filesystems: decide the pending ones now, then run each device's tools in parallel.
     // Probing is decided for all devices (in parallel) before any of them is touched, so that a
@@ -466,7 +488,7 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
             .collect()
     });
     let work = decided.into_iter().collect::<Result<Vec<_>>>()?;
-    log::debug!("filesystems decided after {:.1} ms", ms(t0.elapsed()));
+    let probing = t0.elapsed() - partitioning;
     let tools = Mutex::new(Duration::ZERO);
     let t_fs = Instant::now();
     let results: Vec<Result<()>> = std::thread::scope(|s| {
@@ -490,6 +512,9 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
         total: t0.elapsed(),
         tools,
         fs_phase,
+        planning: Duration::ZERO,
+        partitioning,
+        probing,
     })
 }
 
