@@ -41,7 +41,8 @@ pub enum FsAction {
     Reuse(Found),
     Create,
     /// Wipe the existing signatures, then create (format none: only wipe).
-    WipeCreate(Found),
+    /// (`None`: not probed, wipeFilesystem is set so what is there does not matter.)
+    WipeCreate(Option<Found>),
     /// The device is (re)created by the partitioning: probed and decided afterwards.
     AfterPartitioning,
 }
@@ -177,6 +178,7 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
     }
     for fs in &st.filesystems {
         let action = if touched_by_partitioning(&out.disks, &fs.device) {
+            decide(fs, None)?; // checks the format now
             FsAction::AfterPartitioning
         } else {
             let dev = resolve_fs(&out.disks, &fs.device)?;
@@ -296,7 +298,7 @@ pub fn decide(fs: &Filesystem, found: Option<Found>) -> Result<FsAction> {
         });
     };
     if wipe {
-        return Ok(FsAction::WipeCreate(found));
+        return Ok(FsAction::WipeCreate(Some(found)));
     }
     let mut why = Vec::new();
     if fmt == "none" {
@@ -350,8 +352,8 @@ impl fmt::Display for StagePlan {
                     x.uuid.as_deref().unwrap_or("-")
                 ),
                 FsAction::Create => format!("create {fmt}"),
-                FsAction::WipeCreate(x) if fmt == "none" => format!("wipe {}", x.fstype),
-                FsAction::WipeCreate(x) => format!("wipe {} and create {fmt}", x.fstype),
+                FsAction::WipeCreate(x) if fmt == "none" => format!("wipe {}", fstype(x)),
+                FsAction::WipeCreate(x) => format!("wipe {} and create {fmt}", fstype(x)),
                 FsAction::AfterPartitioning => format!(
                     "{} {fmt} (decided after partitioning: the partition is new, changed or has \
                      no device node yet)",
@@ -522,6 +524,10 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
 fn decide_now(disks: &[DiskWork], w: &FsWork) -> Result<(Filesystem, PathBuf, FsAction)> {
     let dev = resolve_fs(disks, &w.fs.device)?;
     let action = match &w.action {
+        // With wipeFilesystem the outcome does not depend on what is there: no probe.
+        FsAction::AfterPartitioning if w.fs.wipe_filesystem == Some(true) => {
+            FsAction::WipeCreate(None)
+        }
         FsAction::AfterPartitioning => decide(&w.fs, probe(&dev)?)?,
         a => a.clone(),
     };
@@ -530,6 +536,10 @@ fn decide_now(disks: &[DiskWork], w: &FsWork) -> Result<(Filesystem, PathBuf, Fs
         inuse::ensure_free(&name, &format!("format {}", w.fs.device))?;
     }
     Ok((w.fs.clone(), dev, action))
+}
+
+fn fstype(f: &Option<Found>) -> &str {
+    f.as_ref().map(|f| f.fstype.as_str()).unwrap_or("any")
 }
 
 fn timed(tools: &Mutex<Duration>, program: &str, args: &[String]) -> Result<()> {
@@ -549,7 +559,7 @@ fn make_fs(fs: &Filesystem, dev: &Path, action: &FsAction, tools: &Mutex<Duratio
             return Ok(());
         }
         FsAction::WipeCreate(found) => {
-            log::info!("wiping the {} signatures on {}", found.fstype, fs.device);
+            log::info!("wiping the {} signatures on {}", fstype(found), fs.device);
             timed(tools, "wipefs", &["-a".into(), d.clone()])?;
             failpoint::hit("after-wipe")?;
         }
@@ -674,12 +684,12 @@ mod tests {
             (
                 fs("none", None, None, true),
                 found("ext4", None, None),
-                Some(WipeCreate(found("ext4", None, None).unwrap())),
+                Some(WipeCreate(found("ext4", None, None))),
             ),
             (
                 fs("xfs", None, None, true),
                 found("ext4", None, None),
-                Some(WipeCreate(found("ext4", None, None).unwrap())),
+                Some(WipeCreate(found("ext4", None, None))),
             ),
         ];
         for (i, (f, found, want)) in cases.into_iter().enumerate() {
