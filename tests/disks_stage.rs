@@ -883,3 +883,45 @@ fn mbr_table_is_not_overwritten_without_wipe_table() {
     ok(serde_json::json!({"disks": [{"device": l.dev(), "wipeTable": true, "partitions": parts}]}));
     assert_eq!(l.table().len(), 1);
 }
+
+fn agent_plan(storage: Value) -> (bool, String, String) {
+    let dir = TempDir::new();
+    let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": storage});
+    std::fs::write(dir.0.join("config.json"), cfg.to_string()).unwrap();
+    // The rendered config in the state directory is the default input.
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["plan", "--state-dir"])
+        .arg(&dir.0)
+        .env("AGENT_DEVICE_TIMEOUT_MS", "2000")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn plan_shows_filesystem_reuse_wipe_and_mismatch() {
+    let l = Loop::new(64, 512, Some(TWO));
+    ok(
+        serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
+        "filesystems": [{"device": l.part(1), "format": "ext4", "label": "L"}]}),
+    );
+    let before = std::fs::read(&l.img).unwrap();
+    let (s, out, err) =
+        agent_plan(serde_json::json!({"filesystems": [{"device": l.part(1), "format": "ext4"}]}));
+    assert!(s && out.contains("reuse ext4"), "{out}{err}");
+    let (s, out, err) = agent_plan(
+        serde_json::json!({"filesystems": [{"device": l.part(1), "format": "btrfs", "wipeFilesystem": true}]}),
+    );
+    assert!(
+        s && out.contains("wipe ext4 and create btrfs"),
+        "{out}{err}"
+    );
+    let (s, _, err) =
+        agent_plan(serde_json::json!({"filesystems": [{"device": l.part(1), "format": "xfs"}]}));
+    assert!(!s && err.contains("does not match"), "{err}");
+    assert!(std::fs::read(&l.img).unwrap() == before);
+}
