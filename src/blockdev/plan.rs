@@ -60,6 +60,11 @@ impl Spec {
         if !(0..=128).contains(&n) {
             bail!("partition number {n} is outside 0..=128");
         }
+        if let Some(l) = &p.label
+            && l.encode_utf16().count() > 36
+        {
+            bail!("partition {n}: label {l:?} is longer than 36 UTF-16 code units");
+        }
         Ok(Spec {
             number: n as u32,
             label: p.label.clone(),
@@ -635,6 +640,16 @@ mod tests {
         let s = Spec::from_config(&p).unwrap();
         assert_eq!(s.guid, None);
         assert_eq!(s.type_guid, Some(LINUX_FS_TYPE));
+        let bad = |f: &dyn Fn(&mut Partition)| {
+            let mut q = p.clone();
+            f(&mut q);
+            Spec::from_config(&q).is_err()
+        };
+        assert!(bad(&|q| q.label = Some("x".repeat(37))));
+        assert!(bad(&|q| q.guid = Some("not-a-guid".into())));
+        assert!(bad(&|q| q.size_mib = Some(-1)));
+        assert!(bad(&|q| q.number = Some(129)));
+        assert!(!bad(&|q| q.label = Some("é".repeat(36))));
     }
 
     #[test]

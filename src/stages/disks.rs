@@ -381,8 +381,10 @@ struct TableGuard {
 }
 
 impl TableGuard {
-    fn close(mut self) {
+    /// Commits the new table (the success path): nothing is undone any more.
+    fn close(mut self) -> Result<()> {
         self.done = true;
+        Ok(())
     }
     fn rollback(&mut self) -> Result<()> {
         self.done = true;
@@ -469,7 +471,7 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
     }
     failpoint::hit("after-partitioning")?;
     for g in guards {
-        g.close();
+        g.close()?;
     }
     let partitioning = t0.elapsed();
 
