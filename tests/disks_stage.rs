@@ -929,3 +929,25 @@ fn plan_shows_filesystem_reuse_wipe_and_mismatch() {
     assert!(!s && err.contains("does not match"), "{err}");
     assert!(std::fs::read(&l.img).unwrap() == before);
 }
+
+#[test]
+fn unspecified_start_size_keep_existing_unless_wipe() {
+    let l = Loop::new(64, 512, Some(TWO));
+    let before = l.table();
+    // Not specified, no wipe: the existing extent counts as matching.
+    ok(disk(&l, serde_json::json!([{"number": 2, "label": "two"}])));
+    assert_eq!(l.table(), before);
+    // Label differs and wipe is set: recreated where start/size 0 would put it, i.e. in the
+    // largest free block once partition 2 is gone (11 MiB .. end of disk).
+    ok(disk(
+        &l,
+        serde_json::json!([{"number": 2, "label": "new", "wipePartitionEntry": true}]),
+    ));
+    let t = l.table();
+    assert_eq!(
+        (t[1].number, t[1].start, t[1].name.as_str()),
+        (2, 11 * MIB, "new")
+    );
+    assert_eq!(t[1].start + t[1].size, 64 * MIB - 33);
+    assert_eq!(t[0], before[0]);
+}
