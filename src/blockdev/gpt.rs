@@ -348,13 +348,18 @@ pub fn restore(dev: &File, s: &Snapshot) -> Result<()> {
 }
 
 /// Writes `t` as the whole table: backup copy first, then the primary and the protective MBR,
-/// then fsync. Everything is computed before the first byte is written.
-pub fn write(dev: &File, g: &Geometry, t: &Table) -> Result<()> {
+/// then fsync. Everything is computed before the first byte is written. `keep_boot_code` keeps
+/// the MBR's boot code and disk signature (not when the table is wiped).
+pub fn write(dev: &File, g: &Geometry, t: &Table, keep_boot_code: bool) -> Result<()> {
     let arr = entry_array(t)?;
     let crc = crc32(&arr);
     let ss = g.sector_size;
     let (hl, to, tl) = ranges(g);
-    let old_mbr = read_at(dev, "MBR", 0, 512)?;
+    let old_mbr = if keep_boot_code {
+        read_at(dev, "MBR", 0, 512)?
+    } else {
+        vec![0u8; 512]
+    };
     let mut head = vec![0u8; hl as usize];
     let mbr = protective_mbr(g, &old_mbr);
     head[..512].copy_from_slice(&mbr);
@@ -422,7 +427,7 @@ mod tests {
                     },
                 ],
             };
-            write(&f, &g, &t).unwrap();
+            write(&f, &g, &t, true).unwrap();
             assert_eq!(read(&f, &g).unwrap(), OnDisk::Gpt(t.clone()));
             // Corrupt the primary header: the backup is used.
             f.write_all_at(b"garbage!", ss + 30).unwrap();

@@ -482,6 +482,9 @@ impl fmt::Display for DiskPlan {
                     n.size(),
                     mib_str(g, n.size())
                 )?,
+                (Action::Recreate, Some(o), Some(n)) => {
+                    write!(f, " {} (was {})", entry_str(g, n), entry_str(g, o))?
+                }
                 (_, _, Some(n)) => write!(f, " {}", entry_str(g, n))?,
                 (_, Some(o), None) => write!(f, " (was {})", entry_str(g, o))?,
                 _ => {}
@@ -803,6 +806,34 @@ mod tests {
         let p = run(Some(&t), false, &[s]).unwrap();
         assert_eq!(action(&p, 2), Action::Unlisted);
         assert!(!p.changes());
+    }
+
+    #[test]
+    fn plan_text_names_each_action() {
+        let t = table(vec![e(1, 1, 10), e(2, 20, 10), e(3, 40, 5)]);
+        let mut a = spec(1);
+        a.label = Some("x".into());
+        a.wipe = true;
+        (a.start_mib, a.size_mib) = (Some(1), Some(10));
+        let mut b = spec(2);
+        b.should_exist = false;
+        b.wipe = true;
+        let mut c = spec(3);
+        c.size_mib = Some(8);
+        c.resize = true;
+        let mut d = spec(4);
+        d.size_mib = Some(1);
+        let text = run(Some(&t), false, &[a, b, c, d]).unwrap().to_string();
+        for want in [
+            "table: update the table",
+            "partition 1: recreate",
+            "(was start 2048",
+            "partition 2: delete (was",
+            "partition 3: resize from 10240 to 16384 sectors (8 MiB)",
+            "partition 4: create",
+        ] {
+            assert!(text.contains(want), "{want:?} not in:\n{text}");
+        }
     }
 
     #[test]

@@ -447,7 +447,7 @@ fn partition(d: &DiskWork) -> Result<TableGuard> {
         done: false,
     };
     log::info!("writing the partition table of {}", dev.display());
-    gpt::write(&file, &g, &d.plan.new)
+    gpt::write(&file, &g, &d.plan.new, !d.plan.wipe_table)
         .with_context(|| format!("writing the partition table of {}", dev.display()))?;
     failpoint::hit("after-table-write")?;
     let nodes = kernel::sync_partitions(&file, &d.name, &g, &d.plan.new)
