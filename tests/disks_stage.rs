@@ -413,6 +413,7 @@ fn number_zero_goes_after_numbered_partitions() {
     assert_eq!((by("a").number, by("a").start), (3, 34 * MIB));
     assert_eq!((by("b").number, by("b").start), (4, 38 * MIB));
     assert_eq!(l.kernel_nodes(), vec![1, 2, 3, 4, 5]);
+    gpt_is_valid(l.dev());
 }
 
 #[test]
@@ -493,6 +494,13 @@ fn sector_size_4096() {
     );
     assert_eq!(ps[1]["start"].as_u64(), Some(9 * 256));
     assert_eq!(l.kernel_nodes(), vec![1, 2]);
+    gpt_is_valid(l.dev());
+}
+
+/// Cross-check of our GPT writer: sgdisk's verifier finds no problem.
+fn gpt_is_valid(dev: &str) {
+    let out = sh("sgdisk", &["-v", dev]);
+    assert!(out.contains("No problems found"), "sgdisk -v {dev}:\n{out}");
 }
 
 #[test]
@@ -950,4 +958,5 @@ fn unspecified_start_size_keep_existing_unless_wipe() {
     );
     assert_eq!(t[1].start + t[1].size, 64 * MIB - 33);
     assert_eq!(t[0], before[0]);
+    gpt_is_valid(l.dev());
 }
