@@ -35,6 +35,8 @@ pub enum Command {
     Run(RunArgs),
     /// Print the plan of the disks stage (partitions, filesystems) without touching any disk.
     Plan(PlanArgs),
+    /// Print the versions of the agent and of the libraries it is built with.
+    Info,
     /// Serve machine configs to booting machines (the MachineConfigServer).
     Serve(crate::serve::ServeArgs),
 }
@@ -89,6 +91,7 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Validate(a) => return validate(a),
         Command::Run(a) => run(a),
         Command::Plan(a) => plan(a),
+        Command::Info => info(),
         Command::Serve(a) => crate::serve::main(a),
     };
     match result {
@@ -127,6 +130,25 @@ fn validate(a: ValidateArgs) -> i32 {
             1
         }
     }
+}
+
+fn info() -> anyhow::Result<()> {
+    println!("agent {}", env!("CARGO_PKG_VERSION"));
+    println!(
+        "config spec versions: 3.0.0 - {}",
+        crate::config::Version::NEWEST
+    );
+    match libblkid_rs::get_library_version() {
+        Ok((_, version, date)) => println!("libblkid {version} ({date})"),
+        Err(e) => println!("libblkid: version unknown ({e})"),
+    }
+    let selinux = match selinux::kernel_support() {
+        selinux::KernelSupport::Unsupported => "not supported by the running kernel",
+        selinux::KernelSupport::SELinux => "supported by the running kernel",
+        _ => "supported by the running kernel (MLS)",
+    };
+    println!("libselinux: SELinux {selinux}");
+    Ok(())
 }
 
 fn read_stdin() -> Result<Vec<u8>, String> {

@@ -79,8 +79,9 @@ impl Decoder {
             if !used {
                 let mut p = self.path();
                 p.0.push(Seg::Key(m.key.clone()));
-                self.diags
-                    .push(Diagnostic::warning(p, format!("unknown key {:?}", m.key)));
+                let mut d = Diagnostic::warning(p, format!("unknown key {:?}", m.key));
+                d.offset = Some(m.key_pos);
+                self.diags.push(d);
             }
         }
     }

@@ -69,6 +69,8 @@ pub struct Diagnostic {
     pub path: Path,
     /// 1-based line and column, when the config was read from text.
     pub line_col: Option<(usize, usize)>,
+    /// Byte offset to report instead of the value's own (e.g. an unknown key's name).
+    pub offset: Option<usize>,
     pub message: String,
 }
 
@@ -78,6 +80,7 @@ impl Diagnostic {
             severity: Severity::Error,
             path,
             line_col: None,
+            offset: None,
             message: message.into(),
         }
     }
@@ -86,6 +89,7 @@ impl Diagnostic {
             severity: Severity::Warning,
             path,
             line_col: None,
+            offset: None,
             message: message.into(),
         }
     }
@@ -131,7 +135,7 @@ impl Report {
     pub fn locate(&mut self, tree: &json::Value, text: &[u8]) {
         for d in &mut self.diagnostics {
             if d.line_col.is_none()
-                && let Some(pos) = find(tree, &d.path)
+                && let Some(pos) = d.offset.or_else(|| find(tree, &d.path))
             {
                 d.line_col = Some(json::line_col(text, pos));
             }

@@ -403,3 +403,126 @@ impl Merge for Dropin {
         opt(&mut self.contents, &c.contents);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+
+    /// Decodes without validating: merge inputs may be partial fragments.
+    fn decode(text: &str) -> Config {
+        let tree = crate::json::parse(text.as_bytes()).unwrap();
+        let mut d = config::decode::Decoder::new();
+        let c = d.config(&tree);
+        assert!(d.diags.is_empty(), "{text}: {:?}", d.diags);
+        c
+    }
+
+    fn cfg(json: &str) -> Config {
+        decode(&format!(r#"{{"ignition":{{"version":"3.6.0"}},{json}}}"#))
+    }
+
+    /// (what, parent, child, expected)
+    const TABLE: &[(&str, &str, &str, &str)] = &[
+        (
+            "files keyed by path, fields merged, unset keeps parent",
+            r#""storage":{"files":[{"path":"/a","mode":420,"contents":{"source":"data:,p"}}]}"#,
+            r#""storage":{"files":[{"path":"/a","mode":384},{"path":"/b"}]}"#,
+            r#""storage":{"files":[{"path":"/a","mode":384,"contents":{"source":"data:,p"}},{"path":"/b"}]}"#,
+        ),
+        (
+            "a child file replaces a parent link at the same path",
+            r#""storage":{"links":[{"path":"/a","target":"/t"}],"directories":[{"path":"/d"}]}"#,
+            r#""storage":{"files":[{"path":"/a"}]}"#,
+            r#""storage":{"files":[{"path":"/a"}],"directories":[{"path":"/d"}]}"#,
+        ),
+        (
+            "a child directory replaces a parent file",
+            r#""storage":{"files":[{"path":"/a","mode":420}]}"#,
+            r#""storage":{"directories":[{"path":"/a"}]}"#,
+            r#""storage":{"directories":[{"path":"/a"}]}"#,
+        ),
+        (
+            "a child link replaces a parent directory",
+            r#""storage":{"directories":[{"path":"/a"}]}"#,
+            r#""storage":{"links":[{"path":"/a","target":"/x"}]}"#,
+            r#""storage":{"links":[{"path":"/a","target":"/x"}]}"#,
+        ),
+        (
+            "append lists keyed by source",
+            r#""storage":{"files":[{"path":"/a","append":[{"source":"data:,1"}]}]}"#,
+            r#""storage":{"files":[{"path":"/a","append":[{"source":"data:,2"},{"source":"data:,1","compression":""}]}]}"#,
+            r#""storage":{"files":[{"path":"/a","append":[{"source":"data:,1","compression":""},{"source":"data:,2"}]}]}"#,
+        ),
+        (
+            "partitions keyed by number, or by label when number is 0",
+            r#""storage":{"disks":[{"device":"/dev/a","partitions":[{"number":1,"sizeMiB":10},{"label":"x","sizeMiB":5}]}]}"#,
+            r#""storage":{"disks":[{"device":"/dev/a","wipeTable":true,"partitions":[{"number":1,"label":"one"},{"label":"x","startMiB":7},{"number":2}]}]}"#,
+            r#""storage":{"disks":[{"device":"/dev/a","wipeTable":true,"partitions":[{"number":1,"sizeMiB":10,"label":"one"},{"label":"x","sizeMiB":5,"startMiB":7},{"number":2}]}]}"#,
+        ),
+        (
+            "disks and filesystems keyed by device; argument lists appended",
+            r#""storage":{"filesystems":[{"device":"/dev/a","format":"ext4","options":["-m","0"],"mountOptions":["ro"]}]}"#,
+            r#""storage":{"filesystems":[{"device":"/dev/a","label":"l","options":["-m","0"],"mountOptions":["noatime"]},{"device":"/dev/b","format":"xfs"}]}"#,
+            r#""storage":{"filesystems":[{"device":"/dev/a","format":"ext4","label":"l","options":["-m","0","-m","0"],"mountOptions":["ro","noatime"]},{"device":"/dev/b","format":"xfs"}]}"#,
+        ),
+        (
+            "raid keyed by name: devices a set, options appended",
+            r#""storage":{"raid":[{"name":"md0","level":"raid1","devices":["/dev/a","/dev/b"],"options":["--x"]}]}"#,
+            r#""storage":{"raid":[{"name":"md0","devices":["/dev/b","/dev/c"],"options":["--y"]}]}"#,
+            r#""storage":{"raid":[{"name":"md0","level":"raid1","devices":["/dev/a","/dev/b","/dev/c"],"options":["--x","--y"]}]}"#,
+        ),
+        (
+            "luks keyed by name; tang by url; openOptions appended",
+            r#""storage":{"luks":[{"name":"d","device":"/dev/a","openOptions":["--a"],"clevis":{"tang":[{"url":"http://t","thumbprint":"1"}]}}]}"#,
+            r#""storage":{"luks":[{"name":"d","openOptions":["--b"],"clevis":{"tang":[{"url":"http://t","thumbprint":"2"},{"url":"http://u"}]}}]}"#,
+            r#""storage":{"luks":[{"name":"d","device":"/dev/a","openOptions":["--a","--b"],"clevis":{"tang":[{"url":"http://t","thumbprint":"2"},{"url":"http://u"}]}}]}"#,
+        ),
+        (
+            "units and dropins keyed by name",
+            r#""systemd":{"units":[{"name":"a.service","enabled":true,"contents":"[Unit]","dropins":[{"name":"1.conf","contents":"[A]"}]}]}"#,
+            r#""systemd":{"units":[{"name":"a.service","enabled":false,"dropins":[{"name":"1.conf","contents":"[B]"},{"name":"2.conf"}]},{"name":"b.service","mask":true}]}"#,
+            r#""systemd":{"units":[{"name":"a.service","enabled":false,"contents":"[Unit]","dropins":[{"name":"1.conf","contents":"[B]"},{"name":"2.conf"}]},{"name":"b.service","mask":true}]}"#,
+        ),
+        (
+            "users and groups keyed by name; ssh keys and groups are sets",
+            r#""passwd":{"users":[{"name":"core","uid":1000,"sshAuthorizedKeys":["k1"],"groups":["wheel"]}],"groups":[{"name":"g","gid":5}]}"#,
+            r#""passwd":{"users":[{"name":"core","shell":"/bin/sh","sshAuthorizedKeys":["k1","k2"],"groups":["adm"]},{"name":"u2"}],"groups":[{"name":"g","system":true}]}"#,
+            r#""passwd":{"users":[{"name":"core","uid":1000,"shell":"/bin/sh","sshAuthorizedKeys":["k1","k2"],"groups":["wheel","adm"]},{"name":"u2"}],"groups":[{"name":"g","gid":5,"system":true}]}"#,
+        ),
+        (
+            "headers keyed by name; a header without value removes the parent's",
+            r#""storage":{"files":[{"path":"/a","contents":{"source":"http://h/x","httpHeaders":[{"name":"A","value":"1"},{"name":"B","value":"2"}]}}]}"#,
+            r#""storage":{"files":[{"path":"/a","contents":{"httpHeaders":[{"name":"A"},{"name":"B","value":"3"},{"name":"C","value":"4"}]}}]}"#,
+            r#""storage":{"files":[{"path":"/a","contents":{"source":"http://h/x","httpHeaders":[{"name":"B","value":"3"},{"name":"C","value":"4"}]}}]}"#,
+        ),
+        (
+            "kernel arguments: sets sharing one key space",
+            r#""kernelArguments":{"shouldExist":["a","b"],"shouldNotExist":["c"]}"#,
+            r#""kernelArguments":{"shouldExist":["c","d"],"shouldNotExist":["a"]}"#,
+            r#""kernelArguments":{"shouldExist":["b","c","d"],"shouldNotExist":["a"]}"#,
+        ),
+        (
+            "ignition: CAs and merge keyed by source, timeouts and proxy scalars, noProxy a set",
+            r#""ignition":{"version":"3.6.0","timeouts":{"httpTotal":5},"proxy":{"httpProxy":"http://p","noProxy":["a"]},"security":{"tls":{"certificateAuthorities":[{"source":"data:,1"}]}}}"#,
+            r#""ignition":{"version":"3.6.0","timeouts":{"httpResponseHeaders":3},"proxy":{"httpsProxy":"http://q","noProxy":["a","b"]},"security":{"tls":{"certificateAuthorities":[{"source":"data:,2"}]}}}"#,
+            r#""ignition":{"version":"3.6.0","timeouts":{"httpTotal":5,"httpResponseHeaders":3},"proxy":{"httpProxy":"http://p","httpsProxy":"http://q","noProxy":["a","b"]},"security":{"tls":{"certificateAuthorities":[{"source":"data:,1"},{"source":"data:,2"}]}}}"#,
+        ),
+    ];
+
+    fn doc(json: &str) -> Config {
+        if json.starts_with(r#""ignition""#) {
+            decode(&format!("{{{json}}}"))
+        } else {
+            cfg(json)
+        }
+    }
+
+    #[test]
+    fn merge_table() {
+        for (what, p, c, want) in TABLE {
+            let got = merge(&doc(p), &doc(c));
+            assert_eq!(got, doc(want), "{what}");
+        }
+    }
+}

@@ -1,0 +1,63 @@
+# agent: build, test, demo, benchmarks.
+#
+#   make            static x86_64 binary: target/x86_64-unknown-linux-gnu/release/agent
+#   make demo       install what the demo needs, build, run the product on example configs
+#   make test       install test dependencies, run every test
+#   make bench      run the benchmarks (ratios against references measured in the same run)
+
+TARGET      := x86_64-unknown-linux-gnu
+STATIC_BIN  := target/$(TARGET)/release/agent
+# Fully static, non-PIE: no dynamic section at all (the initramfs has no matching libc).
+STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static
+PREFIX      ?= /usr
+DESTDIR     ?=
+
+.PHONY: all static check-static deps test-deps demo test lint bench bench-config bench-serve fuzz clean
+
+all: static
+
+static:
+	RUSTFLAGS='$(STATIC_RUSTFLAGS)' SELINUX_STATIC=1 cargo build --release --locked --target $(TARGET)
+
+# Fails unless the binary is fully static (no dynamic section, ldd agrees).
+check-static: static
+	@file $(STATIC_BIN) | tee /dev/stderr | grep -q 'statically linked'
+	@! readelf -d $(STATIC_BIN) | grep -q 'Dynamic section'
+	@ldd $(STATIC_BIN) 2>&1 | grep -qE 'not a dynamic executable|statically linked'
+	@echo "static: OK, $$(stat -c %s $(STATIC_BIN)) bytes stripped"
+
+# Build dependencies (Debian): static C archives and libclang for bindgen.
+deps:
+	.ci/install-packages build
+
+# Everything the tests need (packages listed in .ci/packages/*.apt and *.pip).
+test-deps:
+	.ci/install-packages all
+
+demo: deps static
+	examples/demo.sh $(STATIC_BIN)
+
+test: test-deps
+	cargo test --locked -- --test-threads=4
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --locked --all-targets -- -D warnings
+
+bench: bench-config
+	@for b in benches/*.sh; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done
+
+bench-config:
+	cargo bench --locked --bench config
+
+bench-serve:
+	benches/serve.sh
+
+fuzz:
+	cargo install --locked cargo-fuzz 2>/dev/null || true
+	cd fuzz && cargo +nightly fuzz run parse -- -max_total_time=$${FUZZ_SECONDS:-60}
+
+clean:
+	cargo clean
+
+-include vm-tests/vm.mk

@@ -1,0 +1,12 @@
+//! Fuzz target: any byte string given to the config parser yields a config or a report,
+//! never a panic; a config that parses can be written back and parsed again.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(parsed) = agent::config::parse(data) {
+        let out = agent::config::to_json(&parsed.config, parsed.version).expect("re-serialize");
+        agent::config::parse(&out).expect("round trip");
+    }
+});
