@@ -115,7 +115,14 @@ pub struct DiskPlan {
 impl DiskPlan {
     /// Whether anything must be written.
     pub fn changes(&self) -> bool {
-        self.old.as_ref() != Some(&self.new)
+        if self.wipe_table {
+            return true;
+        }
+        match &self.old {
+            Some(old) => old != &self.new,
+            // A blank disk stays blank unless a partition is created (like Ignition).
+            None => !self.new.entries.is_empty(),
+        }
     }
 }
 
@@ -451,8 +458,10 @@ impl fmt::Display for DiskPlan {
         let g = &self.geometry;
         let what = if self.wipe_table {
             "wipe and write a new table"
-        } else if self.old.is_none() {
+        } else if self.old.is_none() && self.changes() {
             "write a new table (none found)"
+        } else if self.old.is_none() {
+            "leave the disk without a table (nothing to create)"
         } else if self.changes() {
             "update the table"
         } else {
@@ -834,6 +843,16 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want:?} not in:\n{text}");
         }
+    }
+
+    #[test]
+    fn blank_disk_without_partitions_is_left_alone() {
+        assert!(!run(None, false, &[]).unwrap().changes());
+        assert!(run(None, true, &[]).unwrap().changes());
+        assert!(run(None, false, &[spec(1)]).unwrap().changes());
+        let mut gone = spec(1);
+        gone.should_exist = false;
+        assert!(!run(None, false, &[gone]).unwrap().changes());
     }
 
     #[test]
