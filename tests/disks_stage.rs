@@ -960,3 +960,22 @@ fn unspecified_start_size_keep_existing_unless_wipe() {
     assert_eq!(t[0], before[0]);
     gpt_is_valid(l.dev());
 }
+
+#[test]
+fn two_names_for_one_filesystem_device_are_refused() {
+    let l = Loop::new(32, 512, None);
+    std::fs::create_dir_all("/dev/disk/by-id").unwrap();
+    let link = PathBuf::from(format!(
+        "/dev/disk/by-id/agent-test-{}",
+        uuid::Uuid::new_v4()
+    ));
+    let _rm = RmLink(link.clone());
+    std::os::unix::fs::symlink(&l.dev, &link).unwrap();
+    fails(
+        serde_json::json!({"filesystems": [
+            {"device": l.dev(), "format": "ext4"},
+            {"device": link, "format": "swap"}]}),
+        "same device",
+    );
+    assert!(!blkid(l.dev()).contains_key("TYPE"));
+}

@@ -5,6 +5,9 @@
 //! (`apply`): one table write per disk, partition nodes updated with BLKPG, nodes waited for, then
 //! filesystems wiped/created in parallel. A failure while partitioning puts every table back as it
 //! was.
+//!
+//! Environment: `AGENT_DEVICE_TIMEOUT_MS` bounds every wait for a device node (default 30 s);
+//! `AGENT_FAILPOINTS` switches on failpoints (see `blockdev::failpoint`).
 
 use std::fmt;
 use std::fs::File;
@@ -498,6 +501,16 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
             .collect()
     });
     let work = decided.into_iter().collect::<Result<Vec<_>>>()?;
+    for (i, (fs, dev, _)) in work.iter().enumerate() {
+        if let Some((other, _, _)) = work[..i].iter().find(|w| &w.1 == dev) {
+            bail!(
+                "filesystems {} and {} are the same device {}",
+                other.device,
+                fs.device,
+                dev.display()
+            );
+        }
+    }
     let probing = t0.elapsed() - partitioning;
     let tools = Mutex::new(Duration::ZERO);
     let t_fs = Instant::now();
