@@ -184,14 +184,37 @@ fn check_fits(g: &Geometry, used: &[Entry], n: u32, start: u64, end: u64) -> Res
     Ok(())
 }
 
+/// The alignment sgdisk uses for default starts (its `ComputeAlignment`): 1 MiB, reduced to the
+/// largest power of two that divides the start of every partition already on the disk; at least
+/// 8 sectors on disks of 1677721600 sectors or more (Advanced Format safety).
+pub fn alignment(g: &Geometry, existing: &[Entry]) -> u64 {
+    let mut align = g.align();
+    for e in existing {
+        while align > 1 && e.start % align != 0 {
+            align /= 2;
+        }
+    }
+    if align < 8 && g.sectors >= 1_677_721_600 {
+        align = 8;
+    }
+    align
+}
+
 /// Places a partition in `used` the way sgdisk would: returns (start, end).
-fn place(g: &Geometry, used: &[Entry], n: u32, start: Want, size: Want) -> Result<(u64, u64)> {
+fn place(
+    g: &Geometry,
+    align: u64,
+    used: &[Entry],
+    n: u32,
+    start: Want,
+    size: Want,
+) -> Result<(u64, u64)> {
     let big = largest(g, used);
     let start = match start {
         Want::Sectors(s) => s,
         Want::Zero | Want::Unspec => {
             let (b0, b1) = big.ok_or_else(|| anyhow!("partition {n}: no free space left"))?;
-            let s = b0.div_ceil(g.align()) * g.align();
+            let s = b0.div_ceil(align) * align;
             if s > b1 {
                 bail!("partition {n}: the largest free block is smaller than the alignment");
             }
@@ -284,6 +307,7 @@ pub fn plan(
         })
     };
 
+    let align = alignment(g, &base);
     // Pass 1, the pretend run: delete every listed partition that exists, recreate in order.
     let mut virt: Vec<Entry> = base
         .iter()
@@ -314,7 +338,7 @@ pub fn plan(
         } else {
             s.number
         };
-        let (a, b) = place(g, &virt, number, start, size)?;
+        let (a, b) = place(g, align, &virt, number, start, size)?;
         virt.push(Entry {
             number,
             start: a,
@@ -853,6 +877,18 @@ mod tests {
         let mut gone = spec(1);
         gone.should_exist = false;
         assert!(!run(None, false, &[gone]).unwrap().changes());
+    }
+
+    #[test]
+    fn alignment_follows_existing_partitions_like_sgdisk() {
+        let g = geom();
+        assert_eq!(alignment(&g, &[]), 2048);
+        assert_eq!(alignment(&g, &[e(1, 1, 10)]), 2048);
+        let mut odd = e(2, 20, 1);
+        odd.start = 100_000; // divisible by 32, not 64
+        assert_eq!(alignment(&g, &[e(1, 1, 10), odd]), 32);
+        let g4k = Geometry::new(4096, 100 * 1024 * 1024).unwrap();
+        assert_eq!(alignment(&g4k, &[]), 256);
     }
 
     #[test]
