@@ -2,6 +2,7 @@
 //! [`Scheme`] trait, the retry policy in [`retry`], and decompression, hashing and atomic
 //! placement in one place here. Contents stream: memory stays flat whatever the size.
 
+pub mod command;
 pub mod data_url;
 pub mod http;
 pub mod proxy;
