@@ -10,7 +10,7 @@ use std::time::Duration;
 use agent::config::types::Proxy;
 use agent::fetch::{Fetcher, Options};
 use support::faulty_http::{Behavior, Server, generated};
-use support::{TempDir, free_tcp_port, free_udp_port, require, resource, spawn, wait_tcp};
+use support::{TempDir, free_tcp_port, require, resource, spawn, tftpd, wait_tcp};
 
 /// A CA and a leaf for 127.0.0.1 signed by it (rustls rejects a self-signed leaf).
 struct Pki {
@@ -139,47 +139,6 @@ fn config_ca_resource_is_fetched_and_used_for_references() {
     let parsed = agent::config::parse(cfg.as_bytes()).unwrap().config;
     let out = agent::stages::fetch::render(parsed, "test").unwrap();
     assert_eq!(out.storage.files[0].path, "/etc/tls-child");
-}
-
-/// tftpd-hpa on a free port serving a temp root; stopped on drop.
-struct Tftpd {
-    _d: support::Daemon,
-    port: u16,
-    root: TempDir,
-    _logdir: TempDir,
-}
-
-fn tftpd() -> Tftpd {
-    require("in.tftpd", "tftpd-hpa");
-    let root = TempDir::new("tftproot");
-    std::fs::set_permissions(
-        root.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let port = free_udp_port();
-    let logdir = TempDir::new("tftplog");
-    let log = logdir.join("tftpd.log");
-    let d = spawn(
-        "in.tftpd",
-        &[
-            "-L",
-            "-u",
-            "root",
-            "-a",
-            &format!("127.0.0.1:{port}"),
-            "-s",
-            root.path().to_str().unwrap(),
-        ],
-        &log,
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    Tftpd {
-        _d: d,
-        port,
-        root,
-        _logdir: logdir,
-    }
 }
 
 #[test]

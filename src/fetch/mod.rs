@@ -303,10 +303,10 @@ impl Download {
 
 impl Drop for Download {
     fn drop(&mut self) {
-        if !self.tmp.as_os_str().is_empty() {
-            if let Err(e) = std::fs::remove_file(&self.tmp) {
-                log::warn!("removing {}: {e}", self.tmp.display());
-            }
+        if !self.tmp.as_os_str().is_empty()
+            && let Err(e) = std::fs::remove_file(&self.tmp)
+        {
+            log::warn!("removing {}: {e}", self.tmp.display());
         }
     }
 }

@@ -20,10 +20,11 @@ impl Provider for Qemu {
     }
     fn fetch_config(&self, _: &Fetcher) -> Result<Option<Found>> {
         let dir = PathBuf::from(std::env::var("AGENT_QEMU_FW_CFG").unwrap_or(FW_CFG_DIR.into()));
-        if !dir.exists() && crate::util::have_program("modprobe") {
-            if let Err(e) = crate::util::run("modprobe", &["qemu_fw_cfg"]) {
-                log::warn!("loading qemu_fw_cfg: {e:#}");
-            }
+        if !dir.exists()
+            && crate::util::have_program("modprobe")
+            && let Err(e) = crate::util::run("modprobe", &["qemu_fw_cfg"])
+        {
+            log::warn!("loading qemu_fw_cfg: {e:#}");
         }
         let raw = dir.join("by_name").join(FW_CFG_NAME).join("raw");
         match std::fs::read(&raw) {

@@ -100,3 +100,44 @@ pub fn resource(url: &str) -> agent::config::types::Resource {
         ..Default::default()
     }
 }
+
+/// tftpd-hpa on a free port serving a temp root; stopped on drop.
+pub struct Tftpd {
+    _d: Daemon,
+    pub port: u16,
+    pub root: TempDir,
+    _logdir: TempDir,
+}
+
+pub fn tftpd() -> Tftpd {
+    require("in.tftpd", "tftpd-hpa");
+    let root = TempDir::new("tftproot");
+    std::fs::set_permissions(
+        root.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let port = free_udp_port();
+    let logdir = TempDir::new("tftplog");
+    let log = logdir.join("tftpd.log");
+    let d = spawn(
+        "in.tftpd",
+        &[
+            "-L",
+            "-u",
+            "root",
+            "-a",
+            &format!("127.0.0.1:{port}"),
+            "-s",
+            root.path().to_str().unwrap(),
+        ],
+        &log,
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    Tftpd {
+        _d: d,
+        port,
+        root,
+        _logdir: logdir,
+    }
+}
