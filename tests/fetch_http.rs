@@ -1,7 +1,8 @@
 //! The HTTP fetcher against a fault-injecting server on 127.0.0.1: retry schedule, final
 //! statuses, header time-outs, resets and short bodies, redirects, atomic placement.
 
-mod support;
+mod fetch_support;
+use fetch_support as support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,8 @@
 //! S3 (moto server) with instance-role credentials and the anonymous fallback, and an HTTP
 //! proxy (tinyproxy) with noProxy.
 
-mod support;
+mod fetch_support;
+use fetch_support as support;
 
 use std::process::Command;
 use std::time::Duration;

@@ -2,7 +2,8 @@
 //! platform), merge/replace chains across http, data and tftp (with an older-spec child),
 //! loops and depth, base configs, fetch.json, and offline mode.
 
-mod support;
+mod fetch_support;
+use fetch_support as support;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -139,6 +139,8 @@ pub fn get(
         .as_ref()
         .map_err(|e| Failure::fatal(anyhow!("setting up HTTP client: {e}")))?;
     let hdr_timeout = f.opts.header_timeout();
+    // ureq reads a zero duration as "no limit": keep an exhausted budget exhausted.
+    let left = left.map(|d| d.max(Duration::from_millis(1)));
     let mut url = url.to_string();
     for hop in 0..=MAX_REDIRECTS {
         let mut req = agents.for_url(f, &url).get(&url);

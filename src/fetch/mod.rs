@@ -558,6 +558,12 @@ mod tests {
     }
 
     #[test]
+    fn fetcher_can_be_shared_between_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Fetcher>();
+    }
+
+    #[test]
     fn offline_refuses_network_schemes() {
         let f = Fetcher::new(Options {
             offline: true,
