@@ -34,7 +34,7 @@ impl Scheme for S3 {
         &self,
         f: &Fetcher,
         url: &str,
-        r: &Resource,
+        _: &Resource,
         left: Option<Duration>,
     ) -> Result<Box<dyn Read>, Failure> {
         let (bucket, key, ap) = parse_s3(url).map_err(Failure::Fatal)?;
@@ -85,7 +85,8 @@ impl Scheme for S3 {
                 .unwrap_or_default();
             extra = sign_get(c, &host, &path, SystemTime::now());
         }
-        super::http::get(f, &full, &r.http_headers, &extra, left)
+        // httpHeaders apply to http(s) sources only.
+        super::http::get(f, &full, &[], &extra, left)
     }
 }
 
@@ -96,7 +97,7 @@ impl Scheme for Gs {
         &self,
         f: &Fetcher,
         url: &str,
-        r: &Resource,
+        _: &Resource,
         left: Option<Duration>,
     ) -> Result<Box<dyn Read>, Failure> {
         let rest = url
@@ -118,7 +119,7 @@ impl Scheme for Gs {
             uri_encode(bucket, true),
             uri_encode(object, false)
         );
-        super::http::get(f, &full, &r.http_headers, &[], left)
+        super::http::get(f, &full, &[], &[], left)
     }
 }
 
