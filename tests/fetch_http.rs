@@ -19,35 +19,47 @@ fn opts(headers: Option<i64>, total: Option<i64>) -> Options {
     }
 }
 
-/// Checks that the gaps between requests follow 100, 200, 400, ... ms within 20%.
-fn assert_schedule(reqs: &[support::faulty_http::Request], n: usize) {
-    assert_eq!(reqs.len(), n + 1, "requests: {}", reqs.len());
+/// Checks that the gaps between requests follow 100, 200, 400, ... ms within 20% (plus 20 ms
+/// for scheduling).
+fn check_schedule(reqs: &[support::faulty_http::Request], n: usize) -> Result<(), String> {
+    if reqs.len() != n + 1 {
+        return Err(format!("{} requests, expected {}", reqs.len(), n + 1));
+    }
     for i in 0..n {
         let gap = reqs[i + 1].at.duration_since(reqs[i].at).as_secs_f64();
         let want = (0.1 * 2f64.powi(i as i32)).min(5.0);
-        assert!(
-            gap >= want * 0.95 && gap <= want * 1.2 + 0.02,
-            "gap {i}: {gap:.3}s, expected {want:.3}s ±20%"
-        );
+        if gap < want * 0.95 || gap > want * 1.2 + 0.02 {
+            return Err(format!("gap {i}: {gap:.3}s, expected {want:.3}s ±20%"));
+        }
     }
+    Ok(())
 }
 
 #[test]
 fn retries_5xx_on_the_seed_schedule() {
-    let s = Server::start();
-    s.route(
-        "/c",
-        vec![
-            Behavior::Status(500),
-            Behavior::Status(503),
-            Behavior::Status(502),
-            Behavior::Status(504),
-            Behavior::Ok(b"done".to_vec()),
-        ],
-    );
-    let f = Fetcher::new(opts(None, None));
-    assert_eq!(f.fetch_bytes(&resource(&s.url("/c"))).unwrap(), b"done");
-    assert_schedule(&s.requests("/c"), 4);
+    // A wrong schedule fails every time; a machine stalled by other work fails once. So the
+    // measurement gets three chances.
+    let mut errors = Vec::new();
+    for _ in 0..3 {
+        let s = Server::start();
+        s.route(
+            "/c",
+            vec![
+                Behavior::Status(500),
+                Behavior::Status(503),
+                Behavior::Status(502),
+                Behavior::Status(504),
+                Behavior::Ok(b"done".to_vec()),
+            ],
+        );
+        let f = Fetcher::new(opts(None, None));
+        assert_eq!(f.fetch_bytes(&resource(&s.url("/c"))).unwrap(), b"done");
+        match check_schedule(&s.requests("/c"), 4) {
+            Ok(()) => return,
+            Err(e) => errors.push(e),
+        }
+    }
+    panic!("retry schedule off in 3 runs: {errors:?}");
 }
 
 #[test]
@@ -91,7 +103,7 @@ fn header_timeout_retries() {
     assert_eq!(reqs.len(), 2);
     // Time-out (1 s) plus the first back-off (100 ms); generous above for loaded machines.
     let gap = reqs[1].at.duration_since(reqs[0].at).as_secs_f64();
-    assert!((1.05..=1.8).contains(&gap), "gap {gap}");
+    assert!((1.05..=3.0).contains(&gap), "gap {gap}");
 }
 
 #[test]
@@ -136,7 +148,8 @@ fn always_short_body_fails_within_total_and_leaves_nothing() {
         .unwrap_err();
     let el = t.elapsed();
     assert!(format!("{e:#}").contains("httpTotal"), "{e:#}");
-    assert!(el < Duration::from_secs(3), "{el:?}");
+    // Bounded by httpTotal (2 s); generous above for a loaded machine.
+    assert!(el < Duration::from_secs(8), "{el:?}");
     assert!(!dest.exists());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
