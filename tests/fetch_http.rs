@@ -247,3 +247,26 @@ fn cli_logs_every_retry_with_reason_and_delay() {
     );
     assert_eq!(std::fs::read(dir.join("o")).unwrap(), b"ok");
 }
+
+#[test]
+fn fetch_to_a_plain_writer_cannot_retry_after_writing() {
+    let body = generated(300_000);
+    let s = Server::start();
+    s.route(
+        "/w",
+        vec![
+            Behavior::ResetMidBody(body.clone(), 200_000),
+            Behavior::Ok(body.clone()),
+        ],
+    );
+    let mut out = Vec::new();
+    let e = Fetcher::new(opts(None, None))
+        .fetch_to(&resource(&s.url("/w")), &mut out)
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("part of the contents"), "{e:#}");
+    assert_eq!(
+        s.requests("/w").len(),
+        1,
+        "retried after bytes were written"
+    );
+}
