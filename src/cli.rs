@@ -37,6 +37,8 @@ pub enum Command {
     Plan(PlanArgs),
     /// Print the versions of the agent and of the libraries it is built with.
     Info,
+    /// Fetch one resource (URL) to a file, verified, with the provisioning fetcher.
+    Fetch(crate::fetch::command::FetchArgs),
     /// Serve machine configs to booting machines (the MachineConfigServer).
     Serve(crate::serve::ServeArgs),
 }
@@ -77,6 +79,17 @@ pub struct RunArgs {
     /// Where stages keep their state (the rendered config).
     #[arg(long, default_value = "/run/agent")]
     pub state_dir: PathBuf,
+    /// Directory of system base configs (base.d/*.ign, base.platform.d/<platform>/*.ign).
+    #[arg(
+        long,
+        env = "AGENT_SYSTEM_CONFIG_DIR",
+        default_value = "/usr/lib/agent"
+    )]
+    pub system_config_dir: PathBuf,
+    /// Fetch stage: never use the network; if the config needs it, write <state-dir>/neednet
+    /// and exit with code 3.
+    #[arg(long)]
+    pub offline: bool,
 }
 
 /// Runs the command; returns the process exit code.
@@ -92,12 +105,16 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Run(a) => run(a),
         Command::Plan(a) => plan(a),
         Command::Info => info(),
+        Command::Fetch(a) => crate::fetch::command::main(a),
         Command::Serve(a) => crate::serve::main(a),
     };
     match result {
         Ok(()) => 0,
         Err(e) => {
             log::error!("{e:#}");
+            if e.downcast_ref::<crate::fetch::NeedsNetwork>().is_some() {
+                return stages::fetch::EXIT_NEEDS_NETWORK;
+            }
             1
         }
     }
@@ -197,6 +214,8 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         platform: a.platform,
         config_file: a.config_file,
         config_url: a.config_url,
+        system_config_dir: a.system_config_dir,
+        offline: a.offline,
     };
     stages::run(&stages, &ctx)
 }

@@ -8,6 +8,7 @@ pub mod fetch;
 pub mod files;
 pub mod json;
 pub mod logging;
+pub mod platform;
 pub mod serve;
 pub mod stages;
 pub mod util;

@@ -1,79 +1,467 @@
-//! Fetching resources (configs, CAs, file contents): one fetcher per URL scheme, with
-//! decompression and hash verification in one place.
+//! Fetching resources (configs, CAs, file contents): one fetcher per URL scheme behind the
+//! [`Scheme`] trait, the retry policy in [`retry`], and decompression, hashing and atomic
+//! placement in one place here. Contents stream: memory stays flat whatever the size.
 
+pub mod command;
 pub mod data_url;
+pub mod http;
+pub mod proxy;
+pub mod retry;
+pub mod s3;
+pub mod tftp;
 
-use std::io::Read;
+use std::cell::Cell;
+use std::fs::File;
+use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use sha2::Digest;
 
-use crate::config::types::{Config, Resource};
+use crate::config::types::{Config, Proxy, Resource};
+use retry::{Clock, Failure, SystemClock};
+
+/// Default wait for response headers on each try (`timeouts.httpResponseHeaders`).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings that shape every fetch, taken from a config's `ignition` section.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub http_response_headers: Option<i64>,
     pub http_total: Option<i64>,
+    /// Extra trusted CAs (PEM bundles), added to the system roots for https.
+    pub ca_pems: Vec<Vec<u8>>,
+    pub proxy: Proxy,
+    /// Refuse any fetch that needs the network (fails with [`NeedsNetwork`]).
+    pub offline: bool,
+    /// S3 endpoint (path-style), default `$AGENT_S3_ENDPOINT` or AWS.
+    pub s3_endpoint: Option<String>,
+    /// EC2 metadata service, default `$AGENT_AWS_IMDS_URL` or `http://169.254.169.254`.
+    pub imds_url: Option<String>,
+    /// Google Cloud Storage endpoint, default `$AGENT_GS_ENDPOINT` or storage.googleapis.com.
+    pub gs_endpoint: Option<String>,
 }
 
 impl Options {
+    /// Timeouts and proxy of `c` (CAs are resources: see [`Options::from_config_with_cas`]).
     pub fn from_config(c: &Config) -> Self {
         Options {
             http_response_headers: c.ignition.timeouts.http_response_headers,
             http_total: c.ignition.timeouts.http_total,
+            proxy: c.ignition.proxy.clone(),
+            ..Default::default()
         }
     }
+
+    /// Like [`Options::from_config`], with `security.tls.certificateAuthorities` fetched
+    /// (using the config's own timeouts and proxy) and added.
+    pub fn from_config_with_cas(c: &Config, base: &Options) -> Result<Self> {
+        let mut o = Options::from_config(c);
+        o.offline = base.offline;
+        o.s3_endpoint.clone_from(&base.s3_endpoint);
+        o.imds_url.clone_from(&base.imds_url);
+        o.gs_endpoint.clone_from(&base.gs_endpoint);
+        o.ca_pems.clone_from(&base.ca_pems);
+        let cas = &c.ignition.security.tls.certificate_authorities;
+        if !cas.is_empty() {
+            let f = Fetcher::new(o.clone());
+            for ca in cas {
+                let src = ca.source.as_deref().unwrap_or("");
+                let pem = f
+                    .fetch_bytes(ca)
+                    .with_context(|| format!("fetching certificate authority {}", short(src)))?;
+                log::info!(
+                    "fetched certificate authority from {} (sha512 {})",
+                    short(src),
+                    sha512_hex(&pem)
+                );
+                o.ca_pems.push(pem);
+            }
+        }
+        Ok(o)
+    }
+
+    /// The per-try wait for response headers; None = no limit.
+    pub fn header_timeout(&self) -> Option<Duration> {
+        match self.http_response_headers {
+            None => Some(DEFAULT_HEADER_TIMEOUT),
+            Some(n) if n > 0 => Some(Duration::from_secs(n as u64)),
+            Some(_) => None,
+        }
+    }
+
+    /// The bound on a whole fetch, retries included; None = no limit.
+    pub fn total_timeout(&self) -> Option<Duration> {
+        match self.http_total {
+            Some(n) if n > 0 => Some(Duration::from_secs(n as u64)),
+            _ => None,
+        }
+    }
+}
+
+/// A fetch refused because it needs the network and the fetcher is offline. The fetch
+/// stage turns it into a marker file and a distinct exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("fetching {0} needs the network (offline mode)")]
+pub struct NeedsNetwork(pub String);
+
+/// One fetcher per URL scheme. `open` is one attempt: it returns the raw body (before
+/// decompression) or says whether another attempt may help.
+pub trait Scheme: Sync {
+    fn open(
+        &self,
+        f: &Fetcher,
+        url: &str,
+        r: &Resource,
+        left: Option<Duration>,
+    ) -> Result<Box<dyn Read>, Failure>;
+    /// Whether this scheme needs the network (refused offline).
+    fn needs_network(&self) -> bool {
+        true
+    }
+}
+
+struct DataScheme;
+
+impl Scheme for DataScheme {
+    fn open(
+        &self,
+        _: &Fetcher,
+        url: &str,
+        _: &Resource,
+        _: Option<Duration>,
+    ) -> Result<Box<dyn Read>, Failure> {
+        let b = data_url::decode(url)
+            .context("decoding data URL")
+            .map_err(Failure::Fatal)?;
+        Ok(Box::new(io::Cursor::new(b)))
+    }
+    fn needs_network(&self) -> bool {
+        false
+    }
+}
+
+/// The fetcher for `url`'s scheme.
+pub fn scheme_for(url: &str) -> Result<&'static dyn Scheme> {
+    let scheme = url
+        .split_once(':')
+        .map(|(s, _)| s.to_ascii_lowercase())
+        .with_context(|| format!("invalid source URL {:?}", short(url)))?;
+    Ok(match scheme.as_str() {
+        "data" => &DataScheme,
+        "http" | "https" => &http::Http,
+        "tftp" => &tftp::Tftp,
+        "s3" | "arn" => &s3::S3,
+        "gs" => &s3::Gs,
+        other => bail!("unsupported URL scheme {other:?} in {}", short(url)),
+    })
+}
+
+/// Whether fetching `url` needs the network.
+pub fn needs_network(url: &str) -> bool {
+    scheme_for(url).map(|s| s.needs_network()).unwrap_or(false)
 }
 
 pub struct Fetcher {
     pub opts: Options,
+    clock: Arc<dyn Clock + Send + Sync>,
+    agents: OnceLock<std::result::Result<http::Agents, String>>,
+    aws_creds: OnceLock<Option<s3::Credentials>>,
 }
 
 impl Fetcher {
     pub fn new(opts: Options) -> Self {
-        Fetcher { opts }
+        Self::with_clock(opts, Arc::new(SystemClock))
+    }
+
+    /// A fetcher whose retry back-off uses `clock` (tests).
+    pub fn with_clock(opts: Options, clock: Arc<dyn Clock + Send + Sync>) -> Self {
+        Fetcher {
+            opts,
+            clock,
+            agents: OnceLock::new(),
+            aws_creds: OnceLock::new(),
+        }
     }
 
     /// Fetches a resource into memory: decompressed and verified. For configs and CAs.
     pub fn fetch_bytes(&self, r: &Resource) -> Result<Vec<u8>> {
-        let Some(src) = &r.source else {
-            return Ok(Vec::new());
-        };
-        let raw = match src.split_once(':').map(|(s, _)| s) {
-            Some("data") => data_url::decode(src).context("decoding data URL")?,
-            Some(scheme) => bail!("fetching {scheme}: URLs is not implemented yet ({src})"),
-            None => bail!("invalid source URL {src:?}"),
-        };
-        let data = decompress(r, raw)?;
-        verify(r, &data)?;
-        Ok(data)
+        let mut v = Vec::new();
+        self.fetch_into(r, &mut Out::Vec(&mut v))?;
+        Ok(v)
     }
-}
 
-impl Fetcher {
     /// Streams a resource, decompressed and verified, into `out`; returns the bytes written.
-    /// Callers write into a temporary file and rename it into place only on `Ok`, so an
-    /// unverified or partial download never becomes the target.
-    pub fn fetch_to(&self, r: &Resource, out: &mut dyn std::io::Write) -> Result<u64> {
-        let data = self.fetch_bytes(r)?;
-        out.write_all(&data).context("writing fetched data")?;
-        Ok(data.len() as u64)
+    /// Once bytes have been written a failure is final (they cannot be taken back): prefer
+    /// [`Fetcher::fetch_to_file`], which retries from scratch and places the file atomically.
+    pub fn fetch_to(&self, r: &Resource, out: &mut dyn Write) -> Result<u64> {
+        self.fetch_into(r, &mut Out::Writer(out, 0))
+    }
+
+    /// Fetches a resource into a temporary file beside `dest`; the returned guard commits it
+    /// (fsync, rename) or removes it when dropped. Nothing appears at `dest` unless the
+    /// contents were complete and verified and the caller commits.
+    pub fn download(&self, r: &Resource, dest: &Path) -> Result<Download> {
+        let dir = dest.parent().unwrap_or(Path::new("."));
+        let name = dest
+            .file_name()
+            .with_context(|| format!("{} has no file name", dest.display()))?
+            .to_string_lossy();
+        let tmp = dir.join(format!(".{name}.agent-tmp{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        let mut d = Download {
+            file: Some(file),
+            tmp,
+            dest: dest.to_path_buf(),
+            size: 0,
+        };
+        let f = d.file.as_mut().expect("file present");
+        d.size = self.fetch_into(r, &mut Out::File(f))?;
+        Ok(d)
+    }
+
+    /// Fetches a resource to `dest` with `mode`, atomically; returns the size written.
+    pub fn fetch_to_file(&self, r: &Resource, dest: &Path, mode: u32) -> Result<u64> {
+        let d = self.download(r, dest)?;
+        d.file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("setting mode of {}", d.tmp.display()))?;
+        let n = d.size;
+        d.commit()?;
+        Ok(n)
+    }
+
+    fn fetch_into(&self, r: &Resource, out: &mut Out) -> Result<u64> {
+        let Some(url) = r.source.as_deref() else {
+            return Ok(0);
+        };
+        let scheme = scheme_for(url)?;
+        if self.opts.offline && scheme.needs_network() {
+            return Err(NeedsNetwork(short(url)).into());
+        }
+        let what = short(url);
+        let total = if scheme.needs_network() {
+            self.opts.total_timeout()
+        } else {
+            None
+        };
+        retry::run(&what, total, &*self.clock, |left| {
+            if !out.rewind().map_err(Failure::Fatal)? {
+                return Err(Failure::fatal(anyhow!(
+                    "{what}: failed after part of the contents was written"
+                )));
+            }
+            let body = scheme.open(self, url, r, left)?;
+            copy_verified(url, r, body, out)
+        })
+        .with_context(|| format!("fetching {}", short(url)))
     }
 }
 
-fn decompress(r: &Resource, raw: Vec<u8>) -> Result<Vec<u8>> {
-    match r.compression.as_deref() {
-        None | Some("") => Ok(raw),
-        Some("gzip") => {
-            let mut out = Vec::new();
-            flate2::read::GzDecoder::new(&raw[..])
-                .read_to_end(&mut out)
-                .context("decompressing gzip data")?;
-            Ok(out)
-        }
-        Some(other) => bail!("unsupported compression {other:?}"),
+/// A fetched file waiting beside its target; see [`Fetcher::download`].
+pub struct Download {
+    file: Option<File>,
+    tmp: PathBuf,
+    dest: PathBuf,
+    size: u64,
+}
+
+impl Download {
+    /// The temporary file (to set owner, mode or labels before the commit).
+    pub fn file(&self) -> &File {
+        self.file.as_ref().expect("file present until commit")
     }
+    pub fn temp_path(&self) -> &Path {
+        &self.tmp
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// fsyncs the contents and renames them over the target.
+    pub fn commit(mut self) -> Result<()> {
+        let f = self.file.take().expect("file present until commit");
+        f.sync_all()
+            .with_context(|| format!("syncing {}", self.tmp.display()))?;
+        drop(f);
+        std::fs::rename(&self.tmp, &self.dest).with_context(|| {
+            format!("renaming {} to {}", self.tmp.display(), self.dest.display())
+        })?;
+        self.tmp = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for Download {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty()
+            && let Err(e) = std::fs::remove_file(&self.tmp)
+        {
+            log::warn!("removing {}: {e}", self.tmp.display());
+        }
+    }
+}
+
+/// Where fetched contents go; rewound before each attempt when possible.
+enum Out<'a> {
+    Vec(&'a mut Vec<u8>),
+    File(&'a mut File),
+    Writer(&'a mut dyn Write, u64),
+}
+
+impl Out<'_> {
+    /// Empties the output for a new attempt; false when that is impossible.
+    fn rewind(&mut self) -> Result<bool> {
+        match self {
+            Out::Vec(v) => v.clear(),
+            Out::File(f) => {
+                f.set_len(0).context("truncating temporary file")?;
+                f.rewind().context("rewinding temporary file")?;
+            }
+            Out::Writer(_, n) => return Ok(*n == 0),
+        }
+        Ok(true)
+    }
+}
+
+impl Write for Out<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Out::Vec(v) => v.write(buf),
+            Out::File(f) => f.write(buf),
+            Out::Writer(w, n) => {
+                let k = w.write(buf)?;
+                *n += k as u64;
+                Ok(k)
+            }
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Out::Vec(_) => Ok(()),
+            Out::File(f) => f.flush(),
+            Out::Writer(w, _) => w.flush(),
+        }
+    }
+}
+
+/// Remembers whether a read error came from the transport (retry) rather than from
+/// decompression (final).
+struct Transport {
+    inner: Box<dyn Read>,
+    failed: Rc<Cell<bool>>,
+}
+
+impl Read for Transport {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read(buf).inspect_err(|_| self.failed.set(true))
+    }
+}
+
+enum Hasher {
+    Sha256(sha2::Sha256),
+    Sha512(sha2::Sha512),
+}
+
+/// Parses `verification.hash` into a hasher and the expected hex digest.
+fn hasher_for(r: &Resource) -> Result<Option<(Hasher, String, String)>> {
+    let Some(h) = &r.verification.hash else {
+        return Ok(None);
+    };
+    let (func, want) = h.split_once('-').context("malformed hash")?;
+    let hasher = match func {
+        "sha512" => Hasher::Sha512(sha2::Sha512::new()),
+        "sha256" => Hasher::Sha256(sha2::Sha256::new()),
+        other => bail!("unsupported hash function {other}"),
+    };
+    Ok(Some((hasher, func.to_string(), want.to_string())))
+}
+
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Streams one attempt's body through decompression and hashing into `out`.
+fn copy_verified(
+    url: &str,
+    r: &Resource,
+    body: Box<dyn Read>,
+    out: &mut Out,
+) -> Result<u64, Failure> {
+    let failed = Rc::new(Cell::new(false));
+    let transport = Transport {
+        inner: body,
+        failed: failed.clone(),
+    };
+    let mut reader: Box<dyn Read> = match r.compression.as_deref() {
+        None | Some("") => Box::new(transport),
+        Some("gzip") => Box::new(flate2::read::MultiGzDecoder::new(transport)),
+        Some(other) => return Err(Failure::fatal(anyhow!("unsupported compression {other:?}"))),
+    };
+    let mut hash = hasher_for(r).map_err(Failure::Fatal)?;
+    let mut buf = vec![0u8; 128 * 1024];
+    let mut n: u64 = 0;
+    let start = Instant::now();
+    let mut next_report = start + PROGRESS_EVERY;
+    loop {
+        let k = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if failed.get() => {
+                return Err(Failure::retry(
+                    anyhow!(e).context(format!("reading body after {n} bytes")),
+                ));
+            }
+            Err(e) => {
+                return Err(Failure::fatal(
+                    anyhow!(e).context("decompressing gzip data"),
+                ));
+            }
+        };
+        match &mut hash {
+            Some((Hasher::Sha256(h), ..)) => h.update(&buf[..k]),
+            Some((Hasher::Sha512(h), ..)) => h.update(&buf[..k]),
+            None => {}
+        }
+        out.write_all(&buf[..k])
+            .context("writing fetched data")
+            .map_err(Failure::Fatal)?;
+        n += k as u64;
+        let now = Instant::now();
+        if now >= next_report {
+            let secs = now.duration_since(start).as_secs_f64();
+            log::info!(
+                "{}: {} MiB so far ({:.1} MiB/s)",
+                short(url),
+                n >> 20,
+                n as f64 / 1048576.0 / secs
+            );
+            next_report = now + PROGRESS_EVERY;
+        }
+    }
+    if let Some((h, func, want)) = hash {
+        let got = match h {
+            Hasher::Sha256(h) => hex(&h.finalize()),
+            Hasher::Sha512(h) => hex(&h.finalize()),
+        };
+        if !got.eq_ignore_ascii_case(&want) {
+            return Err(Failure::fatal(anyhow!(
+                "hash mismatch: expected {func}-{want}, got {func}-{got}"
+            )));
+        }
+    }
+    out.flush()
+        .context("flushing fetched data")
+        .map_err(Failure::Fatal)?;
+    Ok(n)
 }
 
 /// Checks `verification.hash` against the decompressed data.
@@ -94,9 +482,10 @@ pub fn verify(r: &Resource, data: &[u8]) -> Result<()> {
 }
 
 pub fn hex(b: &[u8]) -> String {
+    use std::fmt::Write as _;
     let mut s = String::with_capacity(b.len() * 2);
     for x in b {
-        s.push_str(&format!("{x:02x}"));
+        let _ = write!(s, "{x:02x}");
     }
     s
 }
@@ -104,4 +493,103 @@ pub fn hex(b: &[u8]) -> String {
 /// SHA-512 of `data` as hex, for logs.
 pub fn sha512_hex(data: &[u8]) -> String {
     hex(&sha2::Sha512::digest(data))
+}
+
+/// Long URLs (data URLs) are shortened in logs and errors.
+pub fn short(src: &str) -> String {
+    if src.len() > 80 {
+        format!("{}…", &src[..src.floor_char_boundary(77)])
+    } else {
+        src.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(src: &str) -> Resource {
+        Resource {
+            source: Some(src.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn data_gzip_and_hash() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(b"hello world").unwrap();
+        let z = gz.finish().unwrap();
+        let b64 = base64ish(&z);
+        let mut r = res(&format!("data:;base64,{b64}"));
+        r.compression = Some("gzip".into());
+        r.verification.hash = Some(format!(
+            "sha256-{}",
+            hex(&sha2::Sha256::digest(b"hello world"))
+        ));
+        let f = Fetcher::new(Options::default());
+        assert_eq!(f.fetch_bytes(&r).unwrap(), b"hello world");
+        r.verification.hash = Some(format!("sha512-{}", sha512_hex(b"other")));
+        let e = format!("{:#}", f.fetch_bytes(&r).unwrap_err());
+        assert!(e.contains("hash mismatch"), "{e}");
+    }
+
+    #[test]
+    fn fetch_to_file_places_only_verified_contents() {
+        let dir = std::env::temp_dir().join(format!("agent-fetch-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dest = dir.join("f");
+        let f = Fetcher::new(Options::default());
+        let mut r = res("data:,abc");
+        r.verification.hash = Some(format!("sha256-{}", hex(&sha2::Sha256::digest(b"xyz"))));
+        assert!(f.fetch_to_file(&r, &dest, 0o640).is_err());
+        assert!(!dest.exists());
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "temp file left"
+        );
+        r.verification.hash = None;
+        assert_eq!(f.fetch_to_file(&r, &dest, 0o640).unwrap(), 3);
+        assert_eq!(std::fs::read(&dest).unwrap(), b"abc");
+        let mode = std::fs::metadata(&dest).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o640);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn fetcher_can_be_shared_between_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Fetcher>();
+    }
+
+    #[test]
+    fn offline_refuses_network_schemes() {
+        let f = Fetcher::new(Options {
+            offline: true,
+            ..Default::default()
+        });
+        let e = f.fetch_bytes(&res("http://example.com/x")).unwrap_err();
+        assert!(e.downcast_ref::<NeedsNetwork>().is_some());
+        assert_eq!(f.fetch_bytes(&res("data:,x")).unwrap(), b"x");
+        assert!(f.fetch_bytes(&res("ftp://x/y")).is_err());
+    }
+
+    fn base64ish(b: &[u8]) -> String {
+        const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut s = String::new();
+        for c in b.chunks(3) {
+            let v = (c[0] as u32) << 16
+                | (*c.get(1).unwrap_or(&0) as u32) << 8
+                | *c.get(2).unwrap_or(&0) as u32;
+            for i in 0..4 {
+                if i <= c.len() {
+                    s.push(T[(v >> (18 - 6 * i) & 63) as usize] as char);
+                } else {
+                    s.push('=');
+                }
+            }
+        }
+        s
+    }
 }

@@ -1,23 +1,110 @@
-//! The fetch stage: find the config, render its merge/replace references, validate, and
-//! write the rendered config atomically to `<state-dir>/config.json`.
+//! The fetch stage: find the config, render its merge/replace references, merge it over the
+//! system base configs, and write the rendered config atomically to `<state-dir>/config.json`
+//! with a record of what was fetched in `<state-dir>/fetch.json`.
+//!
+//! Where the user config comes from, first match wins: `--config-file`/`--config-url`; the
+//! kernel command line (`agent.config.url=`, then `ignition.config.url=`; `/proc/cmdline`,
+//! or `$AGENT_KERNEL_CMDLINE` for tests); the `--platform` provider. No config at all is an
+//! empty config ("no user config provided").
+//!
+//! Offline mode (`--offline`): any fetch that needs the network fails, the marker
+//! `<state-dir>/neednet` is written and the process exits with [`EXIT_NEEDS_NETWORK`], so
+//! the initramfs brings the network up and runs the stage again only when needed.
+
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 use log::{info, warn};
+use serde::{Deserialize, Serialize};
 
 use super::Context;
 use crate::config::{self, Config, Version};
-use crate::fetch::{self, Fetcher};
+use crate::fetch::{self, Fetcher, NeedsNetwork, short};
 
 /// References deeper than this are refused (a chain this long is a mistake or a loop).
 pub const MAX_DEPTH: usize = 10;
+/// Exit code of `agent run --stage fetch --offline` when the config needs the network.
+pub const EXIT_NEEDS_NETWORK: i32 = 3;
+/// Marker written (in the state directory) when an offline fetch needs the network.
+pub const NEEDNET_MARKER: &str = "neednet";
+/// The record of the fetch stage in the state directory.
+pub const RECORD_FILE: &str = "fetch.json";
+/// Where the kernel command line is read from, unless `$AGENT_KERNEL_CMDLINE` is set.
+pub const PROC_CMDLINE: &str = "/proc/cmdline";
+/// Kernel command line keys naming the config URL, in order of preference.
+pub const CMDLINE_KEYS: &[&str] = &["agent.config.url", "ignition.config.url"];
+
+/// What the fetch stage fetched, for later stages and the result file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub user_config_provided: bool,
+    /// Where the user config came from ("no user config provided" if nowhere).
+    pub source: String,
+    pub platform: Option<String>,
+    /// Every config fetched, in order: user config, its references, base configs.
+    pub configs: Vec<Fetched>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fetched {
+    pub kind: String,
+    pub source: String,
+    pub sha512: String,
+}
+
+/// Reads the record the fetch stage left in `state_dir`.
+pub fn load_record(state_dir: &Path) -> Result<Record> {
+    let p = state_dir.join(RECORD_FILE);
+    let b = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+    serde_json::from_slice(&b).with_context(|| format!("parsing {}", p.display()))
+}
 
 pub fn run(ctx: &Context) -> Result<()> {
-    let (config, source) = acquire(ctx)?;
-    let rendered = render(config, &source)?;
-    let bytes = config::to_json_pretty(&rendered, Version::NEWEST).map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&ctx.state_dir)
         .with_context(|| format!("creating state directory {}", ctx.state_dir.display()))?;
+    let marker = ctx.state_dir.join(NEEDNET_MARKER);
+    match run_inner(ctx) {
+        Err(e) if e.downcast_ref::<NeedsNetwork>().is_some() => {
+            crate::util::write_atomic(&marker, b"", 0o644)?;
+            info!("config needs the network: wrote {}", marker.display());
+            Err(e)
+        }
+        r => {
+            if r.is_ok() && marker.exists() {
+                std::fs::remove_file(&marker)
+                    .with_context(|| format!("removing {}", marker.display()))?;
+            }
+            r
+        }
+    }
+}
+
+fn run_inner(ctx: &Context) -> Result<()> {
+    let base_opts = fetch::Options {
+        offline: ctx.offline,
+        ..Default::default()
+    };
+    let mut record = Record {
+        platform: ctx.platform.clone(),
+        ..Default::default()
+    };
+    let (user, source) = acquire(ctx, &base_opts, &mut record)?;
+    let user = render_with(user, &source, &base_opts, &mut record.configs)?;
+    let mut merged = Config::default();
+    for (path, bytes) in base_configs(ctx)? {
+        let src = format!("base config {}", path.display());
+        let cfg = parse_logged(&bytes, &src)?;
+        record.configs.push(fetched("base", &src, &bytes));
+        let cfg = render_with(cfg, &src, &base_opts, &mut record.configs)?;
+        merged = config::merge(&merged, &cfg);
+    }
+    let rendered = config::merge(&merged, &user);
+    let bytes = config::to_json_pretty(&rendered, Version::NEWEST).map_err(anyhow::Error::msg)?;
     crate::util::write_atomic(&ctx.rendered_config(), &bytes, 0o600)?;
+    let rec = serde_json::to_vec_pretty(&record).context("serializing fetch record")?;
+    crate::util::write_atomic(&ctx.state_dir.join(RECORD_FILE), &rec, 0o644)?;
     info!(
         "rendered config written to {}",
         ctx.rendered_config().display()
@@ -25,9 +112,17 @@ pub fn run(ctx: &Context) -> Result<()> {
     Ok(())
 }
 
-/// Finds the user config. No config at all is an empty config.
-pub fn acquire(ctx: &Context) -> Result<(Config, String)> {
-    if let Some(path) = &ctx.config_file {
+fn fetched(kind: &str, source: &str, bytes: &[u8]) -> Fetched {
+    Fetched {
+        kind: kind.into(),
+        source: short(source),
+        sha512: fetch::sha512_hex(bytes),
+    }
+}
+
+/// Finds and parses the user config (unrendered). No config at all is an empty config.
+fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Config, String)> {
+    let found: Option<(Vec<u8>, String)> = if let Some(path) = &ctx.config_file {
         let bytes = if path.as_os_str() == "-" {
             let mut b = Vec::new();
             std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
@@ -37,19 +132,97 @@ pub fn acquire(ctx: &Context) -> Result<(Config, String)> {
             std::fs::read(path)
                 .with_context(|| format!("reading config file {}", path.display()))?
         };
-        let source = format!("file {}", path.display());
-        return Ok((parse_logged(&bytes, &source)?, source));
+        Some((bytes, format!("file {}", path.display())))
+    } else if let Some(url) = &ctx.config_url {
+        Some((fetch_url(url, opts)?, url.clone()))
+    } else if let Some(url) = cmdline_url(&read_cmdline()?) {
+        info!("config URL from the kernel command line: {}", short(&url));
+        Some((fetch_url(&url, opts)?, url))
+    } else if let Some(p) = &ctx.platform {
+        let provider = crate::platform::provider(p)?;
+        provider
+            .fetch_config(&Fetcher::new(opts.clone()))
+            .with_context(|| format!("fetching config from platform {p}"))?
+            .map(|f| (f.bytes, f.source))
+    } else {
+        None
+    };
+    match found {
+        Some((bytes, source)) => {
+            rec.user_config_provided = true;
+            rec.source = short(&source);
+            rec.configs.push(fetched("user", &source, &bytes));
+            Ok((parse_logged(&bytes, &short(&source))?, source))
+        }
+        None => {
+            info!("no user config provided");
+            rec.source = "no user config provided".into();
+            Ok((Config::default(), "no user config provided".into()))
+        }
     }
-    if let Some(url) = &ctx.config_url {
-        let res = config::types::Resource {
-            source: Some(url.clone()),
-            ..Default::default()
+}
+
+fn fetch_url(url: &str, opts: &fetch::Options) -> Result<Vec<u8>> {
+    let res = config::types::Resource {
+        source: Some(url.to_string()),
+        ..Default::default()
+    };
+    Fetcher::new(opts.clone()).fetch_bytes(&res)
+}
+
+/// The kernel command line: `$AGENT_KERNEL_CMDLINE` if set, else `/proc/cmdline`.
+pub fn read_cmdline() -> Result<String> {
+    if let Ok(c) = std::env::var("AGENT_KERNEL_CMDLINE") {
+        return Ok(c);
+    }
+    match std::fs::read_to_string(PROC_CMDLINE) {
+        Ok(s) => Ok(s),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(e).with_context(|| format!("reading {PROC_CMDLINE}")),
+    }
+}
+
+/// The config URL named on a kernel command line (`agent.config.url` wins).
+pub fn cmdline_url(cmdline: &str) -> Option<String> {
+    for key in CMDLINE_KEYS {
+        let found = cmdline
+            .split_ascii_whitespace()
+            .filter_map(|arg| arg.split_once('='))
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.trim_matches('"').to_string())
+            .next_back();
+        if let Some(v) = found.filter(|v| !v.is_empty()) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// System base configs: `base.d/*.ign` in name order, then
+/// `base.platform.d/<platform>/*.ign`.
+fn base_configs(ctx: &Context) -> Result<Vec<(PathBuf, Vec<u8>)>> {
+    let mut dirs = vec![ctx.system_config_dir.join("base.d")];
+    if let Some(p) = &ctx.platform {
+        dirs.push(ctx.system_config_dir.join("base.platform.d").join(p));
+    }
+    let mut out = Vec::new();
+    for dir in dirs {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
         };
-        let bytes = Fetcher::new(fetch::Options::default()).fetch_bytes(&res)?;
-        return Ok((parse_logged(&bytes, url)?, url.clone()));
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "ign"))
+            .collect();
+        files.sort();
+        for f in files {
+            let b = std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+            out.push((f, b));
+        }
     }
-    info!("no user config provided");
-    Ok((Config::default(), "no user config provided".into()))
+    Ok(out)
 }
 
 /// Parses a fetched config, logging its source and SHA-512 and any warnings.
@@ -71,30 +244,51 @@ pub fn parse_logged(bytes: &[u8], source: &str) -> Result<Config> {
 
 /// Resolves `ignition.config.replace` and `merge` references depth-first, in order.
 pub fn render(config: Config, source: &str) -> Result<Config> {
-    let mut chain = vec![source.to_string()];
-    render_inner(config, &mut chain)
+    render_with(config, source, &fetch::Options::default(), &mut Vec::new())
 }
 
-fn render_inner(mut cfg: Config, chain: &mut Vec<String>) -> Result<Config> {
+/// [`render`] with base fetch options (offline, endpoints) and a record of every fetch.
+pub fn render_with(
+    config: Config,
+    source: &str,
+    base: &fetch::Options,
+    rec: &mut Vec<Fetched>,
+) -> Result<Config> {
+    let mut chain = vec![source.to_string()];
+    render_inner(config, &mut chain, base, rec)
+}
+
+fn render_inner(
+    mut cfg: Config,
+    chain: &mut Vec<String>,
+    base: &fetch::Options,
+    rec: &mut Vec<Fetched>,
+) -> Result<Config> {
     if chain.len() > MAX_DEPTH {
         bail!(
             "config references nested deeper than {MAX_DEPTH} levels: {}",
             chain.join(" -> ")
         );
     }
+    if cfg.ignition.config.replace.source.is_none() && cfg.ignition.config.merge.is_empty() {
+        return Ok(cfg);
+    }
+    // The parent's timeouts, proxy and CAs apply to fetching its references.
+    let opts = fetch::Options::from_config_with_cas(&cfg, base)?;
+    let fetcher = Fetcher::new(opts);
     let refs = std::mem::take(&mut cfg.ignition.config);
     if let Some(src) = refs.replace.source.clone() {
-        let child = fetch_child(&cfg, &refs.replace, &src, chain)?;
+        let child = fetch_child(&fetcher, &refs.replace, &src, chain, "replace", rec)?;
         chain.push(src);
-        let r = render_inner(child, chain);
+        let r = render_inner(child, chain, base, rec);
         chain.pop();
         return r;
     }
     for r in &refs.merge {
         let src = r.source.clone().unwrap_or_default();
-        let child = fetch_child(&cfg, r, &src, chain)?;
+        let child = fetch_child(&fetcher, r, &src, chain, "merge", rec)?;
         chain.push(src);
-        let child = render_inner(child, chain);
+        let child = render_inner(child, chain, base, rec);
         chain.pop();
         cfg = config::merge(&cfg, &child?);
     }
@@ -102,26 +296,38 @@ fn render_inner(mut cfg: Config, chain: &mut Vec<String>) -> Result<Config> {
 }
 
 fn fetch_child(
-    parent: &Config,
+    fetcher: &Fetcher,
     r: &config::types::Resource,
     src: &str,
     chain: &[String],
+    kind: &str,
+    rec: &mut Vec<Fetched>,
 ) -> Result<Config> {
     if chain.iter().any(|s| s == src) {
         bail!("config reference loop: {} -> {src}", chain.join(" -> "));
     }
-    let fetcher = Fetcher::new(fetch::Options::from_config(parent));
     let bytes = fetcher
         .fetch_bytes(r)
         .with_context(|| format!("fetching config {}", short(src)))?;
+    rec.push(fetched(kind, src, &bytes));
     parse_logged(&bytes, &short(src))
 }
 
-/// Data URLs can be long: logs show their start only.
-fn short(src: &str) -> String {
-    if src.len() > 80 {
-        format!("{}…", &src[..src.floor_char_boundary(77)])
-    } else {
-        src.to_string()
+#[cfg(test)]
+mod tests {
+    use super::cmdline_url;
+
+    #[test]
+    fn cmdline_keys() {
+        assert_eq!(cmdline_url("quiet root=/dev/sda"), None);
+        assert_eq!(
+            cmdline_url("ignition.config.url=http://a/x agent.config.url=http://b/y").as_deref(),
+            Some("http://b/y")
+        );
+        assert_eq!(
+            cmdline_url("ignition.config.url=tftp://a/x quiet").as_deref(),
+            Some("tftp://a/x")
+        );
+        assert_eq!(cmdline_url("agent.config.url= x").as_deref(), None);
     }
 }

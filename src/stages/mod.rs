@@ -17,6 +17,10 @@ pub struct Context {
     pub platform: Option<String>,
     pub config_file: Option<PathBuf>,
     pub config_url: Option<String>,
+    /// System base configs (`base.d/`, `base.platform.d/<platform>/`).
+    pub system_config_dir: PathBuf,
+    /// Fail (with the neednet marker) instead of fetching anything over the network.
+    pub offline: bool,
 }
 
 impl Context {

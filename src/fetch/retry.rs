@@ -1,0 +1,178 @@
+//! The retry policy for network fetches, in one place (seed: ignition-operator-notes.txt):
+//! back off 100 ms, doubling up to 5 s, retrying until `timeouts.httpTotal` (0 or unset = no
+//! limit). Connection errors, header time-outs and 5xx are retried; anything else is final.
+//! Every retry is logged with its reason and the next delay, so a hung boot is never silent.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow};
+
+/// First delay between failed attempts.
+pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// The delay doubles after each failure up to this cap.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The outcome of one failed attempt.
+#[derive(Debug)]
+pub enum Failure {
+    /// Worth another try (connection error, header time-out, 5xx, body cut short).
+    Retry(anyhow::Error),
+    /// Final: retrying cannot help (4xx, hash mismatch, bad URL, ...).
+    Fatal(anyhow::Error),
+}
+
+impl Failure {
+    pub fn retry(e: impl Into<anyhow::Error>) -> Self {
+        Failure::Retry(e.into())
+    }
+    pub fn fatal(e: impl Into<anyhow::Error>) -> Self {
+        Failure::Fatal(e.into())
+    }
+}
+
+/// Time as the retry loop sees it; injectable so tests can check the schedule without waiting.
+pub trait Clock {
+    fn now(&self) -> Instant;
+    fn sleep(&self, d: Duration);
+}
+
+/// The real clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d)
+    }
+}
+
+/// The delay after the `n`th failure (0-based): 100 ms, 200 ms, 400 ms, ... capped at 5 s.
+pub fn backoff(n: u32) -> Duration {
+    INITIAL_BACKOFF
+        .checked_mul(1u32.checked_shl(n.min(16)).unwrap_or(u32::MAX))
+        .unwrap_or(MAX_BACKOFF)
+        .min(MAX_BACKOFF)
+}
+
+/// Runs `attempt` until it succeeds, fails finally, or `total` (if any) has passed.
+/// `attempt` receives the time left (None = unlimited) so it can bound its own waits.
+pub fn run<T>(
+    what: &str,
+    total: Option<Duration>,
+    clock: &dyn Clock,
+    mut attempt: impl FnMut(Option<Duration>) -> Result<T, Failure>,
+) -> Result<T> {
+    let start = clock.now();
+    let deadline = total.map(|t| start + t);
+    let mut failures = 0u32;
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(clock.now()));
+        let err = match attempt(left) {
+            Ok(v) => return Ok(v),
+            Err(Failure::Fatal(e)) => return Err(e),
+            Err(Failure::Retry(e)) => e,
+        };
+        let delay = backoff(failures);
+        failures += 1;
+        if let Some(d) = deadline {
+            let now = clock.now();
+            if now + delay >= d {
+                return Err(err.context(anyhow!(
+                    "giving up on {what} after {failures} attempts: timeouts.httpTotal of {}s exceeded",
+                    total.unwrap_or_default().as_secs_f64()
+                )));
+            }
+        }
+        log::warn!(
+            "{what}: attempt {failures} failed: {err:#}; retrying in {}ms",
+            delay.as_millis()
+        );
+        clock.sleep(delay);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A clock that only moves when slept on, recording each sleep.
+    struct FakeClock {
+        t: RefCell<Instant>,
+        sleeps: RefCell<Vec<Duration>>,
+    }
+
+    impl Clock for FakeClock {
+        fn now(&self) -> Instant {
+            *self.t.borrow()
+        }
+        fn sleep(&self, d: Duration) {
+            *self.t.borrow_mut() += d;
+            self.sleeps.borrow_mut().push(d);
+        }
+    }
+
+    fn fake() -> FakeClock {
+        FakeClock {
+            t: RefCell::new(Instant::now()),
+            sleeps: RefCell::new(Vec::new()),
+        }
+    }
+
+    fn ms(v: &[u64]) -> Vec<Duration> {
+        v.iter().map(|&m| Duration::from_millis(m)).collect()
+    }
+
+    #[test]
+    fn schedule_doubles_to_five_seconds() {
+        let c = fake();
+        let mut n = 0;
+        let r = run("x", None, &c, |_| {
+            n += 1;
+            if n < 10 {
+                Err(Failure::retry(anyhow!("503")))
+            } else {
+                Ok(n)
+            }
+        });
+        assert_eq!(r.unwrap(), 10);
+        assert_eq!(
+            *c.sleeps.borrow(),
+            ms(&[100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000])
+        );
+    }
+
+    #[test]
+    fn fatal_stops_at_once() {
+        let c = fake();
+        let r: Result<()> = run("x", None, &c, |_| Err(Failure::fatal(anyhow!("404"))));
+        assert!(r.unwrap_err().to_string().contains("404"));
+        assert!(c.sleeps.borrow().is_empty());
+    }
+
+    #[test]
+    fn total_bounds_the_whole_fetch() {
+        let c = fake();
+        let mut lefts = Vec::new();
+        let r: Result<()> = run("x", Some(Duration::from_secs(2)), &c, |left| {
+            lefts.push(left.unwrap());
+            Err(Failure::retry(anyhow!("reset")))
+        });
+        let e = format!("{:#}", r.unwrap_err());
+        assert!(e.contains("httpTotal"), "{e}");
+        // 100+200+400+800 = 1.5 s slept; the next 1.6 s would pass the 2 s limit.
+        assert_eq!(*c.sleeps.borrow(), ms(&[100, 200, 400, 800]));
+        assert_eq!(lefts[0], Duration::from_secs(2));
+        assert_eq!(lefts[4], Duration::from_millis(500));
+    }
+
+    #[test]
+    fn backoff_never_overflows() {
+        assert_eq!(backoff(0), Duration::from_millis(100));
+        assert_eq!(backoff(5), Duration::from_millis(3200));
+        assert_eq!(backoff(40), MAX_BACKOFF);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
+}

@@ -1,0 +1,367 @@
+//! The fetch stage through the binary: config sources in order (flags, kernel command line,
+//! platform), merge/replace chains across http, data and tftp (with an older-spec child),
+//! loops and depth, base configs, fetch.json, and offline mode.
+
+mod fetch_support;
+use fetch_support as support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use support::faulty_http::{Behavior, Server};
+use support::{TempDir, tftpd};
+
+struct Run {
+    out: Output,
+    state: TempDir,
+}
+
+impl Run {
+    fn ok(&self) -> &Self {
+        assert!(
+            self.out.status.success(),
+            "agent failed:\n{}",
+            self.stderr()
+        );
+        self
+    }
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    fn config(&self) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.state.join("config.json")).unwrap()).unwrap()
+    }
+    fn record(&self) -> agent::stages::fetch::Record {
+        agent::stages::fetch::load_record(self.state.path()).unwrap()
+    }
+    fn paths(&self) -> Vec<String> {
+        let c = self.config();
+        c["storage"]["files"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|f| f["path"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn agent_fetch(args: &[&str], env: &[(&str, &str)], sysdir: Option<&Path>) -> Run {
+    let state = TempDir::new("state");
+    let empty = TempDir::new("sysdir");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent"));
+    cmd.args(["run", "--stage", "fetch", "--state-dir"])
+        .arg(state.path())
+        .arg("--system-config-dir")
+        .arg(sysdir.unwrap_or(empty.path()))
+        .args(args)
+        .env("AGENT_KERNEL_CMDLINE", "quiet")
+        .env_remove("AGENT_SYSTEM_CONFIG_DIR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Run {
+        out: cmd.output().unwrap(),
+        state,
+    }
+}
+
+fn file_cfg(version: &str, path: &str, extra_ignition: &str) -> String {
+    format!(
+        r#"{{"ignition":{{"version":"{version}"{extra_ignition}}},"storage":{{"files":[{{"path":"{path}"}}]}}}}"#
+    )
+}
+
+fn merge_refs(urls: &[String]) -> String {
+    let list: Vec<String> = urls
+        .iter()
+        .map(|u| format!(r#"{{"source":"{u}"}}"#))
+        .collect();
+    format!(r#","config":{{"merge":[{}]}}"#, list.join(","))
+}
+
+fn data_url(s: &str) -> String {
+    let mut out = String::from("data:,");
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[test]
+fn merge_and_replace_chains_across_http_data_and_tftp() {
+    let t = tftpd();
+    let http = Server::start();
+    // tftp child written in spec 3.0.0 (older), merging nothing.
+    std::fs::write(t.root.join("c.ign"), file_cfg("3.0.0", "/c-tftp", "")).unwrap();
+    let tftp_url = format!("tftp://127.0.0.1:{}/c.ign", t.port);
+    // http child b (3.2.0) merges the tftp child, then a data child.
+    let d = data_url(&file_cfg("3.3.0", "/d-data", ""));
+    http.route(
+        "/b.ign",
+        vec![Behavior::Ok(
+            file_cfg("3.2.0", "/b-http", &merge_refs(&[tftp_url.clone(), d])).into_bytes(),
+        )],
+    );
+    // http r is a replace target whose config merges b.
+    http.route(
+        "/r.ign",
+        vec![Behavior::Ok(
+            file_cfg("3.4.0", "/r-http", &merge_refs(&[http.url("/b.ign")])).into_bytes(),
+        )],
+    );
+    let user = format!(
+        r#"{{"ignition":{{"version":"3.5.0","config":{{"replace":{{"source":"{}"}}}}}},"storage":{{"files":[{{"path":"/replaced-away"}}]}}}}"#,
+        http.url("/r.ign")
+    );
+    let dir = TempDir::new("chain");
+    std::fs::write(dir.join("user.ign"), &user).unwrap();
+    let r = agent_fetch(
+        &["--config-file", dir.join("user.ign").to_str().unwrap()],
+        &[],
+        None,
+    );
+    r.ok();
+    assert_eq!(r.paths(), ["/r-http", "/b-http", "/c-tftp", "/d-data"]);
+    let rec = r.record();
+    assert!(rec.user_config_provided);
+    let kinds: Vec<&str> = rec.configs.iter().map(|c| c.kind.as_str()).collect();
+    assert_eq!(kinds, ["user", "replace", "merge", "merge", "merge"]);
+    assert!(rec.configs.iter().all(|c| c.sha512.len() == 128));
+    // Every fetched config is logged with its source and SHA-512.
+    let err = r.stderr();
+    assert!(
+        err.contains(&format!("fetched config from {tftp_url} (sha512 ")),
+        "{err}"
+    );
+}
+
+#[test]
+fn loops_and_depth_are_errors() {
+    let http = Server::start();
+    http.route(
+        "/a.ign",
+        vec![Behavior::Ok(
+            file_cfg("3.4.0", "/a", &merge_refs(&[http.url("/b.ign")])).into_bytes(),
+        )],
+    );
+    http.route(
+        "/b.ign",
+        vec![Behavior::Ok(
+            file_cfg("3.4.0", "/b", &merge_refs(&[http.url("/a.ign")])).into_bytes(),
+        )],
+    );
+    let r = agent_fetch(&["--config-url", &http.url("/a.ign")], &[], None);
+    assert!(!r.out.status.success());
+    assert!(r.stderr().contains("loop"), "{}", r.stderr());
+    // A chain of 12 distinct configs is too deep.
+    for i in 0..12 {
+        let next = http.url(&format!("/d{}.ign", i + 1));
+        http.route(
+            &format!("/d{i}.ign"),
+            vec![Behavior::Ok(
+                file_cfg("3.4.0", &format!("/d{i}"), &merge_refs(&[next])).into_bytes(),
+            )],
+        );
+    }
+    http.route(
+        "/d12.ign",
+        vec![Behavior::Ok(file_cfg("3.4.0", "/end", "").into_bytes())],
+    );
+    let r = agent_fetch(&["--config-url", &http.url("/d0.ign")], &[], None);
+    assert!(!r.out.status.success());
+    assert!(r.stderr().contains("deeper"), "{}", r.stderr());
+    // An invalid child is reported with its source.
+    http.route(
+        "/bad.ign",
+        vec![Behavior::Ok(b"{\"ignition\":{}}".to_vec())],
+    );
+    http.route(
+        "/p.ign",
+        vec![Behavior::Ok(
+            file_cfg("3.4.0", "/p", &merge_refs(&[http.url("/bad.ign")])).into_bytes(),
+        )],
+    );
+    let r = agent_fetch(&["--config-url", &http.url("/p.ign")], &[], None);
+    assert!(!r.out.status.success());
+    assert!(r.stderr().contains("/bad.ign"), "{}", r.stderr());
+}
+
+#[test]
+fn kernel_cmdline_then_platform_then_nothing() {
+    let http = Server::start();
+    http.route(
+        "/k.ign",
+        vec![Behavior::Ok(
+            file_cfg("3.4.0", "/from-cmdline", "").into_bytes(),
+        )],
+    );
+    http.route(
+        "/i.ign",
+        vec![Behavior::Ok(
+            file_cfg("3.4.0", "/from-legacy", "").into_bytes(),
+        )],
+    );
+    let fw = TempDir::new("fwcfg");
+    let entry = fw.join("by_name/opt/com.coreos/config");
+    std::fs::create_dir_all(&entry).unwrap();
+    std::fs::write(entry.join("raw"), file_cfg("3.4.0", "/from-qemu", "")).unwrap();
+    let fwdir = fw.path().to_str().unwrap();
+    let both = format!(
+        "quiet ignition.config.url={} agent.config.url={}",
+        http.url("/i.ign"),
+        http.url("/k.ign")
+    );
+    let r = agent_fetch(
+        &["--platform", "qemu"],
+        &[
+            ("AGENT_KERNEL_CMDLINE", &both),
+            ("AGENT_QEMU_FW_CFG", fwdir),
+        ],
+        None,
+    );
+    assert_eq!(r.ok().paths(), ["/from-cmdline"]);
+    let legacy = format!("ignition.config.url={}", http.url("/i.ign"));
+    let r = agent_fetch(
+        &["--platform", "metal"],
+        &[("AGENT_KERNEL_CMDLINE", &legacy)],
+        None,
+    );
+    assert_eq!(r.ok().paths(), ["/from-legacy"]);
+    let r = agent_fetch(
+        &["--platform", "qemu"],
+        &[("AGENT_QEMU_FW_CFG", fwdir)],
+        None,
+    );
+    assert_eq!(r.ok().paths(), ["/from-qemu"]);
+    assert_eq!(r.record().source, "qemu fw_cfg opt/com.coreos/config");
+    let f = TempDir::new("fileplat");
+    std::fs::write(f.join("c.ign"), file_cfg("3.4.0", "/from-file", "")).unwrap();
+    let r = agent_fetch(
+        &["--platform", "file"],
+        &[("AGENT_CONFIG_FILE", f.join("c.ign").to_str().unwrap())],
+        None,
+    );
+    assert_eq!(r.ok().paths(), ["/from-file"]);
+    // --config-url beats the command line.
+    let r = agent_fetch(
+        &["--config-url", &http.url("/i.ign")],
+        &[("AGENT_KERNEL_CMDLINE", &both)],
+        None,
+    );
+    assert_eq!(r.ok().paths(), ["/from-legacy"]);
+    // Nothing anywhere: an empty config, recorded as such.
+    let r = agent_fetch(&["--platform", "metal"], &[], None);
+    r.ok();
+    assert!(r.paths().is_empty());
+    let rec = r.record();
+    assert!(!rec.user_config_provided);
+    assert_eq!(rec.source, "no user config provided");
+    assert!(r.stderr().contains("no user config provided"));
+}
+
+#[test]
+fn base_configs_merge_under_the_user_config() {
+    let sys = TempDir::new("sys");
+    std::fs::create_dir_all(sys.join("base.d")).unwrap();
+    std::fs::create_dir_all(sys.join("base.platform.d/qemu")).unwrap();
+    std::fs::create_dir_all(sys.join("base.platform.d/metal")).unwrap();
+    std::fs::write(
+        sys.join("base.d/20-b.ign"),
+        file_cfg("3.4.0", "/base-20", ""),
+    )
+    .unwrap();
+    std::fs::write(
+        sys.join("base.d/10-a.ign"),
+        file_cfg("3.0.0", "/base-10", ""),
+    )
+    .unwrap();
+    std::fs::write(sys.join("base.d/README"), "not a config").unwrap();
+    std::fs::write(
+        sys.join("base.platform.d/qemu/x.ign"),
+        file_cfg("3.4.0", "/plat-qemu", ""),
+    )
+    .unwrap();
+    std::fs::write(
+        sys.join("base.platform.d/metal/x.ign"),
+        file_cfg("3.4.0", "/plat-metal", ""),
+    )
+    .unwrap();
+    let dir = TempDir::new("baseuser");
+    std::fs::write(dir.join("u.ign"), file_cfg("3.4.0", "/user", "")).unwrap();
+    let fw = TempDir::new("nofw");
+    let r = agent_fetch(
+        &[
+            "--platform",
+            "qemu",
+            "--config-file",
+            dir.join("u.ign").to_str().unwrap(),
+        ],
+        &[("AGENT_QEMU_FW_CFG", fw.path().to_str().unwrap())],
+        Some(sys.path()),
+    );
+    assert_eq!(
+        r.ok().paths(),
+        ["/base-10", "/base-20", "/plat-qemu", "/user"]
+    );
+}
+
+#[test]
+fn offline_mode_marks_configs_that_need_the_network() {
+    let http = Server::start();
+    http.route(
+        "/n.ign",
+        vec![Behavior::Ok(file_cfg("3.4.0", "/net", "").into_bytes())],
+    );
+    let dir = TempDir::new("offline");
+    let needs = file_cfg("3.4.0", "/u", &merge_refs(&[http.url("/n.ign")]));
+    std::fs::write(dir.join("net.ign"), needs).unwrap();
+    let local = file_cfg(
+        "3.4.0",
+        "/u",
+        &merge_refs(&[data_url(&file_cfg("3.4.0", "/d", ""))]),
+    );
+    std::fs::write(dir.join("local.ign"), local).unwrap();
+    let r = agent_fetch(
+        &[
+            "--offline",
+            "--config-file",
+            dir.join("net.ign").to_str().unwrap(),
+        ],
+        &[],
+        None,
+    );
+    assert_eq!(
+        r.out.status.code(),
+        Some(agent::stages::fetch::EXIT_NEEDS_NETWORK),
+        "{}",
+        r.stderr()
+    );
+    assert!(r.state.join("neednet").exists());
+    assert!(!r.state.join("config.json").exists());
+    assert!(
+        http.requests("/n.ign").is_empty(),
+        "offline mode used the network"
+    );
+    // A cmdline URL needs the network too.
+    let cmd = format!("agent.config.url={}", http.url("/n.ign"));
+    let r = agent_fetch(&["--offline"], &[("AGENT_KERNEL_CMDLINE", &cmd)], None);
+    assert_eq!(r.out.status.code(), Some(3));
+    // A config that only uses data URLs works offline.
+    let r = agent_fetch(
+        &[
+            "--offline",
+            "--config-file",
+            dir.join("local.ign").to_str().unwrap(),
+        ],
+        &[],
+        None,
+    );
+    assert_eq!(r.ok().paths(), ["/u", "/d"]);
+    assert!(!r.state.join("neednet").exists());
+}

@@ -1,0 +1,143 @@
+//! Shared test support: the fault-injecting HTTP(S) server, temp dirs, external daemons.
+
+#![allow(dead_code)]
+
+pub mod faulty_http;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("agent-test-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A daemon started by a test, killed on drop.
+pub struct Daemon(pub Child, pub &'static str);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Fails with a clear message when a tool the test needs is missing.
+pub fn require(program: &str, package: &str) {
+    assert!(
+        agent::util::have_program(program),
+        "{program} is missing: install the Debian/PyPI package {package} (listed in .ci/packages/fetch.*)"
+    );
+}
+
+/// A port free at the time of asking (for daemons that cannot bind port 0 and report it).
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `program args` with output to `log`.
+pub fn spawn(program: &'static str, args: &[&str], log: &Path) -> Daemon {
+    let out = std::fs::File::create(log).unwrap();
+    let child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {program}: {e}"));
+    Daemon(child, program)
+}
+
+/// Waits until something accepts TCP connections on 127.0.0.1:port.
+pub fn wait_tcp(port: u16, limit: Duration) {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listening on 127.0.0.1:{port} after {limit:?}");
+}
+
+pub fn resource(url: &str) -> agent::config::types::Resource {
+    agent::config::types::Resource {
+        source: Some(url.into()),
+        ..Default::default()
+    }
+}
+
+/// tftpd-hpa on a free port serving a temp root; stopped on drop.
+pub struct Tftpd {
+    _d: Daemon,
+    pub port: u16,
+    pub root: TempDir,
+    _logdir: TempDir,
+}
+
+pub fn tftpd() -> Tftpd {
+    require("in.tftpd", "tftpd-hpa");
+    let root = TempDir::new("tftproot");
+    std::fs::set_permissions(
+        root.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let port = free_udp_port();
+    let logdir = TempDir::new("tftplog");
+    let log = logdir.join("tftpd.log");
+    let d = spawn(
+        "in.tftpd",
+        &[
+            "-L",
+            "-u",
+            "root",
+            "-a",
+            &format!("127.0.0.1:{port}"),
+            "-s",
+            root.path().to_str().unwrap(),
+        ],
+        &log,
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    Tftpd {
+        _d: d,
+        port,
+        root,
+        _logdir: logdir,
+    }
+}
