@@ -177,25 +177,19 @@ fn read_stdin() -> Result<Vec<u8>, String> {
 }
 
 fn plan(a: PlanArgs) -> anyhow::Result<()> {
-    let config = match &a.config_file {
-        Some(p) => {
-            let bytes = if p.as_os_str() == "-" {
-                read_stdin().map_err(anyhow::Error::msg)?
-            } else {
-                std::fs::read(p).map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?
-            };
-            crate::config::parse(&bytes)
-                .map(|p| p.config)
-                .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", p.display()))?
-        }
-        None => stages::load_rendered(&stages::Context {
-            root: "/".into(),
-            state_dir: a.state_dir.clone(),
-            platform: None,
-            config_file: None,
-            config_url: None,
-        })?,
+    // Default: the rendered config the fetch stage leaves (stages::Context::rendered_config).
+    let path = a
+        .config_file
+        .clone()
+        .unwrap_or_else(|| a.state_dir.join("config.json"));
+    let bytes = if path.as_os_str() == "-" {
+        read_stdin().map_err(anyhow::Error::msg)?
+    } else {
+        std::fs::read(&path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
     };
+    let config = crate::config::parse(&bytes)
+        .map(|p| p.config)
+        .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", path.display()))?;
     crate::logging::set_stage("disks");
     let p = stages::disks::plan(&config)?;
     print!("{p}");
