@@ -66,10 +66,22 @@ fn main() {
     let self_merge = time(rounds, || {
         black_box(agent::config::merge(&parsed, &parsed));
     });
-    println!("config bench: {} bytes, 10000 files, 1000 units, median of {rounds}", bytes.len());
-    println!("  serde_json::Value parse (reference): {:>8.2} ms", reference.as_secs_f64() * 1e3);
-    println!("  agent parse+validate+merge:          {:>8.2} ms", ours.as_secs_f64() * 1e3);
-    println!("  agent merge of 10000 matching files: {:>8.2} ms", self_merge.as_secs_f64() * 1e3);
+    println!(
+        "config bench: {} bytes, 10000 files, 1000 units, median of {rounds}",
+        bytes.len()
+    );
+    println!(
+        "  serde_json::Value parse (reference): {:>8.2} ms",
+        reference.as_secs_f64() * 1e3
+    );
+    println!(
+        "  agent parse+validate+merge:          {:>8.2} ms",
+        ours.as_secs_f64() * 1e3
+    );
+    println!(
+        "  agent merge of 10000 matching files: {:>8.2} ms",
+        self_merge.as_secs_f64() * 1e3
+    );
     println!(
         "  ratio agent/reference: {:.2}x (target <= 3x)",
         ours.as_secs_f64() / reference.as_secs_f64()
