@@ -1,0 +1,276 @@
+//! The config source: a directory holding `pools/<pool>.ign` (one config) or
+//! `pools/<pool>/*.ign` (fragments merged in file-name order).
+//!
+//! The directory may be a plain tree, a Kubernetes AtomicWriter volume (`..data` → `..<stamp>`
+//! swapped by rename(2)) or a git-sync link (the directory itself is a symlink that is swapped).
+//! A generation is read whole from the directory the link pointed to when we resolved it once,
+//! so two generations are never mixed; when that directory vanishes mid-read (the writer
+//! reclaimed it) we resolve again and start over. Names starting with `..` are never content.
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow, bail};
+use sha2::{Digest, Sha256};
+
+use super::render::Pool;
+use crate::config::{self, Config};
+
+/// How often a vanished directory is re-resolved before giving up.
+const VANISH_RETRIES: usize = 8;
+
+/// A validated generation of the source, ready to serve.
+#[derive(Debug)]
+pub struct Generation {
+    /// Content hash of every pool file (short hex): equal on every replica for equal input.
+    pub id: String,
+    /// The resolved directory it was read from.
+    pub dir: PathBuf,
+    pub pools: BTreeMap<String, Arc<Pool>>,
+}
+
+/// The raw bytes of a generation, before validation.
+#[derive(Debug, Default)]
+pub struct RawGeneration {
+    pub id: String,
+    pub dir: PathBuf,
+    /// pool → fragments (file name, bytes) in file-name order.
+    pub pools: BTreeMap<String, Vec<(String, Vec<u8>)>>,
+}
+
+/// Why loading failed: the bytes could not be read, or they were read but are invalid.
+#[derive(Debug)]
+pub enum LoadError {
+    Read(anyhow::Error),
+    Invalid {
+        id: String,
+        dir: PathBuf,
+        error: String,
+    },
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Read(e) => write!(f, "{e:#}"),
+            LoadError::Invalid { id, error, .. } => write!(f, "generation {id}: {error}"),
+        }
+    }
+}
+
+/// Whether `name` is a usable pool name (also keeps request paths inside `pools/`).
+pub fn valid_pool_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 253
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// The directory the current generation lives in: `DIR/..data` resolved when present
+/// (AtomicWriter), else DIR itself resolved (git-sync link or plain tree).
+pub fn resolve(dir: &Path) -> Result<PathBuf> {
+    let data = dir.join("..data");
+    let target = if std::fs::symlink_metadata(&data).is_ok() {
+        data
+    } else {
+        dir.to_path_buf()
+    };
+    std::fs::canonicalize(&target).with_context(|| format!("resolving {}", target.display()))
+}
+
+fn is_not_found(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == ErrorKind::NotFound)
+    })
+}
+
+/// Reads one whole generation, retrying when the resolved directory vanishes mid-read.
+pub fn read(dir: &Path) -> Result<RawGeneration> {
+    let mut last = None;
+    for _ in 0..VANISH_RETRIES {
+        let root = resolve(dir)?;
+        match read_from(&root) {
+            Ok(g) => return Ok(g),
+            Err(e) if is_not_found(&e) => {
+                // The writer swapped generations under us: start over from the new link.
+                log::debug!("{} changed while reading, retrying: {e:#}", root.display());
+                last = Some(e);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow!("reading {}", dir.display())))
+        .with_context(|| format!("{} kept changing while being read", dir.display()))
+}
+
+fn sorted_entries(dir: &Path) -> Result<Vec<(String, std::fs::FileType, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let e = e.with_context(|| format!("listing {}", dir.display()))?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if name.starts_with('.') {
+            // `..data`, `..<stamp>`, editor and temp files: never content.
+            continue;
+        }
+        let path = e.path();
+        // Follow symlinks (AtomicWriter's user-visible names are links into `..data`).
+        let ft = std::fs::metadata(&path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .file_type();
+        out.push((name.to_string(), ft, path));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+fn read_from(root: &Path) -> Result<RawGeneration> {
+    let pools_dir = root.join("pools");
+    let mut g = RawGeneration {
+        dir: root.to_path_buf(),
+        ..Default::default()
+    };
+    for (name, ft, path) in sorted_entries(&pools_dir)? {
+        if ft.is_dir() {
+            if !valid_pool_name(&name) {
+                bail!(
+                    "invalid pool directory name {name:?} in {}",
+                    pools_dir.display()
+                );
+            }
+            let mut frags = Vec::new();
+            for (f, fft, fpath) in sorted_entries(&path)? {
+                if !fft.is_file() || !f.ends_with(".ign") {
+                    continue;
+                }
+                let b = std::fs::read(&fpath)
+                    .with_context(|| format!("reading {}", fpath.display()))?;
+                frags.push((f, b));
+            }
+            if frags.is_empty() {
+                bail!("pool directory {} holds no .ign fragments", path.display());
+            }
+            if g.pools.insert(name.clone(), frags).is_some() {
+                bail!("pool {name:?} is given both as {name}.ign and as {name}/");
+            }
+        } else if ft.is_file() {
+            let Some(pool) = name.strip_suffix(".ign") else {
+                continue;
+            };
+            if !valid_pool_name(pool) {
+                bail!("invalid pool file name {name:?} in {}", pools_dir.display());
+            }
+            let b = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            if g.pools
+                .insert(pool.to_string(), vec![(name.clone(), b)])
+                .is_some()
+            {
+                bail!("pool {pool:?} is given both as {pool}.ign and as {pool}/");
+            }
+        }
+    }
+    let mut h = Sha256::new();
+    for (pool, frags) in &g.pools {
+        h.update((pool.len() as u64).to_le_bytes());
+        h.update(pool.as_bytes());
+        for (f, b) in frags {
+            h.update((f.len() as u64).to_le_bytes());
+            h.update(f.as_bytes());
+            h.update((b.len() as u64).to_le_bytes());
+            h.update(b);
+        }
+    }
+    g.id = hex(&h.finalize()[..8]);
+    Ok(g)
+}
+
+pub fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push_str(&format!("{x:02x}"));
+    }
+    s
+}
+
+/// Parses, merges and validates every pool of a raw generation.
+pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
+    let invalid = |error: String| LoadError::Invalid {
+        id: raw.id.clone(),
+        dir: raw.dir.clone(),
+        error,
+    };
+    let mut pools = BTreeMap::new();
+    for (name, frags) in &raw.pools {
+        let mut merged: Option<Config> = None;
+        for (f, bytes) in frags {
+            let parsed = config::parse(bytes).map_err(|r| {
+                let msgs: Vec<String> = r.errors().map(|d| d.to_string()).collect();
+                invalid(format!("pool {name}: {f}: {}", msgs.join("; ")))
+            })?;
+            for w in &parsed.warnings.diagnostics {
+                log::debug!("pool {name}: {f}: {w}");
+            }
+            merged = Some(match merged {
+                None => parsed.config,
+                Some(m) => config::merge(&m, &parsed.config),
+            });
+        }
+        let Some(cfg) = merged else {
+            return Err(invalid(format!("pool {name}: no config")));
+        };
+        let report = config::check(&cfg);
+        if report.has_errors() {
+            let msgs: Vec<String> = report.errors().map(|d| d.to_string()).collect();
+            return Err(invalid(format!(
+                "pool {name}: merged config is invalid: {}",
+                msgs.join("; ")
+            )));
+        }
+        let pool = Pool::new(name, cfg).map_err(|e| invalid(format!("pool {name}: {e:#}")))?;
+        pools.insert(name.clone(), Arc::new(pool));
+    }
+    Ok(Generation {
+        id: raw.id,
+        dir: raw.dir,
+        pools,
+    })
+}
+
+/// Reads and builds the current generation of `dir`.
+pub fn load(dir: &Path) -> Result<Generation, LoadError> {
+    let raw = read(dir).map_err(LoadError::Read)?;
+    build(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_names() {
+        for ok in ["worker", "master", "infra-1", "a.b_c"] {
+            assert!(valid_pool_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "..",
+            ".x",
+            "a/b",
+            "../etc",
+            "a%2fb",
+            "a b",
+            "-x",
+            &"x".repeat(300),
+        ] {
+            assert!(!valid_pool_name(bad), "{bad}");
+        }
+    }
+}
