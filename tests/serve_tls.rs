@@ -16,30 +16,104 @@ fn run(cmd: &str, args: &[&str], dir: &Path) -> Vec<u8> {
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("{cmd} is required for this test (apt-get install {cmd}): {e}"));
-    assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out.stdout
 }
 
 fn make_ca(dir: &Path) {
-    run("openssl", &["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=agent test CA",
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"], dir);
-    write(&dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n");
+    run(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=agent test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ],
+        dir,
+    );
+    write(
+        &dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    );
 }
 
 /// Issues a leaf into `name`.key/.pem; returns its serial.
 fn make_leaf(dir: &Path, name: &str) -> String {
-    run("openssl", &["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", &format!("{name}.key"), "-out", &format!("{name}.csr"), "-subj", "/CN=localhost"], dir);
-    run("openssl", &["x509", "-req", "-in", &format!("{name}.csr"), "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", &format!("{name}.pem"), "-days", "2", "-extfile", "ext.cnf"], dir);
-    let s = run("openssl", &["x509", "-in", &format!("{name}.pem"), "-noout", "-serial"], dir);
+    run(
+        "openssl",
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            "/CN=localhost",
+        ],
+        dir,
+    );
+    run(
+        "openssl",
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+        dir,
+    );
+    let s = run(
+        "openssl",
+        &["x509", "-in", &format!("{name}.pem"), "-noout", "-serial"],
+        dir,
+    );
     String::from_utf8(s).unwrap().trim().to_string()
 }
 
 fn served_serial(addr: std::net::SocketAddr, dir: &Path) -> String {
     let out = Command::new("openssl")
-        .args(["s_client", "-connect", &addr.to_string(), "-servername", "localhost"])
+        .args([
+            "s_client",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            "localhost",
+        ])
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
@@ -47,7 +121,11 @@ fn served_serial(addr: std::net::SocketAddr, dir: &Path) -> String {
     let pem = out.stdout;
     let p = dir.join("served.pem");
     std::fs::write(&p, &pem).unwrap();
-    let s = run("openssl", &["x509", "-in", "served.pem", "-noout", "-serial"], dir);
+    let s = run(
+        "openssl",
+        &["x509", "-in", "served.pem", "-noout", "-serial"],
+        dir,
+    );
     String::from_utf8(s).unwrap().trim().to_string()
 }
 
@@ -58,7 +136,10 @@ fn curl(args: &[&str]) -> (bool, String) {
         .stdin(Stdio::null())
         .output()
         .expect("curl is required for this test (apt-get install curl)");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
 }
 
 #[test]
@@ -72,23 +153,57 @@ fn https_with_certificate_reload() {
     let src = d.join("src");
     write(&src.join("pools/worker.ign"), &worker_config("tls"));
     let s = Server::start(
-        &["--source", src.to_str().unwrap(), "--listen", "127.0.0.1:0",
-          "--tls-cert", d.join("tls.pem").to_str().unwrap(), "--tls-key", d.join("tls.key").to_str().unwrap(),
-          "--poll-interval", "1s"],
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            d.join("tls.pem").to_str().unwrap(),
+            "--tls-key",
+            d.join("tls.key").to_str().unwrap(),
+            "--poll-interval",
+            "1s",
+        ],
         &[],
     );
     assert_eq!(s.scheme, "https");
     let ca = d.join("ca.pem");
     let url = format!("https://{}/config/worker", s.addr);
-    let (ok, out) = curl(&["--cacert", ca.to_str().unwrap(), "-o", "/dev/null", "-w", "%{http_code} %{http_version}", &url]);
+    let (ok, out) = curl(&[
+        "--cacert",
+        ca.to_str().unwrap(),
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %{http_version}",
+        &url,
+    ]);
     assert!(ok, "{out}");
     assert_eq!(out, "200 1.1");
     let (ok, out) = curl(&["--cacert", ca.to_str().unwrap(), &url]);
     assert!(ok && out.contains("data:,tls"), "{out}");
     // TLS 1.2 works, older versions do not.
-    let (ok, out) = curl(&["--cacert", ca.to_str().unwrap(), "--tlsv1.2", "--tls-max", "1.2", "-o", "/dev/null", &url]);
+    let (ok, out) = curl(&[
+        "--cacert",
+        ca.to_str().unwrap(),
+        "--tlsv1.2",
+        "--tls-max",
+        "1.2",
+        "-o",
+        "/dev/null",
+        &url,
+    ]);
     assert!(ok, "TLS 1.2: {out}");
-    let (ok, _) = curl(&["--cacert", ca.to_str().unwrap(), "--tls-max", "1.1", "-o", "/dev/null", &url]);
+    let (ok, _) = curl(&[
+        "--cacert",
+        ca.to_str().unwrap(),
+        "--tls-max",
+        "1.1",
+        "-o",
+        "/dev/null",
+        &url,
+    ]);
     assert!(!ok, "TLS 1.1 must be refused");
     // Plain HTTP on the TLS port is not served.
     let (ok, _) = curl(&["-o", "/dev/null", &format!("http://{}/healthz", s.addr)]);

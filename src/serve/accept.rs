@@ -54,7 +54,7 @@ pub fn negotiate(accept: Option<&str>) -> Negotiated {
             entries.push((q, version));
         }
     }
-    entries.sort_by(|a, b| b.0.cmp(&a.0));
+    entries.sort_by_key(|e| std::cmp::Reverse(e.0));
     for (_, v) in entries {
         let Some(v) = v else { continue };
         let Some((major, minor)) = parse_version(v) else {
@@ -119,7 +119,7 @@ mod tests {
             (Some("".into()), Default),
             (Some("*/*".into()), Default),
             (Some("application/json".into()), Default),
-            (Some(format!("{t}")), Default),
+            (Some(t.to_string()), Default),
             (Some(format!("{t};version=3.0.0")), Minor(0)),
             (Some(format!("{t}; version=3.4.0")), Minor(4)),
             (Some(format!("{t};version=3.6.0")), Minor(6)),
@@ -165,9 +165,7 @@ mod tests {
                 Minor(4),
             ),
             (
-                Some(format!(
-                    "APPLICATION/VND.COREOS.IGNITION+JSON;VERSION=3.2.0"
-                )),
+                Some("APPLICATION/VND.COREOS.IGNITION+JSON;VERSION=3.2.0".to_string()),
                 Minor(2),
             ),
             (Some(";;;,,,;=;=,".into()), Default),
