@@ -41,6 +41,13 @@ fn current_token(src: &Path, clock: &Path, pool: &str) -> Option<String> {
     })
 }
 
+/// Sets the fake clock atomically (the server reads it on every check).
+fn set_clock(clock: &Path, t: u64) {
+    let tmp = clock.with_extension("tmp");
+    std::fs::write(&tmp, t.to_string()).unwrap();
+    std::fs::rename(&tmp, clock).unwrap();
+}
+
 fn ign(s: &Server, tok: &str) -> u16 {
     s.get_h("/ignition", &[("Authorization", &format!("Bearer {tok}"))])
         .status
@@ -51,7 +58,7 @@ fn tokens_through_a_full_ttl() {
     let t = TempDir::new("tokens");
     let src = t.path().join("src");
     let clock = t.path().join("clock");
-    write(&clock, "1000000");
+    set_clock(&clock, 1000000);
     write(&src.join("pools/worker.ign"), &worker_config("w"));
     write(&src.join("pools/master.ign"), &worker_config("m"));
     let envs = [("AGENT_SERVE_TEST_CLOCK", clock.to_str().unwrap())];
@@ -92,18 +99,21 @@ fn tokens_through_a_full_ttl() {
     assert!(!state.contains(&t1));
 
     // Just before TTL/2: no rotation.
-    write(&clock, "1000049");
+    set_clock(&clock, 1000049);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(
         current_token(&src, &clock, "worker").as_deref(),
         Some(t1.as_str())
     );
     // At TTL/2: rotated, both valid.
-    write(&clock, "1000050");
+    set_clock(&clock, 1000050);
     s.wait_for("rotation", 10, |_| {
         current_token(&src, &clock, "worker").as_deref() != Some(t1.as_str())
     });
     let t2 = current_token(&src, &clock, "worker").unwrap();
+    s.wait_for("the server to load the rotated token", 5, |s| {
+        ign(s, &t2) == 200
+    });
     assert_eq!(ign(&s, &t1), 200, "previous token still valid");
     assert_eq!(ign(&s, &t2), 200);
     let show = agent(
@@ -123,13 +133,16 @@ fn tokens_through_a_full_ttl() {
     );
     assert!(!show.contains(&t2), "show without --reveal prints no token");
     // At TTL: the first token expires at once (5xx so a machine retries), the second rotates.
-    write(&clock, "1000100");
+    set_clock(&clock, 1000100);
     assert_eq!(ign(&s, &t1), 503);
     assert_eq!(ign(&s, &t2), 200);
     s.wait_for("second rotation", 10, |_| {
         current_token(&src, &clock, "worker").as_deref() != Some(t2.as_str())
     });
     let t3 = current_token(&src, &clock, "worker").unwrap();
+    s.wait_for("the server to load the rotated token", 5, |s| {
+        ign(s, &t3) == 200
+    });
     assert_eq!(ign(&s, &t3), 200);
     let m = s.get("/metrics").text();
     assert!(m.contains("agent_serve_token_rotations_total 4"), "{m}");

@@ -69,10 +69,16 @@ pub struct FileClock(pub PathBuf);
 
 impl Clock for FileClock {
     fn now(&self) -> u64 {
-        std::fs::read_to_string(&self.0)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or_else(|| SystemClock.now())
+        for _ in 0..5 {
+            if let Some(t) = std::fs::read_to_string(&self.0)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                return t;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        SystemClock.now()
     }
 }
 
