@@ -87,8 +87,10 @@ http {
     scgi_temp_path $TMP/ngx-scgi;
     keepalive_requests 10000000;
     keepalive_timeout 60s;
-    sendfile on;
-    tcp_nopush on;
+    # Measured on this machine: sendfile off is nginx's faster setting for a 50 KiB file
+    # over loopback (about 1.5x sendfile on), so the reference gets its best case.
+    sendfile off;
+    open_file_cache max=100;
     server {
         listen 127.0.0.1:$NGINX_PORT backlog=4096;
         root $TMP/www;
