@@ -610,3 +610,39 @@ fn sigterm_is_graceful_and_sighup_reloads() {
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
     assert!(s.terminate(), "clean exit on SIGTERM");
 }
+
+#[test]
+fn small_thundering_herd() {
+    let t = TempDir::new("herd");
+    let src = plain_source(&t);
+    let s = start_plain(&src, &["--no-access-log"]);
+    let want = s.get("/config/worker").body;
+    let addr = s.addr;
+    // 500 connections open at once, then every one sends its request.
+    let threads: Vec<_> = (0..25)
+        .map(|_| {
+            let want = want.clone();
+            std::thread::spawn(move || {
+                let conns: Vec<TcpStream> =
+                    (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
+                let mut ok = 0;
+                for mut c in conns {
+                    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                    c.write_all(
+                        b"GET /config/worker HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    )
+                    .unwrap();
+                    let mut out = Vec::new();
+                    c.read_to_end(&mut out).unwrap();
+                    let r = parse_response(&out, false);
+                    assert_eq!(r.status, 200);
+                    assert_eq!(r.body, want);
+                    ok += 1;
+                }
+                ok
+            })
+        })
+        .collect();
+    let total: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(total, 500);
+}

@@ -254,6 +254,100 @@ pub fn load(dir: &Path) -> Result<Generation, LoadError> {
 mod tests {
     use super::*;
 
+    struct Tmp(PathBuf);
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    fn tmp(tag: &str) -> Tmp {
+        let p = std::env::temp_dir().join(format!("agent-source-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+    fn put(p: &Path, s: &str) {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, s).unwrap();
+    }
+    const C: &str = r#"{"ignition":{"version":"3.0.0"}}"#;
+
+    #[test]
+    fn layouts() {
+        // Plain tree.
+        let t = tmp("plain");
+        put(&t.0.join("pools/worker.ign"), C);
+        put(
+            &t.0.join("pools/infra/b.ign"),
+            r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/b"}]}}"#,
+        );
+        put(
+            &t.0.join("pools/infra/a.ign"),
+            r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/a"}]}}"#,
+        );
+        put(&t.0.join("pools/infra/notes.txt"), "x");
+        put(&t.0.join("pools/.swp.ign"), "x");
+        put(&t.0.join("tokens/..data/state.json"), "{}");
+        let g = load(&t.0).unwrap();
+        assert_eq!(g.pools.keys().collect::<Vec<_>>(), ["infra", "worker"]);
+        let files: Vec<&str> = g.pools["infra"]
+            .config
+            .storage
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert_eq!(files, ["/a", "/b"], "fragments merged in file-name order");
+        let id = g.id.clone();
+        assert_eq!(load(&t.0).unwrap().id, id, "same content, same id");
+
+        // AtomicWriter volume: read from the resolved ..data target only.
+        let v = tmp("atomic");
+        put(&v.0.join("..2024_01/pools/worker.ign"), C);
+        put(&v.0.join("..2023_12/pools/old.ign"), C);
+        std::os::unix::fs::symlink("..2024_01", v.0.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/pools", v.0.join("pools")).unwrap();
+        let g = load(&v.0).unwrap();
+        assert_eq!(g.pools.keys().collect::<Vec<_>>(), ["worker"]);
+        assert!(g.dir.ends_with("..2024_01"));
+
+        // git-sync: the directory itself is a link.
+        let gs = tmp("gitsync");
+        put(&gs.0.join("wt-1/pools/master.ign"), C);
+        std::os::unix::fs::symlink(gs.0.join("wt-1"), gs.0.join("current")).unwrap();
+        let g = load(&gs.0.join("current")).unwrap();
+        assert!(g.dir.ends_with("wt-1"));
+        assert!(g.pools.contains_key("master"));
+    }
+
+    #[test]
+    fn broken_generations() {
+        let t = tmp("broken");
+        put(&t.0.join("pools/worker.ign"), C);
+        put(&t.0.join("pools/worker/a.ign"), C);
+        assert!(
+            matches!(load(&t.0), Err(LoadError::Read(_))),
+            "ambiguous pool"
+        );
+        let t = tmp("broken2");
+        put(
+            &t.0.join("pools/worker.ign"),
+            r#"{"ignition":{"version":"2.2.0"}}"#,
+        );
+        match load(&t.0) {
+            Err(LoadError::Invalid { error, .. }) => assert!(error.contains("worker"), "{error}"),
+            other => panic!("{other:?}"),
+        }
+        let t = tmp("broken3");
+        std::fs::create_dir_all(t.0.join("pools/empty")).unwrap();
+        assert!(load(&t.0).is_err(), "a pool directory without fragments");
+        let t = tmp("broken4");
+        assert!(
+            matches!(load(&t.0), Err(LoadError::Read(_))),
+            "no pools/ at all"
+        );
+    }
+
     #[test]
     fn pool_names() {
         for ok in ["worker", "master", "infra-1", "a.b_c"] {
