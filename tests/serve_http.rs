@@ -646,3 +646,70 @@ fn small_thundering_herd() {
     let total: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     assert_eq!(total, 500);
 }
+
+#[test]
+fn access_log_lines() {
+    let t = TempDir::new("accesslog");
+    let src = plain_source(&t);
+    let log = t.path().join("stderr.log");
+    let s = Server::start_logged(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+        ],
+        &[],
+        Some(&log),
+    );
+    let secret = "SECRETtokenSECRETtokenSECRET";
+    assert_eq!(
+        s.get_h(
+            "/ignition",
+            &[("Authorization", &format!("Bearer {secret}"))]
+        )
+        .status,
+        503
+    );
+    assert_eq!(
+        s.get_h(
+            "/config/infra",
+            &[(
+                "Accept",
+                "application/vnd.coreos.ignition+json;version=3.4.0"
+            )]
+        )
+        .status,
+        200
+    );
+    let mut lines = Vec::new();
+    for _ in 0..50 {
+        let text = std::fs::read_to_string(&log).unwrap();
+        lines = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .collect();
+        if lines.len() >= 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !std::fs::read_to_string(&log).unwrap().contains(secret),
+        "a token reached the log"
+    );
+    let cfg = lines
+        .iter()
+        .find(|l| l["path"] == "/config/infra")
+        .expect("a JSON line for the request");
+    assert_eq!(cfg["pool"], "infra");
+    assert_eq!(cfg["status"], 200);
+    assert_eq!(cfg["version"], "3.4.0");
+    assert!(cfg["bytes"].as_u64().unwrap() > 100);
+    assert!(cfg["durationMs"].is_number());
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["path"] == "/ignition" && l["status"] == 503)
+    );
+}

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ const BUCKETS: [f64; 12] = [
 
 #[derive(Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, u16, String), u64>>,
+    requests: RwLock<BTreeMap<(String, u16, String), AtomicU64>>,
     buckets: [AtomicU64; BUCKETS.len()],
     count: AtomicU64,
     sum_micros: AtomicU64,
@@ -28,16 +28,17 @@ pub struct Metrics {
 impl Metrics {
     /// Records one request. `pool` must already be a bounded label (known pool or "-").
     pub fn request(&self, pool: &str, status: u16, version: &str, took: Duration) {
-        if let Ok(mut m) = self.requests.lock() {
-            // Look up without allocating on the hot path.
-            if let Some(c) = m
-                .iter_mut()
+        // Hot path: a shared lock and an atomic add, no allocation.
+        let found = self.requests.read().is_ok_and(|m| {
+            m.iter()
                 .find(|((p, s, v), _)| p == pool && *s == status && v == version)
-            {
-                *c.1 += 1;
-            } else {
-                m.insert((pool.to_string(), status, version.to_string()), 1);
-            }
+                .map(|(_, c)| c.fetch_add(1, Ordering::Relaxed))
+                .is_some()
+        });
+        if !found && let Ok(mut m) = self.requests.write() {
+            m.entry((pool.to_string(), status, version.to_string()))
+                .or_default()
+                .fetch_add(1, Ordering::Relaxed);
         }
         let secs = took.as_secs_f64();
         for (i, b) in BUCKETS.iter().enumerate() {
@@ -57,8 +58,9 @@ impl Metrics {
             "# HELP agent_serve_requests_total HTTP requests by pool, status and spec version.\n",
         );
         s.push_str("# TYPE agent_serve_requests_total counter\n");
-        if let Ok(m) = self.requests.lock() {
+        if let Ok(m) = self.requests.read() {
             for ((p, st, v), c) in m.iter() {
+                let c = c.load(Ordering::Relaxed);
                 let _ = writeln!(
                     s,
                     "agent_serve_requests_total{{pool=\"{}\",status=\"{st}\",version=\"{}\"}} {c}",

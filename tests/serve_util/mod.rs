@@ -48,6 +48,11 @@ impl Server {
     /// Starts `agent serve` with `args` (which must include a listener) and waits for its
     /// first "listening" line.
     pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Server {
+        Self::start_logged(args, envs, None)
+    }
+
+    /// Like `start`, with the server's stderr (logs) going to `log` when given.
+    pub fn start_logged(args: &[&str], envs: &[(&str, &str)], log: Option<&Path>) -> Server {
         let mut cmd = Command::new(AGENT);
         cmd.arg("serve")
             .args(args)
@@ -55,6 +60,9 @@ impl Server {
             .stderr(Stdio::null());
         if std::env::var_os("SERVE_TEST_LOG").is_some() {
             cmd.stderr(Stdio::inherit());
+        }
+        if let Some(l) = log {
+            cmd.stderr(std::fs::File::create(l).unwrap());
         }
         for (k, v) in envs {
             cmd.env(k, v);
