@@ -320,6 +320,69 @@ mod tests {
         assert!(g.pools.contains_key("master"));
     }
 
+    /// A writer swaps generations and reclaims the old directory as fast as it can while we
+    /// read: every read must succeed and hold a single generation.
+    #[test]
+    fn reads_never_mix_generations_under_churn() {
+        let v = tmp("churn");
+        let write_gen = |n: usize| {
+            let d = v.0.join(format!("..g{n}"));
+            for f in ["a", "b", "c"] {
+                put(&d.join(format!("pools/worker/{f}.ign")), &format!("{n}"));
+            }
+            let tmp = v.0.join("..data_tmp");
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(format!("..g{n}"), &tmp).unwrap();
+            std::fs::rename(&tmp, v.0.join("..data")).unwrap();
+            if n > 0 {
+                std::fs::remove_dir_all(v.0.join(format!("..g{}", n - 1))).unwrap();
+            }
+        };
+        write_gen(0);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let stop = stop.clone();
+            let dir = v.0.clone();
+            std::thread::spawn(move || {
+                let mut n = 1;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) && n < 3000 {
+                    let d = dir.join(format!("..g{n}"));
+                    for f in ["a", "b", "c"] {
+                        put(&d.join(format!("pools/worker/{f}.ign")), &format!("{n}"));
+                    }
+                    let tmp = dir.join("..data_tmp");
+                    let _ = std::fs::remove_file(&tmp);
+                    std::os::unix::fs::symlink(format!("..g{n}"), &tmp).unwrap();
+                    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+                    std::fs::remove_dir_all(dir.join(format!("..g{}", n - 1))).unwrap();
+                    n += 1;
+                }
+                n
+            })
+        };
+        let mut ok = 0;
+        let mut gens = std::collections::BTreeSet::new();
+        for _ in 0..300 {
+            match read(&v.0) {
+                Ok(g) => {
+                    let frags = &g.pools["worker"];
+                    assert_eq!(frags.len(), 3);
+                    assert!(
+                        frags.iter().all(|(_, b)| *b == frags[0].1),
+                        "mixed: {frags:?}"
+                    );
+                    gens.insert(frags[0].1.clone());
+                    ok += 1;
+                }
+                Err(e) => assert!(format!("{e:#}").contains("kept changing"), "{e:#}"),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        writer.join().unwrap();
+        assert!(ok > 250, "only {ok} of 300 reads succeeded");
+        assert!(gens.len() > 1);
+    }
+
     #[test]
     fn broken_generations() {
         let t = tmp("broken");
