@@ -8,7 +8,6 @@
 //! reclaimed it) we resolve again and start over. Names starting with `..` are never content.
 
 use std::collections::BTreeMap;
-use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -18,7 +17,7 @@ use sha2::{Digest, Sha256};
 use super::render::Pool;
 use crate::config::{self, Config};
 
-/// How often a vanished directory is re-resolved before giving up.
+/// How often a vanished or replaced directory is re-resolved before giving up.
 const VANISH_RETRIES: usize = 8;
 
 /// A validated generation of the source, ready to serve.
@@ -82,28 +81,25 @@ pub fn resolve(dir: &Path) -> Result<PathBuf> {
     std::fs::canonicalize(&target).with_context(|| format!("resolving {}", target.display()))
 }
 
-fn is_not_found(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == ErrorKind::NotFound)
-    })
-}
-
 /// Reads one whole generation, retrying when the resolved directory vanishes mid-read.
 pub fn read(dir: &Path) -> Result<RawGeneration> {
     let mut last = None;
     for _ in 0..VANISH_RETRIES {
         let root = resolve(dir)?;
-        match read_from(&root) {
-            Ok(g) => return Ok(g),
-            Err(e) if is_not_found(&e) => {
-                // The writer swapped generations under us: start over from the new link.
-                log::debug!("{} changed while reading, retrying: {e:#}", root.display());
-                last = Some(e);
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            Err(e) => return Err(e),
+        let res = read_from(&root);
+        // A writer reclaims a generation only after swapping the link away from it: if the
+        // link still points here, what we read (or failed to read) was not being deleted.
+        // Otherwise the directory may have vanished or been half-removed while we listed it
+        // (an empty listing is not even an error), so start over from the new link.
+        if resolve(dir).ok().as_ref() == Some(&root) {
+            return res;
         }
+        log::debug!("{} was replaced while being read, retrying", root.display());
+        last = Some(match res {
+            Ok(_) => anyhow!("{} was replaced while being read", root.display()),
+            Err(e) => e,
+        });
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
     Err(last.unwrap_or_else(|| anyhow!("reading {}", dir.display())))
         .with_context(|| format!("{} kept changing while being read", dir.display()))

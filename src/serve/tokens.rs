@@ -315,12 +315,21 @@ impl Store {
             .create(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
         let p = self.dir.join(".lock");
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&p)
-            .with_context(|| format!("opening {}", p.display()))?;
+        // Opened read-only once it exists: closing it then raises no inotify write event, so
+        // watchers of the directory (replicas) are not woken by a mere lock.
+        let f = match std::fs::File::open(&p) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&p)
+                    .with_context(|| format!("creating {}", p.display()))?;
+                std::fs::File::open(&p).with_context(|| format!("opening {}", p.display()))?
+            }
+            Err(e) => return Err(e).with_context(|| format!("opening {}", p.display())),
+        };
         let flock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| e)
             .with_context(|| format!("locking {}", p.display()))?;
@@ -334,7 +343,14 @@ impl Store {
             if std::fs::symlink_metadata(&data).is_err() {
                 return Ok(Stored::default());
             }
-            match self.read_gen(&data) {
+            let before = std::fs::read_link(&data).ok();
+            let res = self.read_gen(&data);
+            // Only trust a read whose generation was not swapped away (and possibly
+            // half-removed) meanwhile.
+            if std::fs::read_link(&data).ok() != before {
+                continue;
+            }
+            match res {
                 Ok(s) => return Ok(s),
                 Err(e)
                     if e.chain().any(|c| {
