@@ -811,7 +811,7 @@ pub fn token_main(a: TokenArgs) -> Result<()> {
                     writeln!(
                         out,
                         "{p}\t{role}\tsha256:{}\tcreated={}\texpires={}\t{state}",
-                        &e.hash[..12.min(e.hash.len())],
+                        e.hash.get(..12).unwrap_or(&e.hash),
                         e.created,
                         e.expires
                     )?;

@@ -168,7 +168,7 @@ impl Stored {
         let e = TokenEntry {
             hash: hex(&hash_token(&t)),
             created: now,
-            expires: now + ttl,
+            expires: now.saturating_add(ttl),
         };
         self.state
             .pools
@@ -204,7 +204,7 @@ impl Stored {
                     self.issue(p, now, ttl)?;
                     r.created += 1;
                 }
-                Some(cur) if now >= cur.created + ttl / 2 => {
+                Some(cur) if now >= cur.created.saturating_add(ttl / 2) => {
                     self.issue(p, now, ttl)?;
                     r.rotated += 1;
                 }
