@@ -41,6 +41,10 @@ pub enum Command {
     Fetch(crate::fetch::command::FetchArgs),
     /// Serve machine configs to booting machines (the MachineConfigServer).
     Serve(crate::serve::ServeArgs),
+    /// Show, rotate or revoke the config server's bearer tokens.
+    Token(crate::serve::TokenArgs),
+    /// Print the pointer config a machine boots with (merge URL, bearer header, CA).
+    Pointer(crate::serve::PointerArgs),
 }
 
 #[derive(Debug, Args)]
@@ -107,6 +111,8 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Info => info(),
         Command::Fetch(a) => crate::fetch::command::main(a),
         Command::Serve(a) => crate::serve::main(a),
+        Command::Token(a) => crate::serve::token_main(a),
+        Command::Pointer(a) => crate::serve::pointer_main(a),
     };
     match result {
         Ok(()) => 0,

@@ -1,0 +1,158 @@
+#!/bin/bash
+# Benchmark `agent serve` against nginx serving the same bytes as a static file, in one run:
+# requests/s and p99 latency for /config/<pool> (~50 KiB config) with wrk, the ratio
+# agent/nginx (target >= 0.8), then a thundering herd of 5,000 concurrent connections that
+# must finish with no errors.
+#
+# The machine is shared, so nginx and agent are measured in alternating rounds and each
+# side's best round is compared.
+#
+# Needs: wrk, nginx (apt-get install wrk nginx-light), python3. Env: DURATION (default 5s),
+# ROUNDS (default 3),
+# CONNS (default 64), HERD (default 5000), ACCESS_LOG=1 to keep agent's JSON access log on
+# (written to /dev/null; nginx then logs too).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+DURATION=${DURATION:-5s}
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-64}
+HERD=${HERD:-5000}
+ACCESS_LOG=${ACCESS_LOG:-0}
+
+for t in wrk nginx python3; do
+    command -v "$t" >/dev/null || { echo "missing $t (apt-get install wrk nginx-light python3)" >&2; exit 2; }
+done
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+cargo build --release --quiet
+AGENT=$PWD/target/release/agent
+
+TMP=$(mktemp -d /tmp/agent-bench-serve.XXXXXX)
+chmod 755 "$TMP"
+AGENT_PID=""
+NGINX_PID=""
+cleanup() {
+    [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
+    [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null && wait "$NGINX_PID" 2>/dev/null || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# A ~50 KiB worker config: files with inline data and a few units.
+mkdir -p "$TMP/src/pools"
+python3 - "$TMP/src/pools/worker.ign" <<'PY'
+import json, sys, base64, random
+random.seed(1)
+files = []
+for i in range(36):
+    data = "".join(random.choice("abcdefghijklmnopqrstuvwxyz0123456789 \n") for _ in range(1000))
+    files.append({"path": f"/etc/bench/file-{i:03}.conf", "mode": 420,
+                  "contents": {"source": "data:;base64," + base64.b64encode(data.encode()).decode()}})
+units = [{"name": f"bench-{i}.service", "enabled": True,
+          "contents": "[Unit]\nDescription=bench %d\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n" % i}
+         for i in range(20)]
+cfg = {"ignition": {"version": "3.0.0"}, "storage": {"files": files}, "systemd": {"units": units}}
+open(sys.argv[1], "w").write(json.dumps(cfg))
+PY
+
+LOGFLAG=--no-access-log
+[ "$ACCESS_LOG" = 1 ] && LOGFLAG=""
+"$AGENT" serve --source "$TMP/src" --token-dir "$TMP/tokens" --listen-http 127.0.0.1:0 \
+    --max-connections 20000 $LOGFLAG >"$TMP/agent.out" 2>/dev/null &
+AGENT_PID=$!
+for _ in $(seq 100); do grep -q listening "$TMP/agent.out" 2>/dev/null && break; sleep 0.1; done
+AGENT_ADDR=$(sed -n 's|^listening http://||p' "$TMP/agent.out" | head -1)
+[ -n "$AGENT_ADDR" ] || { echo "agent serve did not start" >&2; exit 1; }
+
+mkdir -p "$TMP/www/config"
+python3 - "$AGENT_ADDR" "$TMP/www/config/worker" <<'PY'
+import sys, urllib.request
+body = urllib.request.urlopen(f"http://{sys.argv[1]}/config/worker").read()
+open(sys.argv[2], "wb").write(body)
+PY
+SIZE=$(stat -c %s "$TMP/www/config/worker")
+
+NGINX_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+NGINX_LOG="access_log off;"
+[ "$ACCESS_LOG" = 1 ] && NGINX_LOG="access_log /dev/null;"
+cat >"$TMP/nginx.conf" <<NGX
+user root;
+worker_processes auto;
+daemon off;
+pid $TMP/nginx.pid;
+error_log $TMP/nginx-error.log;
+events { worker_connections 20000; }
+http {
+    $NGINX_LOG
+    client_body_temp_path $TMP/ngx-body;
+    proxy_temp_path $TMP/ngx-proxy;
+    fastcgi_temp_path $TMP/ngx-fastcgi;
+    uwsgi_temp_path $TMP/ngx-uwsgi;
+    scgi_temp_path $TMP/ngx-scgi;
+    keepalive_requests 10000000;
+    keepalive_timeout 60s;
+    sendfile on;
+    tcp_nopush on;
+    open_file_cache max=100;
+    server {
+        listen 127.0.0.1:$NGINX_PORT backlog=4096;
+        root $TMP/www;
+        default_type application/vnd.coreos.ignition+json;
+    }
+}
+NGX
+nginx -c "$TMP/nginx.conf" -e "$TMP/nginx-error.log" &
+NGINX_PID=$!
+for _ in $(seq 50); do python3 -c "import socket; socket.create_connection(('127.0.0.1',$NGINX_PORT))" 2>/dev/null && break; sleep 0.1; done
+
+cmp <(python3 -c "import urllib.request,sys; sys.stdout.buffer.write(urllib.request.urlopen('http://127.0.0.1:$NGINX_PORT/config/worker').read())") \
+    "$TMP/www/config/worker" || { echo "nginx does not serve the same bytes" >&2; exit 1; }
+
+# wrk output → "rps p99_ms errors"
+measure() {
+    local url=$1 conns=$2 out
+    out=$(wrk -t2 -c"$conns" -d"$DURATION" --timeout 10s --latency "$url")
+    echo "$out" >>"$TMP/wrk.log"
+    python3 - "$out" <<'PY'
+import re, sys
+o = sys.argv[1]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", o).group(1))
+m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", o)
+p99 = float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+errs = 0
+e = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", o)
+if e: errs += sum(int(x) for x in e.groups())
+n = re.search(r"Non-2xx or 3xx responses: (\d+)", o)
+if n: errs += int(n.group(1))
+print(f"{rps:.0f} {p99:.3f} {errs}")
+PY
+}
+
+echo "config size: $SIZE bytes; wrk -t2 -c$CONNS -d$DURATION, $ROUNDS alternating rounds; access log: $([ "$ACCESS_LOG" = 1 ] && echo on || echo off)"
+N_BEST="0 0 0"; A_BEST="0 0 0"
+best() { # keeps the round with the higher req/s
+    python3 -c "import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(' '.join(a if float(a[0])>=float(b[0]) else b))" "$1" "$2"
+}
+for r in $(seq "$ROUNDS"); do
+    N=$(measure "http://127.0.0.1:$NGINX_PORT/config/worker" "$CONNS")
+    A=$(measure "http://$AGENT_ADDR/config/worker" "$CONNS")
+    echo "  round $r: nginx $N | agent $A   (req/s p99_ms errors)"
+    N_BEST=$(best "$N_BEST" "$N"); A_BEST=$(best "$A_BEST" "$A")
+done
+read -r N_RPS N_P99 N_ERR <<<"$N_BEST"
+read -r A_RPS A_P99 A_ERR <<<"$A_BEST"
+printf 'nginx (static file): %8s req/s  p99 %8s ms  errors %s\n' "$N_RPS" "$N_P99" "$N_ERR"
+printf 'agent serve:         %8s req/s  p99 %8s ms  errors %s\n' "$A_RPS" "$A_P99" "$A_ERR"
+RATIO=$(python3 -c "print(f'{$A_RPS/$N_RPS:.2f}')")
+echo "throughput ratio agent/nginx (best rounds): $RATIO (target >= 0.8)"
+
+echo "thundering herd: $HERD concurrent connections"
+read -r H_RPS H_P99 H_ERR < <(measure "http://$AGENT_ADDR/config/worker" "$HERD")
+printf 'agent serve, herd:   %8s req/s  p99 %8s ms  errors %s\n' "$H_RPS" "$H_P99" "$H_ERR"
+if [ "$H_ERR" != 0 ]; then
+    echo "FAIL: errors during the thundering herd (wrk output in $TMP/wrk.log)" >&2
+    trap - EXIT
+    exit 1
+fi
+echo "herd: no errors"

@@ -1,0 +1,164 @@
+//! Prometheus text-format metrics: requests by pool, status and spec version; a latency
+//! histogram; source reloads and failures; token rotations.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Latency bucket upper bounds in seconds.
+const BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0,
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    requests: RwLock<BTreeMap<(String, u16, String), AtomicU64>>,
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+    pub reloads: AtomicU64,
+    pub reload_failures: AtomicU64,
+    pub token_rotations: AtomicU64,
+    pub tls_reloads: AtomicU64,
+    pub connections_rejected: AtomicU64,
+}
+
+impl Metrics {
+    /// Records one request. `pool` must already be a bounded label (known pool or "-").
+    pub fn request(&self, pool: &str, status: u16, version: &str, took: Duration) {
+        // Hot path: a shared lock and an atomic add, no allocation.
+        let found = self.requests.read().is_ok_and(|m| {
+            m.iter()
+                .find(|((p, s, v), _)| p == pool && *s == status && v == version)
+                .map(|(_, c)| c.fetch_add(1, Ordering::Relaxed))
+                .is_some()
+        });
+        if !found && let Ok(mut m) = self.requests.write() {
+            m.entry((pool.to_string(), status, version.to_string()))
+                .or_default()
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let secs = took.as_secs_f64();
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if secs <= *b {
+                self.buckets[i].fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub fn render(&self, open_connections: usize) -> String {
+        let mut s = String::new();
+        s.push_str(
+            "# HELP agent_serve_requests_total HTTP requests by pool, status and spec version.\n",
+        );
+        s.push_str("# TYPE agent_serve_requests_total counter\n");
+        if let Ok(m) = self.requests.read() {
+            for ((p, st, v), c) in m.iter() {
+                let c = c.load(Ordering::Relaxed);
+                let _ = writeln!(
+                    s,
+                    "agent_serve_requests_total{{pool=\"{}\",status=\"{st}\",version=\"{}\"}} {c}",
+                    esc(p),
+                    esc(v)
+                );
+            }
+        }
+        s.push_str("# HELP agent_serve_request_duration_seconds Request latency.\n");
+        s.push_str("# TYPE agent_serve_request_duration_seconds histogram\n");
+        let mut cum = 0;
+        for (i, b) in BUCKETS.iter().enumerate() {
+            cum += self.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                s,
+                "agent_serve_request_duration_seconds_bucket{{le=\"{b}\"}} {cum}"
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            s,
+            "agent_serve_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            s,
+            "agent_serve_request_duration_seconds_sum {}",
+            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(s, "agent_serve_request_duration_seconds_count {count}");
+        for (name, help, v) in [
+            (
+                "agent_serve_reloads_total",
+                "Source generations activated.",
+                &self.reloads,
+            ),
+            (
+                "agent_serve_reload_failures_total",
+                "Source generations that failed to load or validate.",
+                &self.reload_failures,
+            ),
+            (
+                "agent_serve_token_rotations_total",
+                "Tokens issued by rotation.",
+                &self.token_rotations,
+            ),
+            (
+                "agent_serve_tls_reloads_total",
+                "TLS certificate reloads.",
+                &self.tls_reloads,
+            ),
+            (
+                "agent_serve_connections_rejected_total",
+                "Connections refused at the connection cap.",
+                &self.connections_rejected,
+            ),
+        ] {
+            let _ = writeln!(
+                s,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "# HELP agent_serve_open_connections Open client connections.\n# TYPE agent_serve_open_connections gauge\nagent_serve_open_connections {open_connections}"
+        );
+        s
+    }
+}
+
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders() {
+        let m = Metrics::default();
+        m.request("worker", 200, "3.0.0", Duration::from_micros(300));
+        m.request("worker", 200, "3.0.0", Duration::from_millis(2));
+        m.request("-", 404, "-", Duration::from_micros(50));
+        let s = m.render(3);
+        assert!(
+            s.contains(
+                "agent_serve_requests_total{pool=\"worker\",status=\"200\",version=\"3.0.0\"} 2"
+            ),
+            "{s}"
+        );
+        assert!(
+            s.contains("agent_serve_request_duration_seconds_bucket{le=\"0.0005\"} 2"),
+            "{s}"
+        );
+        assert!(s.contains("agent_serve_request_duration_seconds_count 3"));
+        assert!(s.contains("agent_serve_open_connections 3"));
+    }
+}

@@ -1,0 +1,197 @@
+//! Rendering a pool's config for one request: etcd index templating, the node-agent file, and
+//! the spec version. Renders without an etcd index are computed once per generation, so every
+//! replica serves byte-identical output for the same generation.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use sha2::{Digest, Sha256};
+
+use super::source::hex;
+use crate::config::types::{File, Resource};
+use crate::config::{self, Config, Version, version};
+use crate::fetch::data_url::base64_encode;
+
+/// Where the node agent finds the name of the config it was provisioned from.
+pub const NODE_CONFIG_PATH: &str = "/etc/agent/node-config.json";
+
+/// The template variable replaced by `etcd_index` for `master` pools.
+pub const ETCD_INDEX_VAR: &str = "{{.etcd_index}}";
+
+/// A rendered document: body and its strong ETag.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    pub body: Arc<[u8]>,
+    pub etag: String,
+    pub version: Version,
+}
+
+impl Rendered {
+    fn new(body: Vec<u8>, version: Version) -> Self {
+        let etag = format!("\"{}\"", hex(&Sha256::digest(&body)[..16]));
+        Rendered {
+            body: body.into(),
+            etag,
+            version,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Pool {
+    pub name: String,
+    /// The merged config as read (templates not yet filled in).
+    pub config: Config,
+    /// `<pool>-<content hash>`: the name the node agent records as current/desired config.
+    pub config_name: String,
+    /// The oldest spec version that can express the served config.
+    pub min_version: Version,
+    /// Pre-rendered documents by minor version; Err says why the version cannot express it.
+    pub by_minor: Vec<Result<Rendered, String>>,
+}
+
+impl Pool {
+    pub fn new(name: &str, config: Config) -> Result<Self> {
+        let canonical =
+            config::to_json(&config, Version::NEWEST).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let config_name = format!("{name}-{}", hex(&Sha256::digest(&canonical)[..8]));
+        let served = with_node_file(&config, &config_name);
+        let min_version = version::minimum(&served);
+        let by_minor = (0..=version::NEWEST_MINOR)
+            .map(|m| {
+                let v = Version::new(m);
+                config::to_json(&served, v).map(|b| Rendered::new(b, v))
+            })
+            .collect();
+        Ok(Pool {
+            name: name.to_string(),
+            config,
+            config_name,
+            min_version,
+            by_minor,
+        })
+    }
+
+    /// The document for spec minor `minor`, with `etcd_index` filled in when given.
+    pub fn render(&self, minor: u8, etcd_index: Option<u32>) -> Result<Rendered, String> {
+        let Some(idx) = etcd_index else {
+            return self
+                .by_minor
+                .get(minor as usize)
+                .cloned()
+                .unwrap_or_else(|| Err(format!("unsupported spec version 3.{minor}.0")));
+        };
+        let mut c = self.config.clone();
+        fill_etcd_index(&mut c, idx);
+        let served = with_node_file(&c, &self.config_name);
+        let v = Version::new(minor);
+        config::to_json(&served, v).map(|b| Rendered::new(b, v))
+    }
+}
+
+/// Replaces `{{.etcd_index}}` in unit and drop-in contents.
+pub fn fill_etcd_index(c: &mut Config, idx: u32) {
+    let n = idx.to_string();
+    for u in &mut c.systemd.units {
+        if let Some(s) = &mut u.contents {
+            *s = s.replace(ETCD_INDEX_VAR, &n);
+        }
+        for d in &mut u.dropins {
+            if let Some(s) = &mut d.contents {
+                *s = s.replace(ETCD_INDEX_VAR, &n);
+            }
+        }
+    }
+}
+
+/// The JSON the node agent reads to seed its current/desired config.
+pub fn node_file_json(config_name: &str) -> String {
+    serde_json::json!({ "currentConfig": config_name, "desiredConfig": config_name }).to_string()
+}
+
+/// `c` with the node-agent file added (replacing any file of the same path).
+pub fn with_node_file(c: &Config, config_name: &str) -> Config {
+    let mut out = c.clone();
+    let body = node_file_json(config_name);
+    out.storage.files.retain(|f| f.path != NODE_CONFIG_PATH);
+    out.storage
+        .directories
+        .retain(|d| d.path != NODE_CONFIG_PATH);
+    out.storage.links.retain(|l| l.path != NODE_CONFIG_PATH);
+    out.storage.files.push(File {
+        path: NODE_CONFIG_PATH.to_string(),
+        mode: Some(0o644),
+        overwrite: Some(true),
+        contents: Resource {
+            source: Some(format!(
+                "data:application/json;base64,{}",
+                base64_encode(body.as_bytes())
+            )),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(s: &str) -> Config {
+        config::parse(s.as_bytes()).unwrap().config
+    }
+
+    #[test]
+    fn etcd_index_in_units_and_dropins() {
+        let c = cfg(r#"{"ignition":{"version":"3.0.0"},"systemd":{"units":[
+            {"name":"etcd.service","contents":"[Service]\nExecStart=/bin/etcd --name etcd-{{.etcd_index}}\n",
+             "dropins":[{"name":"x.conf","contents":"Environment=IDX={{.etcd_index}}"}]}]}}"#);
+        let p = Pool::new("master", c).unwrap();
+        let r = p.render(0, Some(3)).unwrap();
+        let s = String::from_utf8(r.body.to_vec()).unwrap();
+        assert!(s.contains("--name etcd-3"), "{s}");
+        assert!(s.contains("IDX=3"), "{s}");
+        assert!(!s.contains("etcd_index"), "{s}");
+        let plain = p.render(0, None).unwrap();
+        assert!(
+            String::from_utf8(plain.body.to_vec())
+                .unwrap()
+                .contains("{{.etcd_index}}")
+        );
+    }
+
+    #[test]
+    fn node_file_and_versions() {
+        let c = cfg(r#"{"ignition":{"version":"3.3.0"},"kernelArguments":{"shouldExist":["x"]}}"#);
+        let p = Pool::new("worker", c).unwrap();
+        assert_eq!(p.min_version, Version::new(3));
+        assert!(
+            p.by_minor[2]
+                .as_ref()
+                .unwrap_err()
+                .contains("kernelArguments")
+        );
+        let r = p.render(3, None).unwrap();
+        let parsed = config::parse(&r.body).unwrap();
+        assert_eq!(parsed.version, Version::new(3));
+        let f = parsed
+            .config
+            .storage
+            .files
+            .iter()
+            .find(|f| f.path == NODE_CONFIG_PATH)
+            .unwrap();
+        let data = crate::fetch::data_url::decode(f.contents.source.as_deref().unwrap()).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&data).unwrap();
+        assert_eq!(v["currentConfig"], p.config_name.as_str());
+        assert_eq!(v["desiredConfig"], p.config_name.as_str());
+        assert!(p.config_name.starts_with("worker-"));
+        // Deterministic: the same input renders the same bytes.
+        let p2 = Pool::new("worker", p.config.clone()).unwrap();
+        let r2 = p2.render(3, None).unwrap();
+        assert_eq!(r2.body, r.body);
+        assert_eq!(r2.etag, r.etag);
+        assert_ne!(p2.render(6, None).unwrap().etag, r.etag);
+    }
+}

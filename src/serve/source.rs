@@ -1,0 +1,429 @@
+//! The config source: a directory holding `pools/<pool>.ign` (one config) or
+//! `pools/<pool>/*.ign` (fragments merged in file-name order).
+//!
+//! The directory may be a plain tree, a Kubernetes AtomicWriter volume (`..data` → `..<stamp>`
+//! swapped by rename(2)) or a git-sync link (the directory itself is a symlink that is swapped).
+//! A generation is read whole from the directory the link pointed to when we resolved it once,
+//! so two generations are never mixed; when that directory vanishes mid-read (the writer
+//! reclaimed it) we resolve again and start over. Names starting with `..` are never content.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow, bail};
+use sha2::{Digest, Sha256};
+
+use super::render::Pool;
+use crate::config::{self, Config};
+
+/// How often a vanished or replaced directory is re-resolved before giving up.
+const VANISH_RETRIES: usize = 8;
+
+/// A validated generation of the source, ready to serve.
+#[derive(Debug)]
+pub struct Generation {
+    /// Content hash of every pool file (short hex): equal on every replica for equal input.
+    pub id: String,
+    /// The resolved directory it was read from.
+    pub dir: PathBuf,
+    pub pools: BTreeMap<String, Arc<Pool>>,
+}
+
+/// The raw bytes of a generation, before validation.
+#[derive(Debug, Default)]
+pub struct RawGeneration {
+    pub id: String,
+    pub dir: PathBuf,
+    /// pool → fragments (file name, bytes) in file-name order.
+    pub pools: BTreeMap<String, Vec<(String, Vec<u8>)>>,
+}
+
+/// Why loading failed: the bytes could not be read, or they were read but are invalid.
+#[derive(Debug)]
+pub enum LoadError {
+    Read(anyhow::Error),
+    Invalid {
+        id: String,
+        dir: PathBuf,
+        error: String,
+    },
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Read(e) => write!(f, "{e:#}"),
+            LoadError::Invalid { id, error, .. } => write!(f, "generation {id}: {error}"),
+        }
+    }
+}
+
+/// Whether `name` is a usable pool name (also keeps request paths inside `pools/`).
+pub fn valid_pool_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 253
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// The directory the current generation lives in: `DIR/..data` resolved when present
+/// (AtomicWriter), else DIR itself resolved (git-sync link or plain tree).
+pub fn resolve(dir: &Path) -> Result<PathBuf> {
+    let data = dir.join("..data");
+    let target = if std::fs::symlink_metadata(&data).is_ok() {
+        data
+    } else {
+        dir.to_path_buf()
+    };
+    std::fs::canonicalize(&target).with_context(|| format!("resolving {}", target.display()))
+}
+
+/// Reads one whole generation, retrying when the resolved directory vanishes mid-read.
+pub fn read(dir: &Path) -> Result<RawGeneration> {
+    let mut last = None;
+    for _ in 0..VANISH_RETRIES {
+        let root = resolve(dir)?;
+        let res = read_from(&root);
+        // A writer reclaims a generation only after swapping the link away from it: if the
+        // link still points here, what we read (or failed to read) was not being deleted.
+        // Otherwise the directory may have vanished or been half-removed while we listed it
+        // (an empty listing is not even an error), so start over from the new link.
+        if resolve(dir).ok().as_ref() == Some(&root) {
+            return res;
+        }
+        log::debug!("{} was replaced while being read, retrying", root.display());
+        last = Some(match res {
+            Ok(_) => anyhow!("{} was replaced while being read", root.display()),
+            Err(e) => e,
+        });
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Err(last.unwrap_or_else(|| anyhow!("reading {}", dir.display())))
+        .with_context(|| format!("{} kept changing while being read", dir.display()))
+}
+
+fn sorted_entries(dir: &Path) -> Result<Vec<(String, std::fs::FileType, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let e = e.with_context(|| format!("listing {}", dir.display()))?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if name.starts_with('.') {
+            // `..data`, `..<stamp>`, editor and temp files: never content.
+            continue;
+        }
+        let path = e.path();
+        // Follow symlinks (AtomicWriter's user-visible names are links into `..data`).
+        let ft = std::fs::metadata(&path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .file_type();
+        out.push((name.to_string(), ft, path));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+fn read_from(root: &Path) -> Result<RawGeneration> {
+    let pools_dir = root.join("pools");
+    let mut g = RawGeneration {
+        dir: root.to_path_buf(),
+        ..Default::default()
+    };
+    for (name, ft, path) in sorted_entries(&pools_dir)? {
+        if ft.is_dir() {
+            if !valid_pool_name(&name) {
+                bail!(
+                    "invalid pool directory name {name:?} in {}",
+                    pools_dir.display()
+                );
+            }
+            let mut frags = Vec::new();
+            for (f, fft, fpath) in sorted_entries(&path)? {
+                if !fft.is_file() || !f.ends_with(".ign") {
+                    continue;
+                }
+                let b = std::fs::read(&fpath)
+                    .with_context(|| format!("reading {}", fpath.display()))?;
+                frags.push((f, b));
+            }
+            if frags.is_empty() {
+                bail!("pool directory {} holds no .ign fragments", path.display());
+            }
+            if g.pools.insert(name.clone(), frags).is_some() {
+                bail!("pool {name:?} is given both as {name}.ign and as {name}/");
+            }
+        } else if ft.is_file() {
+            let Some(pool) = name.strip_suffix(".ign") else {
+                continue;
+            };
+            if !valid_pool_name(pool) {
+                bail!("invalid pool file name {name:?} in {}", pools_dir.display());
+            }
+            let b = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            if g.pools
+                .insert(pool.to_string(), vec![(name.clone(), b)])
+                .is_some()
+            {
+                bail!("pool {pool:?} is given both as {pool}.ign and as {pool}/");
+            }
+        }
+    }
+    let mut h = Sha256::new();
+    for (pool, frags) in &g.pools {
+        h.update((pool.len() as u64).to_le_bytes());
+        h.update(pool.as_bytes());
+        for (f, b) in frags {
+            h.update((f.len() as u64).to_le_bytes());
+            h.update(f.as_bytes());
+            h.update((b.len() as u64).to_le_bytes());
+            h.update(b);
+        }
+    }
+    g.id = hex(&h.finalize()[..8]);
+    Ok(g)
+}
+
+pub fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push_str(&format!("{x:02x}"));
+    }
+    s
+}
+
+/// Parses, merges and validates every pool of a raw generation.
+pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
+    let invalid = |error: String| LoadError::Invalid {
+        id: raw.id.clone(),
+        dir: raw.dir.clone(),
+        error,
+    };
+    let mut pools = BTreeMap::new();
+    for (name, frags) in &raw.pools {
+        let mut merged: Option<Config> = None;
+        for (f, bytes) in frags {
+            let parsed = config::parse(bytes).map_err(|r| {
+                let msgs: Vec<String> = r.errors().map(|d| d.to_string()).collect();
+                invalid(format!("pool {name}: {f}: {}", msgs.join("; ")))
+            })?;
+            for w in &parsed.warnings.diagnostics {
+                log::debug!("pool {name}: {f}: {w}");
+            }
+            merged = Some(match merged {
+                None => parsed.config,
+                Some(m) => config::merge(&m, &parsed.config),
+            });
+        }
+        let Some(cfg) = merged else {
+            return Err(invalid(format!("pool {name}: no config")));
+        };
+        let report = config::check(&cfg);
+        if report.has_errors() {
+            let msgs: Vec<String> = report.errors().map(|d| d.to_string()).collect();
+            return Err(invalid(format!(
+                "pool {name}: merged config is invalid: {}",
+                msgs.join("; ")
+            )));
+        }
+        let pool = Pool::new(name, cfg).map_err(|e| invalid(format!("pool {name}: {e:#}")))?;
+        pools.insert(name.clone(), Arc::new(pool));
+    }
+    Ok(Generation {
+        id: raw.id,
+        dir: raw.dir,
+        pools,
+    })
+}
+
+/// Reads and builds the current generation of `dir`.
+pub fn load(dir: &Path) -> Result<Generation, LoadError> {
+    let raw = read(dir).map_err(LoadError::Read)?;
+    build(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Tmp(PathBuf);
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    fn tmp(tag: &str) -> Tmp {
+        let p = std::env::temp_dir().join(format!("agent-source-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+    fn put(p: &Path, s: &str) {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, s).unwrap();
+    }
+    const C: &str = r#"{"ignition":{"version":"3.0.0"}}"#;
+
+    #[test]
+    fn layouts() {
+        // Plain tree.
+        let t = tmp("plain");
+        put(&t.0.join("pools/worker.ign"), C);
+        put(
+            &t.0.join("pools/infra/b.ign"),
+            r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/b"}]}}"#,
+        );
+        put(
+            &t.0.join("pools/infra/a.ign"),
+            r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/a"}]}}"#,
+        );
+        put(&t.0.join("pools/infra/notes.txt"), "x");
+        put(&t.0.join("pools/.swp.ign"), "x");
+        put(&t.0.join("tokens/..data/state.json"), "{}");
+        let g = load(&t.0).unwrap();
+        assert_eq!(g.pools.keys().collect::<Vec<_>>(), ["infra", "worker"]);
+        let files: Vec<&str> = g.pools["infra"]
+            .config
+            .storage
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert_eq!(files, ["/a", "/b"], "fragments merged in file-name order");
+        let id = g.id.clone();
+        assert_eq!(load(&t.0).unwrap().id, id, "same content, same id");
+
+        // AtomicWriter volume: read from the resolved ..data target only.
+        let v = tmp("atomic");
+        put(&v.0.join("..2024_01/pools/worker.ign"), C);
+        put(&v.0.join("..2023_12/pools/old.ign"), C);
+        std::os::unix::fs::symlink("..2024_01", v.0.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/pools", v.0.join("pools")).unwrap();
+        let g = load(&v.0).unwrap();
+        assert_eq!(g.pools.keys().collect::<Vec<_>>(), ["worker"]);
+        assert!(g.dir.ends_with("..2024_01"));
+
+        // git-sync: the directory itself is a link.
+        let gs = tmp("gitsync");
+        put(&gs.0.join("wt-1/pools/master.ign"), C);
+        std::os::unix::fs::symlink(gs.0.join("wt-1"), gs.0.join("current")).unwrap();
+        let g = load(&gs.0.join("current")).unwrap();
+        assert!(g.dir.ends_with("wt-1"));
+        assert!(g.pools.contains_key("master"));
+    }
+
+    /// A writer swaps generations and reclaims the old directory as fast as it can while we
+    /// read: every read must succeed and hold a single generation.
+    #[test]
+    fn reads_never_mix_generations_under_churn() {
+        let v = tmp("churn");
+        let write_gen = |n: usize| {
+            let d = v.0.join(format!("..g{n}"));
+            for f in ["a", "b", "c"] {
+                put(&d.join(format!("pools/worker/{f}.ign")), &format!("{n}"));
+            }
+            let tmp = v.0.join("..data_tmp");
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(format!("..g{n}"), &tmp).unwrap();
+            std::fs::rename(&tmp, v.0.join("..data")).unwrap();
+            if n > 0 {
+                std::fs::remove_dir_all(v.0.join(format!("..g{}", n - 1))).unwrap();
+            }
+        };
+        write_gen(0);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let stop = stop.clone();
+            let dir = v.0.clone();
+            std::thread::spawn(move || {
+                let mut n = 1;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) && n < 3000 {
+                    let d = dir.join(format!("..g{n}"));
+                    for f in ["a", "b", "c"] {
+                        put(&d.join(format!("pools/worker/{f}.ign")), &format!("{n}"));
+                    }
+                    let tmp = dir.join("..data_tmp");
+                    let _ = std::fs::remove_file(&tmp);
+                    std::os::unix::fs::symlink(format!("..g{n}"), &tmp).unwrap();
+                    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+                    std::fs::remove_dir_all(dir.join(format!("..g{}", n - 1))).unwrap();
+                    n += 1;
+                }
+                n
+            })
+        };
+        let mut ok = 0;
+        let mut gens = std::collections::BTreeSet::new();
+        for _ in 0..300 {
+            match read(&v.0) {
+                Ok(g) => {
+                    let frags = &g.pools["worker"];
+                    assert_eq!(frags.len(), 3);
+                    assert!(
+                        frags.iter().all(|(_, b)| *b == frags[0].1),
+                        "mixed: {frags:?}"
+                    );
+                    gens.insert(frags[0].1.clone());
+                    ok += 1;
+                }
+                Err(e) => assert!(format!("{e:#}").contains("kept changing"), "{e:#}"),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        writer.join().unwrap();
+        assert!(ok > 250, "only {ok} of 300 reads succeeded");
+        assert!(gens.len() > 1);
+    }
+
+    #[test]
+    fn broken_generations() {
+        let t = tmp("broken");
+        put(&t.0.join("pools/worker.ign"), C);
+        put(&t.0.join("pools/worker/a.ign"), C);
+        assert!(
+            matches!(load(&t.0), Err(LoadError::Read(_))),
+            "ambiguous pool"
+        );
+        let t = tmp("broken2");
+        put(
+            &t.0.join("pools/worker.ign"),
+            r#"{"ignition":{"version":"2.2.0"}}"#,
+        );
+        match load(&t.0) {
+            Err(LoadError::Invalid { error, .. }) => assert!(error.contains("worker"), "{error}"),
+            other => panic!("{other:?}"),
+        }
+        let t = tmp("broken3");
+        std::fs::create_dir_all(t.0.join("pools/empty")).unwrap();
+        assert!(load(&t.0).is_err(), "a pool directory without fragments");
+        let t = tmp("broken4");
+        assert!(
+            matches!(load(&t.0), Err(LoadError::Read(_))),
+            "no pools/ at all"
+        );
+    }
+
+    #[test]
+    fn pool_names() {
+        for ok in ["worker", "master", "infra-1", "a.b_c"] {
+            assert!(valid_pool_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "..",
+            ".x",
+            "a/b",
+            "../etc",
+            "a%2fb",
+            "a b",
+            "-x",
+            &"x".repeat(300),
+        ] {
+            assert!(!valid_pool_name(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,715 @@
+//! `agent serve` over real HTTP on 127.0.0.1: endpoints, Accept negotiation, etcd_index,
+//! determinism, AtomicWriter updates under load, broken generations, hostile input.
+
+mod serve_util;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agent::config;
+use serve_util::*;
+
+const IGN: &str = "application/vnd.coreos.ignition+json";
+
+fn plain_source(t: &TempDir) -> std::path::PathBuf {
+    let src = t.path().join("src");
+    write(&src.join("pools/worker.ign"), &worker_config("worker-one"));
+    // A fragmented pool: merged in file-name order.
+    write(
+        &src.join("pools/infra/10-base.ign"),
+        r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/etc/a","contents":{"source":"data:,base"}}]}}"#,
+    );
+    write(
+        &src.join("pools/infra/20-override.ign"),
+        r#"{"ignition":{"version":"3.3.0"},"kernelArguments":{"shouldExist":["quiet"]},"storage":{"files":[{"path":"/etc/a","contents":{"source":"data:,override"}}]}}"#,
+    );
+    write(&src.join("pools/infra/README.txt"), "not a fragment");
+    write(&src.join("pools/..hidden.ign"), "garbage");
+    write(
+        &src.join("pools/master.ign"),
+        r#"{"ignition":{"version":"3.0.0"},"systemd":{"units":[{"name":"etcd-member.service","enabled":true,
+            "contents":"[Service]\nExecStart=/usr/bin/etcd --name etcd-{{.etcd_index}}\n",
+            "dropins":[{"name":"10-index.conf","contents":"[Service]\nEnvironment=ETCD_INDEX={{.etcd_index}}\n"}]}]}}"#,
+    );
+    src
+}
+
+fn start_plain(src: &Path, extra: &[&str]) -> Server {
+    let mut args = vec![
+        "--source",
+        src.to_str().unwrap(),
+        "--listen-http",
+        "127.0.0.1:0",
+    ];
+    if !extra.contains(&"--poll-interval") {
+        args.extend_from_slice(&["--poll-interval", "1s"]);
+    }
+    args.extend_from_slice(extra);
+    Server::start(&args, &[])
+}
+
+#[test]
+fn endpoints_and_statuses() {
+    let t = TempDir::new("endpoints");
+    let src = plain_source(&t);
+    let s = start_plain(&src, &[]);
+
+    assert_eq!(s.get("/healthz").status, 200);
+    assert_eq!(s.get("/readyz").status, 200);
+
+    let r = s.get("/config/worker");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-length").unwrap(),
+        r.body.len().to_string()
+    );
+    let etag = r.header("etag").unwrap().to_string();
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"'),
+        "strong ETag: {etag}"
+    );
+    let p = config::parse(&r.body).unwrap();
+    assert_eq!(
+        p.version,
+        config::Version::new(0),
+        "default: oldest expressing version"
+    );
+    let files: Vec<&str> = p
+        .config
+        .storage
+        .files
+        .iter()
+        .map(|f| f.path.as_str())
+        .collect();
+    assert!(files.contains(&"/etc/marker"));
+    // The node-agent file names the config it was generated from.
+    let nf = p
+        .config
+        .storage
+        .files
+        .iter()
+        .find(|f| f.path == "/etc/agent/node-config.json")
+        .expect("node-agent file");
+    let data = agent::fetch::data_url::decode(nf.contents.source.as_deref().unwrap()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&data).unwrap();
+    assert!(v["currentConfig"].as_str().unwrap().starts_with("worker-"));
+    assert_eq!(v["currentConfig"], v["desiredConfig"]);
+
+    // HEAD: same headers, no body.
+    let h = request(
+        s.addr,
+        "HEAD /config/worker HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(h.status, 200);
+    assert!(h.body.is_empty());
+    assert_eq!(
+        h.header("content-length").unwrap(),
+        r.body.len().to_string()
+    );
+    assert_eq!(h.header("etag").unwrap(), etag);
+
+    // Conditional GET.
+    let c = s.get_h("/config/worker", &[("If-None-Match", &etag)]);
+    assert_eq!(c.status, 304);
+    assert!(c.body.is_empty());
+
+    // Fragments merged in file-name order; non-.ign and `..` names skipped.
+    let r = s.get("/config/infra");
+    assert_eq!(r.status, 200);
+    let p = config::parse(&r.body).unwrap();
+    let a = p
+        .config
+        .storage
+        .files
+        .iter()
+        .find(|f| f.path == "/etc/a")
+        .unwrap();
+    assert_eq!(a.contents.source.as_deref(), Some("data:,override"));
+    assert_eq!(p.version, config::Version::new(3));
+
+    // Unknown pool: 404 with an empty body; other methods 405.
+    let r = s.get("/config/nope");
+    assert_eq!((r.status, r.body.len()), (404, 0));
+    for m in ["POST", "PUT", "DELETE", "OPTIONS"] {
+        let r = request(
+            s.addr,
+            &format!(
+                "{m} /config/worker HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            ),
+        );
+        assert_eq!(r.status, 405, "{m}");
+        assert_eq!(r.header("allow"), Some("GET, HEAD"));
+    }
+    assert_eq!(s.get("/nothing").status, 404);
+
+    // Pool names cannot reach outside pools/.
+    for p in [
+        "/config/../pools/worker",
+        "/config/..",
+        "/config/.",
+        "/config/..hidden",
+        "/config/worker/../worker",
+        "/config/..%2fsrc%2fpools%2fworker",
+        "/config/%2e%2e/etc/passwd",
+        "/config/",
+        "/config//worker",
+        "/config/worker.ign",
+        "/config/infra/10-base.ign",
+    ] {
+        let r = s.get(p);
+        assert_eq!((r.status, r.body.len()), (404, 0), "{p}");
+    }
+
+    // /status and /metrics.
+    let st = s.status();
+    let src0 = &st["sources"][0];
+    assert_eq!(src0["assigned"]["generation"], src0["active"]["generation"]);
+    assert!(src0["error"].is_null());
+    assert!(src0["lastKnownGood"].is_null(), "not soaked yet");
+    let m = s.get("/metrics").text();
+    assert!(
+        m.contains("agent_serve_requests_total{pool=\"worker\",status=\"200\",version=\"3.0.0\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("agent_serve_requests_total{pool=\"-\",status=\"404\""),
+        "{m}"
+    );
+    assert!(m.contains("agent_serve_request_duration_seconds_bucket"));
+    assert!(m.contains("agent_serve_reloads_total 1"));
+}
+
+#[test]
+fn accept_negotiation() {
+    let t = TempDir::new("accept");
+    let src = plain_source(&t);
+    let s = start_plain(&src, &[]);
+    // infra needs 3.3 (kernelArguments).
+    let cases: &[(Option<String>, u16, Option<&str>)] = &[
+        (None, 200, Some("3.3.0")),
+        (Some("*/*".into()), 200, Some("3.3.0")),
+        (Some(format!("{IGN};version=3.3.0")), 200, Some("3.3.0")),
+        (Some(format!("{IGN};version=3.5.0")), 200, Some("3.5.0")),
+        (Some(format!("{IGN};version=3.6.0")), 200, Some("3.6.0")),
+        (Some(format!("{IGN};version=3.12.0")), 200, Some("3.6.0")),
+        (Some(format!("{IGN};version=3.1.0")), 406, None),
+        (Some(format!("{IGN};version=3.0.0")), 406, None),
+        (Some(format!("{IGN};version=2.2.0")), 400, None),
+        (Some(format!("{IGN};version=4.0.0")), 400, None),
+        (
+            Some(format!(
+                "{IGN};version=2.2.0;q=0.1, {IGN};version=3.4.0;q=0.8"
+            )),
+            200,
+            Some("3.4.0"),
+        ),
+        (
+            Some(format!("{IGN};version=3.4.0;q=0.2, {IGN};version=3.1.0")),
+            406,
+            None,
+        ),
+        (Some(format!("{IGN};version=banana")), 200, Some("3.3.0")),
+        (Some("\u{1}\u{2}".into()), 400, None), // control characters: malformed request
+        (Some(";;;===,,,".into()), 200, Some("3.3.0")),
+    ];
+    for (accept, want, ver) in cases {
+        let r = match accept {
+            Some(a) => s.get_h("/config/infra", &[("Accept", a)]),
+            None => s.get("/config/infra"),
+        };
+        assert_eq!(r.status, *want, "Accept {accept:?}: {}", r.text());
+        if let Some(v) = ver {
+            let p = config::parse(&r.body).unwrap();
+            assert_eq!(p.version.to_string(), *v, "Accept {accept:?}");
+            assert!(r.header("content-type").unwrap().ends_with(v));
+        } else if *want == 406 {
+            assert!(r.text().contains("cannot be expressed"), "{}", r.text());
+            assert!(r.text().contains("kernelArguments"), "{}", r.text());
+        }
+    }
+}
+
+#[test]
+fn etcd_index_for_master() {
+    let t = TempDir::new("etcd");
+    let src = plain_source(&t);
+    let s = start_plain(&src, &[]);
+    let r = s.get("/config/master?etcd_index=3");
+    assert_eq!(r.status, 200);
+    let txt = r.text();
+    assert!(txt.contains("--name etcd-3"), "{txt}");
+    assert!(txt.contains("ETCD_INDEX=3"), "{txt}");
+    assert!(!txt.contains("etcd_index"), "{txt}");
+    let plain = s.get("/config/master");
+    assert!(plain.text().contains("{{.etcd_index}}"));
+    assert_ne!(plain.header("etag"), r.header("etag"));
+    for bad in ["x", "-1", "", "99999999999", "1%200"] {
+        assert_eq!(
+            s.get(&format!("/config/master?etcd_index={bad}")).status,
+            400,
+            "{bad}"
+        );
+    }
+    // Other pools ignore the parameter.
+    let w = s.get("/config/worker?etcd_index=3");
+    assert_eq!(w.body, s.get("/config/worker").body);
+}
+
+#[test]
+fn deterministic_across_replicas() {
+    let t = TempDir::new("determinism");
+    let src = plain_source(&t);
+    let a = start_plain(&src, &[]);
+    let b = start_plain(&src, &[]);
+    for pool in ["worker", "infra", "master"] {
+        for accept in [None, Some(format!("{IGN};version=3.6.0"))] {
+            let h: Vec<(&str, &str)> = accept.iter().map(|a| ("Accept", a.as_str())).collect();
+            let ra = a.get_h(&format!("/config/{pool}"), &h);
+            let rb = b.get_h(&format!("/config/{pool}"), &h);
+            assert_eq!(ra.status, 200);
+            assert_eq!(ra.body, rb.body, "{pool}");
+            assert_eq!(ra.header("etag"), rb.header("etag"));
+        }
+    }
+}
+
+/// Writes generation `n` into an AtomicWriter volume at `vol` and swaps `..data` to it,
+/// removing the previous generation directory (as the kubelet does).
+fn atomic_write(vol: &Path, n: usize, pools: &[(&str, String)]) {
+    let gen_name = format!("..gen_{n:05}");
+    let gen_dir = vol.join(&gen_name);
+    for (p, c) in pools {
+        // Two fragments per pool, both carrying the generation marker.
+        write(&gen_dir.join(format!("pools/{p}/10-a.ign")), c);
+        write(
+            &gen_dir.join(format!("pools/{p}/20-b.ign")),
+            &format!(
+                r#"{{"ignition":{{"version":"3.0.0"}},"storage":{{"files":[{{"path":"/etc/second","contents":{{"source":"data:,gen-{n}"}}}}]}}}}"#
+            ),
+        );
+    }
+    let old = std::fs::read_link(vol.join("..data")).ok();
+    let tmp = vol.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&gen_name, &tmp).unwrap();
+    std::fs::rename(&tmp, vol.join("..data")).unwrap();
+    if std::fs::symlink_metadata(vol.join("pools")).is_err() {
+        std::os::unix::fs::symlink("..data/pools", vol.join("pools")).unwrap();
+    }
+    if let Some(o) = old {
+        let _ = std::fs::remove_dir_all(vol.join(o));
+    }
+}
+
+fn markers(body: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = body;
+    while let Some(i) = rest.find("gen-") {
+        let tail = &rest[i + 4..];
+        let end = tail
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        out.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn atomic_writer_updates_never_mix_generations() {
+    let t = TempDir::new("atomic");
+    let vol = t.path().join("vol");
+    std::fs::create_dir_all(&vol).unwrap();
+    let tokens = t.path().join("tokens");
+    atomic_write(&vol, 0, &[("worker", worker_config("gen-0"))]);
+    let s = start_plain(&vol, &["--token-dir", tokens.to_str().unwrap()]);
+    assert_eq!(s.get("/config/worker").status, 200);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let addr = s.addr;
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut seen = std::collections::BTreeSet::new();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) && n < 5000 {
+                    let r = request(
+                        addr,
+                        "GET /config/worker HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    );
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    let m = markers(&r.text());
+                    assert_eq!(m.len(), 2, "{}", r.text());
+                    assert_eq!(m[0], m[1], "response mixes two generations: {m:?}");
+                    seen.insert(m[0].clone());
+                    n += 1;
+                }
+                (n, seen)
+            })
+        })
+        .collect();
+    for n in 1..=25 {
+        atomic_write(&vol, n, &[("worker", worker_config(&format!("gen-{n}")))]);
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    // The last generation becomes active.
+    s.wait_for("the last generation", 15, |s| {
+        markers(&s.get("/config/worker").text()) == ["25", "25"]
+    });
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut total = 0;
+    let mut gens = std::collections::BTreeSet::new();
+    for c in clients {
+        let (n, seen) = c.join().unwrap();
+        total += n;
+        gens.extend(seen);
+    }
+    assert!(total > 20, "clients made {total} requests");
+    assert!(gens.len() > 1, "saw generations {gens:?}");
+    let st = s.status();
+    assert!(st["sources"][0]["error"].is_null(), "{st}");
+}
+
+#[test]
+fn broken_generation_keeps_last_good() {
+    let t = TempDir::new("broken");
+    let vol = t.path().join("vol");
+    std::fs::create_dir_all(&vol).unwrap();
+    let tokens = t.path().join("tokens");
+    atomic_write(&vol, 1, &[("worker", worker_config("gen-1"))]);
+    // --soak 1s: generation 1 becomes lastKnownGood quickly.
+    let s = start_plain(
+        &vol,
+        &["--soak", "1s", "--token-dir", tokens.to_str().unwrap()],
+    );
+    let good = s.get("/config/worker");
+    assert_eq!(good.status, 200);
+    s.wait_for("lastKnownGood", 10, |s| {
+        !s.status()["sources"][0]["lastKnownGood"].is_null()
+    });
+
+    // A valid generation 2, then a broken generation 3 before 2 has soaked... with a 1s soak
+    // it may soak; either way the broken one must never be served.
+    atomic_write(
+        &vol,
+        3,
+        &[(
+            "worker",
+            r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"relative"}]}}"#.into(),
+        )],
+    );
+    s.wait_for("the error in /status", 10, |s| {
+        !s.status()["sources"][0]["error"].is_null()
+    });
+    let st = s.status();
+    let src = &st["sources"][0];
+    assert_ne!(
+        src["assigned"]["generation"], src["active"]["generation"],
+        "{st}"
+    );
+    assert!(src["error"].as_str().unwrap().contains("path"), "{st}");
+    assert_eq!(
+        src["active"]["generation"],
+        src["lastKnownGood"]["generation"]
+    );
+    let r = s.get("/config/worker");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.body, good.body,
+        "the last good generation keeps being served"
+    );
+    assert_eq!(s.get("/readyz").status, 200);
+    let m = s.get("/metrics").text();
+    assert!(m.contains("agent_serve_reload_failures_total 1"), "{m}");
+
+    // Invalid JSON too.
+    atomic_write(&vol, 4, &[("worker", "{not json".into())]);
+    s.wait_for("generation 4 rejected", 10, |s| {
+        s.status()["sources"][0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("invalid JSON"))
+    });
+    assert_eq!(s.get("/config/worker").body, good.body);
+
+    // Fixed: served again, error cleared.
+    atomic_write(&vol, 5, &[("worker", worker_config("gen-5"))]);
+    s.wait_for("generation 5", 10, |s| {
+        s.get("/config/worker").text().contains("gen-5")
+    });
+    assert!(s.status()["sources"][0]["error"].is_null());
+}
+
+#[test]
+fn no_valid_generation_is_not_ready() {
+    let t = TempDir::new("notready");
+    let src = t.path().join("src");
+    write(&src.join("pools/worker.ign"), "{}");
+    let s = start_plain(&src, &[]);
+    assert_eq!(s.get("/healthz").status, 200);
+    assert_eq!(s.get("/readyz").status, 503);
+    assert_eq!(s.get("/config/worker").status, 503);
+    assert!(!s.status()["sources"][0]["error"].is_null());
+    // Fix it in place (plain tree): noticed by inotify.
+    write(&src.join("pools/worker.ign"), &worker_config("fixed"));
+    s.wait_for("ready", 10, |s| s.get("/readyz").status == 200);
+    assert_eq!(s.get("/config/worker").status, 200);
+}
+
+#[test]
+fn hostile_input() {
+    let t = TempDir::new("hostile");
+    let src = plain_source(&t);
+    let s = start_plain(
+        &src,
+        &[
+            "--header-timeout",
+            "1s",
+            "--idle-timeout",
+            "2s",
+            "--max-header-bytes",
+            "8192",
+        ],
+    );
+
+    // Slow headers: a head that never completes is cut off after the header time-out.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t0 = Instant::now();
+    c.write_all(b"GET /config/worker HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut out = Vec::new();
+    for _ in 0..20 {
+        if c.write_all(b"X-Slow: 1\r\n").is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        if t0.elapsed() > Duration::from_secs(4) {
+            break;
+        }
+    }
+    let _ = c.read_to_end(&mut out);
+    assert!(t0.elapsed() < Duration::from_secs(8));
+    let txt = String::from_utf8_lossy(&out);
+    assert!(txt.starts_with("HTTP/1.1 408"), "{txt}");
+
+    // Huge header → 431.
+    let big = format!(
+        "GET /config/worker HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+        "a".repeat(20_000)
+    );
+    let r = request(s.addr, &big);
+    assert_eq!(r.status, 431);
+    // Too many headers → 431.
+    let many: String = (0..200).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let r = request(
+        s.addr,
+        &format!("GET /healthz HTTP/1.1\r\n{many}Connection: close\r\n\r\n"),
+    );
+    assert_eq!(r.status, 431);
+    // Garbage → 400; HTTP/2 preface → 505 or 400.
+    assert_eq!(request(s.addr, "\x16\x03\x01garbage\r\n\r\n").status, 400);
+    assert_eq!(
+        request_bytes(s.addr, b"GET / HTTP/1.1\r\nX: \x00\r\n\r\n").status,
+        400
+    );
+    let r = request(s.addr, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    assert!(r.status == 400 || r.status == 505);
+
+    // Idle keep-alive connections are closed after the idle time-out.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    assert!(t0.elapsed() >= Duration::from_millis(1500) && t0.elapsed() < Duration::from_secs(8));
+    assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200"));
+
+    // Keep-alive with pipelining: two responses on one connection.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /config/worker HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    let txt = String::from_utf8_lossy(&out);
+    assert_eq!(txt.matches("HTTP/1.1 200").count(), 2, "{txt}");
+
+    // Bad tokens on /ignition: malformed → 401, unknown → 5xx.
+    for h in [
+        "",
+        "Basic dXNlcjpwYXNz",
+        "Bearer",
+        "Bearer short",
+        "Bearer a b c d e f g h i j k",
+    ] {
+        let r = s.get_h("/ignition", &[("Authorization", h)]);
+        assert_eq!(r.status, 401, "{h:?}");
+    }
+    assert_eq!(s.get("/ignition").status, 401);
+    let r = s.get_h(
+        "/ignition",
+        &[(
+            "Authorization",
+            "Bearer AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        )],
+    );
+    assert_eq!(r.status, 503);
+    assert!(r.header("retry-after").is_some());
+
+    // The server is still healthy after all that.
+    assert_eq!(s.get("/healthz").status, 200);
+}
+
+#[test]
+fn connection_cap() {
+    let t = TempDir::new("cap");
+    let src = plain_source(&t);
+    let s = start_plain(&src, &["--max-connections", "2"]);
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(s.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let r = request(
+        s.addr,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 503);
+    drop(held);
+    s.wait_for("a free slot", 10, |s| s.get("/healthz").status == 200);
+    assert!(
+        s.get("/metrics")
+            .text()
+            .contains("agent_serve_connections_rejected_total")
+    );
+}
+
+#[test]
+fn sigterm_is_graceful_and_sighup_reloads() {
+    let t = TempDir::new("signals");
+    let src = plain_source(&t);
+    let mut s = start_plain(&src, &["--poll-interval", "1h"]);
+    let pid = nix::unistd::Pid::from_raw(s.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        s.get("/healthz").status,
+        200,
+        "SIGHUP does not stop the server"
+    );
+    // A request in flight on a keep-alive connection still completes.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = c.read(&mut buf).unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    assert!(s.terminate(), "clean exit on SIGTERM");
+}
+
+#[test]
+fn small_thundering_herd() {
+    let t = TempDir::new("herd");
+    let src = plain_source(&t);
+    let s = start_plain(&src, &["--no-access-log"]);
+    let want = s.get("/config/worker").body;
+    let addr = s.addr;
+    // 500 connections open at once, then every one sends its request.
+    let threads: Vec<_> = (0..25)
+        .map(|_| {
+            let want = want.clone();
+            std::thread::spawn(move || {
+                let conns: Vec<TcpStream> =
+                    (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
+                let mut ok = 0;
+                for mut c in conns {
+                    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                    c.write_all(
+                        b"GET /config/worker HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    )
+                    .unwrap();
+                    let mut out = Vec::new();
+                    c.read_to_end(&mut out).unwrap();
+                    let r = parse_response(&out, false);
+                    assert_eq!(r.status, 200);
+                    assert_eq!(r.body, want);
+                    ok += 1;
+                }
+                ok
+            })
+        })
+        .collect();
+    let total: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(total, 500);
+}
+
+#[test]
+fn access_log_lines() {
+    let t = TempDir::new("accesslog");
+    let src = plain_source(&t);
+    let log = t.path().join("stderr.log");
+    let s = Server::start_logged(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+        ],
+        &[],
+        Some(&log),
+    );
+    let secret = "SECRETtokenSECRETtokenSECRET";
+    assert_eq!(
+        s.get_h(
+            "/ignition",
+            &[("Authorization", &format!("Bearer {secret}"))]
+        )
+        .status,
+        503
+    );
+    assert_eq!(
+        s.get_h(
+            "/config/infra",
+            &[(
+                "Accept",
+                "application/vnd.coreos.ignition+json;version=3.4.0"
+            )]
+        )
+        .status,
+        200
+    );
+    let mut lines = Vec::new();
+    for _ in 0..50 {
+        let text = std::fs::read_to_string(&log).unwrap();
+        lines = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .collect();
+        if lines.len() >= 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !std::fs::read_to_string(&log).unwrap().contains(secret),
+        "a token reached the log"
+    );
+    let cfg = lines
+        .iter()
+        .find(|l| l["path"] == "/config/infra")
+        .expect("a JSON line for the request");
+    assert_eq!(cfg["pool"], "infra");
+    assert_eq!(cfg["status"], 200);
+    assert_eq!(cfg["version"], "3.4.0");
+    assert!(cfg["bytes"].as_u64().unwrap() > 100);
+    assert!(cfg["durationMs"].is_number());
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["path"] == "/ignition" && l["status"] == 503)
+    );
+}

@@ -1,0 +1,263 @@
+//! Bearer tokens through a full TTL with a fake clock (the binary's test clock file):
+//! rotation at TTL/2, overlap, expiry, revocation, shared state between replicas, the
+//! `agent token` and `agent pointer` commands.
+
+mod serve_util;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serve_util::*;
+
+fn agent(args: &[&str], clock: &Path) -> String {
+    let out = Command::new(AGENT)
+        .args(args)
+        .env("AGENT_SERVE_TEST_CLOCK", clock)
+        .output()
+        .expect("running agent");
+    assert!(
+        out.status.success(),
+        "agent {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn current_token(src: &Path, clock: &Path, pool: &str) -> Option<String> {
+    let out = agent(
+        &[
+            "token",
+            "show",
+            "--source",
+            src.to_str().unwrap(),
+            "--reveal",
+        ],
+        clock,
+    );
+    out.lines().find_map(|l| {
+        let f: Vec<&str> = l.split('\t').collect();
+        (f.len() == 3 && f[0] == pool && f[1] == "token").then(|| f[2].to_string())
+    })
+}
+
+/// Sets the fake clock atomically (the server reads it on every check).
+fn set_clock(clock: &Path, t: u64) {
+    let tmp = clock.with_extension("tmp");
+    std::fs::write(&tmp, t.to_string()).unwrap();
+    std::fs::rename(&tmp, clock).unwrap();
+}
+
+fn ign(s: &Server, tok: &str) -> u16 {
+    s.get_h("/ignition", &[("Authorization", &format!("Bearer {tok}"))])
+        .status
+}
+
+#[test]
+fn tokens_through_a_full_ttl() {
+    let t = TempDir::new("tokens");
+    let src = t.path().join("src");
+    let clock = t.path().join("clock");
+    set_clock(&clock, 1000000);
+    write(&src.join("pools/worker.ign"), &worker_config("w"));
+    write(&src.join("pools/master.ign"), &worker_config("m"));
+    let envs = [("AGENT_SERVE_TEST_CLOCK", clock.to_str().unwrap())];
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "1s",
+            "--token-ttl",
+            "100s",
+        ],
+        &envs,
+    );
+    let t1 = current_token(&src, &clock, "worker").expect("a token is issued at start");
+    assert_eq!(ign(&s, &t1), 200);
+    let r = s.get_h("/ignition", &[("Authorization", &format!("Bearer {t1}"))]);
+    assert_eq!(
+        r.body,
+        s.get("/config/worker").body,
+        "/ignition serves the token's pool"
+    );
+    let r = s.get_h(
+        "/ignition",
+        &[
+            ("Authorization", &format!("Bearer {t1}")),
+            (
+                "Accept",
+                "application/vnd.coreos.ignition+json;version=3.4.0",
+            ),
+        ],
+    );
+    assert!(r.text().contains("\"3.4.0\""));
+    // The state file holds hashes only.
+    let state = std::fs::read_to_string(src.join("tokens/..data/state.json")).unwrap();
+    assert!(!state.contains(&t1));
+
+    // Just before TTL/2: no rotation.
+    set_clock(&clock, 1000049);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        current_token(&src, &clock, "worker").as_deref(),
+        Some(t1.as_str())
+    );
+    // At TTL/2: rotated, both valid.
+    set_clock(&clock, 1000050);
+    s.wait_for("rotation", 10, |_| {
+        current_token(&src, &clock, "worker").as_deref() != Some(t1.as_str())
+    });
+    let t2 = current_token(&src, &clock, "worker").unwrap();
+    s.wait_for("the server to load the rotated token", 5, |s| {
+        ign(s, &t2) == 200
+    });
+    assert_eq!(ign(&s, &t1), 200, "previous token still valid");
+    assert_eq!(ign(&s, &t2), 200);
+    let show = agent(
+        &[
+            "token",
+            "show",
+            "--source",
+            src.to_str().unwrap(),
+            "--pool",
+            "worker",
+        ],
+        &clock,
+    );
+    assert!(
+        show.contains("worker\tcurrent") && show.contains("worker\tprevious"),
+        "{show}"
+    );
+    assert!(!show.contains(&t2), "show without --reveal prints no token");
+    // At TTL: the first token expires at once (5xx so a machine retries), the second rotates.
+    set_clock(&clock, 1000100);
+    assert_eq!(ign(&s, &t1), 503);
+    assert_eq!(ign(&s, &t2), 200);
+    s.wait_for("second rotation", 10, |_| {
+        current_token(&src, &clock, "worker").as_deref() != Some(t2.as_str())
+    });
+    let t3 = current_token(&src, &clock, "worker").unwrap();
+    s.wait_for("the server to load the rotated token", 5, |s| {
+        ign(s, &t3) == 200
+    });
+    assert_eq!(ign(&s, &t3), 200);
+    let m = s.get("/metrics").text();
+    assert!(m.contains("agent_serve_token_rotations_total 4"), "{m}");
+
+    // A second replica sharing the token directory accepts the same tokens; with
+    // --require-token /config/<pool> needs the pool's own token.
+    let s2 = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "1s",
+            "--token-ttl",
+            "100s",
+            "--require-token",
+        ],
+        &envs,
+    );
+    assert_eq!(ign(&s2, &t3), 200);
+    let mt = current_token(&src, &clock, "master").unwrap();
+    assert_eq!(s2.get("/config/master").status, 401);
+    assert_eq!(
+        s2.get_h(
+            "/config/master",
+            &[("Authorization", &format!("Bearer {mt}"))]
+        )
+        .status,
+        200
+    );
+    assert_eq!(
+        s2.get_h(
+            "/config/master",
+            &[("Authorization", &format!("Bearer {t3}"))]
+        )
+        .status,
+        403
+    );
+    assert_eq!(
+        s2.get_h(
+            "/config/master",
+            &[("Authorization", "Bearer ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ")]
+        )
+        .status,
+        503
+    );
+
+    // The pointer config a machine boots with.
+    let ca = t.path().join("ca.pem");
+    write(
+        &ca,
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    );
+    let url = s.url("/ignition");
+    let ptr = agent(
+        &[
+            "pointer",
+            "--pool",
+            "worker",
+            "--url",
+            &url,
+            "--ca",
+            ca.to_str().unwrap(),
+            "--source",
+            src.to_str().unwrap(),
+        ],
+        &clock,
+    );
+    let p = agent::config::parse(ptr.as_bytes()).unwrap();
+    let m = &p.config.ignition.config.merge[0];
+    assert_eq!(m.source.as_deref(), Some(url.as_str()));
+    let auth = m.http_headers[0].value.clone().unwrap();
+    assert_eq!(auth, format!("Bearer {t3}"));
+    assert!(
+        p.config.ignition.security.tls.certificate_authorities[0]
+            .source
+            .as_deref()
+            .unwrap()
+            .starts_with("data:")
+    );
+    assert_eq!(
+        s.get_h("/ignition", &[("Authorization", &auth)]).status,
+        200
+    );
+
+    // `agent token revoke`: every master token is gone at once; the server issues a new one.
+    agent(
+        &[
+            "token",
+            "revoke",
+            "--source",
+            src.to_str().unwrap(),
+            "--pool",
+            "master",
+        ],
+        &clock,
+    );
+    // Replicas notice the store change by inotify on the token directory.
+    s.wait_for("the revocation to reach the server", 5, |s| {
+        ign(s, &mt) == 503
+    });
+    s.wait_for("a new master token", 10, |_| {
+        current_token(&src, &clock, "master").is_some_and(|t| t != mt)
+    });
+
+    // The pool leaves the source: its tokens are revoked at once.
+    std::fs::remove_file(src.join("pools/worker.ign")).unwrap();
+    s.wait_for("revocation", 10, |_| {
+        current_token(&src, &clock, "worker").is_none()
+    });
+    assert_eq!(ign(&s, &t3), 503);
+    let show = agent(
+        &["token", "show", "--source", src.to_str().unwrap()],
+        &clock,
+    );
+    assert!(!show.contains("worker"), "{show}");
+}
