@@ -1,0 +1,40 @@
+# VM test, initramfs and install targets (included by the top-level Makefile).
+#
+#   make static       the fully static agent binary the initramfs needs
+#   make install      binary, dracut module (with its units), agent-serve unit; DESTDIR, PREFIX
+#   make initramfs    test initramfs with our module for KVER (default: Debian's cloud kernel,
+#                     unpacked by vm-tests/setup.sh) -> $(VM_CACHE)/initrd-agent.img
+#   make vm-test      every VM scenario (installs QEMU, dracut and the kernel itself)
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+VM_CACHE ?= $(CURDIR)/target/vm
+STATIC_TARGET := x86_64-unknown-linux-gnu
+STATIC_BIN := target/$(STATIC_TARGET)/release/agent
+DRACUT_MODDIR ?= $(PREFIX)/lib/dracut/modules.d/30agent
+SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
+
+# Static glibc build: crt-static needs an explicit --target (proc macros), selinux-sys links
+# libselinux statically with SELINUX_STATIC=1 but not pcre2, hence the extra -lpcre2-8.
+.PHONY: static
+static:
+	RUSTFLAGS='-C target-feature=+crt-static -C relocation-model=static -C link-arg=-lpcre2-8' SELINUX_STATIC=1 \
+		cargo build --release --target $(STATIC_TARGET)
+	@file -L $(STATIC_BIN) | grep -Eq 'statically linked|static-pie linked' || \
+		{ echo "$(STATIC_BIN) is not statically linked" >&2; exit 1; }
+
+.PHONY: install
+install: static
+	install -D -m 0755 $(STATIC_BIN) $(DESTDIR)$(PREFIX)/bin/agent
+	dracut/stage-module.sh $(DESTDIR)$(DRACUT_MODDIR)
+	@if [ -f systemd/agent-serve.service ]; then \
+		install -D -m 0644 systemd/agent-serve.service \
+			$(DESTDIR)$(SYSTEMD_UNITDIR)/agent-serve.service; fi
+
+.PHONY: initramfs
+initramfs: static
+	AGENT_BIN=$(CURDIR)/$(STATIC_BIN) VM_CACHE=$(VM_CACHE) vm-tests/initramfs.sh $(KVER)
+
+.PHONY: vm-test
+vm-test: static
+	AGENT_BIN=$(CURDIR)/$(STATIC_BIN) VM_CACHE=$(VM_CACHE) vm-tests/run.sh $(SCENARIOS)
