@@ -38,6 +38,9 @@ log() { echo "vm-test: $*" >&2; }
 calc() { awk "BEGIN { print $* }"; }
 die() { log "error: $*"; exit 2; }
 
+# --- host-side checks of the module (no VM) ------------------------------------------------------
+"$here/test-generator.sh" || die "generator test failed"
+
 # --- prerequisites -----------------------------------------------------------------------------
 kver=$("$here/setup.sh" | tail -n1)
 kroot=$VM_CACHE/kernel/$kver

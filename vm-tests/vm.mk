@@ -14,14 +14,22 @@ STATIC_BIN := target/$(STATIC_TARGET)/release/agent
 DRACUT_MODDIR ?= $(PREFIX)/lib/dracut/modules.d/30agent
 SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
 
-# Static glibc build: crt-static needs an explicit --target (proc macros), selinux-sys links
-# libselinux statically with SELINUX_STATIC=1 but not pcre2, hence the extra -lpcre2-8.
+# Static glibc build (measured recipe):
+# - crt-static needs an explicit --target, else proc-macro crates fail to build;
+# - SELINUX_STATIC=1 makes selinux-sys link libselinux.a, but nothing links libpcre2-8 (which
+#   libselinux needs): name the archive itself, -lpcre2-8 would pick the .so and fail;
+# - GNU ld, not the rust-lld that current Rust uses by default: with lld, static glibc's startup
+#   finds GLOB_DAT relocations where it expects only IRELATIVE ones and dies in __libc_fatal
+#   (SIGSEGV before main, even for --version);
+# - relocation-model=static: a classic static executable rather than static-pie.
+STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
+	-C link-arg=-fuse-ld=bfd -C link-arg=-l:libpcre2-8.a
 .PHONY: static
 static:
-	RUSTFLAGS='-C target-feature=+crt-static -C relocation-model=static -C link-arg=-lpcre2-8' SELINUX_STATIC=1 \
-		cargo build --release --target $(STATIC_TARGET)
+	RUSTFLAGS='$(STATIC_RUSTFLAGS)' SELINUX_STATIC=1 cargo build --release --target $(STATIC_TARGET)
 	@file -L $(STATIC_BIN) | grep -Eq 'statically linked|static-pie linked' || \
 		{ echo "$(STATIC_BIN) is not statically linked" >&2; exit 1; }
+	@$(STATIC_BIN) --version >/dev/null || { echo "$(STATIC_BIN) does not run" >&2; exit 1; }
 
 .PHONY: install
 install: static
