@@ -11,13 +11,14 @@
 #   VM_KEEP=1     keep each scenario's disk image and logs
 #   VM_TIMEOUT    seconds per boot (default 300; scenario.conf may set TIMEOUT)
 #   VM_SELFTEST=1 run vm-tests/selftest/ (boot machinery alone, AGENT_BIN=vm-tests/selftest/agent-stub)
-#   AGENT_SERVE   command line template for the config server; @SOURCE@ and @ADDR@ are replaced
+#   AGENT_SERVE   command line template for the config server; @SOURCE@, @ADDR@ and @PORT@ are replaced
 #                 (default: "$AGENT_BIN serve --source @SOURCE@ --listen @ADDR@")
 #
 # A scenario is a directory vm-tests/scenarios/NAME/ with:
 #   scenario.conf  shell variables: MODE (fwcfg|url|none), FWCFG=1 (url mode: config.ign via
 #                  fw_cfg as well), EXPECT (success|emergency), BOOTS, DISK_MIB, PLATFORM, POOL,
-#                  NEED_TOKEN=1 (read the pool's bearer token), CMDLINE (extra kernel arguments),
+#                  NEED_TOKEN=1 (read the pool's bearer token), SERVE_CMD (server command
+#                  template, default AGENT_SERVE), CMDLINE (extra kernel arguments),
 #                  TIMEOUT
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
@@ -77,8 +78,9 @@ free_port() {
 start_server() { # SOURCE_DIR LOG -> sets server_port, server_pid
     local src=$1 slog=$2 cmd i
     server_port=$(free_port)
-    cmd=${AGENT_SERVE:-"$AGENT_BIN serve --source @SOURCE@ --listen @ADDR@"}
+    cmd=${SERVE_CMD:-${AGENT_SERVE:-"$AGENT_BIN serve --source @SOURCE@ --listen @ADDR@"}}
     cmd=${cmd//@SOURCE@/$src}
+    cmd=${cmd//@PORT@/$server_port}
     cmd=${cmd//@ADDR@/127.0.0.1:$server_port}
     # shellcheck disable=SC2086
     $cmd >"$slog" 2>&1 &
@@ -127,7 +129,9 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
         args+=(-fw_cfg "name=opt/com.coreos/config,file=$cfg")
     fi
     if [[ $MODE == url ]]; then
-        args+=(-netdev "user,id=n0,restrict=on,guestfwd=tcp:$guest_server-tcp:127.0.0.1:$server_port"
+        # guestfwd with cmd: runs one socat per guest connection, so several requests work and
+        # the server closing its end closes the guest's (a tcp: chardev is a single stream).
+        args+=(-netdev "user,id=n0,restrict=on,guestfwd=tcp:$guest_server-cmd:socat - TCP:127.0.0.1:$server_port"
             -device virtio-net-pci,netdev=n0)
     fi
     local rc=0
@@ -157,7 +161,7 @@ for name in "${scenarios[@]}"; do
     (
         set -a
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
-        NEED_TOKEN= TIMEOUT=${VM_TIMEOUT:-300}
+        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300}
         # shellcheck disable=SC1091
         source "$sdir/scenario.conf"
         set +a
@@ -253,6 +257,9 @@ if [[ -n $initrd_ref ]]; then
     r=$(size "$initrd_ref")
     printf 'initramfs (zstd): %d KiB with agent (+ test hook), %d KiB without: the agent adds %d KiB (x%.2f)\n' \
         $((a / 1024)) $((r / 1024)) $(((a - r) / 1024)) "$(calc "$a / $r")"
+    b=$(zstd -q -c "$AGENT_BIN" | wc -c)
+    printf '  of which the agent binary: %d KiB zstd (%d KiB raw); the rest: mkfs tools, fs/md/dm modules, networkd\n' \
+        $((b / 1024)) $(($(size "$AGENT_BIN") / 1024))
 fi
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -29,7 +29,7 @@ SRC
 fi
 
 pkgs_main="dracut-core udev kmod cpio lz4 zstd e2fsprogs dosfstools xfsprogs btrfs-progs
-    util-linux fdisk gdisk passwd policycoreutils file mtools"
+    util-linux fdisk gdisk passwd policycoreutils file mtools socat"
 missing=()
 for p in $pkgs_main; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
