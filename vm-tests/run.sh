@@ -9,6 +9,7 @@
 #   AGENT_BIN     static agent binary (default: target/x86_64-unknown-linux-gnu/release/agent)
 #   VM_CACHE      kernel, initramfs and work files (default: target/vm)
 #   VM_KEEP=1     keep each scenario's disk image and logs
+#   VM_JOBS       scenarios booted at the same time (default 2)
 #   VM_TIMEOUT    seconds per boot (default 300; scenario.conf may set TIMEOUT)
 #   VM_SELFTEST=1 run vm-tests/selftest/ (boot machinery alone, AGENT_BIN=vm-tests/selftest/agent-stub)
 #   AGENT_SERVE   command line template for the config server; @SOURCE@, @ADDR@ and @PORT@ are replaced
@@ -149,16 +150,11 @@ else
     for d in "$scenario_dir"/*/; do scenarios+=("$(basename "$d")"); done
 fi
 
-passed=0
-failed=0
-bench=()
-for name in "${scenarios[@]}"; do
-    sdir=$scenario_dir/$name
-    [[ -d $sdir ]] || die "no scenario $name"
-    work=$VM_CACHE/work/$name
-    rm -rf "$work"
-    mkdir -p "$work"
+# One scenario, in a subshell; leaves $work/ok or $work/reason.
+run_scenario() {
+    local name=$1 sdir=$scenario_dir/$1 work=$VM_CACHE/work/$1
     (
+        trap stop_server EXIT
         set -a
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
         NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300}
@@ -233,7 +229,30 @@ for name in "${scenarios[@]}"; do
             echo "check failed: $(tail -n3 "$work/check.log" | tr '\n' ' ')" >"$work/reason"
             exit 1
         fi
-    ) && ok=1 || ok=0
+    ) && : >"$work/ok"
+}
+
+for name in "${scenarios[@]}"; do
+    [[ -d $scenario_dir/$name ]] || die "no scenario $name"
+    rm -rf "$VM_CACHE/work/$name"
+    mkdir -p "$VM_CACHE/work/$name"
+done
+# Boots in parallel (each QEMU is one TCG thread): VM_JOBS at a time, default 2.
+jobs_max=${VM_JOBS:-2}
+pids=()
+for name in "${scenarios[@]}"; do
+    while [[ $(jobs -rp | wc -l) -ge $jobs_max ]]; do wait -n || true; done
+    run_scenario "$name" &
+    pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || true; done
+
+passed=0
+failed=0
+for name in "${scenarios[@]}"; do
+    work=$VM_CACHE/work/$name
+    ok=0
+    [[ -e $work/ok ]] && ok=1
     boot_s=$(cat "$work/boot_s" 2>/dev/null || echo 0)
     fe=$(cat "$work"/files_end_ms* 2>/dev/null | tr '\n' ' ' || true)
     timing="boot ${boot_s%.*}s"
@@ -241,7 +260,6 @@ for name in "${scenarios[@]}"; do
     if [[ $ok == 1 ]]; then
         passed=$((passed + 1))
         printf 'PASS %-22s %s\n' "$name" "$timing"
-        [[ -n $fe ]] && bench+=("$name $fe")
     else
         failed=$((failed + 1))
         printf 'FAIL %-22s %s: %s\n' "$name" "$timing" "$(cat "$work/reason" 2>/dev/null || echo 'see logs')"

@@ -18,9 +18,10 @@ SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
 # - crt-static needs an explicit --target, else proc-macro crates fail to build;
 # - SELINUX_STATIC=1 makes selinux-sys link libselinux.a, but nothing links libpcre2-8 (which
 #   libselinux needs): name the archive itself, -lpcre2-8 would pick the .so and fail;
-# - GNU ld, not the rust-lld that current Rust uses by default: with lld, static glibc's startup
-#   finds GLOB_DAT relocations where it expects only IRELATIVE ones and dies in __libc_fatal
-#   (SIGSEGV before main, even for --version);
+# - GNU ld (-fuse-ld=bfd), not the rust-lld the toolchain picks by default: linked by lld, the
+#   static binary dies before main (SIGSEGV in __libc_fatal called from __libc_start_main, even
+#   for --version; the binary keeps a .rela.dyn of GLOB_DAT relocations that static glibc's
+#   startup does not expect);
 # - relocation-model=static: a classic static executable rather than static-pie.
 STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
 	-C link-arg=-fuse-ld=bfd -C link-arg=-l:libpcre2-8.a
