@@ -207,8 +207,9 @@ run_scenario() {
             done_line=$(grep -a 'AGENT-TEST-DONE' "$console" | tail -n1 || true)
             if [[ $EXPECT == success || $n -lt $BOOTS ]]; then
                 if [[ $done_line != *complete=yes* ]]; then
-                    why=$(grep -a -m1 'AGENT-FAILED:' "$console" || true)
-                    echo "boot $n did not complete provisioning${why:+ ($why)}" >"$work/reason"
+                    why=$(grep -a -m1 -o 'AGENT-FAILED: [^ ]* failed' "$console" || true)
+                    err=$(grep -a -m1 -o 'agent\[[a-z]*\] error: .*' "$console" | cut -c1-160 || true)
+                    echo "boot $n did not complete provisioning${why:+ ($why${err:+: $err})}" >"$work/reason"
                     exit 1
                 fi
                 f=$(sed -n 's/.*files_end_ms=\([0-9]*\).*/\1/p' <<<"$done_line")
