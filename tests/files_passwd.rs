@@ -80,24 +80,47 @@ fn groups_then_users_created_modified_deleted_with_keys() {
     let shadow = std::fs::read_to_string(root.join("/etc/shadow")).unwrap();
     let alice = line(&passwd, "alice-agent").expect("alice created");
     assert!(
-        alice.starts_with("alice-agent:x:3101:") && alice.contains(":Alice:/home/alice-agent:/bin/sh"),
+        alice.starts_with("alice-agent:x:3101:")
+            && alice.contains(":Alice:/home/alice-agent:/bin/sh"),
         "{alice}"
     );
-    assert!(line(&shadow, "alice-agent").unwrap().contains("$6$salt$hash"));
-    assert!(line(&group, "devs-agent").unwrap().starts_with("devs-agent:x:3100:alice-agent"));
+    assert!(
+        line(&shadow, "alice-agent")
+            .unwrap()
+            .contains("$6$salt$hash")
+    );
+    assert!(
+        line(&group, "devs-agent")
+            .unwrap()
+            .starts_with("devs-agent:x:3100:alice-agent")
+    );
     assert!(line(&group, "old").is_none(), "group deleted");
-    assert!(line(&group, "users").unwrap().starts_with("users:x:150:"), "group modified");
+    assert!(
+        line(&group, "users").unwrap().starts_with("users:x:150:"),
+        "group modified"
+    );
     assert!(line(&passwd, "lp").is_none(), "user deleted");
-    assert!(line(&passwd, "games").unwrap().contains(":Changed:"), "user modified");
+    assert!(
+        line(&passwd, "games").unwrap().contains(":Changed:"),
+        "user modified"
+    );
     let svc = line(&passwd, "svc-agent").unwrap();
     let svc_uid: u32 = svc.split(':').nth(2).unwrap().parse().unwrap();
     assert!(svc_uid < 1000, "system user gets a system uid: {svc}");
-    assert!(line(&shadow, "svc-agent").unwrap().starts_with("svc-agent:*:"), "locked");
+    assert!(
+        line(&shadow, "svc-agent")
+            .unwrap()
+            .starts_with("svc-agent:*:"),
+        "locked"
+    );
 
     // Home and keys, owned by the user.
     let home = root.join("/home/alice-agent");
     assert_eq!(std::fs::metadata(&home).unwrap().uid(), 3101);
-    assert!(home.join(".profile").exists(), "skeleton copied from the target");
+    assert!(
+        home.join(".profile").exists(),
+        "skeleton copied from the target"
+    );
     let keys = home.join(".ssh/authorized_keys.d/agent");
     assert_eq!(
         std::fs::read_to_string(&keys).unwrap(),
@@ -109,7 +132,10 @@ fn groups_then_users_created_modified_deleted_with_keys() {
     let owned = std::fs::metadata(home.join("owned")).unwrap();
     assert_eq!((owned.uid(), owned.gid()), (3101, 3100));
     // games' home (/usr/games) did not exist: keys create it under the root.
-    assert!(root.join("/usr/games/.ssh/authorized_keys.d/agent").exists());
+    assert!(
+        root.join("/usr/games/.ssh/authorized_keys.d/agent")
+            .exists()
+    );
 
     // The host's databases are untouched.
     assert_eq!(std::fs::read("/etc/passwd").unwrap(), host_passwd);
