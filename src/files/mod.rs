@@ -15,6 +15,7 @@ pub mod selinux;
 pub mod systemd;
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use anyhow::Result;
 
@@ -27,8 +28,9 @@ pub struct Writer<'a> {
     pub root: Root,
     pub fetcher: &'a Fetcher,
     owners: Option<Owners>,
-    /// Logical paths created or changed, in order (for SELinux relabelling).
-    pub touched: Vec<String>,
+    /// Logical paths created or changed (for SELinux relabelling); writers may run in
+    /// parallel, hence the lock.
+    touched: Mutex<Vec<String>>,
 }
 
 impl<'a> Writer<'a> {
@@ -37,7 +39,7 @@ impl<'a> Writer<'a> {
             root,
             fetcher,
             owners: None,
-            touched: Vec::new(),
+            touched: Mutex::new(Vec::new()),
         }
     }
 
@@ -58,7 +60,14 @@ impl<'a> Writer<'a> {
         self.owners = None;
     }
 
-    pub fn touch(&mut self, logical: String) {
-        self.touched.push(logical);
+    pub fn touch(&self, logical: String) {
+        if let Ok(mut t) = self.touched.lock() {
+            t.push(logical);
+        }
+    }
+
+    /// Logical paths created or changed so far.
+    pub fn touched(&self) -> Vec<String> {
+        self.touched.lock().map(|t| t.clone()).unwrap_or_default()
     }
 }

@@ -9,7 +9,7 @@ use std::fs::{File as FsFile, Metadata, OpenOptions};
 use std::io::{BufWriter, ErrorKind, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use anyhow::{Context, Result, bail};
 use log::{debug, info};
@@ -19,6 +19,9 @@ use super::resolve::{Resolved, is_mount_point, kind_name, logical};
 use crate::config::types::{Directory, File, Link, NodeUser, Resource, Storage};
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Threads writing regular files at most.
+const MAX_WORKERS: usize = 4;
 
 /// What goes into a file.
 pub enum Contents<'c> {
@@ -111,15 +114,99 @@ impl Writer<'_> {
             }
         }
         let depth = |e: &Entry| e.path().split('/').filter(|s| !s.is_empty()).count();
+        // Stable: within one depth, directories, then files, then links, in config order.
         entries.sort_by_key(|e| (e.is_hard_link(), depth(e)));
-        for e in entries {
-            match e {
-                Entry::File(f) => self.write_file(f)?,
-                Entry::Dir(d) => self.write_dir(d)?,
-                Entry::Link(l) => self.write_link(l)?,
+        let mut i = 0;
+        while i < entries.len() {
+            match entries[i] {
+                Entry::File(_) => {
+                    // Regular files of one depth are independent: write them in parallel.
+                    let d = depth(&entries[i]);
+                    let batch: Vec<&File> = entries[i..]
+                        .iter()
+                        .map_while(|e| match e {
+                            Entry::File(f) if depth(e) == d => Some(*f),
+                            _ => None,
+                        })
+                        .collect();
+                    i += batch.len();
+                    self.write_files(&batch)?;
+                }
+                Entry::Dir(d) => {
+                    self.write_dir(d)?;
+                    i += 1;
+                }
+                Entry::Link(l) => {
+                    self.write_link(l)?;
+                    i += 1;
+                }
             }
         }
         Ok(())
+    }
+
+    /// Writes independent regular files with a few worker threads (fetching, decompressing
+    /// and hashing are CPU-bound). The first failing entry in config order is reported.
+    fn write_files(&mut self, files: &[&File]) -> Result<()> {
+        let jobs: Vec<(&File, Attrs)> = files
+            .iter()
+            .map(|f| Ok((*f, self.attrs(&f.user, &f.group, f.mode, &f.path)?)))
+            .collect::<Result<_>>()?;
+        let put = |w: &Writer, f: &File, a: Attrs| {
+            w.put_file(
+                &f.path,
+                Contents::Resources {
+                    contents: &f.contents,
+                    append: &f.append,
+                },
+                a,
+                f.overwrite.unwrap_or(false),
+            )
+        };
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_WORKERS)
+            .min(jobs.len());
+        if workers <= 1 {
+            for (f, a) in jobs {
+                put(self, f, a)?;
+            }
+            return Ok(());
+        }
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let this: &Writer = self;
+        let mut errors: Vec<(usize, anyhow::Error)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut errs = Vec::new();
+                        while !failed.load(Ordering::Relaxed) {
+                            let k = next.fetch_add(1, Ordering::Relaxed);
+                            let Some((f, a)) = jobs.get(k) else { break };
+                            if let Err(e) = put(this, f, *a) {
+                                failed.store(true, Ordering::Relaxed);
+                                errs.push((k, e));
+                            }
+                        }
+                        errs
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        vec![(usize::MAX, anyhow::anyhow!("a file writer thread panicked"))]
+                    })
+                })
+                .collect()
+        });
+        errors.sort_by_key(|(k, _)| *k);
+        match errors.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn attrs(
@@ -141,7 +228,7 @@ impl Writer<'_> {
     }
 
     /// Resolves a config path and creates its missing parent directories.
-    fn place(&mut self, path: &str) -> Result<(Resolved, PathBuf)> {
+    fn place(&self, path: &str) -> Result<(Resolved, PathBuf)> {
         let r = self.root.resolve(path)?;
         for created in self.root.create_parents(&r.parent)? {
             self.touch(created);
@@ -182,7 +269,7 @@ impl Writer<'_> {
 
     /// Writes a regular file at config path `path`.
     pub fn put_file(
-        &mut self,
+        &self,
         path: &str,
         contents: Contents,
         attrs: Attrs,
@@ -292,7 +379,7 @@ impl Writer<'_> {
     }
 
     /// Creates (or adjusts) a directory at config path `path`.
-    pub fn put_dir(&mut self, path: &str, attrs: Attrs, overwrite: bool) -> Result<()> {
+    pub fn put_dir(&self, path: &str, attrs: Attrs, overwrite: bool) -> Result<()> {
         let (r, host) = self.place(path)?;
         let lpath = r.logical();
         match lstat(&host)? {
@@ -338,7 +425,7 @@ impl Writer<'_> {
 
     /// A symbolic link; the target is written verbatim.
     pub fn put_symlink(
-        &mut self,
+        &self,
         path: &str,
         target: &str,
         attrs: Attrs,
@@ -393,7 +480,7 @@ impl Writer<'_> {
 
     /// A hard link to `target`, resolved in the root (its last element is not followed, so
     /// a link to a symlink links the symlink itself).
-    pub fn put_hard_link(&mut self, path: &str, target: &str, overwrite: bool) -> Result<()> {
+    pub fn put_hard_link(&self, path: &str, target: &str, overwrite: bool) -> Result<()> {
         let t = self
             .root
             .resolve(target)
@@ -444,7 +531,7 @@ impl Writer<'_> {
     pub fn log_summary(&self) {
         info!(
             "{} paths created or changed in {}",
-            self.touched.len(),
+            self.touched().len(),
             self.root.host.display()
         );
     }

@@ -76,7 +76,7 @@ fn write_all(
         opts.kargs_helper.as_deref(),
     )?;
     write_result(&mut w, ctx)?;
-    selinux::relabel(&ctx.root, &w.touched)?;
+    selinux::relabel(&ctx.root, &w.touched())?;
     w.log_summary();
     // Durability: one syncfs per filesystem instead of an fsync per file.
     sync_fs(&ctx.root)?;
