@@ -239,6 +239,7 @@ impl Writer<'_> {
 
     /// Removes an existing node that an `overwrite: true` entry replaces.
     fn remove_node(&self, host: &Path, md: &Metadata, logical_path: &str) -> Result<()> {
+        self.root.forget_dirs();
         if md.is_dir() {
             if is_mount_point(host) {
                 bail!(
@@ -246,8 +247,10 @@ impl Writer<'_> {
                     host.display()
                 );
             }
-            std::fs::remove_dir_all(host)
-                .with_context(|| format!("removing directory {}", host.display()))
+            let r = std::fs::remove_dir_all(host)
+                .with_context(|| format!("removing directory {}", host.display()));
+            self.root.forget_dirs();
+            r
         } else {
             std::fs::remove_file(host).with_context(|| format!("removing {}", host.display()))
         }

@@ -11,10 +11,12 @@
 //! directories). The result names the place by its *logical* path (inside the root), which is
 //! also the key used to detect two entries that resolve to the same place.
 
+use std::collections::HashSet;
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
 
@@ -22,11 +24,14 @@ use anyhow::{Context, Result, bail};
 pub const MAX_HOPS: usize = 40;
 
 /// The target root and the mount paths of the config's filesystems.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Root {
     pub host: PathBuf,
     /// Mount paths of the config's filesystems as element lists ("/" excluded).
     mounts: Vec<Vec<String>>,
+    /// Host paths seen to be real directories (saves an lstat per element per entry);
+    /// cleared whenever the stage removes a node.
+    known_dirs: Mutex<HashSet<PathBuf>>,
 }
 
 /// Where a config path lands.
@@ -75,6 +80,24 @@ impl Root {
         Root {
             host: host.into(),
             mounts,
+            known_dirs: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn is_known_dir(&self, p: &Path) -> bool {
+        self.known_dirs.lock().is_ok_and(|k| k.contains(p))
+    }
+
+    fn remember_dir(&self, p: PathBuf) {
+        if let Ok(mut k) = self.known_dirs.lock() {
+            k.insert(p);
+        }
+    }
+
+    /// Forgets what is known about directories (after removing something).
+    pub fn forget_dirs(&self) {
+        if let Ok(mut k) = self.known_dirs.lock() {
+            k.clear();
         }
     }
 
@@ -138,6 +161,9 @@ impl Root {
                 inside = true;
             }
             let host = self.host_path(&cur);
+            if self.is_known_dir(&host) {
+                continue;
+            }
             let md = match std::fs::symlink_metadata(&host) {
                 Ok(md) => md,
                 Err(e) if e.kind() == ErrorKind::NotFound => continue,
@@ -145,6 +171,7 @@ impl Root {
             };
             let ft = md.file_type();
             if ft.is_dir() {
+                self.remember_dir(host);
                 continue;
             }
             if !ft.is_symlink() {
@@ -202,8 +229,14 @@ impl Root {
         let mut created = Vec::new();
         for i in 1..=parent.len() {
             let host = self.host_path(&parent[..i]);
+            if self.is_known_dir(&host) {
+                continue;
+            }
             match std::fs::symlink_metadata(&host) {
-                Ok(md) if md.is_dir() => continue,
+                Ok(md) if md.is_dir() => {
+                    self.remember_dir(host);
+                    continue;
+                }
                 Ok(_) => bail!("{} exists and is not a directory", host.display()),
                 Err(e) if e.kind() == ErrorKind::NotFound => {
                     match nix::unistd::mkdir(&host, nix::sys::stat::Mode::from_bits_truncate(0o755))
@@ -222,6 +255,7 @@ impl Root {
                         std::os::unix::fs::PermissionsExt::from_mode(0o755),
                     )
                     .with_context(|| format!("setting mode of {}", host.display()))?;
+                    self.remember_dir(host);
                     created.push(logical(parent[..i].iter()));
                 }
                 Err(e) => return Err(e).with_context(|| format!("inspecting {}", host.display())),
