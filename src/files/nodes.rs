@@ -310,15 +310,34 @@ impl Writer<'_> {
             .parent()
             .expect("resolved path has a parent")
             .to_path_buf();
-        let tmp = tmp_name(&dir, &r.name);
-        let mut guard = TmpGuard(Some(tmp.clone()));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_CLOEXEC)
-            .open(&tmp)
-            .with_context(|| format!("creating {}", tmp.display()))?;
+        // A new path gets an unnamed file (O_TMPFILE) linked into place when complete: one
+        // directory operation instead of create + rename. Otherwise, or where the filesystem
+        // has no O_TMPFILE, a named temporary file is renamed over the target.
+        let anonymous = if existing.is_none() {
+            open_unnamed(&dir)
+        } else {
+            None
+        };
+        let is_anonymous = anonymous.is_some();
+        let (file, tmp, mut guard) = match anonymous {
+            Some(f) => (
+                f,
+                dir.join(format!("<unnamed file for {}>", r.name)),
+                TmpGuard(None),
+            ),
+            None => {
+                let tmp = tmp_name(&dir, &r.name);
+                let guard = TmpGuard(Some(tmp.clone()));
+                let f = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(nix::libc::O_CLOEXEC)
+                    .open(&tmp)
+                    .with_context(|| format!("creating {}", tmp.display()))?;
+                (f, tmp, guard)
+            }
+        };
         let mut w = BufWriter::with_capacity(256 * 1024, file);
         if keep {
             let mut old =
@@ -362,15 +381,19 @@ impl Writer<'_> {
         }
         file.set_permissions(std::fs::Permissions::from_mode(mode))
             .with_context(|| format!("setting mode of {}", tmp.display()))?;
-        drop(file);
-        if let Some(md) = &existing
-            && md.is_dir()
-        {
-            self.remove_node(&host, md, &lpath)?;
+        if is_anonymous {
+            link_unnamed(&file, &host)?;
+        } else {
+            drop(file);
+            if let Some(md) = &existing
+                && md.is_dir()
+            {
+                self.remove_node(&host, md, &lpath)?;
+            }
+            std::fs::rename(&tmp, &host)
+                .with_context(|| format!("renaming {} to {}", tmp.display(), host.display()))?;
+            guard.disarm();
         }
-        std::fs::rename(&tmp, &host)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), host.display()))?;
-        guard.disarm();
         debug!("wrote file {lpath}");
         self.touch(lpath);
         Ok(())
@@ -538,6 +561,36 @@ impl Writer<'_> {
             self.root.host.display()
         );
     }
+}
+
+/// An unnamed regular file in `dir` (mode 0600), or `None` where O_TMPFILE is unsupported.
+fn open_unnamed(dir: &Path) -> Option<FsFile> {
+    use nix::fcntl::OFlag;
+    nix::fcntl::open(
+        dir,
+        OFlag::O_TMPFILE | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .ok()
+    .map(FsFile::from)
+}
+
+/// Gives an unnamed file its name; fails if something appeared at `host` meanwhile.
+fn link_unnamed(file: &FsFile, host: &Path) -> Result<()> {
+    use nix::fcntl::{AT_FDCWD, AtFlags};
+    use std::os::fd::AsRawFd;
+    let r = nix::unistd::linkat(file, "", AT_FDCWD, host, AtFlags::AT_EMPTY_PATH).or_else(|_| {
+        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link works without.
+        let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+        nix::unistd::linkat(
+            AT_FDCWD,
+            proc.as_str(),
+            AT_FDCWD,
+            host,
+            AtFlags::AT_SYMLINK_FOLLOW,
+        )
+    });
+    r.with_context(|| format!("linking the new file into place at {}", host.display()))
 }
 
 /// Sets owner then mode on a path (`nofollow`: on a symlink itself, mode not applicable).
