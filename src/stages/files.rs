@@ -45,6 +45,13 @@ pub fn run(config: &Config, ctx: &Context) -> Result<()> {
 }
 
 pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
+    // Tools get the root with --root: make it absolute.
+    let root_path = std::fs::canonicalize(&ctx.root)
+        .with_context(|| format!("opening target root {}", ctx.root.display()))?;
+    let ctx = &Context {
+        root: root_path,
+        ..ctx.clone()
+    };
     let mount_paths: Vec<String> = config
         .storage
         .filesystems
