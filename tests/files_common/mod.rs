@@ -156,6 +156,8 @@ pub fn ctx(root: &Path, state: &Path) -> Context {
         platform: None,
         config_file: None,
         config_url: None,
+        system_config_dir: state.join("no-system-config"),
+        offline: false,
     }
 }
 
