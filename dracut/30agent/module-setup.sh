@@ -1,0 +1,68 @@
+#!/bin/bash
+# dracut module for the agent: the static binary, the tools its stages call, the initramfs units
+# and the generator that enables them on first boot only.
+# Sources: the module directory holds the scripts; units come from $moddir/units (make install
+# and the test harness copy systemd/initrd/*.{service,target} there); the binary from
+# $AGENT_BIN (harness) or /usr/bin/agent (installed).
+
+check() {
+    # Only when asked for (dracut -a agent / add_dracutmodules+=" agent ").
+    return 255
+}
+
+depends() {
+    echo systemd systemd-initrd udev-rules
+}
+
+installkernel() {
+    # fw_cfg for the qemu platform, filesystems and block layers the disks stage may create.
+    hostonly='' instmods -c qemu_fw_cfg
+    hostonly='' instmods ext4 xfs btrfs vfat nls_cp437 nls_iso8859-1 nls_ascii \
+        md_mod raid0 raid1 raid10 raid456 dm_crypt virtio_net
+}
+
+install() {
+    local bin=${AGENT_BIN:-}
+    [[ -n $bin ]] || for bin in /usr/bin/agent /usr/local/bin/agent; do [[ -x $bin ]] && break; done
+    [[ -x $bin ]] || { dfatal "agent: binary $bin not found"; return 1; }
+    inst_simple "$bin" /usr/bin/agent
+
+    inst_script "$moddir/agent-generator" "$systemdutildir/system-generators/agent-generator"
+    inst_script "$moddir/agent-stage" /usr/lib/agent/agent-stage
+    inst_script "$moddir/agent-network-up" /usr/lib/agent/agent-network-up
+    inst_script "$moddir/agent-firstboot-done" /usr/lib/agent/agent-firstboot-done
+    inst_hook emergency 90 "$moddir/agent-emergency.sh"
+    inst_hook shutdown-emergency 90 "$moddir/agent-emergency.sh"
+
+    local u
+    for u in "$moddir"/units/*.service "$moddir"/units/*.target; do
+        inst_simple "$u" "$systemdsystemunitdir/${u##*/}"
+    done
+
+    # Tools the stages call (mkfs.*, wipefs, blkid, sgdisk/sfdisk, mdadm, cryptsetup, setfiles,
+    # the useradd family): whatever the build host has.
+    inst_multiple -o \
+        mkfs.ext4 mke2fs tune2fs e2label mkfs.xfs xfs_admin mkfs.btrfs btrfs mkfs.fat mkfs.vfat \
+        fatlabel mkswap swaplabel wipefs blkid partx sfdisk sgdisk mdadm cryptsetup setfiles \
+        useradd usermod userdel groupadd groupmod groupdel chpasswd udevadm mount umount \
+        modprobe sync grep cut tail mkdir rm
+    # mke2fs reads its defaults from here.
+    inst_multiple -o /etc/mke2fs.conf
+
+    # Network for the online fetch, started only by agent-network-up (never enabled).
+    if [[ -x $systemdutildir/systemd-networkd ]]; then
+        inst_multiple -o \
+            "$systemdutildir"/systemd-networkd \
+            "$systemdutildir"/systemd-networkd-wait-online \
+            "$systemdsystemunitdir"/systemd-networkd.service \
+            "$systemdsystemunitdir"/systemd-networkd.socket \
+            "$systemdsystemunitdir"/systemd-networkd-wait-online.service
+        inst_simple "$moddir/90-agent-dhcp.network" /etc/systemd/network/90-agent-dhcp.network
+        # networkd drops its privileges to this user.
+        grep -q '^systemd-network:' "$initdir/etc/passwd" 2>/dev/null ||
+            echo 'systemd-network:x:998:998:systemd Network Management:/:/usr/sbin/nologin' \
+                >>"$initdir/etc/passwd"
+        grep -q '^systemd-network:' "$initdir/etc/group" 2>/dev/null ||
+            echo 'systemd-network:x:998:' >>"$initdir/etc/group"
+    fi
+}

@@ -1,0 +1,283 @@
+#!/bin/bash
+# VM tests: boot Debian's cloud kernel in QEMU with an initramfs built by dracut with our module,
+# let the agent provision a blank virtio disk at first boot, then check the disk image from the
+# host with the host's own tools.
+#
+#   vm-tests/run.sh [SCENARIO...]      (default: every directory in vm-tests/scenarios/)
+#
+# Environment:
+#   AGENT_BIN     static agent binary (default: target/x86_64-unknown-linux-gnu/release/agent)
+#   VM_CACHE      kernel, initramfs and work files (default: target/vm)
+#   VM_KEEP=1     keep each scenario's disk image and logs
+#   VM_JOBS       scenarios booted at the same time (default 2)
+#   VM_TIMEOUT    seconds per boot (default 300; scenario.conf may set TIMEOUT)
+#   VM_SELFTEST=1 run vm-tests/selftest/ (boot machinery alone, AGENT_BIN=vm-tests/selftest/agent-stub)
+#   AGENT_SERVE   command line template for the config server; @SOURCE@, @ADDR@ and @PORT@ are replaced
+#                 (default: "$AGENT_BIN serve --source @SOURCE@ --listen @ADDR@")
+#
+# A scenario is a directory vm-tests/scenarios/NAME/ with:
+#   scenario.conf  shell variables: MODE (fwcfg|url|none), FWCFG=1 (url mode: config.ign via
+#                  fw_cfg as well), EXPECT (success|emergency), BOOTS, DISK_MIB, PLATFORM, POOL,
+#                  NEED_TOKEN=1 (read the pool's bearer token), SERVE_CMD (server command
+#                  template, default AGENT_SERVE), CMDLINE (extra kernel arguments),
+#                  TIMEOUT
+#   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
+#                  replaced by the pool's bearer token and the server's address as the guest sees it
+#   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...)
+#   prepare.sh     (optional) run on the host before the first boot: "$DISK" is the image
+#   beforeN.sh     (optional) run on the host before boot N (N >= 2)
+#   check.sh       run on the host after the last boot, with lib.sh's helpers; fails = non-zero
+# Output: one line per scenario, then "N passed, M failed" and the boot-time/size benchmark.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+export VM_CACHE=${VM_CACHE:-$top/target/vm}
+AGENT_BIN=${AGENT_BIN:-$top/target/x86_64-unknown-linux-gnu/release/agent}
+mkdir -p "$VM_CACHE"
+
+log() { echo "vm-test: $*" >&2; }
+calc() { awk "BEGIN { print $* }"; }
+die() { log "error: $*"; exit 2; }
+
+# --- host-side checks of the module (no VM) ------------------------------------------------------
+"$here/test-generator.sh" || die "generator test failed"
+
+# --- prerequisites -----------------------------------------------------------------------------
+kver=$("$here/setup.sh" | tail -n1)
+kroot=$VM_CACHE/kernel/$kver
+kernel=$kroot/boot/vmlinuz-$kver
+moddir=$kroot/lib/modules/$kver
+[[ -d $moddir ]] || moddir=$kroot/usr/lib/modules/$kver
+[[ -r $kernel ]] || die "kernel $kernel missing"
+[[ -x $AGENT_BIN ]] || die "agent binary $AGENT_BIN missing (make static)"
+[[ ${VM_SELFTEST:-} == 1 ]] || file -L "$AGENT_BIN" | grep -Eq 'statically linked|static-pie linked' ||
+    die "$AGENT_BIN is not statically linked: $(file -L "$AGENT_BIN")"
+
+# --- initramfs ---------------------------------------------------------------------------------
+t0=$(date +%s.%N)
+initrd=$(AGENT_BIN=$AGENT_BIN "$here/initramfs.sh" --variant test "$kver")
+t1=$(date +%s.%N)
+initrd_ref=
+if [[ ${VM_SKIP_REFERENCE:-} != 1 ]]; then
+    initrd_ref=$(AGENT_BIN=$AGENT_BIN "$here/initramfs.sh" --variant reference "$kver")
+fi
+log "initramfs built in $(printf %.1f "$(calc "$t1 - $t0")") s: $initrd"
+
+# --- config server -----------------------------------------------------------------------------
+server_pid=
+cleanup() {
+    if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; fi
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+start_server() { # SOURCE_DIR LOG -> sets server_port, server_pid
+    local src=$1 slog=$2 cmd i
+    server_port=$(free_port)
+    cmd=${SERVE_CMD:-${AGENT_SERVE:-"$AGENT_BIN serve --source @SOURCE@ --listen @ADDR@"}}
+    cmd=${cmd//@SOURCE@/$src}
+    cmd=${cmd//@PORT@/$server_port}
+    cmd=${cmd//@ADDR@/127.0.0.1:$server_port}
+    # shellcheck disable=SC2086
+    $cmd >"$slog" 2>&1 &
+    server_pid=$!
+    for i in $(seq 1 100); do
+        if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$server_port),1)" \
+            2>/dev/null; then return 0; fi
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    log "config server did not start: $(tail -n5 "$slog")"
+    return 1
+}
+
+stop_server() {
+    [[ -n $server_pid ]] || return 0
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=
+}
+
+pool_token() { # SOURCE_DIR POOL: the plaintext token the server published for the pool
+    local f i
+    for i in $(seq 1 50); do
+        for f in "$1/tokens/$2.token" "$1/tokens/..data/$2.token"; do
+            if [[ -s $f ]]; then tr -d '\n' <"$f"; return 0; fi
+        done
+        sleep 0.1
+    done
+    return 1
+}
+
+# --- one boot ----------------------------------------------------------------------------------
+guest_server=10.0.2.100:8080
+boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed out)
+    local disk=$1 cfg=$2 console=$3
+    local append="console=ttyS0,115200 root=LABEL=root rd.emergency=poweroff rd.shell=0"
+    append+=" agent.firstboot agent.platform.id=$PLATFORM printk.devkmsg=on panic=-1"
+    append+=" systemd.show_status=1 rd.udev.log_level=err loglevel=4 $CMDLINE"
+    local args=(-accel tcg -cpu max -m 1024 -smp 1 -nodefaults -no-reboot
+        -display none -serial "file:$console"
+        -kernel "$kernel" -initrd "$initrd" -append "$append"
+        -drive "file=$disk,if=virtio,format=raw,cache=unsafe"
+        -device virtio-rng-pci)
+    if [[ ($MODE == fwcfg || -n $FWCFG) && -n $cfg ]]; then
+        args+=(-fw_cfg "name=opt/com.coreos/config,file=$cfg")
+    fi
+    if [[ $MODE == url ]]; then
+        # guestfwd with cmd: runs one socat per guest connection, so several requests work and
+        # the server closing its end closes the guest's (a tcp: chardev is a single stream).
+        args+=(-netdev "user,id=n0,restrict=on,guestfwd=tcp:$guest_server-cmd:socat - TCP:127.0.0.1:$server_port"
+            -device virtio-net-pci,netdev=n0)
+    fi
+    local rc=0
+    timeout "${TIMEOUT}" qemu-system-x86_64 "${args[@]}" </dev/null >"$console.qemu" 2>&1 || rc=$?
+    return $rc
+}
+
+# --- scenarios ---------------------------------------------------------------------------------
+scenario_dir=$here/scenarios
+[[ ${VM_SELFTEST:-} == 1 ]] && scenario_dir=$here/selftest
+if [[ $# -gt 0 ]]; then
+    scenarios=("$@")
+else
+    scenarios=()
+    for d in "$scenario_dir"/*/; do scenarios+=("$(basename "$d")"); done
+fi
+
+# One scenario, in a subshell; leaves $work/ok or $work/reason.
+run_scenario() {
+    local name=$1 sdir=$scenario_dir/$1 work=$VM_CACHE/work/$1
+    (
+        trap stop_server EXIT
+        set -a
+        MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
+        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300}
+        # shellcheck disable=SC1091
+        source "$sdir/scenario.conf"
+        set +a
+        export DISK=$work/disk.img WORK=$work SCENARIO=$sdir
+        truncate -s "${DISK_MIB}M" "$DISK"
+        if [[ -x $sdir/prepare.sh ]]; then "$sdir/prepare.sh" >"$work/prepare.log" 2>&1 ||
+            { echo "prepare.sh failed: $(tail -n3 "$work/prepare.log")" >"$work/reason"; exit 1; }
+        fi
+        sum_before=$(sha256sum "$DISK" | cut -d' ' -f1)
+        token=
+        if [[ $MODE == url ]]; then
+            cp -a "$sdir/serve" "$work/serve"
+            start_server "$work/serve" "$work/server.log" ||
+                { echo "config server did not start" >"$work/reason"; exit 1; }
+            if [[ -n ${NEED_TOKEN:-} ]]; then
+                token=$(pool_token "$work/serve" "$POOL") ||
+                    { echo "server published no token for pool $POOL" >"$work/reason"; exit 1; }
+            fi
+            CMDLINE=${CMDLINE//@SERVER@/$guest_server}
+        fi
+        total_boot=0
+        for n in $(seq 1 "$BOOTS"); do
+            cfg=
+            for c in "$sdir/config$n.ign" "$sdir/config.ign"; do
+                if [[ -e $c ]]; then cfg=$c; break; fi
+            done
+            if [[ -n $cfg ]]; then
+                sed -e "s|@TOKEN@|$token|g" -e "s|@SERVER@|$guest_server|g" "$cfg" >"$work/config$n.ign"
+                cfg=$work/config$n.ign
+            fi
+            if [[ $n -ge 2 && -x $sdir/before$n.sh ]]; then
+                "$sdir/before$n.sh" >"$work/before$n.log" 2>&1 ||
+                    { echo "before$n.sh failed" >"$work/reason"; exit 1; }
+            fi
+            console=$work/console$n.log
+            s=$(date +%s.%N)
+            rc=0
+            boot "$DISK" "$cfg" "$console" || rc=$?
+            e=$(date +%s.%N)
+            total_boot=$(calc "$total_boot + $e - $s")
+            echo "$total_boot" >"$work/boot_s"
+            if [[ $rc -eq 124 ]]; then
+                echo "boot $n timed out after ${TIMEOUT}s" >"$work/reason"; exit 1
+            elif [[ $rc -ne 0 ]]; then
+                echo "qemu exited $rc on boot $n: $(tail -n3 "$console.qemu")" >"$work/reason"; exit 1
+            fi
+            done_line=$(grep -a 'AGENT-TEST-DONE' "$console" | tail -n1 || true)
+            if [[ $EXPECT == success || $n -lt $BOOTS ]]; then
+                if [[ $done_line != *complete=yes* ]]; then
+                    why=$(grep -a -m1 'AGENT-FAILED:' "$console" || true)
+                    echo "boot $n did not complete provisioning${why:+ ($why)}" >"$work/reason"
+                    exit 1
+                fi
+                f=$(sed -n 's/.*files_end_ms=\([0-9]*\).*/\1/p' <<<"$done_line")
+                echo "$f" >"$work/files_end_ms$n"
+            else
+                if [[ $done_line == *complete=yes* ]]; then
+                    echo "boot $n completed provisioning, expected the emergency target" >"$work/reason"
+                    exit 1
+                fi
+                grep -aq 'AGENT-FAILED:' "$console" ||
+                    { echo "boot $n: no failed stage reported on the console" >"$work/reason"; exit 1; }
+            fi
+        done
+        stop_server
+        export CONSOLE=$work/console$BOOTS.log SUM_BEFORE=$sum_before
+        if ! (cd "$work" && bash -c "set -euo pipefail; source '$here/lib.sh'; source '$sdir/check.sh'") \
+            >"$work/check.log" 2>&1; then
+            echo "check failed: $(tail -n3 "$work/check.log" | tr '\n' ' ')" >"$work/reason"
+            exit 1
+        fi
+    ) && : >"$work/ok"
+}
+
+for name in "${scenarios[@]}"; do
+    [[ -d $scenario_dir/$name ]] || die "no scenario $name"
+    rm -rf "$VM_CACHE/work/$name"
+    mkdir -p "$VM_CACHE/work/$name"
+done
+# Boots in parallel (each QEMU is one TCG thread): VM_JOBS at a time, default 2.
+jobs_max=${VM_JOBS:-2}
+pids=()
+for name in "${scenarios[@]}"; do
+    while [[ $(jobs -rp | wc -l) -ge $jobs_max ]]; do wait -n || true; done
+    run_scenario "$name" &
+    pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || true; done
+
+passed=0
+failed=0
+for name in "${scenarios[@]}"; do
+    work=$VM_CACHE/work/$name
+    ok=0
+    [[ -e $work/ok ]] && ok=1
+    boot_s=$(cat "$work/boot_s" 2>/dev/null || echo 0)
+    fe=$(cat "$work"/files_end_ms* 2>/dev/null | tr '\n' ' ' || true)
+    timing="boot ${boot_s%.*}s"
+    [[ -n $fe ]] && timing+=", kernel start to end of files stage: $(for x in $fe; do printf '%.1fs ' "$(calc "$x/1000")"; done)"
+    if [[ $ok == 1 ]]; then
+        passed=$((passed + 1))
+        printf 'PASS %-22s %s\n' "$name" "$timing"
+    else
+        failed=$((failed + 1))
+        printf 'FAIL %-22s %s: %s\n' "$name" "$timing" "$(cat "$work/reason" 2>/dev/null || echo 'see logs')"
+        printf '     logs: %s\n' "$work"
+    fi
+    if [[ ${VM_KEEP:-} != 1 ]]; then rm -f "$work/disk.img"; fi
+done
+
+# --- benchmark ---------------------------------------------------------------------------------
+size() { stat -c %s "$1"; }
+if [[ -n $initrd_ref ]]; then
+    a=$(size "$initrd")
+    r=$(size "$initrd_ref")
+    printf 'initramfs (zstd): %d KiB with agent (+ test hook), %d KiB without: the agent adds %d KiB (x%.2f)\n' \
+        $((a / 1024)) $((r / 1024)) $(((a - r) / 1024)) "$(calc "$a / $r")"
+    b=$(zstd -q -c "$AGENT_BIN" | wc -c)
+    printf '  of which the agent binary: %d KiB zstd (%d KiB raw); the rest: mkfs tools, fs/md/dm modules, networkd\n' \
+        $((b / 1024)) $(($(size "$AGENT_BIN") / 1024))
+fi
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]

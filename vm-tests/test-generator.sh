@@ -1,0 +1,33 @@
+#!/bin/bash
+# Host-side test of dracut/30agent/agent-generator (no VM): which command lines enable the
+# stages and which platform they record. Prints "N passed, M failed".
+set -euo pipefail
+gen=$(cd "$(dirname "$0")/.." && pwd)/dracut/30agent/agent-generator
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+case_() { # NAME CMDLINE EXPECT_ENABLED(yes|no) EXPECT_PLATFORM
+    local name=$1 cmdline=$2 want=$3 wantp=${4:-} got=no gotp=
+    rm -rf "$tmp/units" "$tmp/run"
+    mkdir -p "$tmp/units"
+    printf '%s\n' "$cmdline" >"$tmp/cmdline"
+    AGENT_GENERATOR_CMDLINE=$tmp/cmdline AGENT_GENERATOR_RUNDIR=$tmp/run "$gen" "$tmp/units" "$tmp/units" "$tmp/units"
+    [[ -L $tmp/units/initrd.target.requires/agent-complete.target ]] && got=yes
+    [[ -f $tmp/run/platform.env ]] && gotp=$(sed -n 's/^AGENT_PLATFORM=//p' "$tmp/run/platform.env")
+    if [[ $got == "$want" && $gotp == "$wantp" ]]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAIL generator $name: enabled=$got platform=$gotp (want $want $wantp)"
+    fi
+}
+case_ "no flag" "root=LABEL=root quiet" no ""
+case_ "agent flag, default platform" "root=LABEL=root agent.firstboot" yes metal
+case_ "ignition flag" "ignition.firstboot ignition.platform.id=qemu" yes qemu
+case_ "agent platform wins" "ignition.platform.id=aws agent.firstboot agent.platform.id=qemu" yes qemu
+case_ "flag with value" "agent.firstboot=1 agent.platform.id=metal" yes metal
+case_ "look-alike is not the flag" "agent.firstbootx agent.platform.id=qemu" no ""
+case_ "platform without flag" "agent.platform.id=qemu" no ""
+case_ "platform sanitised" 'agent.firstboot agent.platform.id=qe$(x)mu;' yes qexmu
+echo "generator: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
