@@ -506,6 +506,9 @@ pub fn prepare(l: &Luks, action: LuksAction, fetcher: &Fetcher) -> Result<Prepar
 pub fn apply(l: &Luks, p: &Prepared, state_dir: &Path) -> Result<()> {
     let d = p.dev.display().to_string();
     let mapper = mapper_path(&l.name);
+    if p.action != LuksAction::Active {
+        kernel::load_module("dm_crypt");
+    }
     match &p.action {
         LuksAction::Active => log::info!("reusing the open volume {}", mapper.display()),
         LuksAction::Reuse { clevis } => {

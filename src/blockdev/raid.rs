@@ -305,6 +305,9 @@ pub fn decide_now(r: &Raid) -> Result<RaidAction> {
 /// Carries out a decided action and waits for `/dev/md/<name>`.
 pub fn apply(r: &Raid, action: &RaidAction) -> Result<()> {
     let path = array_path(&r.name);
+    if matches!(action, RaidAction::Assemble(_) | RaidAction::Create) {
+        kernel::load_module("md_mod");
+    }
     match action {
         RaidAction::Active => {
             log::info!("reusing the running array {}", path.display());
