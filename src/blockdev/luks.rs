@@ -11,7 +11,7 @@
 //!   with `clevis luks unlock`). Anything else is refused.
 //! - any other signature: refused unless `wipeVolume` (then wiped and formatted).
 //!
-//! Keys: the `keyFile` resource fetched through the fetcher, or 64 bytes from /dev/urandom. Keys
+//! Keys: the `keyFile` resource fetched through the fetcher, or 64 bytes from /dev/urandom (hex). Keys
 //! go to cryptsetup on stdin only, never into an argv or a log line; the disks stage leaves them
 //! in `<state-dir>/luks/<name>.key` (0600, directory 0700) with a small JSON record beside them.
 
@@ -274,13 +274,14 @@ impl Key {
     }
 }
 
-/// 64 random bytes from /dev/urandom.
+/// 64 random bytes from /dev/urandom, hex-encoded (128 characters, no newline): text, since
+/// `clevis luks bind -k -` reads the key with the shell, which loses NUL bytes and newlines.
 pub fn generate_key() -> Result<Key> {
     let mut k = vec![0u8; 64];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut k))
         .context("reading a key from /dev/urandom")?;
-    Ok(Key(k))
+    Ok(Key(crate::fetch::hex(&k).into_bytes()))
 }
 
 /// The volume's key: the fetched keyFile, or a generated one (only for a new volume).
@@ -495,10 +496,50 @@ pub fn prepare(l: &Luks, action: LuksAction, fetcher: &Fetcher) -> Result<Prepar
             test_key(l, &dev, &k)?;
             Some(k)
         }
-        LuksAction::Create { .. } => Some(key_for(l, fetcher, true)?),
+        LuksAction::Create { .. } => {
+            let k = key_for(l, fetcher, true)?;
+            if clevis_pin(l).is_some() && k.bytes().iter().any(|&b| b == 0 || b == b'\n') {
+                // `clevis luks bind -k -` reads one line with the shell.
+                bail!(
+                    "luks {}: a key file used with clevis must be one line of text (no NUL or \
+                     newline)",
+                    l.name
+                );
+            }
+            Some(k)
+        }
         LuksAction::AfterPartitioning => bail!("internal: undecided luks volume {}", l.name),
     };
     Ok(Prepared { dev, action, key })
+}
+
+/// A new volume: wipes what is there (wipeVolume), formats, binds to clevis when asked.
+/// Needs no device-mapper (cryptsetup and clevis write the header directly).
+pub fn format_and_bind(l: &Luks, p: &Prepared) -> Result<()> {
+    let LuksAction::Create { wipe } = &p.action else {
+        bail!("internal: luks {} is not to be created", l.name);
+    };
+    let d = p.dev.display().to_string();
+    let k = p.key.as_ref().context("internal: no key")?;
+    let name = kernel::sys_name(&p.dev)?;
+    inuse::ensure_free(&name, &format!("format {d} as LUKS"))?;
+    if let Some(t) = wipe {
+        log::info!("wiping the {t} signatures on {d} (wipeVolume)");
+        crate::util::run("wipefs", &["-a", &d]).with_context(|| format!("wiping {d}"))?;
+    }
+    log::info!("creating LUKS2 volume {} on {d}", l.name);
+    crate::util::run_with_stdin("cryptsetup", &format_args(l, &d), Some(k.bytes()))
+        .with_context(|| format!("formatting {d} as LUKS2"))?;
+    if let Some((pin, cfg)) = clevis_pin(l) {
+        log::info!("binding {d} to clevis pin {pin}");
+        crate::util::run_with_stdin(
+            "clevis",
+            &["luks", "bind", "-y", "-d", &d, "-k", "-", &pin, &cfg],
+            Some(k.bytes()),
+        )
+        .with_context(|| format!("binding {d} to clevis ({pin})"))?;
+    }
+    Ok(())
 }
 
 /// Carries out a prepared volume: format (and bind) if new, open, wait for /dev/mapper/<name>,
@@ -522,26 +563,9 @@ pub fn apply(l: &Luks, p: &Prepared, state_dir: &Path) -> Result<()> {
                     .with_context(|| format!("opening {d} as {}", l.name))?;
             }
         }
-        LuksAction::Create { wipe } => {
+        LuksAction::Create { .. } => {
             let k = p.key.as_ref().context("internal: no key")?;
-            let name = kernel::sys_name(&p.dev)?;
-            inuse::ensure_free(&name, &format!("format {d} as LUKS"))?;
-            if let Some(t) = wipe {
-                log::info!("wiping the {t} signatures on {d} (wipeVolume)");
-                crate::util::run("wipefs", &["-a", &d]).with_context(|| format!("wiping {d}"))?;
-            }
-            log::info!("creating LUKS2 volume {} on {d}", l.name);
-            crate::util::run_with_stdin("cryptsetup", &format_args(l, &d), Some(k.bytes()))
-                .with_context(|| format!("formatting {d} as LUKS2"))?;
-            if let Some((pin, cfg)) = clevis_pin(l) {
-                log::info!("binding {d} to clevis pin {pin}");
-                crate::util::run_with_stdin(
-                    "clevis",
-                    &["luks", "bind", "-y", "-d", &d, "-k", "-", &pin, &cfg],
-                    Some(k.bytes()),
-                )
-                .with_context(|| format!("binding {d} to clevis ({pin})"))?;
-            }
+            format_and_bind(l, p)?;
             crate::util::run_with_stdin("cryptsetup", &open_args(l, &d), Some(k.bytes()))
                 .with_context(|| format!("opening {d} as {}", l.name))?;
         }
@@ -673,6 +697,10 @@ mod tests {
             open_args(&l, "/dev/vdb").join(" "),
             "open --key-file=- --allow-discards --perf-no_read_workqueue /dev/vdb data"
         );
+        let k = generate_key().unwrap();
+        assert_eq!(k.bytes().len(), 128);
+        assert!(k.bytes().iter().all(u8::is_ascii_hexdigit));
+        assert_ne!(k.bytes(), generate_key().unwrap().bytes());
         // No key material in any argv.
         assert!(
             !format_args(&l, "/dev/vdb")

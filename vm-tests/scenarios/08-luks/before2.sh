@@ -20,7 +20,7 @@ expect_mode "$r/etc/luks" 700
 expect_mode "$r/etc/luks/ciphered" 600
 expect_mode "$r/etc/luks/gen" 600
 expect_content "$r/etc/luks/ciphered" s3cret-key
-expect_eq "$(stat -c %s "$r/etc/luks/gen")" 64 "generated key size"
+expect_eq "$(stat -c %s "$r/etc/luks/gen")" 128 "generated key size (64 random bytes, hex)"
 cryptsetup open --test-passphrase --key-file "$r/etc/luks/gen" "$DISK3" ||
     fail "the persisted generated key does not open vdc"
 grep -qx "ciphered UUID=$u2 /etc/luks/ciphered luks,discard" "$r/etc/crypttab" ||
