@@ -1,7 +1,8 @@
 #!/bin/bash
-# Between the boots: both members carry the superblock of one RAID1 "data" of 2 devices, the
-# array's ext4 (read at the data offset: the host kernel has no md) holds the file; remember the
-# members' checksums for boot 2.
+# Before boot N (2: after the creating boot, 3: after the reusing boot): both members carry the
+# superblock of one RAID1 "data" of 2 devices, the array's ext4 (read at the data offset: the
+# host kernel has no md) holds the files; boot 2 kept the array (same UUID) and its data. Before
+# boot 3, remember the members' checksums.
 set -euo pipefail
 source "$(dirname "$0")/../../lib.sh"
 u2=$(mdadm --examine --export "$DISK2" | sed -n 's/^MD_UUID=//p')
@@ -20,5 +21,15 @@ mp=$(mktemp -d "$WORK/mnt.XXXXXX")
 mount -o ro,noload "$dev" "$mp"
 echo "mount $mp" >>"$_lib_reg"
 expect_content "$mp/hello" "on the array"
-sha256sum "$DISK2" "$DISK3" | cut -d' ' -f1 >"$WORK/members.sum"
-echo "boot 1 OK: raid1 any:data $u2, ext4 at offset $off with the file"
+fsuuid=$(blkid -p -c /dev/null -o value -s UUID "$dev")
+if [[ ! -e $WORK/array.uuid ]]; then
+    echo "$u2 $fsuuid" >"$WORK/array.uuid"
+    echo "after boot 1: raid1 any:data $u2, ext4 $fsuuid at offset $off with the file"
+else
+    expect_eq "$u2 $fsuuid" "$(cat "$WORK/array.uuid")" "array and filesystem UUIDs after boot 2"
+    expect_content "$mp/second" 2
+    grep -aq "assembling the existing array /dev/md/data" "$WORK/console2.log" ||
+        fail "boot 2 did not assemble the existing array"
+    sha256sum "$DISK2" "$DISK3" | cut -d' ' -f1 >"$WORK/members.sum"
+    echo "after boot 2: same array $u2 and ext4 $fsuuid, both files"
+fi

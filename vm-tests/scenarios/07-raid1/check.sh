@@ -1,4 +1,4 @@
-# Boot 2 asked for raid0 over the raid1's members: refused, emergency, members untouched.
+# Boot 3 asked for raid0 over the raid1's members: refused, emergency, members untouched.
 expect_console "AGENT-FAILED: agent-disks.service failed"
 sed -n '/AGENT-FAILED: agent-disks.service failed/,/AGENT-FAILED: end/p' "$CONSOLE" |
     grep -aq 'does not match the config' || fail "the disks stage failed, but not over the array"
