@@ -1,7 +1,8 @@
 //! RAID and LUKS in the disks stage, on the host (root, loop devices). The host kernel has no md
 //! and no dm-crypt, so these tests cover what needs neither: the plan (`agent plan` shows
 //! reuse/create per array and volume, probing real LUKS2 headers made with cryptsetup) and every
-//! refusal, which must fail before anything is written (the images stay byte-for-byte the same).
+//! refusal, which must fail before anything is written (the images stay byte-for-byte the same),
+//! and formatting (wipeVolume, label, uuid, options) through the library.
 //! Creating, assembling and opening for real is tested in the VM (vm-tests/scenarios/07-raid1,
 //! 08-luks).
 
@@ -273,4 +274,66 @@ fn raid_spares_refused_for_raid0() {
         "devices": [a.dev, b.dev]}]}));
     assert!(!ok);
     assert!(err.contains("spares"), "{err}");
+}
+
+/// wipeVolume over an ext4: the signatures go, a LUKS2 header with the configured label, UUID
+/// and options is written (format only: opening needs dm-crypt, which the host lacks), and the
+/// configured key file opens it.
+#[test]
+fn luks_wipe_volume_formats_with_label_uuid_and_options() {
+    use agent::blockdev::luks::{self, LuksAction};
+    use agent::config::types::{Luks, Resource};
+    need("cryptsetup");
+    need("wipefs");
+    let l = Loop::new(32);
+    l.ext4();
+    let uuid = "6b7f1c2e-1111-4000-8000-00000000abcd";
+    let cfg = Luks {
+        name: "w".into(),
+        device: Some(l.dev.clone()),
+        key_file: Resource {
+            source: Some("data:,k3y".into()),
+            ..Default::default()
+        },
+        label: Some("wiped".into()),
+        uuid: Some(uuid.into()),
+        wipe_volume: Some(true),
+        options: ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]
+            .map(String::from)
+            .to_vec(),
+        ..Default::default()
+    };
+    let action = luks::decide_now(&cfg).unwrap();
+    assert_eq!(
+        action,
+        LuksAction::Create {
+            wipe: Some("ext4".into())
+        }
+    );
+    let fetcher = agent::fetch::Fetcher::new(agent::fetch::Options::default());
+    let p = luks::prepare(&cfg, action, &fetcher).unwrap();
+    luks::format_and_bind(&cfg, &p).unwrap();
+    let e = luks::examine(std::path::Path::new(&l.dev))
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.fstype, "crypto_LUKS");
+    assert_eq!(e.label.as_deref(), Some("wiped"));
+    assert_eq!(e.uuid.as_deref(), Some(uuid));
+    let dump = sh("cryptsetup", &["luksDump", &l.dev], None);
+    assert!(dump.contains("PBKDF:      pbkdf2"), "{dump}");
+    sh(
+        "cryptsetup",
+        &["open", "--test-passphrase", "--key-file=-", &l.dev],
+        Some(b"k3y"),
+    );
+    // Now the same config without wipeVolume reuses it (the key is checked, nothing written).
+    let keep = Luks {
+        wipe_volume: Some(false),
+        ..cfg
+    };
+    let before = l.bytes();
+    let a = luks::decide_now(&keep).unwrap();
+    assert_eq!(a, LuksAction::Reuse { clevis: false });
+    luks::prepare(&keep, a, &fetcher).unwrap();
+    assert_eq!(l.bytes(), before);
 }
