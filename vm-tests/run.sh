@@ -21,7 +21,9 @@
 #                  NEED_TOKEN=1 (read the pool's bearer token), SERVE_CMD (server command
 #                  template, default AGENT_SERVE), CMDLINE (extra kernel arguments),
 #                  TIMEOUT, EXTRA_DISKS (sizes in MiB of more blank virtio disks: vdb, vdc, ...;
-#                  their images are $DISK2, $DISK3, ... in prepare/before/check scripts)
+#                  their images are $DISK2, $DISK3, ... in prepare/before/check scripts),
+#                  TANG=1 (MODE=url: a tang server, Debian's tangd run per connection by
+#                  guestfwd, at 10.0.2.101:80 as the guest sees it; keys in $WORK/tang)
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
 #   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...)
@@ -138,8 +140,11 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
     if [[ $MODE == url ]]; then
         # guestfwd with cmd: runs one socat per guest connection, so several requests work and
         # the server closing its end closes the guest's (a tcp: chardev is a single stream).
-        args+=(-netdev "user,id=n0,restrict=on,guestfwd=tcp:$guest_server-cmd:socat - TCP:127.0.0.1:$server_port"
-            -device virtio-net-pci,netdev=n0)
+        local netdev="user,id=n0,restrict=on,guestfwd=tcp:$guest_server-cmd:socat - TCP:127.0.0.1:$server_port"
+        if [[ -n ${TANG:-} ]]; then
+            netdev+=",guestfwd=tcp:10.0.2.101:80-cmd:/usr/libexec/tangd $WORK/tang"
+        fi
+        args+=(-netdev "$netdev" -device virtio-net-pci,netdev=n0)
     fi
     local rc=0
     timeout "${TIMEOUT}" qemu-system-x86_64 "${args[@]}" </dev/null >"$console.qemu" 2>&1 || rc=$?
@@ -163,7 +168,7 @@ run_scenario() {
         trap stop_server EXIT
         set -a
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
-        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS=
+        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG=
         # shellcheck disable=SC1091
         source "$sdir/scenario.conf"
         set +a
@@ -177,6 +182,11 @@ run_scenario() {
         done
         if [[ -x $sdir/prepare.sh ]]; then "$sdir/prepare.sh" >"$work/prepare.log" 2>&1 ||
             { echo "prepare.sh failed: $(tail -n3 "$work/prepare.log")" >"$work/reason"; exit 1; }
+        fi
+        if [[ -n $TANG ]]; then
+            mkdir -p "$work/tang"
+            /usr/libexec/tangd-keygen "$work/tang" ||
+                { echo "tangd-keygen failed (apt-get install tang)" >"$work/reason"; exit 1; }
         fi
         sum_before=$(sha256sum "$DISK" | cut -d' ' -f1)
         token=

@@ -54,6 +54,15 @@ install() {
     inst_multiple -o dmsetup
     inst_rules 10-dm.rules 13-dm-disk.rules 55-dm.rules 60-persistent-storage-dm.rules \
         95-dm-notify.rules 63-md-raid-arrays.rules
+    # clevis bindings (tang/tpm2/sss) of LUKS volumes, when the build host has clevis: its
+    # scripts and what they call (jose, curl for tang, pwmake for the new passphrase).
+    inst_multiple -o \
+        clevis clevis-decrypt clevis-decrypt-sss clevis-decrypt-tang clevis-decrypt-tpm2 \
+        clevis-encrypt-sss clevis-encrypt-tang clevis-encrypt-tpm2 clevis-luks-bind \
+        clevis-luks-common-functions clevis-luks-unlock clevis-luks-pass clevis-luks-list \
+        jose curl pwmake luksmeta bash sed awk sort find mktemp basename head wc tr cat \
+        /etc/security/pwquality.conf /var/cache/cracklib/cracklib_dict.hwm \
+        /var/cache/cracklib/cracklib_dict.pwd /var/cache/cracklib/cracklib_dict.pwi
     # mke2fs reads its defaults from here.
     inst_multiple -o /etc/mke2fs.conf
 
