@@ -142,7 +142,7 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
         # the server closing its end closes the guest's (a tcp: chardev is a single stream).
         local netdev="user,id=n0,restrict=on,guestfwd=tcp:$guest_server-cmd:socat - TCP:127.0.0.1:$server_port"
         if [[ -n ${TANG:-} ]]; then
-            netdev+=",guestfwd=tcp:10.0.2.101:80-cmd:/usr/libexec/tangd $WORK/tang"
+            netdev+=",guestfwd=tcp:10.0.2.101:80-cmd:$WORK/tangd.sh"
         fi
         args+=(-netdev "$netdev" -device virtio-net-pci,netdev=n0)
     fi
@@ -187,6 +187,11 @@ run_scenario() {
             mkdir -p "$work/tang"
             /usr/libexec/tangd-keygen "$work/tang" ||
                 { echo "tangd-keygen failed (apt-get install tang)" >"$work/reason"; exit 1; }
+            # slirp gives the command the connection as stderr too: tangd's log line would
+            # land in front of its (buffered) response.
+            printf '#!/bin/sh\nexec /usr/libexec/tangd "%s/tang" 2>>"%s/tangd.log"\n' \
+                "$work" "$work" >"$work/tangd.sh"
+            chmod 755 "$work/tangd.sh"
         fi
         sum_before=$(sha256sum "$DISK" | cut -d' ' -f1)
         token=
