@@ -8,7 +8,14 @@
 TARGET      := x86_64-unknown-linux-gnu
 STATIC_BIN  := target/$(TARGET)/release/agent
 # Fully static, non-PIE: no dynamic section at all (the initramfs has no matching libc).
-STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static
+# - crt-static needs an explicit --target, else proc-macro crates fail to build;
+# - SELINUX_STATIC=1 makes selinux-sys link libselinux.a; nothing links the libpcre2-8 it needs:
+#   name the archive itself (-lpcre2-8 would pick the .so);
+# - GNU ld, not the rust-lld the toolchain picks by default: linked by lld, the static binary
+#   can die before main (SIGSEGV in __libc_fatal from __libc_start_main; lld leaves GLOB_DAT
+#   relocations static glibc's start-up does not process).
+STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
+	-C link-arg=-fuse-ld=bfd -C link-arg=-l:libpcre2-8.a
 PREFIX      ?= /usr
 DESTDIR     ?=
 
@@ -18,6 +25,7 @@ all: static
 
 static:
 	RUSTFLAGS='$(STATIC_RUSTFLAGS)' SELINUX_STATIC=1 cargo build --release --locked --target $(TARGET)
+	@$(STATIC_BIN) --version >/dev/null || { echo "$(STATIC_BIN) does not run" >&2; exit 1; }
 
 # Fails unless the binary is fully static (no dynamic section, ldd agrees).
 check-static: static

@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# The main job, end to end on this machine: validate and render example configs with the
-# static binary. (Disk provisioning on loop devices and `agent serve` join as they land.)
+# The main job, end to end on this machine, with the static binary:
+#   1. validate example configs (errors with JSON path, line and column);
+#   2. provision a loop-device disk: plan, then fetch + disks + files into a temporary root;
+#      read the result back with sfdisk and blkid; provision again and show the reuse;
+#   3. serve a pool with `agent serve` and fetch it like a booting machine would.
+# Needs root (loop devices, mounts). Cleans up after itself, also on failure.
 set -euo pipefail
-agent=${1:-target/x86_64-unknown-linux-gnu/release/agent}
+agent=$(readlink -f "${1:-target/x86_64-unknown-linux-gnu/release/agent}")
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d /tmp/agent-demo.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+dev="" server=""
+cleanup() {
+    set +e
+    [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
+    for m in $(findmnt -rn -o TARGET | grep "^$work" | sort -r); do umount "$m"; done
+    if [ -n "$dev" ]; then partx -d "$dev" 2>/dev/null; losetup -d "$dev"; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -18,6 +30,61 @@ step "validate examples/webserver.ign (valid)"
 step "validate examples/broken.ign (every error with its JSON path, line and column)"
 if "$agent" validate "$here/broken.ign"; then echo "unexpectedly valid"; exit 1; else echo "exit $? (invalid, as expected)"; fi
 
-step "render: fetch stage resolves the merge chain and writes the rendered config"
-"$agent" run --stage fetch --config-file "$here/webserver.ign" --state-dir "$work/state"
-cat "$work/state/config.json"
+step "provision a 2 GiB loop disk: GPT with root (ext4) and var (xfs), files, a unit"
+truncate -s 2G "$work/disk.img"
+dev=$(losetup -f --show "$work/disk.img")
+echo "disk: $dev"
+sed "s#@DEV@#$dev#g" "$here/loopdisk.ign" > "$work/config.ign"
+mkdir -p "$work/root"
+
+step "agent plan (prints what the disks stage will do; touches nothing)"
+"$agent" plan --config-file "$work/config.ign"
+
+step "agent run: fetch, disks, files"
+"$agent" run --config-file "$work/config.ign" --root "$work/root" --state-dir "$work/state"
+
+step "the disk as other tools see it"
+sfdisk --json "$dev"
+blkid -p -c /dev/null -o export "${dev}p1" "${dev}p2" | grep -E '^(DEVNAME|TYPE|LABEL)='
+
+step "what was written into the new root"
+mount -o ro "${dev}p1" "$work/root"
+mount -o ro "${dev}p2" "$work/root/var"
+(cd "$work/root" && find etc var/www -newer "$work/config.ign" \( -type f -o -type l \) | sort | sed 's/^/  /')
+echo "etc/hostname: $(cat "$work/root/etc/hostname")"
+echo "preset: $(cat "$work/root/etc/systemd/system-preset/20-agent.preset" 2>/dev/null || true)"
+umount "$work/root/var" "$work/root"
+
+step "provision again (wipeTable false): partitions kept, filesystems reused, data kept"
+mount "${dev}p2" "$work/root"
+echo "precious" > "$work/root/keep.txt"
+sum_before=$(sha256sum < "$work/root/keep.txt")
+umount "$work/root"
+sed 's#"wipeTable": true#"wipeTable": false#' "$work/config.ign" > "$work/again.ign"
+"$agent" plan --config-file "$work/again.ign"
+"$agent" run --config-file "$work/again.ign" --root "$work/root" --state-dir "$work/state2"
+mount -o ro "${dev}p2" "$work/root"
+[ "$(sha256sum < "$work/root/keep.txt")" = "$sum_before" ] && echo "var/keep.txt unchanged after re-provisioning"
+umount "$work/root"
+
+step "agent serve: a pool served to booting machines"
+mkdir -p "$work/source/pools/master"
+cp "$here/webserver.ign" "$work/source/pools/worker.ign"
+cp "$here/master-etcd.ign" "$work/source/pools/master/10-etcd.ign"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$agent" serve --source "$work/source" --listen-http "127.0.0.1:$port" --no-access-log 2>"$work/serve.log" &
+server=$!
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
+echo "--- GET /config/worker (Accept: spec 3.2.0)"
+curl -s -D - -o "$work/worker.json" -H 'Accept: application/vnd.coreos.ignition+json;version=3.2.0' "http://127.0.0.1:$port/config/worker" | grep -iE '^(HTTP|content-type|etag|content-length)'
+"$agent" validate "$work/worker.json" && echo "served config is valid"
+echo "--- GET /config/master?etcd_index=2: the etcd unit"
+curl -s "http://127.0.0.1:$port/config/master?etcd_index=2" | python3 -c 'import json,sys; c=json.load(sys.stdin); print(c["systemd"]["units"][0]["contents"])'
+echo "--- GET /config/nosuchpool"
+curl -s -o /dev/null -w '%{http_code} (body %{size_download} bytes)\n' "http://127.0.0.1:$port/config/nosuchpool"
+echo "--- the pointer config a worker boots with"
+"$agent" pointer --source "$work/source" --pool worker --url "http://127.0.0.1:$port/ignition"
+echo "--- GET /status"
+curl -s "http://127.0.0.1:$port/status" | head -20
+echo
+echo "demo complete"

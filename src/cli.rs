@@ -94,6 +94,13 @@ pub struct RunArgs {
     /// and exit with code 3.
     #[arg(long)]
     pub offline: bool,
+    /// Distro helper for kernel argument changes (files stage); run as
+    /// `HELPER --root R [--should-exist A]... [--should-not-exist B]...`.
+    #[arg(long)]
+    pub kargs_helper: Option<PathBuf>,
+    /// Where users' SSH keys are written (files stage).
+    #[arg(long, value_enum, default_value = "fragment")]
+    pub ssh_keys_file: crate::files::passwd::SshKeysFile,
 }
 
 /// Runs the command; returns the process exit code.
@@ -208,6 +215,10 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
     } else {
         a.stages
     };
+    stages::files::set_options(stages::files::Options {
+        kargs_helper: a.kargs_helper,
+        ssh_keys_file: a.ssh_keys_file,
+    });
     let ctx = stages::Context {
         root: a.root,
         state_dir: a.state_dir,

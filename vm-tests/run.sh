@@ -13,7 +13,7 @@
 #   VM_TIMEOUT    seconds per boot (default 300; scenario.conf may set TIMEOUT)
 #   VM_SELFTEST=1 run vm-tests/selftest/ (boot machinery alone, AGENT_BIN=vm-tests/selftest/agent-stub)
 #   AGENT_SERVE   command line template for the config server; @SOURCE@, @ADDR@ and @PORT@ are replaced
-#                 (default: "$AGENT_BIN serve --source @SOURCE@ --listen @ADDR@")
+#                 (default: "$AGENT_BIN serve --source @SOURCE@ --listen-http @ADDR@")
 #
 # A scenario is a directory vm-tests/scenarios/NAME/ with:
 #   scenario.conf  shell variables: MODE (fwcfg|url|none), FWCFG=1 (url mode: config.ign via
@@ -82,7 +82,7 @@ free_port() {
 start_server() { # SOURCE_DIR LOG -> sets server_port, server_pid
     local src=$1 slog=$2 cmd i
     server_port=$(free_port)
-    cmd=${SERVE_CMD:-${AGENT_SERVE:-"$AGENT_BIN serve --source @SOURCE@ --listen @ADDR@"}}
+    cmd=${SERVE_CMD:-${AGENT_SERVE:-"$AGENT_BIN serve --source @SOURCE@ --listen-http @ADDR@"}}
     cmd=${cmd//@SOURCE@/$src}
     cmd=${cmd//@PORT@/$server_port}
     cmd=${cmd//@ADDR@/127.0.0.1:$server_port}
@@ -234,8 +234,9 @@ run_scenario() {
             done_line=$(grep -a 'AGENT-TEST-DONE' "$console" | tail -n1 || true)
             if [[ $EXPECT == success || $n -lt $BOOTS ]]; then
                 if [[ $done_line != *complete=yes* ]]; then
-                    why=$(grep -a -m1 'AGENT-FAILED:' "$console" || true)
-                    echo "boot $n did not complete provisioning${why:+ ($why)}" >"$work/reason"
+                    why=$(grep -a -m1 -o 'AGENT-FAILED: [^ ]* failed' "$console" || true)
+                    err=$(grep -a -m1 -o 'agent\[[a-z]*\] error: .*' "$console" | cut -c1-160 || true)
+                    echo "boot $n did not complete provisioning${why:+ ($why${err:+: $err})}" >"$work/reason"
                     exit 1
                 fi
                 f=$(sed -n 's/.*files_end_ms=\([0-9]*\).*/\1/p' <<<"$done_line")

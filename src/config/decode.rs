@@ -20,7 +20,7 @@ pub struct Decoder {
 /// An object being decoded: tracks which members were consumed so the rest can be warned
 /// about as unknown keys.
 struct Obj<'v> {
-    members: &'v [Member],
+    members: &'v mut [Member],
     used: Vec<bool>,
 }
 
@@ -60,17 +60,21 @@ impl Decoder {
     }
 
     /// Opens `v` as an object; null counts as absent.
-    fn obj<'v>(&mut self, v: &'v Value) -> Option<Obj<'v>> {
-        match &v.kind {
-            Kind::Object(members) => Some(Obj {
-                members,
-                used: vec![false; members.len()],
-            }),
-            Kind::Null => None,
+    fn obj<'v>(&mut self, v: &'v mut Value) -> Option<Obj<'v>> {
+        match v.kind {
+            Kind::Object(_) => {}
+            Kind::Null => return None,
             _ => {
                 self.type_error("an object", v);
-                None
+                return None;
             }
+        }
+        match &mut v.kind {
+            Kind::Object(members) => {
+                let used = vec![false; members.len()];
+                Some(Obj { members, used })
+            }
+            _ => None,
         }
     }
 
@@ -86,34 +90,35 @@ impl Decoder {
         }
     }
 
-    fn take<'v>(&mut self, o: &mut Obj<'v>, key: &'static str) -> Option<&'v Value> {
+    /// Index of the member `key`, marked as used; `None` when absent or null.
+    fn take(&mut self, o: &mut Obj<'_>, key: &'static str) -> Option<usize> {
         let i = o.members.iter().position(|m| m.key == key)?;
         o.used[i] = true;
-        let v = &o.members[i].value;
-        if matches!(v.kind, Kind::Null) {
+        if matches!(o.members[i].value.kind, Kind::Null) {
             None
         } else {
-            Some(v)
+            Some(i)
         }
     }
 
-    /// Runs `f` with `key` pushed on the path if the key is present.
-    fn with<'v, T>(
+    /// Runs `f` with `key` pushed on the path if the key is present. Decoding moves strings
+    /// out of the tree (no copies); the tree keeps its shape and positions for diagnostics.
+    fn with<T>(
         &mut self,
-        o: &mut Obj<'v>,
+        o: &mut Obj<'_>,
         key: &'static str,
-        f: impl FnOnce(&mut Self, &'v Value) -> Option<T>,
+        f: impl FnOnce(&mut Self, &mut Value) -> Option<T>,
     ) -> Option<T> {
-        let v = self.take(o, key)?;
+        let i = self.take(o, key)?;
         self.stack.push(DSeg::Key(key));
-        let r = f(self, v);
+        let r = f(self, &mut o.members[i].value);
         self.stack.pop();
         r
     }
 
     fn str(&mut self, o: &mut Obj<'_>, key: &'static str) -> Option<String> {
-        self.with(o, key, |d, v| match &v.kind {
-            Kind::String(s) => Some(s.clone()),
+        self.with(o, key, |d, v| match &mut v.kind {
+            Kind::String(s) => Some(std::mem::take(s)),
             _ => {
                 d.type_error("a string", v);
                 None
@@ -175,12 +180,12 @@ impl Decoder {
         &mut self,
         o: &mut Obj<'_>,
         key: &'static str,
-        mut f: impl FnMut(&mut Self, &Value) -> Option<T>,
+        mut f: impl FnMut(&mut Self, &mut Value) -> Option<T>,
     ) -> Vec<T> {
-        self.with(o, key, |d, v| match &v.kind {
+        self.with(o, key, |d, v| match &mut v.kind {
             Kind::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
-                for (i, item) in items.iter().enumerate() {
+                for (i, item) in items.iter_mut().enumerate() {
                     d.stack.push(DSeg::Index(i));
                     if let Some(t) = f(d, item) {
                         out.push(t);
@@ -198,8 +203,8 @@ impl Decoder {
     }
 
     fn str_list(&mut self, o: &mut Obj<'_>, key: &'static str) -> Vec<String> {
-        self.list(o, key, |d, v| match &v.kind {
-            Kind::String(s) => Some(s.clone()),
+        self.list(o, key, |d, v| match &mut v.kind {
+            Kind::String(s) => Some(std::mem::take(s)),
             _ => {
                 d.type_error("a string", v);
                 None
@@ -211,14 +216,14 @@ impl Decoder {
         &mut self,
         o: &mut Obj<'_>,
         key: &'static str,
-        f: impl FnOnce(&mut Self, &Value) -> T,
+        f: impl FnOnce(&mut Self, &mut Value) -> T,
     ) -> T {
         self.with(o, key, |d, v| Some(f(d, v))).unwrap_or_default()
     }
 
     // ---- sections ----
 
-    pub fn config(&mut self, v: &Value) -> Config {
+    pub fn config(&mut self, v: &mut Value) -> Config {
         let Some(mut o) = self.obj(v) else {
             return Config::default();
         };
@@ -233,7 +238,7 @@ impl Decoder {
         c
     }
 
-    fn ignition(&mut self, v: &Value) -> Ignition {
+    fn ignition(&mut self, v: &mut Value) -> Ignition {
         let Some(mut o) = self.obj(v) else {
             return Ignition::default();
         };
@@ -299,7 +304,7 @@ impl Decoder {
         r
     }
 
-    pub fn resource(&mut self, v: &Value) -> Resource {
+    pub fn resource(&mut self, v: &mut Value) -> Resource {
         let Some(mut o) = self.obj(v) else {
             return Resource::default();
         };
@@ -330,7 +335,7 @@ impl Decoder {
         r
     }
 
-    fn kernel_arguments(&mut self, v: &Value) -> KernelArguments {
+    fn kernel_arguments(&mut self, v: &mut Value) -> KernelArguments {
         let Some(mut o) = self.obj(v) else {
             return KernelArguments::default();
         };
@@ -342,7 +347,7 @@ impl Decoder {
         r
     }
 
-    fn passwd(&mut self, v: &Value) -> Passwd {
+    fn passwd(&mut self, v: &mut Value) -> Passwd {
         let Some(mut o) = self.obj(v) else {
             return Passwd::default();
         };
@@ -385,7 +390,7 @@ impl Decoder {
         r
     }
 
-    fn storage(&mut self, v: &Value) -> Storage {
+    fn storage(&mut self, v: &mut Value) -> Storage {
         let Some(mut o) = self.obj(v) else {
             return Storage::default();
         };
@@ -513,7 +518,7 @@ impl Decoder {
         r
     }
 
-    fn clevis(&mut self, v: &Value) -> Clevis {
+    fn clevis(&mut self, v: &mut Value) -> Clevis {
         let Some(mut o) = self.obj(v) else {
             return Clevis::default();
         };
@@ -547,7 +552,7 @@ impl Decoder {
         r
     }
 
-    fn node_user(&mut self, v: &Value) -> NodeUser {
+    fn node_user(&mut self, v: &mut Value) -> NodeUser {
         let Some(mut o) = self.obj(v) else {
             return NodeUser::default();
         };
@@ -559,7 +564,7 @@ impl Decoder {
         r
     }
 
-    fn systemd(&mut self, v: &Value) -> Systemd {
+    fn systemd(&mut self, v: &mut Value) -> Systemd {
         let Some(mut o) = self.obj(v) else {
             return Systemd::default();
         };

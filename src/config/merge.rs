@@ -411,9 +411,9 @@ mod tests {
 
     /// Decodes without validating: merge inputs may be partial fragments.
     fn decode(text: &str) -> Config {
-        let tree = crate::json::parse(text.as_bytes()).unwrap();
+        let mut tree = crate::json::parse(text.as_bytes()).unwrap();
         let mut d = config::decode::Decoder::new();
-        let c = d.config(&tree);
+        let c = d.config(&mut tree);
         assert!(d.diags.is_empty(), "{text}: {:?}", d.diags);
         c
     }

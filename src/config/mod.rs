@@ -26,7 +26,7 @@ pub struct Parsed {
 /// Parses, decodes and validates a config document of any supported version.
 /// On failure the report holds every error (and warning) found.
 pub fn parse(bytes: &[u8]) -> Result<Parsed, Report> {
-    let tree = match json::parse(bytes) {
+    let mut tree = match json::parse(bytes) {
         Ok(t) => t,
         Err(e) => {
             let mut d = Diagnostic::error(Path::root(), format!("invalid JSON: {}", e.message));
@@ -71,7 +71,7 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, Report> {
         }
     };
     let mut dec = decode::Decoder::new();
-    let mut config = dec.config(&tree);
+    let mut config = dec.config(&mut tree);
     report.diagnostics.append(&mut dec.diags);
     report
         .diagnostics

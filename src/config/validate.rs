@@ -125,7 +125,7 @@ fn resource(v: &mut V, r: &Resource, p: &Path) {
     if let Some(src) = &r.source {
         match src.split_once(':') {
             Some((scheme, _)) if SCHEMES.contains(&scheme) => {
-                if scheme == "data" && crate::fetch::data_url::decode(src).is_err() {
+                if scheme == "data" && crate::fetch::data_url::check(src).is_err() {
                     v.err(p.key("source"), "invalid data URL");
                 }
                 if matches!(scheme, "s3" | "gs")

@@ -1,2 +1,73 @@
-//! Writing into the target root: root-confined path resolution and atomic writes.
-//! (Work in progress: see the files stage issue.)
+//! Writing into the target root: root-confined path resolution (`resolve`), the node writers
+//! for files, directories and links (`nodes`), owners from the target's own user database
+//! (`owners`), mounting the config's filesystems (`mounts`), systemd units (`systemd`), users
+//! and groups (`passwd`), kernel arguments (`kargs`), SELinux relabelling (`selinux`) and the
+//! result file (`result`).
+
+pub mod kargs;
+pub mod mounts;
+pub mod nodes;
+pub mod owners;
+pub mod passwd;
+pub mod resolve;
+pub mod result;
+pub mod selinux;
+pub mod systemd;
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use anyhow::Result;
+
+use crate::fetch::Fetcher;
+use owners::Owners;
+use resolve::Root;
+
+/// Writes nodes into one target root and remembers what it touched.
+pub struct Writer<'a> {
+    pub root: Root,
+    pub fetcher: &'a Fetcher,
+    owners: Option<Owners>,
+    /// Logical paths created or changed (for SELinux relabelling); writers may run in
+    /// parallel, hence the lock.
+    touched: Mutex<Vec<String>>,
+}
+
+impl<'a> Writer<'a> {
+    pub fn new(root: Root, fetcher: &'a Fetcher) -> Self {
+        Writer {
+            root,
+            fetcher,
+            owners: None,
+            touched: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn host(&self) -> &Path {
+        &self.root.host
+    }
+
+    /// The target's users and groups, read once (and again after `forget_owners`).
+    pub fn owners(&mut self) -> Result<&Owners> {
+        if self.owners.is_none() {
+            self.owners = Some(Owners::load(&self.root.host)?);
+        }
+        Ok(self.owners.as_ref().expect("just loaded"))
+    }
+
+    /// Drops the cached user database (after users or groups changed).
+    pub fn forget_owners(&mut self) {
+        self.owners = None;
+    }
+
+    pub fn touch(&self, logical: String) {
+        if let Ok(mut t) = self.touched.lock() {
+            t.push(logical);
+        }
+    }
+
+    /// Logical paths created or changed so far.
+    pub fn touched(&self) -> Vec<String> {
+        self.touched.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}

@@ -1,10 +1,116 @@
-//! The files stage. (Work in progress: see the files stage issue.)
+//! The files stage: mount the config's filesystems under the target root, then users and
+//! groups, files/directories/links, systemd units, kernel arguments, the result file, SELinux
+//! relabelling, one `syncfs` per filesystem, and unmount (deepest first, also on failure).
 
-use anyhow::{Result, bail};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{Context as _, Result};
+use log::info;
 
 use super::Context;
 use crate::config::Config;
+use crate::fetch::{self, Fetcher};
+use crate::files::mounts::MountGuard;
+use crate::files::nodes::{Attrs, Contents};
+use crate::files::passwd::SshKeysFile;
+use crate::files::resolve::Root;
+use crate::files::{Writer, kargs, result, selinux};
 
-pub fn run(_config: &Config, _ctx: &Context) -> Result<()> {
-    bail!("the files stage is not implemented yet")
+/// Settings of the files stage that come from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Distro helper that applies kernel argument changes.
+    pub kargs_helper: Option<PathBuf>,
+    /// Where SSH keys are written in each home.
+    pub ssh_keys_file: SshKeysFile,
+}
+
+static OPTIONS: Mutex<Option<Options>> = Mutex::new(None);
+
+/// Sets the options `run` uses (the CLI calls this before running stages).
+pub fn set_options(o: Options) {
+    if let Ok(mut g) = OPTIONS.lock() {
+        *g = Some(o);
+    }
+}
+
+pub fn run(config: &Config, ctx: &Context) -> Result<()> {
+    let opts = OPTIONS
+        .lock()
+        .ok()
+        .and_then(|g| g.clone())
+        .unwrap_or_default();
+    run_with(config, ctx, &opts)
+}
+
+pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
+    // Tools get the root with --root: make it absolute.
+    let root_path = std::fs::canonicalize(&ctx.root)
+        .with_context(|| format!("opening target root {}", ctx.root.display()))?;
+    let ctx = &Context {
+        root: root_path,
+        ..ctx.clone()
+    };
+    let mount_paths: Vec<String> = config
+        .storage
+        .filesystems
+        .iter()
+        .filter_map(|f| f.path.clone())
+        .collect();
+    let root = Root::new(&ctx.root, &mount_paths);
+    let mounts = MountGuard::mount_all(&root, &config.storage.filesystems)?;
+    // On failure the guard's Drop unmounts; on success close() reports unmount errors.
+    write_all(config, ctx, opts, root, mounts.mounted())?;
+    mounts.close()
+}
+
+fn write_all(
+    config: &Config,
+    ctx: &Context,
+    opts: &Options,
+    root: Root,
+    mounted: &[PathBuf],
+) -> Result<()> {
+    let fetcher = Fetcher::new(fetch::Options::from_config(config));
+    let mut w = Writer::new(root, &fetcher);
+    w.write_passwd(&config.passwd, opts.ssh_keys_file)?;
+    w.write_storage(&config.storage)?;
+    w.write_units(&config.systemd)?;
+    kargs::apply(
+        &config.kernel_arguments,
+        &ctx.root,
+        opts.kargs_helper.as_deref(),
+    )?;
+    write_result(&mut w, ctx)?;
+    selinux::relabel(&ctx.root, &w.touched())?;
+    w.log_summary();
+    // Durability: one syncfs per filesystem instead of an fsync per file.
+    sync_fs(&ctx.root)?;
+    for m in mounted {
+        sync_fs(m)?;
+    }
+    Ok(())
+}
+
+fn write_result(w: &mut Writer, ctx: &Context) -> Result<()> {
+    let r = w.root.resolve(result::RESULT_FILE)?;
+    let host = w.root.host_path(&r.parent).join(&r.name);
+    let previous = result::previous_report(&host)?;
+    let report = result::report(result::user_config_provided(&ctx.state_dir), previous);
+    let mut text = serde_json::to_vec_pretty(&report).context("encoding result report")?;
+    text.push(b'\n');
+    let attrs = Attrs {
+        uid: Some(0),
+        gid: Some(0),
+        mode: Some(0o600),
+    };
+    w.put_file(result::RESULT_FILE, Contents::Bytes(&text), attrs, true)?;
+    info!("result written to {}", result::RESULT_FILE);
+    Ok(())
+}
+
+fn sync_fs(p: &Path) -> Result<()> {
+    let f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
+    nix::unistd::syncfs(&f).with_context(|| format!("syncing filesystem of {}", p.display()))
 }

@@ -20,3 +20,5 @@ grep -qx 'enable hello.service' "$r/etc/systemd/system-preset/20-agent.preset" |
 expect_eq "$(readlink "$r/etc/systemd/system/getty@tty1.service")" /dev/null "mask"
 expect_file "$r/etc/.agent-result.json"
 expect_console "AGENT-TEST-DONE complete=yes"
+# No network without need: the offline pass rendered the config.
+if grep -aq "Started.*systemd-networkd" "$CONSOLE"; then fail "the network was started"; fi

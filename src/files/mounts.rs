@@ -1,0 +1,169 @@
+//! Mounting the config's filesystems under the target root for the files stage: shallowest
+//! first with their `mountOptions`, through a guard that unmounts deepest first (explicitly
+//! with `close()`, or from `Drop` on failure).
+
+use std::io::ErrorKind;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use log::{info, warn};
+use sys_mount::{Mount, MountFlags, UnmountFlags};
+
+use super::resolve::{Root, elements, kind_name};
+use crate::config::types::Filesystem;
+
+/// Filesystems mounted by the stage; unmounts them (deepest first) on close or drop.
+pub struct MountGuard {
+    mounted: Vec<PathBuf>,
+}
+
+/// Splits `mountOptions` into mount flags and the data string for the filesystem.
+pub fn split_options(opts: &[String]) -> (MountFlags, String) {
+    let mut flags = MountFlags::empty();
+    let mut data: Vec<&str> = Vec::new();
+    for o in opts
+        .iter()
+        .flat_map(|o| o.split(','))
+        .filter(|o| !o.is_empty())
+    {
+        match o {
+            "ro" => flags |= MountFlags::RDONLY,
+            "rw" => flags &= !MountFlags::RDONLY,
+            "nosuid" => flags |= MountFlags::NOSUID,
+            "nodev" => flags |= MountFlags::NODEV,
+            "noexec" => flags |= MountFlags::NOEXEC,
+            "sync" => flags |= MountFlags::SYNCHRONOUS,
+            "dirsync" => flags |= MountFlags::DIRSYNC,
+            "noatime" => flags |= MountFlags::NOATIME,
+            "nodiratime" => flags |= MountFlags::NODIRATIME,
+            "relatime" => flags |= MountFlags::RELATIME,
+            "strictatime" => flags |= MountFlags::STRICTATIME,
+            "suid" | "dev" | "exec" | "async" | "atime" | "diratime" | "defaults" => {}
+            other => data.push(other),
+        }
+    }
+    (flags, data.join(","))
+}
+
+impl MountGuard {
+    /// Mounts every filesystem that has a `path`, shallowest first.
+    pub fn mount_all(root: &Root, filesystems: &[Filesystem]) -> Result<MountGuard> {
+        let mut fss: Vec<&Filesystem> = filesystems
+            .iter()
+            .filter(|f| f.path.as_deref().is_some_and(|p| !p.is_empty()))
+            .collect();
+        fss.sort_by_key(|f| elements(f.path.as_deref().unwrap_or("/")).len());
+        let mut guard = MountGuard {
+            mounted: Vec::new(),
+        };
+        for f in fss {
+            guard.mount_one(root, f)?;
+        }
+        Ok(guard)
+    }
+
+    fn mount_one(&mut self, root: &Root, f: &Filesystem) -> Result<()> {
+        let path = f.path.as_deref().unwrap_or("/");
+        let elems = elements(path);
+        if elems.iter().any(|e| e == "..") {
+            bail!("mount path {path} of {} is not normalised", f.device);
+        }
+        // The mount point must be reached through real directories only.
+        for i in 1..=elems.len() {
+            let host = root.host_path(&elems[..i]);
+            match std::fs::symlink_metadata(&host) {
+                Ok(md) if md.is_dir() => {}
+                Ok(md) => bail!(
+                    "mount path {path} of {}: {} is a {}, not a directory",
+                    f.device,
+                    host.display(),
+                    kind_name(&md.file_type())
+                ),
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    std::fs::create_dir(&host)
+                        .with_context(|| format!("creating mount point {}", host.display()))?;
+                    std::fs::set_permissions(
+                        &host,
+                        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                    )
+                    .with_context(|| format!("setting mode of {}", host.display()))?;
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("inspecting {}", host.display()));
+                }
+            }
+        }
+        let target = root.host_path(&elems);
+        let (flags, data) = split_options(&f.mount_options);
+        let mut b = Mount::builder().flags(flags);
+        if !data.is_empty() {
+            b = b.data(&data);
+        }
+        let fstype = f
+            .format
+            .as_deref()
+            .filter(|t| !t.is_empty() && *t != "none");
+        if let Some(t) = fstype {
+            b = b.fstype(t);
+        }
+        let m = b.mount(&f.device, &target).with_context(|| {
+            format!(
+                "mounting {} ({}) at {} with options {:?}",
+                f.device,
+                fstype.unwrap_or("auto"),
+                target.display(),
+                f.mount_options
+            )
+        })?;
+        // `Mount` does not unmount on drop: the guard owns unmounting.
+        drop(m);
+        info!("mounted {} at {}", f.device, target.display());
+        self.mounted.push(target);
+        Ok(())
+    }
+
+    /// Mount points, shallowest first.
+    pub fn mounted(&self) -> &[PathBuf] {
+        &self.mounted
+    }
+
+    /// Unmounts everything, deepest first; reports the first failure after trying all.
+    pub fn close(mut self) -> Result<()> {
+        self.unmount_all()
+    }
+
+    fn unmount_all(&mut self) -> Result<()> {
+        let mut first: Option<anyhow::Error> = None;
+        while let Some(p) = self.mounted.pop() {
+            if let Err(e) = sys_mount::unmount(&p, UnmountFlags::empty()) {
+                let err = anyhow::anyhow!("unmounting {}: {e}", p.display());
+                warn!("{err}");
+                first.get_or_insert(err);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        if !self.mounted.is_empty() {
+            warn!("unmounting filesystems after a failure");
+            let _ = self.unmount_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_split_into_flags_and_data() {
+        let (f, d) = split_options(&["ro,noatime".into(), "discard".into(), "commit=30".into()]);
+        assert!(f.contains(MountFlags::RDONLY | MountFlags::NOATIME));
+        assert_eq!(d, "discard,commit=30");
+        let (f, d) = split_options(&[]);
+        assert!(f.is_empty() && d.is_empty());
+    }
+}

@@ -1,0 +1,109 @@
+//! The result file `<root>/etc/.agent-result.json` (mode 0600): provisioning boot id, date,
+//! whether a user config was provided, and the previous report if the root had one (a root
+//! provisioned before is logged as a warning).
+//!
+//! Whether a user config was provided is read from the fetch stage's record
+//! (`<state-dir>/fetch.json`); without a record it is recorded as `null` (unknown).
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use log::warn;
+use serde_json::{Value, json};
+
+pub const RESULT_FILE: &str = "/etc/.agent-result.json";
+/// Whether the fetch stage found a user config: `None` when there is no record of it.
+pub fn user_config_provided(state_dir: &Path) -> Option<bool> {
+    crate::stages::fetch::load_record(state_dir)
+        .ok()
+        .map(|r| r.user_config_provided)
+}
+
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// RFC 3339 UTC time for `secs` since the epoch.
+pub fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Builds the report; `previous` is the old file's JSON, if any.
+pub fn report(user_config: Option<bool>, previous: Option<Value>) -> Value {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut v = json!({
+        "provisioningBootID": boot_id(),
+        "provisioningDate": rfc3339(now),
+        "userConfigProvided": user_config,
+    });
+    if let Some(p) = previous {
+        v["previousReport"] = p;
+    }
+    v
+}
+
+/// Reads a previous report from `host_path` (warning if the root was provisioned before).
+pub fn previous_report(host_path: &Path) -> Result<Option<Value>> {
+    let bytes = match std::fs::read(host_path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", host_path.display())),
+    };
+    let v: Value = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        warn!(
+            "previous result file {} is not JSON ({e}): kept as text",
+            host_path.display()
+        );
+        Value::String(String::from_utf8_lossy(&bytes).into_owned())
+    });
+    let when = v
+        .get("provisioningDate")
+        .and_then(Value::as_str)
+        .unwrap_or("an unknown date");
+    warn!("this root was already provisioned (on {when}): re-provisioning");
+    Ok(Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn report_nests_previous() {
+        let prev = json!({"provisioningDate": "x"});
+        let r = report(Some(true), Some(prev.clone()));
+        assert_eq!(r["previousReport"], prev);
+        assert_eq!(r["userConfigProvided"], json!(true));
+        assert!(report(None, None)["userConfigProvided"].is_null());
+    }
+}

@@ -1,0 +1,123 @@
+//! Mounting config filesystems under the root (real ext4 on loop devices), confinement of
+//! symlinks to a non-root filesystem, and unmounting also on failure.
+
+mod files_common;
+
+use std::os::unix::fs::symlink;
+
+use files_common::*;
+
+fn fs_cfg(dev: &str, path: &str, opts: &str, storage_rest: &str) -> agent::config::Config {
+    config(&format!(
+        r#"{{"ignition":{{"version":"3.6.0"}},"storage":{{
+            "filesystems":[{{"device":"{dev}","format":"ext4","path":"{path}","mountOptions":[{opts}]}}]
+            {storage_rest}}}}}"#
+    ))
+}
+
+#[test]
+fn writes_onto_a_mounted_filesystem_and_unmounts() {
+    must_be_root();
+    let seed = TempDir::new("seed");
+    std::fs::create_dir_all(seed.join("/lib")).unwrap();
+    symlink("/var/lib", seed.join("/abs-inside")).unwrap();
+    let lo = Loop::ext4(16, Some(seed.path()));
+    let root = TempDir::new("mroot");
+    let c = fs_cfg(
+        &lo.dev,
+        "/var",
+        r#""noatime","commit=30""#,
+        r#","files":[{"path":"/var/lib/app/conf","contents":{"source":"data:,on-var"}},
+                     {"path":"/var/abs-inside/x","contents":{"source":"data:,x"}},
+                     {"path":"/etc/on-root","contents":{"source":"data:,r"}}]"#,
+    );
+    run(&c, root.path()).unwrap();
+    assert!(
+        !mounted_under(root.path()),
+        "everything unmounted at the end"
+    );
+    assert!(root.join("/etc/on-root").exists());
+    assert!(
+        !root.join("/var/lib/app/conf").exists(),
+        "written on the filesystem, not on the root"
+    );
+    let check = TempDir::new("check");
+    let _m = TestMount::new(&lo.dev, check.path());
+    assert_eq!(
+        std::fs::read(check.join("/lib/app/conf")).unwrap(),
+        b"on-var"
+    );
+    assert_eq!(std::fs::read(check.join("/lib/x")).unwrap(), b"x");
+}
+
+#[test]
+fn a_link_leaving_a_non_root_filesystem_fails_and_still_unmounts() {
+    must_be_root();
+    let seed = TempDir::new("seed2");
+    symlink("/etc", seed.join("/out-abs")).unwrap();
+    symlink("../etc", seed.join("/out-rel")).unwrap();
+    let lo = Loop::ext4(16, Some(seed.path()));
+    let root = TempDir::new("mroot2");
+    std::fs::create_dir(root.join("/etc")).unwrap();
+    for target in ["/var/out-abs/x", "/var/out-rel/x"] {
+        let c = fs_cfg(
+            &lo.dev,
+            "/var",
+            "",
+            &format!(r#","files":[{{"path":"{target}","contents":{{"source":"data:,x"}}}}]"#),
+        );
+        let e = format!("{:#}", run(&c, root.path()).unwrap_err());
+        assert!(
+            e.contains("leaves the filesystem mounted at /var"),
+            "{target}: {e}"
+        );
+        assert!(!mounted_under(root.path()), "unmounted after the failure");
+        assert!(!root.join("/etc/x").exists());
+    }
+}
+
+#[test]
+fn a_mount_path_through_a_symlink_or_a_file_is_an_error() {
+    must_be_root();
+    let lo = Loop::ext4(16, None);
+    let root = TempDir::new("mroot3");
+    std::fs::create_dir(root.join("/real")).unwrap();
+    symlink("/real", root.join("/mnt")).unwrap();
+    std::fs::write(root.join("/file"), "").unwrap();
+    for path in ["/mnt/data", "/file/data"] {
+        let c = fs_cfg(&lo.dev, path, "", "");
+        let e = format!("{:#}", run(&c, root.path()).unwrap_err());
+        assert!(e.contains("not a directory"), "{path}: {e}");
+        assert!(!mounted_under(root.path()));
+    }
+}
+
+#[test]
+fn nested_mounts_shallowest_first() {
+    must_be_root();
+    let outer = Loop::ext4(16, None);
+    let inner = Loop::ext4(16, None);
+    let root = TempDir::new("nested");
+    let c = config(&format!(
+        r#"{{"ignition":{{"version":"3.6.0"}},"storage":{{
+            "filesystems":[
+              {{"device":"{}","format":"ext4","path":"/var/lib"}},
+              {{"device":"{}","format":"ext4","path":"/var"}}],
+            "files":[{{"path":"/var/lib/f","contents":{{"source":"data:,inner"}}}},
+                     {{"path":"/var/g","contents":{{"source":"data:,outer"}}}}]}}}}"#,
+        inner.dev, outer.dev
+    ));
+    run(&c, root.path()).unwrap();
+    assert!(!mounted_under(root.path()));
+    let check = TempDir::new("check2");
+    {
+        let _m = TestMount::new(&inner.dev, check.path());
+        assert_eq!(std::fs::read(check.join("/f")).unwrap(), b"inner");
+    }
+    let _m = TestMount::new(&outer.dev, check.path());
+    assert_eq!(std::fs::read(check.join("/g")).unwrap(), b"outer");
+    assert!(
+        check.join("/lib").is_dir(),
+        "mount point made on the outer filesystem"
+    );
+}
