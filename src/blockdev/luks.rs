@@ -166,7 +166,7 @@ pub fn open_backing(name: &str) -> Result<Option<PathBuf>> {
 /// Decides a volume from its device as it is now.
 pub fn decide_now(l: &Luks) -> Result<LuksAction> {
     let d = l.device.as_deref().unwrap_or_default();
-    let dev = std::fs::canonicalize(d).with_context(|| format!("resolving {d}"))?;
+    let dev = super::raid::block_device(d).with_context(|| format!("luks {}", l.name))?;
     if let Some(b) = open_backing(&l.name)? {
         let b = std::fs::canonicalize(&b).unwrap_or(b);
         if b != dev {

@@ -285,12 +285,23 @@ pub fn active(name: &str) -> Result<Option<MdInfo>> {
     Ok(Some(parse_export(&String::from_utf8_lossy(&out.stdout))))
 }
 
+/// Resolves a config device path to its node, which must be a block device.
+pub fn block_device(path: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let dev = std::fs::canonicalize(path).with_context(|| format!("resolving {path}"))?;
+    let md = std::fs::metadata(&dev).with_context(|| format!("reading {}", dev.display()))?;
+    if !md.file_type().is_block_device() {
+        bail!("{path} is not a block device");
+    }
+    Ok(dev)
+}
+
 /// Decides an array from the devices as they are now.
 pub fn decide_now(r: &Raid) -> Result<RaidAction> {
     let devs = r
         .devices
         .iter()
-        .map(|d| std::fs::canonicalize(d).with_context(|| format!("resolving {d}")))
+        .map(|d| block_device(d))
         .collect::<Result<Vec<_>>>()?;
     if let Some(info) = active(&r.name)? {
         return check_active(r, &info, &devs);
