@@ -108,3 +108,74 @@ pub fn have_program(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
+
+/// A Unix time broken down into UTC calendar fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Utc {
+    pub year: i64,
+    pub month: u32,
+    pub day: u32,
+    pub hour: u32,
+    pub minute: u32,
+    pub second: u32,
+    /// 0 = Sunday.
+    pub weekday: u32,
+}
+
+/// UTC calendar fields of `secs` since the epoch (civil-from-days, H. Hinnant).
+pub fn utc(secs: u64) -> Utc {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    Utc {
+        year: yoe + era * 400 + i64::from(month <= 2),
+        month,
+        day,
+        hour: (rem / 3600) as u32,
+        minute: (rem % 3600 / 60) as u32,
+        second: (rem % 60) as u32,
+        // 1970-01-01 was a Thursday.
+        weekday: ((days + 4) % 7) as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_fields() {
+        assert_eq!(
+            utc(0),
+            Utc {
+                year: 1970,
+                month: 1,
+                day: 1,
+                hour: 0,
+                minute: 0,
+                second: 0,
+                weekday: 4
+            }
+        );
+        // 2000-02-29T23:59:59Z, a Tuesday (leap day of a century leap year).
+        assert_eq!(
+            utc(951_868_799),
+            Utc {
+                year: 2000,
+                month: 2,
+                day: 29,
+                hour: 23,
+                minute: 59,
+                second: 59,
+                weekday: 2
+            }
+        );
+    }
+}

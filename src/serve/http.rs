@@ -546,24 +546,21 @@ fn write_all_vectored<W: Write>(w: &mut W, a: &[u8], b: &[u8]) -> std::io::Resul
 
 /// RFC 9110 IMF-fixdate of `secs` since the epoch.
 pub fn http_date(secs: u64) -> String {
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
-    // Civil-from-days (H. Hinnant).
-    let z = days + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + if mo <= 2 { 1 } else { 0 };
-    let mon = [
+    const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ][(mo - 1) as usize];
-    format!("{wd}, {d:02} {mon} {y} {h:02}:{m:02}:{s:02} GMT")
+    ];
+    let t = crate::util::utc(secs);
+    format!(
+        "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
+        DAYS[t.weekday as usize],
+        t.day,
+        MONTHS[t.month as usize - 1],
+        t.year,
+        t.hour,
+        t.minute,
+        t.second
+    )
 }
 
 fn http_date_now() -> String {
