@@ -109,6 +109,10 @@ impl Loop {
 }
 impl Drop for Loop {
     fn drop(&mut self) {
+        if let Ok(f) = File::open(&self.dev) {
+            let name = self.dev.trim_start_matches("/dev/");
+            let _ = agent::blockdev::kernel::remove_partitions(&f, name);
+        }
         let _ = Command::new("losetup").args(["-d", &self.dev]).status();
     }
 }
@@ -336,4 +340,39 @@ fn luks_wipe_volume_formats_with_label_uuid_and_options() {
     assert_eq!(a, LuksAction::Reuse { clevis: false });
     luks::prepare(&keep, a, &fetcher).unwrap();
     assert_eq!(l.bytes(), before);
+}
+
+/// A volume on a partition the same run creates, named by its by-partlabel link (which does not
+/// exist here: no udev): decided after partitioning on the partition's node and formatted there.
+/// (Opening needs dm-crypt, which the host kernel lacks: the run stops at `cryptsetup open`.)
+#[test]
+fn luks_on_a_new_partition_by_partlabel() {
+    need("cryptsetup");
+    let l = Loop::new(48);
+    let label = format!("lk{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let (ok, err) = run_disks(json!({
+        "disks": [{"device": l.dev, "partitions": [{"number": 1, "label": label, "sizeMiB": 24}]}],
+        "luks": [{"name": "pl", "device": format!("/dev/disk/by-partlabel/{label}"), "label": "pll",
+            "options": ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]}]
+    }));
+    let part = format!("{}p1", l.dev);
+    assert!(
+        err.contains(&format!(
+            "luks pl on /dev/disk/by-partlabel/{label}: reuse/create"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("creating LUKS2 volume pl on {part}")),
+        "{err}"
+    );
+    let t = sh(
+        "blkid",
+        &["-p", "-c", "/dev/null", "-o", "value", "-s", "LABEL", &part],
+        None,
+    );
+    assert_eq!(t.trim(), "pll");
+    if !ok {
+        assert!(err.contains(&format!("opening {part} as pl")), "{err}");
+    }
 }

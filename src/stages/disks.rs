@@ -611,12 +611,24 @@ pub fn apply_with(p: &StagePlan, state_dir: &Path, fetcher: &Fetcher) -> Result<
     failpoint::hit("after-partitioning")?;
     // Arrays whose members the partitioning made: decided now, while a refusal still puts the
     // tables back.
-    let raid_actions = p
+    // Members and volume devices named by a planned partition (node or by-partlabel/partuuid
+    // link, which needs no udev) are resolved to the partition's node.
+    let raids = p
         .raids
         .iter()
-        .map(|w| match &w.action {
-            RaidAction::AfterPartitioning => raid::decide_now(&w.raid),
-            a => Ok(a.clone()),
+        .map(|w| {
+            let mut r = w.raid.clone();
+            r.devices = r
+                .devices
+                .iter()
+                .map(|d| resolve_fs(&p.disks, d).map(|n| n.display().to_string()))
+                .collect::<Result<_>>()
+                .with_context(|| format!("array {}", r.name))?;
+            let a = match &w.action {
+                RaidAction::AfterPartitioning => raid::decide_now(&r)?,
+                a => a.clone(),
+            };
+            Ok((r, a))
         })
         .collect::<Result<Vec<_>>>()?;
     for g in guards {
@@ -624,8 +636,8 @@ pub fn apply_with(p: &StagePlan, state_dir: &Path, fetcher: &Fetcher) -> Result<
     }
     let partitioning = t0.elapsed();
 
-    for (w, a) in p.raids.iter().zip(&raid_actions) {
-        raid::apply(&w.raid, a)?;
+    for (r, a) in &raids {
+        raid::apply(r, a)?;
     }
     failpoint::hit("after-raid")?;
     // Volumes: every one decided, keyed and checked before any is formatted or opened.
@@ -633,19 +645,19 @@ pub fn apply_with(p: &StagePlan, state_dir: &Path, fetcher: &Fetcher) -> Result<
         .luks
         .iter()
         .map(|w| {
+            let mut l = w.luks.clone();
+            let d = l.device.clone().unwrap_or_default();
+            let node = resolve_fs(&p.disks, &d).with_context(|| format!("luks {}", l.name))?;
+            l.device = Some(node.display().to_string());
             let a = match &w.action {
-                LuksAction::AfterPartitioning => {
-                    let d = w.luks.device.as_deref().unwrap_or_default();
-                    kernel::wait_for(&[PathBuf::from(d)], kernel::device_timeout())?;
-                    luks::decide_now(&w.luks)?
-                }
+                LuksAction::AfterPartitioning => luks::decide_now(&l)?,
                 a => a.clone(),
             };
-            luks::prepare(&w.luks, a, fetcher)
+            Ok((luks::prepare(&l, a, fetcher)?, l))
         })
         .collect::<Result<Vec<_>>>()?;
-    for (w, pr) in p.luks.iter().zip(&prepared) {
-        luks::apply(&w.luks, pr, state_dir)?;
+    for (pr, l) in &prepared {
+        luks::apply(l, pr, state_dir)?;
     }
     failpoint::hit("after-luks")?;
 
