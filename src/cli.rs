@@ -33,7 +33,8 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Run provisioning stages (default: fetch, disks, files).
     Run(RunArgs),
-    /// Print the plan of the disks stage (partitions, filesystems) without touching any disk.
+    /// Print the plan of the disks stage (partitions, RAID arrays, LUKS volumes, filesystems:
+    /// create, reuse or wipe each) without touching any disk.
     Plan(PlanArgs),
     /// Print the versions of the agent and of the libraries it is built with.
     Info,

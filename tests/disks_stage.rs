@@ -563,10 +563,14 @@ fn plan_prints_and_touches_nothing() {
 }
 
 #[test]
-fn raid_and_luks_are_refused_clearly() {
+fn raid_and_luks_on_non_block_devices_are_refused_clearly() {
     fails(
         serde_json::json!({"raid": [{"name": "md0", "level": "raid1", "devices": ["/dev/null"]}]}),
-        "not implemented",
+        "/dev/null is not a block device",
+    );
+    fails(
+        serde_json::json!({"luks": [{"name": "v", "device": "/dev/null"}]}),
+        "/dev/null is not a block device",
     );
 }
 

@@ -20,7 +20,10 @@
 #                  fw_cfg as well), EXPECT (success|emergency), BOOTS, DISK_MIB, PLATFORM, POOL,
 #                  NEED_TOKEN=1 (read the pool's bearer token), SERVE_CMD (server command
 #                  template, default AGENT_SERVE), CMDLINE (extra kernel arguments),
-#                  TIMEOUT
+#                  TIMEOUT, EXTRA_DISKS (sizes in MiB of more blank virtio disks: vdb, vdc, ...;
+#                  their images are $DISK2, $DISK3, ... in prepare/before/check scripts),
+#                  TANG=1 (MODE=url: a tang server, Debian's tangd run per connection by
+#                  guestfwd, at 10.0.2.101:80 as the guest sees it; keys in $WORK/tang)
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
 #   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...)
@@ -126,14 +129,22 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
         -kernel "$kernel" -initrd "$initrd" -append "$append"
         -drive "file=$disk,if=virtio,format=raw,cache=unsafe"
         -device virtio-rng-pci)
+    local i=2 extra
+    for extra in ${EXTRA_DISKS:-}; do
+        args+=(-drive "file=${disk%.img}$i.img,if=virtio,format=raw,cache=unsafe")
+        i=$((i + 1))
+    done
     if [[ ($MODE == fwcfg || -n $FWCFG) && -n $cfg ]]; then
         args+=(-fw_cfg "name=opt/com.coreos/config,file=$cfg")
     fi
     if [[ $MODE == url ]]; then
         # guestfwd with cmd: runs one socat per guest connection, so several requests work and
         # the server closing its end closes the guest's (a tcp: chardev is a single stream).
-        args+=(-netdev "user,id=n0,restrict=on,guestfwd=tcp:$guest_server-cmd:socat - TCP:127.0.0.1:$server_port"
-            -device virtio-net-pci,netdev=n0)
+        local netdev="user,id=n0,restrict=on,guestfwd=tcp:$guest_server-cmd:socat - TCP:127.0.0.1:$server_port"
+        if [[ -n ${TANG:-} ]]; then
+            netdev+=",guestfwd=tcp:10.0.2.101:80-cmd:$WORK/tangd.sh"
+        fi
+        args+=(-netdev "$netdev" -device virtio-net-pci,netdev=n0)
     fi
     local rc=0
     timeout "${TIMEOUT}" qemu-system-x86_64 "${args[@]}" </dev/null >"$console.qemu" 2>&1 || rc=$?
@@ -157,14 +168,30 @@ run_scenario() {
         trap stop_server EXIT
         set -a
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
-        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300}
+        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG=
         # shellcheck disable=SC1091
         source "$sdir/scenario.conf"
         set +a
         export DISK=$work/disk.img WORK=$work SCENARIO=$sdir
         truncate -s "${DISK_MIB}M" "$DISK"
+        i=2
+        for mib in $EXTRA_DISKS; do
+            export "DISK$i=$work/disk$i.img"
+            truncate -s "${mib}M" "$work/disk$i.img"
+            i=$((i + 1))
+        done
         if [[ -x $sdir/prepare.sh ]]; then "$sdir/prepare.sh" >"$work/prepare.log" 2>&1 ||
             { echo "prepare.sh failed: $(tail -n3 "$work/prepare.log")" >"$work/reason"; exit 1; }
+        fi
+        if [[ -n $TANG ]]; then
+            mkdir -p "$work/tang"
+            /usr/libexec/tangd-keygen "$work/tang" ||
+                { echo "tangd-keygen failed (apt-get install tang)" >"$work/reason"; exit 1; }
+            # slirp gives the command the connection as stderr too: tangd's log line would
+            # land in front of its (buffered) response.
+            printf '#!/bin/sh\nexec /usr/libexec/tangd "%s/tang" 2>>"%s/tangd.log"\n' \
+                "$work" "$work" >"$work/tangd.sh"
+            chmod 755 "$work/tangd.sh"
         fi
         sum_before=$(sha256sum "$DISK" | cut -d' ' -f1)
         token=
@@ -266,7 +293,7 @@ for name in "${scenarios[@]}"; do
         printf 'FAIL %-22s %s: %s\n' "$name" "$timing" "$(cat "$work/reason" 2>/dev/null || echo 'see logs')"
         printf '     logs: %s\n' "$work"
     fi
-    if [[ ${VM_KEEP:-} != 1 ]]; then rm -f "$work/disk.img"; fi
+    if [[ ${VM_KEEP:-} != 1 ]]; then rm -f "$work"/disk*.img; fi
 done
 
 # --- benchmark ---------------------------------------------------------------------------------

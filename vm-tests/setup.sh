@@ -5,7 +5,8 @@
 #  - dracut-core (not `dracut`, which conflicts with initramfs-tools) and its dependency udev,
 #    installed with service starts refused: a udev daemon on the host would re-read partition
 #    tables behind the other tests' backs;
-#  - the tools the agent's stages call, copied into the initramfs by our dracut module;
+#  - the tools the agent's stages call, copied into the initramfs by our dracut module (mdadm,
+#    cryptsetup, clevis for RAID/LUKS), and tang (a tang server for 09-luks-tang);
 #  - Debian's cloud kernel, unpacked (never installed) under $VM_CACHE/kernel.
 # Prints the kernel release it prepared on the last line of stdout.
 set -euo pipefail
@@ -29,7 +30,8 @@ SRC
 fi
 
 pkgs_main="dracut-core udev kmod cpio lz4 zstd e2fsprogs dosfstools xfsprogs btrfs-progs
-    util-linux fdisk gdisk passwd policycoreutils file mtools socat"
+    util-linux fdisk gdisk passwd policycoreutils file mtools socat
+    mdadm cryptsetup-bin clevis clevis-luks jose curl tang libpwquality-tools cracklib-runtime"
 missing=()
 for p in $pkgs_main; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -19,6 +19,8 @@ installkernel() {
     hostonly='' instmods -c qemu_fw_cfg
     hostonly='' instmods ext4 xfs btrfs vfat nls_cp437 nls_iso8859-1 nls_ascii \
         md_mod raid0 raid1 raid10 raid456 dm_crypt virtio_net
+    # LUKS2: dm-crypt's default cipher (aes-xts-plain64) and the kernel crypto API cryptsetup uses.
+    hostonly='' instmods dm_mod xts aesni_intel algif_skcipher af_alg
 }
 
 install() {
@@ -46,6 +48,21 @@ install() {
         fatlabel mkswap swaplabel wipefs blkid partx sfdisk sgdisk mdadm cryptsetup setfiles \
         useradd usermod userdel groupadd groupmod groupdel chpasswd udevadm mount umount \
         modprobe sync grep cut tail mkdir rm
+    # RAID/LUKS: dmsetup for the dm rules; udev rules that name /dev/md/<name> and
+    # /dev/mapper/<name> and release libdevmapper's udev cookie (without 95-dm-notify
+    # cryptsetup waits for udev forever). No auto-assembly rules: the agent assembles itself.
+    inst_multiple -o dmsetup
+    inst_rules 10-dm.rules 13-dm-disk.rules 55-dm.rules 60-persistent-storage-dm.rules \
+        95-dm-notify.rules 63-md-raid-arrays.rules
+    # clevis bindings (tang/tpm2/sss) of LUKS volumes, when the build host has clevis: its
+    # scripts and what they call (jose, curl for tang, pwmake for the new passphrase).
+    inst_multiple -o \
+        clevis clevis-decrypt clevis-decrypt-sss clevis-decrypt-tang clevis-decrypt-tpm2 \
+        clevis-encrypt-sss clevis-encrypt-tang clevis-encrypt-tpm2 clevis-luks-bind \
+        clevis-luks-common-functions clevis-luks-unlock clevis-luks-pass clevis-luks-list \
+        jose curl pwmake luksmeta bash sed awk sort find mktemp basename head wc tr cat \
+        /etc/security/pwquality.conf /var/cache/cracklib/cracklib_dict.hwm \
+        /var/cache/cracklib/cracklib_dict.pwd /var/cache/cracklib/cracklib_dict.pwi
     # mke2fs reads its defaults from here.
     inst_multiple -o /etc/mke2fs.conf
 

@@ -234,3 +234,14 @@ pub fn udev_settle() {
         log::warn!("{e:#}");
     }
 }
+
+/// Loads a kernel module (best effort) unless it is loaded or built in: an initramfs may not
+/// load md/dm-crypt on demand. A failure is only logged; the tool that needs it reports it.
+pub fn load_module(name: &str) {
+    if Path::new("/sys/module").join(name).exists() || !crate::util::have_program("modprobe") {
+        return;
+    }
+    if let Err(e) = crate::util::run("modprobe", &["-q", name]) {
+        log::warn!("{e:#}");
+    }
+}

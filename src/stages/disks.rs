@@ -1,10 +1,13 @@
-//! The disks stage: partitions (GPT), then filesystems.
+//! The disks stage: partitions (GPT), then RAID arrays, then LUKS volumes, then filesystems.
 //!
 //! Everything is planned first (`plan`): the new partition table of every disk, computed whole in
-//! memory and checked, and what happens to every filesystem. Only then is anything written
-//! (`apply`): one table write per disk, partition nodes updated with BLKPG, nodes waited for, then
-//! filesystems wiped/created in parallel. A failure while partitioning puts every table back as it
-//! was.
+//! memory and checked, and what happens to every array, volume and filesystem (what sits on a
+//! device that the plan itself creates is decided once that device exists). Only then is
+//! anything written (`apply`): one table write per disk, partition nodes updated with BLKPG,
+//! nodes waited for; arrays created or assembled (`blockdev::raid`); volumes formatted or reused
+//! and opened (`blockdev::luks`, keys left in `<state-dir>/luks/` for the files stage); then
+//! filesystems wiped/created in parallel. A failure while partitioning, or an array refused
+//! after partitioning, puts every table back as it was.
 //!
 //! Environment: `AGENT_DEVICE_TIMEOUT_MS` bounds every wait for a device node (default 30 s);
 //! `AGENT_FAILPOINTS` switches on failpoints (see `blockdev::failpoint`).
@@ -19,11 +22,14 @@ use anyhow::{Context as _, Result, anyhow, bail};
 
 use super::Context;
 use crate::blockdev::gpt::{self, OnDisk, Table};
+use crate::blockdev::luks::{self, LuksAction};
 use crate::blockdev::plan::{Action, DiskPlan, Spec};
 use crate::blockdev::probe::{Found, probe};
+use crate::blockdev::raid::{self, RaidAction};
 use crate::blockdev::{failpoint, inuse, kernel};
 use crate::config::Config;
-use crate::config::types::Filesystem;
+use crate::config::types::{Filesystem, Luks, Raid};
+use crate::fetch::{self, Fetcher};
 
 /// One disk of the plan.
 #[derive(Debug)]
@@ -56,10 +62,24 @@ pub struct FsWork {
     pub action: FsAction,
 }
 
+#[derive(Debug)]
+pub struct RaidWork {
+    pub raid: Raid,
+    pub action: RaidAction,
+}
+
+#[derive(Debug)]
+pub struct LuksWork {
+    pub luks: Luks,
+    pub action: LuksAction,
+}
+
 /// The whole plan of the stage.
 #[derive(Debug, Default)]
 pub struct StagePlan {
     pub disks: Vec<DiskWork>,
+    pub raids: Vec<RaidWork>,
+    pub luks: Vec<LuksWork>,
     pub filesystems: Vec<FsWork>,
 }
 
@@ -81,18 +101,19 @@ pub struct Report {
     pub table_io: Duration,
 }
 
-pub fn run(config: &Config, _ctx: &Context) -> Result<()> {
+pub fn run(config: &Config, ctx: &Context) -> Result<()> {
     let t0 = Instant::now();
     let p = plan(config)?;
     let planning = t0.elapsed();
-    if p.disks.is_empty() && p.filesystems.is_empty() {
+    if p.disks.is_empty() && p.raids.is_empty() && p.luks.is_empty() && p.filesystems.is_empty() {
         log::info!("nothing to do");
         return Ok(());
     }
     for line in p.to_string().lines() {
         log::info!("plan: {line}");
     }
-    let mut r = apply(&p)?;
+    let fetcher = Fetcher::new(fetch::Options::from_config(config));
+    let mut r = apply_with(&p, &ctx.state_dir, &fetcher)?;
     r.total = t0.elapsed();
     r.planning = planning;
     log::info!(
@@ -126,9 +147,6 @@ fn resolve(path: &str) -> Result<PathBuf> {
 /// Computes the plan of the stage; reads devices, writes nothing.
 pub fn plan(config: &Config) -> Result<StagePlan> {
     let st = &config.storage;
-    if !st.raid.is_empty() || !st.luks.is_empty() {
-        bail!("storage.raid / storage.luks: RAID/LUKS not implemented yet");
-    }
     let mut out = StagePlan::default();
     for d in &st.disks {
         let dev = resolve(&d.device)?;
@@ -182,8 +200,41 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
             plan,
         });
     }
+    // Arrays: decided now unless a member is (re)made by the partitioning.
+    for r in &st.raid {
+        raid::layout(r)?;
+        let action = if r
+            .devices
+            .iter()
+            .any(|d| touched_by_partitioning(&out.disks, d))
+        {
+            RaidAction::AfterPartitioning
+        } else {
+            raid::decide_now(r)?
+        };
+        out.raids.push(RaidWork {
+            raid: r.clone(),
+            action,
+        });
+    }
+    // Volumes: decided now unless their device is made by the partitioning or an array.
+    for l in &st.luks {
+        let dev = l.device.as_deref().unwrap_or_default();
+        let action = if touched_by_partitioning(&out.disks, dev) || made_by_layers(&out, dev) {
+            luks::decide(l, None)?; // checks what does not depend on the device (cex)
+            LuksAction::AfterPartitioning
+        } else {
+            luks::decide_now(l)?
+        };
+        out.luks.push(LuksWork {
+            luks: l.clone(),
+            action,
+        });
+    }
     for fs in &st.filesystems {
-        let action = if touched_by_partitioning(&out.disks, &fs.device) {
+        let action = if touched_by_partitioning(&out.disks, &fs.device)
+            || made_by_layers(&out, &fs.device)
+        {
             decide(fs, None)?; // checks the format now
             FsAction::AfterPartitioning
         } else {
@@ -196,6 +247,18 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
         });
     }
     Ok(out)
+}
+
+/// Whether `device` names an array or a volume that the plan creates or opens (it does not exist,
+/// or not yet with its final contents, until then).
+fn made_by_layers(p: &StagePlan, device: &str) -> bool {
+    let dev = Path::new(device);
+    p.raids
+        .iter()
+        .any(|w| w.action != RaidAction::Active && raid::array_path(&w.raid.name) == dev)
+        || p.luks
+            .iter()
+            .any(|w| w.action != LuksAction::Active && luks::mapper_path(&w.luks.name) == dev)
 }
 
 /// Refuses when the disk, or a partition the kernel knows that the new table removes or changes,
@@ -347,6 +410,60 @@ impl fmt::Display for StagePlan {
             writeln!(f, "disk {} ({}):", d.path, d.dev.display())?;
             write!(f, "{}", d.plan)?;
         }
+        for w in &self.raids {
+            let r = &w.raid;
+            let what = match &w.action {
+                RaidAction::Active => "reuse (running, layout matches)".to_string(),
+                RaidAction::Assemble(u) => format!("reuse (assemble existing array {u})"),
+                RaidAction::Create => format!(
+                    "create {} on {}{}",
+                    r.level.as_deref().unwrap_or("?"),
+                    r.devices.join(", "),
+                    match r.spares {
+                        Some(s) if s > 0 => format!(" ({s} spares)"),
+                        _ => String::new(),
+                    }
+                ),
+                RaidAction::AfterPartitioning => {
+                    "reuse/create (decided after partitioning: members are new or changed)".into()
+                }
+            };
+            writeln!(f, "raid {}: {what}", raid::array_path(&r.name).display())?;
+        }
+        for w in &self.luks {
+            let l = &w.luks;
+            let key = if l.key_file.source.is_some() {
+                "key file"
+            } else {
+                "generated key"
+            };
+            let what = match &w.action {
+                LuksAction::Active => "reuse (already open on the device)".to_string(),
+                LuksAction::Reuse { clevis: true } => "reuse (open with clevis)".into(),
+                LuksAction::Reuse { clevis: false } => format!("reuse (open with the {key})"),
+                LuksAction::Create { wipe: None } => format!("create LUKS2 ({key})"),
+                LuksAction::Create { wipe: Some(t) } => {
+                    format!("wipe {t} and create LUKS2 ({key})")
+                }
+                LuksAction::AfterPartitioning => format!(
+                    "{} ({key}; decided once its device exists)",
+                    if l.wipe_volume == Some(true) {
+                        "wipe/create"
+                    } else {
+                        "reuse/create"
+                    }
+                ),
+            };
+            let bind = luks::clevis_pin(l)
+                .map(|(p, _)| format!(", clevis {p}"))
+                .unwrap_or_default();
+            writeln!(
+                f,
+                "luks {} on {}: {what}{bind}",
+                l.name,
+                l.device.as_deref().unwrap_or("?")
+            )?;
+        }
         for w in &self.filesystems {
             let fmt = w.fs.format.as_deref().unwrap_or("?");
             let what = match &w.action {
@@ -361,8 +478,8 @@ impl fmt::Display for StagePlan {
                 FsAction::WipeCreate(x) if fmt == "none" => format!("wipe {}", fstype(x)),
                 FsAction::WipeCreate(x) => format!("wipe {} and create {fmt}", fstype(x)),
                 FsAction::AfterPartitioning => format!(
-                    "{} {fmt} (decided after partitioning: the partition is new, changed or has \
-                     no device node yet)",
+                    "{} {fmt} (decided after partitioning/RAID/LUKS: the device is new, changed \
+                     or has no node yet)",
                     if w.fs.wipe_filesystem == Some(true) {
                         "wipe/create"
                     } else {
@@ -466,8 +583,21 @@ fn partition(d: &DiskWork, table_io: &mut Duration) -> Result<TableGuard> {
     Ok(guard)
 }
 
-/// Carries out a plan.
+/// Carries out a plan without RAID/LUKS state (state dir: a temporary record location is not
+/// needed when the plan has no LUKS volumes).
 pub fn apply(p: &StagePlan) -> Result<Report> {
+    if !p.luks.is_empty() {
+        bail!("internal: a plan with LUKS volumes needs apply_with (state dir and fetcher)");
+    }
+    apply_with(
+        p,
+        Path::new("/nonexistent"),
+        &Fetcher::new(fetch::Options::default()),
+    )
+}
+
+/// Carries out a plan; LUKS keys are fetched with `fetcher`, records left in `state_dir`.
+pub fn apply_with(p: &StagePlan, state_dir: &Path, fetcher: &Fetcher) -> Result<Report> {
     let t0 = Instant::now();
     let mut guards = Vec::new();
     let mut table_io = Duration::ZERO;
@@ -479,10 +609,57 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
         }
     }
     failpoint::hit("after-partitioning")?;
+    // Arrays whose members the partitioning made: decided now, while a refusal still puts the
+    // tables back.
+    // Members and volume devices named by a planned partition (node or by-partlabel/partuuid
+    // link, which needs no udev) are resolved to the partition's node.
+    let raids = p
+        .raids
+        .iter()
+        .map(|w| {
+            let mut r = w.raid.clone();
+            r.devices = r
+                .devices
+                .iter()
+                .map(|d| resolve_fs(&p.disks, d).map(|n| n.display().to_string()))
+                .collect::<Result<_>>()
+                .with_context(|| format!("array {}", r.name))?;
+            let a = match &w.action {
+                RaidAction::AfterPartitioning => raid::decide_now(&r)?,
+                a => a.clone(),
+            };
+            Ok((r, a))
+        })
+        .collect::<Result<Vec<_>>>()?;
     for g in guards {
         g.close()?;
     }
     let partitioning = t0.elapsed();
+
+    for (r, a) in &raids {
+        raid::apply(r, a)?;
+    }
+    failpoint::hit("after-raid")?;
+    // Volumes: every one decided, keyed and checked before any is formatted or opened.
+    let prepared = p
+        .luks
+        .iter()
+        .map(|w| {
+            let mut l = w.luks.clone();
+            let d = l.device.clone().unwrap_or_default();
+            let node = resolve_fs(&p.disks, &d).with_context(|| format!("luks {}", l.name))?;
+            l.device = Some(node.display().to_string());
+            let a = match &w.action {
+                LuksAction::AfterPartitioning => luks::decide_now(&l)?,
+                a => a.clone(),
+            };
+            Ok((luks::prepare(&l, a, fetcher)?, l))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (pr, l) in &prepared {
+        luks::apply(l, pr, state_dir)?;
+    }
+    failpoint::hit("after-luks")?;
 
     // Filesystems: decide the pending ones now, then run each device's tools in parallel.
     // Probing is decided for all devices (in parallel) before any of them is touched, so that a

@@ -77,6 +77,17 @@ fn write_all(
     w.write_passwd(&config.passwd, opts.ssh_keys_file)?;
     w.write_storage(&config.storage)?;
     w.write_units(&config.systemd)?;
+    // LUKS volumes of the disks stage: /etc/luks/<name> key files and /etc/crypttab lines.
+    let names = crate::blockdev::luks::persist_luks(&ctx.state_dir, &ctx.root)?;
+    if !names.is_empty() {
+        let mut paths = vec!["/etc/crypttab".to_string(), "/etc/luks".to_string()];
+        paths.extend(names.iter().map(|n| format!("/etc/luks/{n}")));
+        for p in paths {
+            if ctx.root.join(&p[1..]).exists() {
+                w.touch(p);
+            }
+        }
+    }
     kargs::apply(
         &config.kernel_arguments,
         &ctx.root,

@@ -1,0 +1,378 @@
+//! RAID and LUKS in the disks stage, on the host (root, loop devices). The host kernel has no md
+//! and no dm-crypt, so these tests cover what needs neither: the plan (`agent plan` shows
+//! reuse/create per array and volume, probing real LUKS2 headers made with cryptsetup) and every
+//! refusal, which must fail before anything is written (the images stay byte-for-byte the same),
+//! and formatting (wipeVolume, label, uuid, options) through the library.
+//! Creating, assembling and opening for real is tested in the VM (vm-tests/scenarios/07-raid1,
+//! 08-luks).
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+fn need(tool: &str) {
+    assert!(
+        agent::util::have_program(tool),
+        "{tool} is missing: install the packages in .ci/packages/raid.apt"
+    );
+}
+
+fn sh(program: &str, args: &[&str], stdin: Option<&[u8]>) -> String {
+    need(program);
+    let mut c = Command::new(program);
+    c.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    if let Some(b) = stdin {
+        child.stdin.take().unwrap().write_all(b).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new() -> TempDir {
+        let p = std::env::temp_dir().join(format!("agent-raidluks-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A blank sparse image on a loop device, detached on drop.
+struct Loop {
+    _dir: TempDir,
+    img: PathBuf,
+    dev: String,
+}
+impl Loop {
+    fn new(size_mib: u64) -> Loop {
+        let dir = TempDir::new();
+        let img = dir.0.join("disk.img");
+        File::create(&img).unwrap().set_len(size_mib << 20).unwrap();
+        let dev = sh("losetup", &["-f", "--show", img.to_str().unwrap()], None)
+            .trim()
+            .to_string();
+        Loop {
+            _dir: dir,
+            img,
+            dev,
+        }
+    }
+    fn bytes(&self) -> Vec<u8> {
+        let _ = File::open(&self.dev).and_then(|f| f.sync_all());
+        std::fs::read(&self.img).unwrap()
+    }
+    fn ext4(&self) {
+        need("mkfs.ext4");
+        sh("mkfs.ext4", &["-q", "-F", "-L", "old", &self.dev], None);
+    }
+    fn luks(&self, key: &[u8], label: &str) {
+        sh(
+            "cryptsetup",
+            &[
+                "luksFormat",
+                "--batch-mode",
+                "--type",
+                "luks2",
+                "--pbkdf",
+                "pbkdf2",
+                "--pbkdf-force-iterations",
+                "1000",
+                "--label",
+                label,
+                "--key-file=-",
+                &self.dev,
+            ],
+            Some(key),
+        );
+    }
+}
+impl Drop for Loop {
+    fn drop(&mut self) {
+        if let Ok(f) = File::open(&self.dev) {
+            let name = self.dev.trim_start_matches("/dev/");
+            let _ = agent::blockdev::kernel::remove_partitions(&f, name);
+        }
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+fn config(storage: Value) -> Value {
+    json!({"ignition": {"version": "3.4.0"}, "storage": storage})
+}
+
+/// `agent run --stage disks`: (success, stderr).
+fn run_disks(storage: Value) -> (bool, String) {
+    let dir = TempDir::new();
+    std::fs::write(dir.0.join("config.json"), config(storage).to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["run", "--stage", "disks", "--state-dir"])
+        .arg(&dir.0)
+        .env("AGENT_DEVICE_TIMEOUT_MS", "3000")
+        .output()
+        .unwrap();
+    let leftover = dir.0.join("luks");
+    assert!(
+        !leftover.exists() || std::fs::read_dir(&leftover).unwrap().next().is_none(),
+        "a refused run left key records behind"
+    );
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `agent plan`: (success, stdout, stderr).
+fn plan(storage: Value) -> (bool, String, String) {
+    let dir = TempDir::new();
+    std::fs::write(dir.0.join("c.json"), config(storage).to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["plan", "--config-file"])
+        .arg(dir.0.join("c.json"))
+        .env("AGENT_DEVICE_TIMEOUT_MS", "3000")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn plan_shows_luks_reuse_and_create() {
+    need("cryptsetup");
+    let (a, b) = (Loop::new(32), Loop::new(32));
+    a.luks(b"right", "vol");
+    let (before_a, before_b) = (a.bytes(), b.bytes());
+    let (ok, out, err) = plan(json!({
+        "luks": [
+            {"name": "a", "device": a.dev, "keyFile": {"source": "data:,right"}, "label": "vol"},
+            {"name": "b", "device": b.dev, "clevis": {"tang": [{"url": "http://10.0.2.2:1"}]}}
+        ],
+        "filesystems": [{"device": "/dev/mapper/b", "format": "ext4"}]
+    }));
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!(
+            "luks a on {}: reuse (open with the key file)",
+            a.dev
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "luks b on {}: create LUKS2 (generated key), clevis sss",
+            b.dev
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("filesystem /dev/mapper/b: reuse/create ext4 (decided after"),
+        "{out}"
+    );
+    assert_eq!(a.bytes(), before_a, "plan changed a");
+    assert_eq!(b.bytes(), before_b, "plan changed b");
+}
+
+#[test]
+fn plan_shows_raid_create() {
+    let (a, b) = (Loop::new(16), Loop::new(16));
+    let (ok, out, err) = plan(json!({
+        "raid": [{"name": "md0test", "level": "raid1", "devices": [a.dev, b.dev]}],
+        "filesystems": [{"device": "/dev/md/md0test", "format": "ext4"}]
+    }));
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!(
+            "raid /dev/md/md0test: create raid1 on {}, {}",
+            a.dev, b.dev
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("filesystem /dev/md/md0test: reuse/create ext4"),
+        "{out}"
+    );
+}
+
+#[test]
+fn luks_over_data_without_wipe_is_refused() {
+    need("cryptsetup");
+    let l = Loop::new(32);
+    l.ext4();
+    let before = l.bytes();
+    let (ok, err) = run_disks(json!({"luks": [{"name": "x", "device": l.dev}]}));
+    assert!(!ok);
+    assert!(
+        err.contains("holds a ext4 signature and wipeVolume is false"),
+        "{err}"
+    );
+    assert_eq!(l.bytes(), before, "the device was modified");
+}
+
+#[test]
+fn luks_existing_volume_refusals_touch_nothing() {
+    need("cryptsetup");
+    let l = Loop::new(32);
+    l.luks(b"right", "vol");
+    let before = l.bytes();
+    // The wrong key: checked before anything is written.
+    let (ok, err) = run_disks(json!({"luks": [{"name": "x", "device": l.dev,
+        "keyFile": {"source": "data:,wrong"}}]}));
+    assert!(!ok);
+    assert!(err.contains("does not open the existing volume"), "{err}");
+    // A generated key cannot open it.
+    let (ok, err) = run_disks(json!({"luks": [{"name": "x", "device": l.dev}]}));
+    assert!(!ok);
+    assert!(err.contains("no keyFile to open it with"), "{err}");
+    // Another label.
+    let (ok, err) = run_disks(json!({"luks": [{"name": "x", "device": l.dev,
+        "keyFile": {"source": "data:,right"}, "label": "other"}]}));
+    assert!(!ok);
+    assert!(err.contains("label \"vol\" != \"other\""), "{err}");
+    assert_eq!(l.bytes(), before, "the volume was modified");
+}
+
+#[test]
+fn raid_over_data_is_refused() {
+    need("mdadm");
+    let (a, b) = (Loop::new(16), Loop::new(16));
+    a.ext4();
+    let (before_a, before_b) = (a.bytes(), b.bytes());
+    let (ok, err) = run_disks(json!({"raid": [{"name": "t", "level": "raid1",
+        "devices": [b.dev, a.dev]}]}));
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("member {} holds a ext4 signature", a.dev)),
+        "{err}"
+    );
+    assert_eq!(a.bytes(), before_a);
+    assert_eq!(b.bytes(), before_b);
+}
+
+#[test]
+fn raid_spares_refused_for_raid0() {
+    let (a, b) = (Loop::new(16), Loop::new(16));
+    let (ok, _, err) = plan(json!({"raid": [{"name": "t", "level": "raid0", "spares": 1,
+        "devices": [a.dev, b.dev]}]}));
+    assert!(!ok);
+    assert!(err.contains("spares"), "{err}");
+}
+
+/// wipeVolume over an ext4: the signatures go, a LUKS2 header with the configured label, UUID
+/// and options is written (format only: opening needs dm-crypt, which the host lacks), and the
+/// configured key file opens it.
+#[test]
+fn luks_wipe_volume_formats_with_label_uuid_and_options() {
+    use agent::blockdev::luks::{self, LuksAction};
+    use agent::config::types::{Luks, Resource};
+    need("cryptsetup");
+    need("wipefs");
+    let l = Loop::new(32);
+    l.ext4();
+    let uuid = "6b7f1c2e-1111-4000-8000-00000000abcd";
+    let cfg = Luks {
+        name: "w".into(),
+        device: Some(l.dev.clone()),
+        key_file: Resource {
+            source: Some("data:,k3y".into()),
+            ..Default::default()
+        },
+        label: Some("wiped".into()),
+        uuid: Some(uuid.into()),
+        wipe_volume: Some(true),
+        options: ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]
+            .map(String::from)
+            .to_vec(),
+        ..Default::default()
+    };
+    let action = luks::decide_now(&cfg).unwrap();
+    assert_eq!(
+        action,
+        LuksAction::Create {
+            wipe: Some("ext4".into())
+        }
+    );
+    let fetcher = agent::fetch::Fetcher::new(agent::fetch::Options::default());
+    let p = luks::prepare(&cfg, action, &fetcher).unwrap();
+    luks::format_and_bind(&cfg, &p).unwrap();
+    let e = luks::examine(std::path::Path::new(&l.dev))
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.fstype, "crypto_LUKS");
+    assert_eq!(e.label.as_deref(), Some("wiped"));
+    assert_eq!(e.uuid.as_deref(), Some(uuid));
+    let dump = sh("cryptsetup", &["luksDump", &l.dev], None);
+    assert!(dump.contains("PBKDF:      pbkdf2"), "{dump}");
+    sh(
+        "cryptsetup",
+        &["open", "--test-passphrase", "--key-file=-", &l.dev],
+        Some(b"k3y"),
+    );
+    // Now the same config without wipeVolume reuses it (the key is checked, nothing written).
+    let keep = Luks {
+        wipe_volume: Some(false),
+        ..cfg
+    };
+    let before = l.bytes();
+    let a = luks::decide_now(&keep).unwrap();
+    assert_eq!(a, LuksAction::Reuse { clevis: false });
+    luks::prepare(&keep, a, &fetcher).unwrap();
+    assert_eq!(l.bytes(), before);
+}
+
+/// A volume on a partition the same run creates, named by its by-partlabel link (which does not
+/// exist here: no udev): decided after partitioning on the partition's node and formatted there.
+/// (Opening needs dm-crypt, which the host kernel lacks: the run stops at `cryptsetup open`.)
+#[test]
+fn luks_on_a_new_partition_by_partlabel() {
+    need("cryptsetup");
+    let l = Loop::new(48);
+    let label = format!("lk{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let (ok, err) = run_disks(json!({
+        "disks": [{"device": l.dev, "partitions": [{"number": 1, "label": label, "sizeMiB": 24}]}],
+        "luks": [{"name": "pl", "device": format!("/dev/disk/by-partlabel/{label}"), "label": "pll",
+            "options": ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]}]
+    }));
+    let part = format!("{}p1", l.dev);
+    assert!(
+        err.contains(&format!(
+            "luks pl on /dev/disk/by-partlabel/{label}: reuse/create"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("creating LUKS2 volume pl on {part}")),
+        "{err}"
+    );
+    let t = sh(
+        "blkid",
+        &["-p", "-c", "/dev/null", "-o", "value", "-s", "LABEL", &part],
+        None,
+    );
+    assert_eq!(t.trim(), "pll");
+    if !ok {
+        assert!(err.contains(&format!("opening {part} as pl")), "{err}");
+    }
+}

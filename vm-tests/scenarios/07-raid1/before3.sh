@@ -1,0 +1,1 @@
+before2.sh
