@@ -19,7 +19,7 @@ STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
 PREFIX      ?= /usr
 DESTDIR     ?=
 
-.PHONY: all static check-static deps test-deps demo test lint bench bench-config bench-serve fuzz clean
+.PHONY: all static check-static deps demo-deps test-deps demo test lint bench bench-config bench-serve fuzz clean
 
 all: static
 
@@ -38,11 +38,14 @@ check-static: static
 deps:
 	.ci/install-packages build
 
+demo-deps:
+	.ci/install-packages demo
+
 # Everything the tests need (packages listed in .ci/packages/*.apt and *.pip).
 test-deps:
 	.ci/install-packages all
 
-demo: deps static
+demo: demo-deps static
 	examples/demo.sh $(STATIC_BIN)
 
 test: test-deps
