@@ -364,4 +364,23 @@ fn offline_mode_marks_configs_that_need_the_network() {
     );
     assert_eq!(r.ok().paths(), ["/u", "/d"]);
     assert!(!r.state.join("neednet").exists());
+    // The config itself is local, but the files stage will fetch contents over HTTP, or a
+    // LUKS volume is bound to tang: the offline pass asks for the network all the same.
+    let later = [
+        r#"{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/f","contents":{"source":"http://10.0.2.2/f"}}]}}"#,
+        r#"{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/f","append":[{"source":"tftp://10.0.2.2/f"}]}]}}"#,
+        r#"{"ignition":{"version":"3.4.0"},"storage":{"luks":[{"name":"v","device":"/dev/vdb","clevis":{"tang":[{"url":"http://10.0.2.2"}]}}]}}"#,
+    ];
+    for (i, cfg) in later.iter().enumerate() {
+        let f = dir.join(&format!("later-{i}.ign"));
+        std::fs::write(&f, cfg).unwrap();
+        let r = agent_fetch(
+            &["--offline", "--config-file", f.to_str().unwrap()],
+            &[],
+            None,
+        );
+        assert_eq!(r.out.status.code(), Some(3), "{cfg}: {}", r.stderr());
+        assert!(r.state.join("neednet").exists(), "{cfg}");
+        assert!(!r.state.join("config.json").exists(), "{cfg}");
+    }
 }

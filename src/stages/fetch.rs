@@ -101,6 +101,11 @@ fn run_inner(ctx: &Context) -> Result<()> {
         merged = config::merge(&merged, &cfg);
     }
     let rendered = config::merge(&merged, &user);
+    if ctx.offline
+        && let Some(why) = later_stages_need_network(&rendered)
+    {
+        return Err(NeedsNetwork(why).into());
+    }
     let bytes = config::to_json_pretty(&rendered, Version::NEWEST).map_err(anyhow::Error::msg)?;
     crate::util::write_atomic(&ctx.rendered_config(), &bytes, 0o600)?;
     let rec = serde_json::to_vec_pretty(&record).context("serializing fetch record")?;
@@ -110,6 +115,45 @@ fn run_inner(ctx: &Context) -> Result<()> {
         ctx.rendered_config().display()
     );
     Ok(())
+}
+
+/// Whether the disks or files stage will need the network for this config: a resource they
+/// fetch (CAs, file contents and appends, LUKS key files) from a network URL, or a LUKS volume
+/// bound to tang (or a custom clevis pin that says it needs the network). The offline pass
+/// must ask for the network then, or first boot would fail later without it.
+pub fn later_stages_need_network(c: &Config) -> Option<String> {
+    let st = &c.storage;
+    let resources = c
+        .ignition
+        .security
+        .tls
+        .certificate_authorities
+        .iter()
+        .chain(
+            st.files
+                .iter()
+                .flat_map(|f| std::iter::once(&f.contents).chain(&f.append)),
+        )
+        .chain(st.luks.iter().map(|l| &l.key_file));
+    for r in resources {
+        if let Some(src) = &r.source
+            && fetch::needs_network(src)
+        {
+            return Some(format!("the config fetches {} later", short(src)));
+        }
+    }
+    for l in &st.luks {
+        if !l.clevis.tang.is_empty() {
+            return Some(format!("LUKS volume {} is bound to a tang server", l.name));
+        }
+        if l.clevis.custom.needs_network == Some(true) {
+            return Some(format!(
+                "LUKS volume {}: its clevis pin needs the network",
+                l.name
+            ));
+        }
+    }
+    None
 }
 
 fn fetched(kind: &str, source: &str, bytes: &[u8]) -> Fetched {
