@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+mod common;
+use common::TempDir;
 
 // ---------- fixtures ----------
 
@@ -29,20 +31,6 @@ fn sh(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new() -> TempDir {
-        let p = std::env::temp_dir().join(format!("agent-disks-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A sparse image attached to a loop device (partscan off); partition nodes removed and the
 /// device detached on drop.
 struct Loop {
@@ -55,7 +43,7 @@ impl Loop {
     /// `setup` (an sfdisk script) is written to the image before it is attached.
     fn new(size_mib: u64, sector: u32, setup: Option<&str>) -> Loop {
         need("losetup");
-        let dir = TempDir::new();
+        let dir = TempDir::new("disks");
         let img = dir.0.join("disk.img");
         File::create(&img).unwrap().set_len(size_mib << 20).unwrap();
         if let Some(script) = setup {
@@ -178,7 +166,7 @@ const MIB: u64 = 2048;
 
 /// Runs `agent run --stage disks` on `storage`; returns (success, stderr).
 fn agent(storage: Value, env: &[(&str, &str)]) -> (bool, String) {
-    let dir = TempDir::new();
+    let dir = TempDir::new("disks");
     let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": storage});
     std::fs::write(dir.0.join("config.json"), cfg.to_string()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_agent"))
@@ -540,7 +528,7 @@ fn missing_device_times_out_naming_it() {
 fn plan_prints_and_touches_nothing() {
     let l = Loop::new(64, 512, Some(TWO));
     let before = std::fs::read(&l.img).unwrap();
-    let dir = TempDir::new();
+    let dir = TempDir::new("disks");
     let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": {"disks": [{"device": l.dev(), "partitions": [
         {"number": 1, "label": "one"}, {"number": 2, "shouldExist": false, "wipePartitionEntry": true}, {"number": 3, "sizeMiB": 4}]}]}});
     std::fs::write(dir.0.join("c.json"), cfg.to_string()).unwrap();
@@ -595,7 +583,7 @@ fn filesystem_create_reuse_keeps_data_and_mismatch_fails() {
         ("ext4", "data")
     );
     // Write a file, checksum it.
-    let mnt = TempDir::new();
+    let mnt = TempDir::new("disks");
     sh("mount", &[&p1, mnt.0.to_str().unwrap()]);
     let payload: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(mnt.0.join("f"), &payload).unwrap();
@@ -709,7 +697,7 @@ fn refuses_to_delete_a_mounted_partition() {
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
         "filesystems": [{"device": l.part(1), "format": "ext4"}]}),
     );
-    let mnt = TempDir::new();
+    let mnt = TempDir::new("disks");
     sh("mount", &[&l.part(1), mnt.0.to_str().unwrap()]);
     struct Umount(PathBuf);
     impl Drop for Umount {
@@ -901,7 +889,7 @@ fn mbr_table_is_not_overwritten_without_wipe_table() {
 }
 
 fn agent_plan(storage: Value) -> (bool, String, String) {
-    let dir = TempDir::new();
+    let dir = TempDir::new("disks");
     let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": storage});
     std::fs::write(dir.0.join("config.json"), cfg.to_string()).unwrap();
     // The rendered config in the state directory is the default input.

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
+mod common;
+use common::TempDir;
 
 fn need(tool: &str) {
     assert!(
@@ -44,20 +46,6 @@ fn sh(program: &str, args: &[&str], stdin: Option<&[u8]>) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new() -> TempDir {
-        let p = std::env::temp_dir().join(format!("agent-raidluks-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A blank sparse image on a loop device, detached on drop.
 struct Loop {
     _dir: TempDir,
@@ -66,7 +54,7 @@ struct Loop {
 }
 impl Loop {
     fn new(size_mib: u64) -> Loop {
-        let dir = TempDir::new();
+        let dir = TempDir::new("raidluks");
         let img = dir.0.join("disk.img");
         File::create(&img).unwrap().set_len(size_mib << 20).unwrap();
         let dev = sh("losetup", &["-f", "--show", img.to_str().unwrap()], None)
@@ -123,7 +111,7 @@ fn config(storage: Value) -> Value {
 
 /// `agent run --stage disks`: (success, stderr).
 fn run_disks(storage: Value) -> (bool, String) {
-    let dir = TempDir::new();
+    let dir = TempDir::new("raidluks");
     std::fs::write(dir.0.join("config.json"), config(storage).to_string()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_agent"))
         .args(["run", "--stage", "disks", "--state-dir"])
@@ -144,7 +132,7 @@ fn run_disks(storage: Value) -> (bool, String) {
 
 /// `agent plan`: (success, stdout, stderr).
 fn plan(storage: Value) -> (bool, String, String) {
-    let dir = TempDir::new();
+    let dir = TempDir::new("raidluks");
     std::fs::write(dir.0.join("c.json"), config(storage).to_string()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_agent"))
         .args(["plan", "--config-file"])
