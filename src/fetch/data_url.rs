@@ -2,15 +2,23 @@
 
 use anyhow::{Result, bail};
 
-/// Decodes the payload of a data URL.
-pub fn decode(url: &str) -> Result<Vec<u8>> {
+/// Splits a data URL into (is it base64, the still-encoded payload).
+fn split(url: &str) -> Result<(bool, &str)> {
     let Some(rest) = url.strip_prefix("data:") else {
         bail!("not a data URL");
     };
     let Some((meta, data)) = rest.split_once(',') else {
         bail!("invalid data URL: no ',' before the data");
     };
-    let is_base64 = meta.split(';').any(|p| p.eq_ignore_ascii_case("base64"));
+    Ok((
+        meta.split(';').any(|p| p.eq_ignore_ascii_case("base64")),
+        data,
+    ))
+}
+
+/// Decodes the payload of a data URL.
+pub fn decode(url: &str) -> Result<Vec<u8>> {
+    let (is_base64, data) = split(url)?;
     // Base64 payloads rarely carry %-escapes: decode them in place without a copy.
     if is_base64 && !data.contains('%') {
         return base64_decode(data.as_bytes());
@@ -25,13 +33,7 @@ pub fn decode(url: &str) -> Result<Vec<u8>> {
 
 /// Checks that a data URL decodes, without keeping (or, for base64, allocating) the payload.
 pub fn check(url: &str) -> Result<()> {
-    let Some(rest) = url.strip_prefix("data:") else {
-        bail!("not a data URL");
-    };
-    let Some((meta, data)) = rest.split_once(',') else {
-        bail!("invalid data URL: no ',' before the data");
-    };
-    let is_base64 = meta.split(';').any(|p| p.eq_ignore_ascii_case("base64"));
+    let (is_base64, data) = split(url)?;
     if is_base64 && !data.contains('%') {
         return base64_check(data.as_bytes());
     }

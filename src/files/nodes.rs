@@ -238,6 +238,25 @@ impl Writer<'_> {
     }
 
     /// Removes an existing node that an `overwrite: true` entry replaces.
+    /// Renames a finished temporary node over `host`. rename(2) replaces files and links
+    /// atomically but not directories: an existing directory (already allowed by the
+    /// overwrite rules) is removed first.
+    fn rename_over(
+        &self,
+        tmp: &Path,
+        host: &Path,
+        existing: Option<&Metadata>,
+        logical_path: &str,
+    ) -> Result<()> {
+        if let Some(md) = existing
+            && md.is_dir()
+        {
+            self.remove_node(host, md, logical_path)?;
+        }
+        std::fs::rename(tmp, host)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), host.display()))
+    }
+
     fn remove_node(&self, host: &Path, md: &Metadata, logical_path: &str) -> Result<()> {
         self.root.forget_dirs();
         if md.is_dir() {
@@ -385,13 +404,7 @@ impl Writer<'_> {
             link_unnamed(&file, &host)?;
         } else {
             drop(file);
-            if let Some(md) = &existing
-                && md.is_dir()
-            {
-                self.remove_node(&host, md, &lpath)?;
-            }
-            std::fs::rename(&tmp, &host)
-                .with_context(|| format!("renaming {} to {}", tmp.display(), host.display()))?;
+            self.rename_over(&tmp, &host, existing.as_ref(), &lpath)?;
             guard.disarm();
         }
         debug!("wrote file {lpath}");
@@ -491,13 +504,7 @@ impl Writer<'_> {
             },
             true,
         )?;
-        if let Some(md) = &existing
-            && md.is_dir()
-        {
-            self.remove_node(&host, md, &lpath)?;
-        }
-        std::fs::rename(&tmp, &host)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), host.display()))?;
+        self.rename_over(&tmp, &host, existing.as_ref(), &lpath)?;
         guard.disarm();
         debug!("created symlink {lpath} -> {target}");
         self.touch(lpath);
@@ -540,13 +547,7 @@ impl Writer<'_> {
         let mut guard = TmpGuard(Some(tmp.clone()));
         std::fs::hard_link(&thost, &tmp)
             .with_context(|| format!("linking {} to {}", tmp.display(), thost.display()))?;
-        if let Some(md) = &existing
-            && md.is_dir()
-        {
-            self.remove_node(&host, md, &lpath)?;
-        }
-        std::fs::rename(&tmp, &host)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), host.display()))?;
+        self.rename_over(&tmp, &host, existing.as_ref(), &lpath)?;
         guard.disarm();
         debug!("created hard link {lpath} => {}", t.logical());
         self.touch(lpath);
