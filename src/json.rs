@@ -219,7 +219,9 @@ impl Parser<'_> {
             if members.iter().any(|m| m.key == key) {
                 return Err(ParseError {
                     pos: key_pos,
-                    message: format!("duplicate key {key:?}"),
+                    message: format!(
+                        "duplicate key {key:?}: keep one (Ignition would silently use the last)"
+                    ),
                 });
             }
             self.ws();

@@ -277,7 +277,8 @@ pub fn check(c: &mut Config, declared: Version) -> Vec<Diagnostic> {
             diags.push(Diagnostic::error(
                 f.path,
                 format!(
-                    "{}: needs spec version 3.{}.0 or later (config declares {declared})",
+                    "{}: needs spec version 3.{}.0 or later (config declares {declared}); \
+                     raise ignition.version or remove the field (Ignition would ignore it)",
                     f.what, f.minor
                 ),
             ));
