@@ -5,6 +5,7 @@
 #   make test       install test dependencies, run every test
 #   make bench      run the benchmarks (ratios against references measured in the same run)
 
+SHELL       := /bin/bash
 TARGET      := x86_64-unknown-linux-gnu
 STATIC_BIN  := target/$(TARGET)/release/agent
 # Fully static, non-PIE: no dynamic section at all (the initramfs has no matching libc).
@@ -64,9 +65,18 @@ bench-config:
 bench-serve:
 	benches/serve.sh
 
+# Every fuzz target for FUZZ_SECONDS each (default 180), seeded from the test inputs
+# (fuzz/seed.sh); prints each target's run count.
+FUZZ_TARGETS := parse http_head accept data_url tftp_packet
 fuzz:
-	cargo install --locked cargo-fuzz 2>/dev/null || true
-	cd fuzz && cargo +nightly fuzz run parse -- -max_total_time=$${FUZZ_SECONDS:-60}
+	command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
+	fuzz/seed.sh
+	@cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  cargo +nightly fuzz run $$t corpus/$$t -- -max_total_time=$${FUZZ_SECONDS:-180} \
+	    -print_final_stats=1 2>&1 | tee /tmp/agent-fuzz-$$t.log | grep -E 'stat::number_of_executed_units|ERROR|panicked' ; \
+	  st=$${PIPESTATUS[0]}; [ $$st -eq 0 ] || { echo "fuzz target $$t failed (see /tmp/agent-fuzz-$$t.log)"; exit 1; }; \
+	  echo "$$t: $$(grep -o 'stat::number_of_executed_units: *[0-9]*' /tmp/agent-fuzz-$$t.log | grep -o '[0-9]*$$') runs"; \
+	done
 
 clean:
 	cargo clean

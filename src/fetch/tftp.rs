@@ -64,6 +64,64 @@ fn parse(url: &str) -> anyhow::Result<(SocketAddr, String)> {
     Ok((addr, path.to_string()))
 }
 
+/// A packet from the server, as far as a reading client cares (RFC 1350, RFC 2347/2348).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Packet<'a> {
+    Data {
+        block: u16,
+        data: &'a [u8],
+    },
+    Error {
+        code: u16,
+        message: String,
+    },
+    /// Option acknowledgement; `blksize` when the server sent a valid one.
+    Oack {
+        blksize: Option<usize>,
+    },
+    /// Too short, an opcode a client never receives, or garbage: ignored.
+    Other,
+}
+
+impl<'a> Packet<'a> {
+    /// Decodes any byte string; never panics (fuzzed: `fuzz/fuzz_targets/tftp_packet.rs`).
+    pub fn decode(pkt: &'a [u8]) -> Packet<'a> {
+        if pkt.len() < 4 {
+            return Packet::Other;
+        }
+        let op = u16::from_be_bytes([pkt[0], pkt[1]]);
+        let arg = u16::from_be_bytes([pkt[2], pkt[3]]);
+        match op {
+            OP_DATA => Packet::Data {
+                block: arg,
+                data: &pkt[4..],
+            },
+            OP_ERROR => {
+                let msg = String::from_utf8_lossy(&pkt[4..]);
+                Packet::Error {
+                    code: arg,
+                    message: msg.trim_end_matches('\0').to_string(),
+                }
+            }
+            OP_OACK => {
+                let opts: Vec<&[u8]> = pkt[2..].split(|&b| b == 0).collect();
+                let mut blksize = None;
+                for kv in opts.chunks(2) {
+                    if kv.len() == 2 && kv[0].eq_ignore_ascii_case(b"blksize") {
+                        // RFC 2348: 8..=65464 octets.
+                        blksize = std::str::from_utf8(kv[1])
+                            .ok()
+                            .and_then(|s| s.parse::<usize>().ok())
+                            .filter(|v| (8..=65464).contains(v));
+                    }
+                }
+                Packet::Oack { blksize }
+            }
+            _ => Packet::Other,
+        }
+    }
+}
+
 /// One read transfer in progress.
 struct Transfer {
     sock: UdpSocket,
@@ -142,42 +200,31 @@ impl Transfer {
                 None if from.ip() != self.server.ip() => continue,
                 _ => {}
             }
-            if n < 4 {
-                continue;
-            }
-            let op = u16::from_be_bytes([pkt[0], pkt[1]]);
-            let arg = u16::from_be_bytes([pkt[2], pkt[3]]);
-            match op {
-                OP_ERROR => {
-                    let msg = String::from_utf8_lossy(&pkt[4..n]);
-                    let msg = msg.trim_end_matches('\0');
-                    let kind = if arg == 1 {
+            match Packet::decode(&pkt[..n]) {
+                Packet::Error { code, message } => {
+                    let kind = if code == 1 {
                         io::ErrorKind::NotFound
                     } else {
                         io::ErrorKind::Other
                     };
-                    return Err(io::Error::new(kind, format!("server error {arg}: {msg}")));
+                    return Err(io::Error::new(
+                        kind,
+                        format!("server error {code}: {message}"),
+                    ));
                 }
-                OP_OACK if self.peer.is_none() => {
+                Packet::Oack { blksize } if self.peer.is_none() => {
                     self.peer = Some(from);
-                    let opts: Vec<&[u8]> = pkt[2..n].split(|&b| b == 0).collect();
-                    for kv in opts.chunks(2) {
-                        if kv.len() == 2 && kv[0].eq_ignore_ascii_case(b"blksize") {
-                            let v = std::str::from_utf8(kv[1]).ok().and_then(|s| s.parse().ok());
-                            self.blksize = v.unwrap_or(DEFAULT_BLKSIZE).min(WANT_BLKSIZE);
-                        }
-                    }
+                    self.blksize = blksize.unwrap_or(DEFAULT_BLKSIZE).min(WANT_BLKSIZE);
                     self.last_packet = ack(0);
                     self.sock.send_to(&self.last_packet, from)?;
                     tries = 0;
                 }
-                OP_DATA if arg == self.next => {
+                Packet::Data { block, data } if block == self.next => {
                     self.peer = Some(from);
-                    let data = &pkt[4..n];
                     self.buf.clear();
                     self.buf.extend_from_slice(data);
                     self.pos = 0;
-                    self.last_packet = ack(arg);
+                    self.last_packet = ack(block);
                     self.sock.send_to(&self.last_packet, from)?;
                     self.next = self.next.wrapping_add(1);
                     if data.len() < self.blksize {
@@ -185,9 +232,9 @@ impl Transfer {
                     }
                     return Ok(());
                 }
-                OP_DATA if arg == self.next.wrapping_sub(1) => {
+                Packet::Data { block, .. } if block == self.next.wrapping_sub(1) => {
                     // Our ACK was lost: acknowledge the duplicate again.
-                    self.sock.send_to(&ack(arg), from)?;
+                    self.sock.send_to(&ack(block), from)?;
                 }
                 _ => {}
             }
@@ -220,5 +267,36 @@ mod tests {
         let (a, _) = super::parse("tftp://127.0.0.1/x").unwrap();
         assert_eq!(a.port(), 69);
         assert!(super::parse("tftp://127.0.0.1").is_err());
+    }
+
+    #[test]
+    fn decodes_packets() {
+        use super::Packet;
+        assert_eq!(
+            Packet::decode(&[0, 3, 0, 7, b'h', b'i']),
+            Packet::Data {
+                block: 7,
+                data: b"hi"
+            }
+        );
+        assert_eq!(
+            Packet::decode(b"\x00\x05\x00\x01File not found\0"),
+            Packet::Error {
+                code: 1,
+                message: "File not found".into()
+            }
+        );
+        assert_eq!(
+            Packet::decode(b"\x00\x06blksize\x001428\x00"),
+            Packet::Oack {
+                blksize: Some(1428)
+            }
+        );
+        assert_eq!(
+            Packet::decode(b"\x00\x06BLKSIZE\x000\x00"),
+            Packet::Oack { blksize: None }
+        );
+        assert_eq!(Packet::decode(b"\x00\x03\x00"), Packet::Other);
+        assert_eq!(Packet::decode(b"\x00\x09\x00\x00"), Packet::Other);
     }
 }
