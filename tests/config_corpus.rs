@@ -283,3 +283,76 @@ fn run_fetch_renders_data_url_chain_and_refuses_deep_chains() {
     assert!(err.contains("deeper than"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every warning Ignition's validator gives (config/v3_*/types), each at Ignition's JSON path
+/// and with a line and column; the config stays valid.
+#[test]
+fn ignition_warnings_at_their_paths() {
+    let text = r#"{
+  "ignition": {"version": "3.4.0", "proxy": {"httpsProxy": "http://proxy.example.com:3128"}},
+  "storage": {
+    "disks": [
+      {"device": "/dev/vda", "partitions": [{"number": 1, "label": "root"}]},
+      {"device": "/dev/vdb", "wipeTable": true}
+    ],
+    "filesystems": [
+      {"device": "/dev/vda", "format": "ext4"},
+      {"device": "/dev/vdb", "format": "xfs"}
+    ],
+    "files": [{"path": "/etc/target"}],
+    "links": [{"path": "/etc/hard", "target": "/etc/target", "hard": true,
+               "user": {"id": 1}, "group": {"name": "wheel"}}]
+  },
+  "systemd": {"units": [
+    {"name": "noinstall.service", "enabled": true, "contents": "[Service]\nExecStart=/bin/true\n"},
+    {"name": "tpl@.service", "contents": "[Service]\nExecStart=/bin/echo %i\n"},
+    {"name": "tpl@one.service", "enabled": true},
+    {"name": "ok.service", "enabled": true, "contents": "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"},
+    {"name": "empty-install.service", "enabled": true, "contents": "[Service]\nExecStart=/bin/true\n[Install]\n"}
+  ]}
+}"#;
+    let parsed = config::parse(text.as_bytes()).unwrap_or_else(|r| panic!("{r}"));
+    let got: Vec<String> = parsed
+        .warnings
+        .diagnostics
+        .iter()
+        .map(|d| {
+            assert!(d.line_col.is_some(), "{d}: no line/col");
+            format!("{} {}", d.path, d.message)
+        })
+        .collect();
+    let want = [
+        "$.ignition.proxy.httpsProxy insecure plaintext HTTP proxy specified for HTTPS resources",
+        "$.storage.filesystems.0.device filesystem overwrites partitioned device",
+        "$.storage.filesystems.1.device device matches disk with wipeTable enabled; filesystem will be wiped",
+        "$.storage.links.0.user.id user/group ignored for hard link",
+        "$.storage.links.0.group.name user/group ignored for hard link",
+        "$.systemd.units.0.contents unit \"noinstall.service\" is enabled, but has no install section so enable does nothing",
+        "$.systemd.units.2.contents template unit \"tpl@.service\" for \"tpl@one.service\" doesn't have Install section",
+        "$.systemd.units.4.contents unit \"empty-install.service\" is enabled, but has no install section so enable does nothing",
+    ];
+    for w in want {
+        assert!(
+            got.iter().any(|g| g == w),
+            "missing warning {w:?}; got:\n{}",
+            got.join("\n")
+        );
+    }
+    assert_eq!(got.len(), want.len(), "extra warnings:\n{}", got.join("\n"));
+}
+
+/// `"source": ""` is valid and means empty contents for file contents, appends and LUKS key
+/// files; merge references and CAs still need a real source.
+#[test]
+fn empty_source_is_empty_contents() {
+    let ok = r#"{"ignition": {"version": "3.4.0"}, "storage": {
+        "files": [{"path": "/a", "overwrite": true, "contents": {"source": ""}, "append": [{"source": ""}]}],
+        "luks": [{"name": "v", "device": "/dev/vdb", "keyFile": {"source": ""}}]}}"#;
+    config::parse(ok.as_bytes()).unwrap_or_else(|r| panic!("{r}"));
+    let ca = r#"{"ignition": {"version": "3.4.0", "security": {"tls": {"certificateAuthorities": [{"source": ""}]}}}}"#;
+    let err = config::parse(ca.as_bytes()).unwrap_err().to_string();
+    assert!(
+        err.contains("$.ignition.security.tls.certificateAuthorities.0.source"),
+        "{err}"
+    );
+}

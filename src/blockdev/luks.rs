@@ -98,7 +98,7 @@ pub fn decide(l: &Luks, found: Option<&Existing>) -> Result<LuksAction> {
     if f.clevis && !want_clevis {
         why.push("the volume is bound to clevis, the config has no clevis binding".into());
     }
-    if !f.clevis && l.key_file.source.is_none() {
+    if !f.clevis && l.key_file.url().is_none() {
         why.push(
             "the config has no keyFile to open it with (a generated key cannot open an \
              existing volume)"
@@ -286,7 +286,7 @@ pub fn generate_key() -> Result<Key> {
 
 /// The volume's key: the fetched keyFile, or a generated one (only for a new volume).
 pub fn key_for(l: &Luks, fetcher: &Fetcher, create: bool) -> Result<Key> {
-    if l.key_file.source.is_some() {
+    if l.key_file.url().is_some() {
         let k = fetcher
             .fetch_bytes(&l.key_file)
             .with_context(|| format!("fetching the key file of luks {}", l.name))?;
@@ -484,7 +484,7 @@ pub fn prepare(l: &Luks, action: LuksAction, fetcher: &Fetcher) -> Result<Prepar
     let dev = std::fs::canonicalize(d).with_context(|| format!("resolving {d}"))?;
     let key = match &action {
         LuksAction::Active => {
-            if l.key_file.source.is_some() {
+            if l.key_file.url().is_some() {
                 Some(key_for(l, fetcher, false)?)
             } else {
                 None

@@ -124,6 +124,12 @@ pub struct Resource {
 }
 
 impl Resource {
+    /// The source URL when there is one: `"source": ""` means empty contents (as for
+    /// Ignition), the same as no source for what is fetched.
+    pub fn url(&self) -> Option<&str> {
+        self.source.as_deref().filter(|s| !s.is_empty())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.compression.is_none()
             && self.http_headers.is_empty()

@@ -28,7 +28,7 @@ pub fn validate(c: &Config) -> Vec<Diagnostic> {
     for (i, r) in c.ignition.config.merge.iter().enumerate() {
         let p = ign.key("config").key("merge").index(i);
         resource(&mut v, r, &p);
-        if r.source.is_none() {
+        if r.url().is_none() {
             v.err(p.key("source"), "merge references need a source");
         }
     }
@@ -37,7 +37,7 @@ pub fn validate(c: &Config) -> Vec<Diagnostic> {
         &c.ignition.config.replace,
         &ign.key("config").key("replace"),
     );
-    if !c.ignition.config.replace.is_empty() && c.ignition.config.replace.source.is_none() {
+    if !c.ignition.config.replace.is_empty() && c.ignition.config.replace.url().is_none() {
         v.err(
             ign.key("config").key("replace").key("source"),
             "a replace reference needs a source",
@@ -53,7 +53,7 @@ pub fn validate(c: &Config) -> Vec<Diagnostic> {
     let cap = ign.key("security").key("tls").key("certificateAuthorities");
     for (i, r) in cas.iter().enumerate() {
         resource(&mut v, r, &cap.index(i));
-        if r.source.is_none() {
+        if r.url().is_none() {
             v.err(
                 cap.index(i).key("source"),
                 "certificate authorities need a source",
@@ -86,9 +86,21 @@ pub fn validate(c: &Config) -> Vec<Diagnostic> {
             );
         }
     }
+    if c.ignition
+        .proxy
+        .https_proxy
+        .as_deref()
+        .is_some_and(|u| u.starts_with("http://"))
+    {
+        v.warn(
+            ign.key("proxy").key("httpsProxy"),
+            "insecure plaintext HTTP proxy specified for HTTPS resources",
+        );
+    }
 
     storage(&mut v, &c.storage, &root.key("storage"));
     systemd(&mut v, &c.systemd, &root.key("systemd"));
+    systemd_path_conflicts(&mut v, c, &root);
     passwd(&mut v, &c.passwd, &root.key("passwd"));
 
     let ka = &c.kernel_arguments;
@@ -103,6 +115,55 @@ pub fn validate(c: &Config) -> Vec<Diagnostic> {
         }
     }
     v.out
+}
+
+/// A file, directory or link at the path of a unit or drop-in the config writes (one with
+/// contents) would fight with it: an error at the entry's path, as for Ignition.
+fn systemd_path_conflicts(v: &mut V, c: &Config, root: &Path) {
+    const DIR: &str = "/etc/systemd/system/";
+    let mut unit_paths = HashSet::new();
+    for u in &c.systemd.units {
+        if u.contents.as_deref().is_some_and(|s| !s.is_empty()) {
+            unit_paths.insert(format!("{DIR}{}", u.name));
+        }
+        for d in &u.dropins {
+            if d.contents.as_deref().is_some_and(|s| !s.is_empty()) {
+                unit_paths.insert(format!("{DIR}{}.d/{}", u.name, d.name));
+            }
+        }
+    }
+    if unit_paths.is_empty() {
+        return;
+    }
+    let st = root.key("storage");
+    let lists: [(&str, Vec<&str>); 3] = [
+        (
+            "files",
+            c.storage.files.iter().map(|f| f.path.as_str()).collect(),
+        ),
+        (
+            "directories",
+            c.storage
+                .directories
+                .iter()
+                .map(|d| d.path.as_str())
+                .collect(),
+        ),
+        (
+            "links",
+            c.storage.links.iter().map(|l| l.path.as_str()).collect(),
+        ),
+    ];
+    for (list, paths) in lists {
+        for (i, p) in paths.into_iter().enumerate() {
+            if unit_paths.contains(p) {
+                v.err(
+                    st.key(list).index(i).key("path"),
+                    "path conflicts with systemd unit or dropin",
+                );
+            }
+        }
+    }
 }
 
 /// Errors for duplicate keys within one list.
@@ -122,11 +183,21 @@ fn hex_len(s: &str, n: usize) -> bool {
 }
 
 fn resource(v: &mut V, r: &Resource, p: &Path) {
-    if let Some(src) = &r.source {
+    if r.source.as_deref() == Some("") {
+        // `"source": ""`: empty contents (valid where a source is optional).
+        if !r.http_headers.is_empty() {
+            v.err(
+                p.key("httpHeaders"),
+                "httpHeaders need an http or https source",
+            );
+        }
+    } else if let Some(src) = &r.source {
         match src.split_once(':') {
             Some((scheme, _)) if SCHEMES.contains(&scheme) => {
-                if scheme == "data" && crate::fetch::data_url::check(src).is_err() {
-                    v.err(p.key("source"), "invalid data URL");
+                if scheme == "data"
+                    && let Err(e) = crate::fetch::data_url::check(src)
+                {
+                    v.err(p.key("source"), format!("{e:#}"));
                 }
                 if matches!(scheme, "s3" | "gs")
                     && src
@@ -237,12 +308,20 @@ fn label_max(format: &str) -> Option<usize> {
     }
 }
 
+/// The largest usable uid or gid: 2^32-1 is `(uid_t)-1`, which `chown` reads as "leave as is".
+pub const MAX_ID: i64 = u32::MAX as i64 - 1;
+
 fn node_owner(v: &mut V, u: &NodeUser, p: &Path) {
     if u.id.is_some() && u.name.as_deref().is_some_and(|n| !n.is_empty()) {
         v.err(p.clone(), "set either id or name, not both");
     }
-    if u.id.is_some_and(|i| i < 0) {
-        v.err(p.key("id"), "id must not be negative");
+    if let Some(id) = u.id
+        && !(0..=MAX_ID).contains(&id)
+    {
+        v.err(
+            p.key("id"),
+            format!("id {id} out of range: must be between 0 and {MAX_ID}"),
+        );
     }
 }
 
@@ -500,6 +579,21 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
             v.err(fp.key("path"), e);
         }
     }
+    // A filesystem on a whole disk the config also partitions or wipes.
+    let disks: HashMap<&str, &Disk> = s.disks.iter().map(|d| (d.device.as_str(), d)).collect();
+    for (i, f) in s.filesystems.iter().enumerate() {
+        if let Some(d) = disks.get(f.device.as_str()) {
+            let dp = p.key("filesystems").index(i).key("device");
+            if !d.partitions.is_empty() {
+                v.warn(dp, "filesystem overwrites partitioned device");
+            } else if f.wipe_filesystem != Some(true) && d.wipe_table == Some(true) {
+                v.warn(
+                    dp,
+                    "device matches disk with wipeTable enabled; filesystem will be wiped",
+                );
+            }
+        }
+    }
     // Files, directories and links share one namespace.
     let mut seen: HashMap<&str, Path> = HashMap::new();
     let mut check_path = |v: &mut V, path: &'a str, np: Path| {
@@ -593,11 +687,13 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
             }
         }
         if l.hard == Some(true) {
-            if !l.user.is_empty() {
-                v.warn(lp.key("user"), "user is ignored on hard links");
-            }
-            if !l.group.is_empty() {
-                v.warn(lp.key("group"), "group is ignored on hard links");
+            for (kind, o) in [("user", &l.user), ("group", &l.group)] {
+                if o.id.is_some() {
+                    v.warn(lp.key(kind).key("id"), "user/group ignored for hard link");
+                }
+                if o.name.is_some() {
+                    v.warn(lp.key(kind).key("name"), "user/group ignored for hard link");
+                }
             }
         }
         node_owner(v, &l.user, &lp.key("user"));
@@ -640,8 +736,35 @@ fn systemd(v: &mut V, s: &Systemd, p: &Path) {
                 ),
             );
         }
-        if let Some(c) = &u.contents {
-            unit_contents(v, c, &up.key("contents"));
+        let sections = u
+            .contents
+            .as_deref()
+            .and_then(|c| unit_contents(v, c, &up.key("contents")));
+        if u.enabled == Some(true)
+            && u.contents.as_deref().is_some_and(|c| !c.is_empty())
+            && sections.is_some_and(|s| !s.contains("Install"))
+        {
+            v.warn(
+                up.key("contents"),
+                format!(
+                    "unit {:?} is enabled, but has no install section so enable does nothing",
+                    u.name
+                ),
+            );
+        }
+        if u.enabled == Some(true)
+            && let Some(template) = template_of(&u.name)
+            && let Some(t) = s.units.iter().find(|t| t.name == template)
+            && let Some(tc) = t.contents.as_deref().filter(|c| !c.is_empty())
+            && unit_sections(tc).is_ok_and(|s| !s.contains("Install"))
+        {
+            v.warn(
+                up.key("contents"),
+                format!(
+                    "template unit {template:?} for {:?} doesn't have Install section",
+                    u.name
+                ),
+            );
         }
         if u.mask == Some(true) && u.enabled == Some(true) {
             v.warn(up.clone(), "a masked unit cannot be enabled");
@@ -661,16 +784,26 @@ fn systemd(v: &mut V, s: &Systemd, p: &Path) {
                 );
             }
             if let Some(c) = &d.contents {
-                unit_contents(v, c, &dp.key("contents"));
+                let _ = unit_contents(v, c, &dp.key("contents"));
             }
         }
     }
 }
 
-/// A light check of unit file syntax: every non-comment line is a section header or a
-/// key=value pair (continuation lines ending in `\` allowed).
-fn unit_contents(v: &mut V, c: &str, p: &Path) {
+/// The template of an instance service (`foo@bar.service` -> `foo@.service`).
+fn template_of(name: &str) -> Option<String> {
+    let stem = name.strip_suffix(".service")?;
+    let (prefix, instance) = stem.split_once('@')?;
+    (!prefix.is_empty() && !instance.is_empty()).then(|| format!("{prefix}@.service"))
+}
+
+/// A light parse of unit file syntax: every non-comment line is a section header or a
+/// key=value pair (continuation lines ending in `\` allowed). Returns the sections that hold
+/// at least one option, or a message naming the first bad line.
+fn unit_sections(c: &str) -> Result<HashSet<&str>, String> {
     let mut continued = false;
+    let mut section: Option<&str> = None;
+    let mut with_options = HashSet::new();
     for (n, line) in c.lines().enumerate() {
         let t = line.trim();
         let was_continued = continued;
@@ -678,25 +811,30 @@ fn unit_contents(v: &mut V, c: &str, p: &Path) {
         if was_continued || t.is_empty() || t.starts_with('#') || t.starts_with(';') {
             continue;
         }
-        if t.starts_with('[') {
-            if !t.ends_with(']') {
-                v.err(
-                    p.clone(),
-                    format!(
-                        "invalid unit contents: line {}: unterminated section header",
-                        n + 1
-                    ),
-                );
-                return;
-            }
+        if let Some(h) = t.strip_prefix('[') {
+            let Some(name) = h.strip_suffix(']') else {
+                return Err(format!("line {}: unterminated section header", n + 1));
+            };
+            section = Some(name);
             continue;
         }
         if !t.contains('=') {
-            v.err(
-                p.clone(),
-                format!("invalid unit contents: line {}: expected key=value", n + 1),
-            );
-            return;
+            return Err(format!("line {}: expected key=value", n + 1));
+        }
+        if let Some(s) = section {
+            with_options.insert(s);
+        }
+    }
+    Ok(with_options)
+}
+
+/// Checks unit contents (an error at `p` if they do not parse); their sections with options.
+fn unit_contents<'c>(v: &mut V, c: &'c str, p: &Path) -> Option<HashSet<&'c str>> {
+    match unit_sections(c) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            v.err(p.clone(), format!("invalid unit contents: {e}"));
+            None
         }
     }
 }
@@ -719,10 +857,13 @@ fn passwd(v: &mut V, s: &Passwd, p: &Path) {
         if u.name.contains(':') || u.name.contains('/') || u.name.contains(char::is_whitespace) {
             v.err(up.key("name"), format!("invalid user name {:?}", u.name));
         }
-        if u.uid
-            .is_some_and(|x| !(0..=u32::MAX as i64 - 1).contains(&x))
+        if let Some(x) = u.uid
+            && !(0..=MAX_ID).contains(&x)
         {
-            v.err(up.key("uid"), "uid out of range");
+            v.err(
+                up.key("uid"),
+                format!("uid {x} out of range: must be between 0 and {MAX_ID}"),
+            );
         }
         if let Some(h) = &u.home_dir
             && path_ok(h).is_err()
@@ -735,10 +876,13 @@ fn passwd(v: &mut V, s: &Passwd, p: &Path) {
         if g.name.contains(':') || g.name.contains('/') || g.name.contains(char::is_whitespace) {
             v.err(gp.key("name"), format!("invalid group name {:?}", g.name));
         }
-        if g.gid
-            .is_some_and(|x| !(0..=u32::MAX as i64 - 1).contains(&x))
+        if let Some(x) = g.gid
+            && !(0..=MAX_ID).contains(&x)
         {
-            v.err(gp.key("gid"), "gid out of range");
+            v.err(
+                gp.key("gid"),
+                format!("gid {x} out of range: must be between 0 and {MAX_ID}"),
+            );
         }
     }
 }

@@ -102,8 +102,19 @@ fn resource_features(r: &Resource, path: &Path, is_config_ref: bool, out: &mut V
     }
 }
 
+/// Whether a valid mode (0..=07777) sets setuid/setgid/sticky. An invalid mode is left to the
+/// validator, which reports it as the user wrote it.
 fn has_special_bits(mode: Option<i64>) -> bool {
-    mode.is_some_and(|m| m & 0o7000 != 0)
+    mode.is_some_and(|m| (0..=0o7777).contains(&m) && m & 0o7000 != 0)
+}
+
+/// Masks the special bits off a valid mode; leaves an invalid one as written.
+fn mask_special(m: i64) -> i64 {
+    if (0..=0o7777).contains(&m) {
+        m & !0o7000
+    } else {
+        m
+    }
 }
 
 /// Every use in `c` of something newer than 3.0, with where it is.
@@ -286,10 +297,10 @@ pub fn check(c: &mut Config, declared: Version) -> Vec<Diagnostic> {
     }
     if declared.minor < 6 {
         for f in &mut c.storage.files {
-            f.mode = f.mode.map(|m| m & !0o7000);
+            f.mode = f.mode.map(mask_special);
         }
         for d in &mut c.storage.directories {
-            d.mode = d.mode.map(|m| m & !0o7000);
+            d.mode = d.mode.map(mask_special);
         }
     }
     diags

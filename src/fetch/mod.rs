@@ -242,7 +242,17 @@ impl Fetcher {
     }
 
     fn fetch_into(&self, r: &Resource, out: &mut Out) -> Result<u64> {
-        let Some(url) = r.source.as_deref() else {
+        let Some(url) = r.url() else {
+            // No source, or `"source": ""`: empty contents. A hash given for them must still
+            // be the hash of nothing.
+            if r.verification.hash.is_some() {
+                let plain = Resource {
+                    compression: None,
+                    ..r.clone()
+                };
+                return copy_verified("(empty source)", &plain, Box::new(io::empty()), out)
+                    .map_err(|(Failure::Retry(e) | Failure::Fatal(e))| e);
+            }
             return Ok(0);
         };
         let scheme = scheme_for(url)?;

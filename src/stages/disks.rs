@@ -432,7 +432,7 @@ impl fmt::Display for StagePlan {
         }
         for w in &self.luks {
             let l = &w.luks;
-            let key = if l.key_file.source.is_some() {
+            let key = if l.key_file.url().is_some() {
                 "key file"
             } else {
                 "generated key"

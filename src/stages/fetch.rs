@@ -136,15 +136,19 @@ pub fn later_stages_need_network(c: &Config) -> Option<String> {
         )
         .chain(st.luks.iter().map(|l| &l.key_file));
     for r in resources {
-        if let Some(src) = &r.source
+        if let Some(src) = r.url()
             && fetch::needs_network(src)
         {
             return Some(format!("the config fetches {} later", short(src)));
         }
     }
     for l in &st.luks {
-        if !l.clevis.tang.is_empty() {
-            return Some(format!("LUKS volume {} is bound to a tang server", l.name));
+        // A tang entry that carries its advertisement binds without asking the server.
+        if l.clevis.tang.iter().any(|t| t.advertisement.is_none()) {
+            return Some(format!(
+                "LUKS volume {} is bound to a tang server without an advertisement",
+                l.name
+            ));
         }
         if l.clevis.custom.needs_network == Some(true) {
             return Some(format!(

@@ -71,7 +71,7 @@ def full(minor):
         },
     }
     if minor >= 1:
-        c["ignition"]["proxy"] = {"httpProxy": "http://proxy.example.com:3128", "httpsProxy": "http://proxy.example.com:3128",
+        c["ignition"]["proxy"] = {"httpProxy": "http://proxy.example.com:3128", "httpsProxy": "https://proxy.example.com:3129",
                                   "noProxy": ["10.0.0.0/8", ".example.com", "localhost"]}
         c["storage"]["filesystems"][0]["mountOptions"] = ["noatime"]
     if minor >= 2:
@@ -198,6 +198,35 @@ def invalid():
     add("invalid-guid", {"storage": {"disks": [{"device": "/dev/vda", "partitions": [{"number": 1, "typeGuid": "nope"}]}]}},
         "$.storage.disks.0.partitions.0.typeGuid", "invalid GUID")
     add("luks-no-device", {"storage": {"luks": [{"name": "x"}]}}, "$.storage.luks.0.device", "device is required")
+    # Ignition parity (issue 16): corpus class (a) and the uid/gid range (issue 17).
+    add("file-at-unit-path", {"storage": {"files": [{"path": "/etc/systemd/system/a.service"}]},
+                              "systemd": {"units": [{"name": "a.service", "contents": "[Service]\nExecStart=/bin/true\n"}]}},
+        "$.storage.files.0.path", "conflicts with systemd unit or dropin")
+    add("link-at-dropin-path", {"storage": {"links": [{"path": "/etc/systemd/system/a.service.d/x.conf", "target": "/dev/null"}]},
+                                "systemd": {"units": [{"name": "a.service", "dropins": [{"name": "x.conf", "contents": "[Unit]\nA=b\n"}]}]}},
+        "$.storage.links.0.path", "conflicts with systemd unit or dropin")
+    add("dir-at-unit-path", {"storage": {"directories": [{"path": "/etc/systemd/system/a.service"}]},
+                             "systemd": {"units": [{"name": "a.service", "contents": "[Unit]\nA=b\n"}]}},
+        "$.storage.directories.0.path", "conflicts with systemd unit or dropin")
+    add("data-url-space", {"storage": {"files": [{"path": "/a", "contents": {"source": "data:,hello world"}}]}},
+        "$.storage.files.0.contents.source", "must be %-escaped")
+    add("data-url-non-ascii", {"storage": {"files": [{"path": "/a", "append": [{"source": "data:,caf\u00e9"}]}]}},
+        "$.storage.files.0.append.0.source", "must be %-escaped")
+    add("data-url-unpadded-base64", {"ignition": {"version": "3.4.0", "config": {"merge": [{"source": "data:;base64,aGVsbG8"}]}}},
+        "$.ignition.config.merge.0.source", "padding")
+    add("data-url-urlsafe-base64", {"storage": {"files": [{"path": "/a", "contents": {"source": "data:;base64,-_-_"}}]}},
+        "$.storage.files.0.contents.source", "A-Za-z0-9+/=")
+    add("data-url-media-type-without-slash", {"storage": {"files": [{"path": "/a", "contents": {"source": "data:text,x"}}]}},
+        "$.storage.files.0.contents.source", "media type")
+    add("merge-empty-source", {"ignition": {"version": "3.4.0", "config": {"merge": [{"source": ""}]}}},
+        "$.ignition.config.merge.0.source", "need a source")
+    add("file-uid-minus-one", {"storage": {"files": [{"path": "/a", "user": {"id": 4294967295}}]}},
+        "$.storage.files.0.user.id", "out of range")
+    add("dir-gid-too-big", {"storage": {"directories": [{"path": "/d", "group": {"id": 1099511627776}}]}},
+        "$.storage.directories.0.group.id", "out of range")
+    add("user-uid-minus-one", {"passwd": {"users": [{"name": "a", "uid": 4294967295}]}}, "$.passwd.users.0.uid", "out of range")
+    add("group-gid-negative", {"passwd": {"groups": [{"name": "a", "gid": -1}]}}, "$.passwd.groups.0.gid", "out of range")
+    add("mode-minus-one", {"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/a", "mode": -1}]}}, "$.storage.files.0.mode", "invalid mode -1:")
     # Fields newer than the declared version.
     add("v30-httpheaders", {"storage": {"files": [{"path": "/a", "contents": {"source": "http://x/y", "httpHeaders": [{"name": "A", "value": "b"}]}}]}},
         "$.storage.files.0.contents.httpHeaders", "3.1.0", "3.0.0")
