@@ -39,6 +39,22 @@ pub struct Output {
     pub stderr: Vec<u8>,
 }
 
+/// Spawns `cmd`, retrying a bounded number of times while the program is "text file busy"
+/// (ETXTBSY): a program written just before, e.g. a helper script, can still be open for writing
+/// in a child another thread forked at that moment, until that child execs.
+fn spawn_retrying_busy(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Runs an external tool: logs the argv, null stdin, captured output; a failure names the
 /// command and the tail of its stderr.
 pub fn run<S: AsRef<OsStr>>(program: &str, args: &[S]) -> Result<Output> {
@@ -67,7 +83,7 @@ pub fn run_with_stdin<S: AsRef<OsStr>>(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().with_context(|| format!("starting {program}"))?;
+    let mut child = spawn_retrying_busy(&mut cmd).with_context(|| format!("starting {program}"))?;
     if let Some(input) = stdin {
         let mut pipe = child.stdin.take().context("stdin pipe")?;
         let data = input.to_vec();

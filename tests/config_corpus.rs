@@ -356,3 +356,60 @@ fn empty_source_is_empty_contents() {
         "{err}"
     );
 }
+
+/// Configs Ignition's validator accepts that earlier agent versions rejected: each is valid now
+/// (some with a warning), so a config written for Ignition keeps working.
+#[test]
+fn accepted_like_ignition() {
+    for (what, body) in [
+        (
+            "relative hard-link target",
+            r#""storage": {"files": [{"path": "/etc/a"}], "links": [{"path": "/etc/b", "target": "etc/a", "hard": true}]}"#,
+        ),
+        (
+            "RAID level mirror",
+            r#""storage": {"raid": [{"name": "m", "level": "mirror", "devices": ["/dev/vdb", "/dev/vdc"]}]}"#,
+        ),
+        (
+            "resize on a shouldExist false partition",
+            r#""storage": {"disks": [{"device": "/dev/vda", "partitions": [{"number": 3, "shouldExist": false, "resize": false}]}]}"#,
+        ),
+        (
+            "wipeFilesystem false and an empty label without a format",
+            r#""storage": {"filesystems": [{"device": "/dev/vda1", "wipeFilesystem": false, "label": ""}]}"#,
+        ),
+        (
+            "a path on swap and none filesystems",
+            r#""storage": {"filesystems": [{"device": "/dev/vda1", "format": "swap", "path": "/swap"}, {"device": "/dev/vda2", "format": "none", "path": "/none"}]}"#,
+        ),
+        (
+            "header names differing in case",
+            r#""storage": {"files": [{"path": "/a", "contents": {"source": "http://x/y", "httpHeaders": [{"name": "X-A", "value": "1"}, {"name": "x-a", "value": "2"}]}}]}"#,
+        ),
+        (
+            "replace without a source",
+            r#""ignition": {"version": "3.4.0", "config": {"replace": {"compression": "gzip"}}}"#,
+        ),
+        (
+            "a negative timeout",
+            r#""ignition": {"version": "3.4.0", "timeouts": {"httpTotal": -1}}"#,
+        ),
+        (
+            "text before the first unit section",
+            r#""systemd": {"units": [{"name": "a.service", "contents": "garbage\n[Service]\nExecStart=/bin/true\n"}]}"#,
+        ),
+        (
+            "custom clevis with threshold 0",
+            r#""storage": {"luks": [{"name": "v", "device": "/dev/vdb", "clevis": {"threshold": 0, "custom": {"pin": "tpm2", "config": "{}"}}}]}"#,
+        ),
+    ] {
+        let text = if body.starts_with("\"ignition\"") {
+            format!("{{{body}}}")
+        } else {
+            format!("{{\"ignition\": {{\"version\": \"3.6.0\"}}, {body}}}")
+        };
+        if let Err(r) = config::parse(text.as_bytes()) {
+            panic!("{what}: rejected:\n{r}");
+        }
+    }
+}

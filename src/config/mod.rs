@@ -76,7 +76,19 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, Report> {
     report
         .diagnostics
         .extend(version::check(&mut config, version));
-    report.diagnostics.extend(validate::validate(&config));
+    // A value the decoder already reported (missing, wrong type) is not reported again by the
+    // validator (e.g. "path is required" and then "path not specified").
+    let decoded_errors: Vec<Path> = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .map(|d| d.path.clone())
+        .collect();
+    report.diagnostics.extend(
+        validate::validate(&config)
+            .into_iter()
+            .filter(|d| d.severity != Severity::Error || !decoded_errors.contains(&d.path)),
+    );
     if report.has_errors() {
         report.locate(&tree, bytes);
         return Err(report);

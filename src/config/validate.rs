@@ -37,12 +37,6 @@ pub fn validate(c: &Config) -> Vec<Diagnostic> {
         &c.ignition.config.replace,
         &ign.key("config").key("replace"),
     );
-    if !c.ignition.config.replace.is_empty() && c.ignition.config.replace.url().is_none() {
-        v.err(
-            ign.key("config").key("replace").key("source"),
-            "a replace reference needs a source",
-        );
-    }
     unique(
         &mut v,
         &ign.key("config").key("merge"),
@@ -67,9 +61,9 @@ pub fn validate(c: &Config) -> Vec<Diagnostic> {
         ("httpTotal", t.http_total),
     ] {
         if val.is_some_and(|x| x < 0) {
-            v.err(
+            v.warn(
                 ign.key("timeouts").key(name),
-                "timeout must not be negative",
+                "a negative timeout means no limit",
             );
         }
     }
@@ -105,6 +99,18 @@ pub fn validate(c: &Config) -> Vec<Diagnostic> {
 
     let ka = &c.kernel_arguments;
     let kp = root.key("kernelArguments");
+    unique_entries(
+        &mut v,
+        &kp.key("shouldExist"),
+        ka.should_exist.iter(),
+        "kernel argument",
+    );
+    unique_entries(
+        &mut v,
+        &kp.key("shouldNotExist"),
+        ka.should_not_exist.iter(),
+        "kernel argument",
+    );
     let exist: HashSet<&String> = ka.should_exist.iter().collect();
     for (i, a) in ka.should_not_exist.iter().enumerate() {
         if exist.contains(a) {
@@ -162,6 +168,16 @@ fn systemd_path_conflicts(v: &mut V, c: &Config, root: &Path) {
                     "path conflicts with systemd unit or dropin",
                 );
             }
+        }
+    }
+}
+
+/// Errors for duplicate strings within one list of strings, at the later entry.
+fn unique_entries<'s>(v: &mut V, list: &Path, items: impl Iterator<Item = &'s String>, what: &str) {
+    let mut seen = HashSet::new();
+    for (i, k) in items.enumerate() {
+        if !seen.insert(k.as_str()) {
+            v.err(list.index(i), format!("duplicate {what} {k:?}"));
         }
     }
 }
@@ -237,6 +253,12 @@ fn resource(v: &mut V, r: &Resource, p: &Path) {
             format!("unsupported compression {c:?}: only \"gzip\""),
         );
     }
+    if r.verification.hash.is_some() && r.source.is_none() {
+        v.err(
+            p.key("verification").key("hash"),
+            "source must be specified if verification is specified",
+        );
+    }
     if let Some(h) = &r.verification.hash {
         let ok = match h.split_once('-') {
             Some(("sha512", hex)) => hex_len(hex, 128),
@@ -264,10 +286,16 @@ fn resource(v: &mut V, r: &Resource, p: &Path) {
                 p.key("httpHeaders").index(i).key("name"),
                 "header name must not be empty",
             );
-        } else if !names.insert(h.name.to_ascii_lowercase()) {
+        } else if !names.insert(h.name.as_str()) {
             v.err(
                 p.key("httpHeaders").index(i).key("name"),
                 format!("duplicate header {:?}", h.name),
+            );
+        }
+        if h.value.as_deref() == Some("") {
+            v.err(
+                p.key("httpHeaders").index(i).key("value"),
+                "header value must not be empty (leave it out to remove a header from a parent config)",
             );
         }
     }
@@ -275,6 +303,9 @@ fn resource(v: &mut V, r: &Resource, p: &Path) {
 
 /// Whether `p` is absolute and normalised (no `.`/`..` elements, no `//`, no trailing `/`).
 pub fn path_ok(p: &str) -> Result<(), &'static str> {
+    if p.is_empty() {
+        return Err("path not specified");
+    }
     if !p.starts_with('/') {
         return Err("path not absolute");
     }
@@ -291,8 +322,14 @@ pub fn path_ok(p: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// A GUID in the hyphenated 8-4-4-4-12 hex form (Ignition's pattern; no braces, no `urn:`).
 pub fn is_uuid(s: &str) -> bool {
-    uuid::Uuid::try_parse(s).is_ok()
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
 }
 
 const FS_FORMATS: &[&str] = &["ext4", "xfs", "btrfs", "vfat", "swap", "none"];
@@ -346,10 +383,32 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
     );
     for (i, d) in s.disks.iter().enumerate() {
         let dp = p.key("disks").index(i);
-        if !d.device.is_empty() && path_ok(&d.device).is_err() {
+        if d.device.is_empty() {
+            v.err(dp.key("device"), "disk device is required");
+        } else if path_ok(&d.device).is_err() {
             v.err(dp.key("device"), "device must be an absolute path");
         }
         let pp = dp.key("partitions");
+        // Explicitly placed partitions (start given and not 0, size given) must not overlap.
+        let placed: Vec<(usize, i64, i64)> = d
+            .partitions
+            .iter()
+            .enumerate()
+            .filter_map(|(j, x)| match (x.start_mib, x.size_mib) {
+                (Some(s), Some(z)) if s > 0 => Some((j, s, z)),
+                _ => None,
+            })
+            .collect();
+        'overlap: for (a, &(_, s1, z1)) in placed.iter().enumerate() {
+            for &(j, s2, z2) in &placed[a + 1..] {
+                let end1 = s1 + z1.max(1);
+                let end2 = s2 + z2.max(1);
+                if s1 < end2 && s2 < end1 {
+                    v.err(pp.index(j), "partitions overlap");
+                    break 'overlap;
+                }
+            }
+        }
         let mut numbers = HashMap::new();
         let mut labels = HashMap::new();
         let has_not_exist = d.partitions.iter().any(|x| !x.should_exist());
@@ -364,12 +423,27 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
                     format!("duplicate partition number {}", part.num()),
                 );
             }
+            if part.num() == 0 && part.label.is_none() {
+                v.err(
+                    q.clone(),
+                    "a partition number >= 1 or a label must be specified",
+                );
+            }
             if part.num() == 0 && has_not_exist {
                 v.err(q.key("number"), "partition number 0 is not allowed on a disk with shouldExist: false partitions");
             }
             if let Some(l) = &part.label {
-                if l.encode_utf16().count() > 36 {
-                    v.err(q.key("label"), "partition label longer than 36 characters");
+                if l.len() > 36 {
+                    v.err(
+                        q.key("label"),
+                        "partition labels may not exceed 36 characters (bytes)",
+                    );
+                }
+                if l.contains(':') {
+                    v.err(
+                        q.key("label"),
+                        "partition label may not contain ':' (sgdisk would truncate it there)",
+                    );
                 }
                 if labels.insert(l.clone(), j).is_some() {
                     v.err(q.key("label"), format!("duplicate partition label {l:?}"));
@@ -399,8 +473,7 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
                     || part.size_mib.is_some()
                     || part.start_mib.is_some()
                     || part.guid.as_deref().is_some_and(|g| !g.is_empty())
-                    || part.type_guid.as_deref().is_some_and(|g| !g.is_empty())
-                    || part.resize.is_some();
+                    || part.type_guid.as_deref().is_some_and(|g| !g.is_empty());
                 if extra {
                     v.err(q.clone(), "a partition with shouldExist: false may only set number and wipePartitionEntry");
                 }
@@ -420,7 +493,7 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
             v.err(rp.key("name"), "array name must not contain '/'");
         }
         match r.level.as_deref() {
-            None => v.err(rp.key("level"), "level is required"),
+            None | Some("") => v.err(rp.key("level"), "raid level is required"),
             Some("linear" | "raid0" | "0" | "stripe") => {
                 if r.spares.is_some_and(|s| s > 0) {
                     v.err(
@@ -430,7 +503,8 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
                 }
             }
             Some(
-                "raid1" | "raid4" | "raid5" | "raid6" | "raid10" | "1" | "4" | "5" | "6" | "10",
+                "raid1" | "mirror" | "raid4" | "raid5" | "raid6" | "raid10" | "1" | "4" | "5" | "6"
+                | "10",
             ) => {}
             Some(l) => v.err(rp.key("level"), format!("unsupported RAID level {l:?}")),
         }
@@ -441,13 +515,11 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
             v.err(rp.key("devices"), "an array needs devices");
         }
         for (j, d) in r.devices.iter().enumerate() {
-            if path_ok(d).is_err() {
-                v.err(
-                    rp.key("devices").index(j),
-                    "device must be an absolute path",
-                );
+            if let Err(e) = path_ok(d) {
+                v.err(rp.key("devices").index(j), e);
             }
         }
+        unique_entries(v, &rp.key("devices"), r.devices.iter(), "device");
     }
     // LUKS.
     unique(
@@ -461,24 +533,33 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
         if l.name.contains('/') {
             v.err(lp.key("name"), "volume name must not contain '/'");
         }
-        match &l.device {
-            None => v.err(lp.key("device"), "device is required"),
+        match l.device.as_deref() {
+            None | Some("") => v.err(lp.key("device"), "disk device is required"),
             Some(d) if path_ok(d).is_err() => {
                 v.err(lp.key("device"), "device must be an absolute path")
             }
             _ => {}
         }
+        if l.label.as_ref().is_some_and(|x| x.len() > 47) {
+            v.err(
+                lp.key("label"),
+                "luks device labels cannot be longer than 47 characters (bytes)",
+            );
+        }
         if let Some(u) = &l.uuid
             && !is_uuid(u)
         {
-            v.err(lp.key("uuid"), format!("invalid UUID {u:?}"));
+            v.warn(
+                lp.key("uuid"),
+                format!("{u:?} is not a UUID: cryptsetup will refuse it"),
+            );
         }
         resource(v, &l.key_file, &lp.key("keyFile"));
         if l.cex.enabled == Some(true) {
             if l.clevis.is_bound() {
                 v.err(lp.key("cex"), "cex cannot be combined with clevis");
             }
-            if l.key_file.source.is_some() {
+            if l.key_file.url().is_some() {
                 v.err(lp.key("cex"), "cex cannot be combined with a keyFile");
             }
         }
@@ -498,7 +579,7 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
             }
             if !l.clevis.tang.is_empty()
                 || l.clevis.tpm2 == Some(true)
-                || l.clevis.threshold.is_some()
+                || l.clevis.threshold.is_some_and(|t| t != 0)
             {
                 v.err(
                     lp.key("clevis").key("custom"),
@@ -506,14 +587,27 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
                 );
             }
         }
+        let tp = lp.key("clevis").key("tang");
         for (j, t) in l.clevis.tang.iter().enumerate() {
             if !(t.url.starts_with("http://") || t.url.starts_with("https://")) {
                 v.err(
-                    lp.key("clevis").key("tang").index(j).key("url"),
+                    tp.index(j).key("url"),
                     "tang URL must be http:// or https://",
                 );
             }
+            if t.thumbprint.as_deref().is_none_or(str::is_empty) {
+                v.err(tp.index(j).key("thumbprint"), "thumbprint is required");
+            }
+            if let Some(a) = t.advertisement.as_deref().filter(|a| !a.is_empty())
+                && serde_json::from_str::<serde::de::IgnoredAny>(a).is_err()
+            {
+                v.err(
+                    tp.index(j).key("advertisement"),
+                    "advertisement is not valid JSON",
+                );
+            }
         }
+        unique_entries(v, &tp, l.clevis.tang.iter().map(|t| &t.url), "tang URL");
     }
     // Filesystems.
     unique(
@@ -524,8 +618,8 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
     );
     for (i, f) in s.filesystems.iter().enumerate() {
         let fp = p.key("filesystems").index(i);
-        if !f.device.is_empty() && path_ok(&f.device).is_err() {
-            v.err(fp.key("device"), "device must be an absolute path");
+        if let Err(e) = path_ok(&f.device) {
+            v.err(fp.key("device"), e);
         }
         match f.format.as_deref() {
             Some(fmt) if !fmt.is_empty() => {
@@ -536,11 +630,11 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
                     );
                 }
                 if let (Some(l), Some(max)) = (&f.label, label_max(fmt))
-                    && l.chars().count() > max
+                    && l.len() > max
                 {
                     v.err(
                         fp.key("label"),
-                        format!("{fmt} labels are limited to {max} characters"),
+                        format!("{fmt} labels are limited to {max} characters (bytes)"),
                     );
                 }
                 if let Some(u) = &f.uuid {
@@ -551,25 +645,23 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
                         is_uuid(u)
                     };
                     if !ok {
-                        v.err(fp.key("uuid"), format!("invalid {fmt} UUID {u:?}"));
+                        v.warn(
+                            fp.key("uuid"),
+                            format!("{u:?} is not a {fmt} UUID: mkfs will refuse it"),
+                        );
                     }
-                }
-                if matches!(fmt, "swap" | "none") && f.path.is_some() {
-                    v.err(
-                        fp.key("path"),
-                        format!("a {fmt} filesystem cannot have a mount path"),
-                    );
                 }
             }
             _ => {
-                let others = f.path.is_some()
-                    || f.label.is_some()
-                    || f.uuid.is_some()
-                    || f.wipe_filesystem.is_some()
+                let set = |x: &Option<String>| x.as_deref().is_some_and(|s| !s.is_empty());
+                let others = set(&f.path)
+                    || set(&f.label)
+                    || set(&f.uuid)
+                    || f.wipe_filesystem == Some(true)
                     || !f.options.is_empty()
                     || !f.mount_options.is_empty();
                 if others {
-                    v.err(fp.key("format"), "format is required when path, label, uuid, wipeFilesystem or options are set");
+                    v.err(fp.key("format"), "format is required when path, label, uuid, wipeFilesystem, options or mountOptions are set");
                 }
             }
         }
@@ -597,9 +689,6 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
     // Files, directories and links share one namespace.
     let mut seen: HashMap<&str, Path> = HashMap::new();
     let mut check_path = |v: &mut V, path: &'a str, np: Path| {
-        if path.is_empty() {
-            return;
-        }
         if let Err(e) = path_ok(path) {
             v.err(np.key("path"), e);
             return;
@@ -624,7 +713,7 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
     }
     let link_paths: HashSet<&str> = s.links.iter().map(|l| l.path.as_str()).collect();
     let dir_paths: HashSet<&str> = s.directories.iter().map(|d| d.path.as_str()).collect();
-    let through_link = |v: &mut V, path: &str, np: Path| {
+    let through_link = |v: &mut V, path: &str, np: Path, kind: &str| {
         if link_paths.is_empty() {
             return;
         }
@@ -636,8 +725,8 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
             }
             if link_paths.contains(cur) {
                 v.err(
-                    np.key("path"),
-                    format!("path runs through {cur:?}, a link declared in this config"),
+                    np,
+                    format!("{kind} path includes link in config: it runs through {cur:?}"),
                 );
                 break;
             }
@@ -645,7 +734,7 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
     };
     for (i, f) in s.files.iter().enumerate() {
         let fp = p.key("files").index(i);
-        through_link(v, &f.path, fp.clone());
+        through_link(v, &f.path, fp.clone(), "file");
         resource(v, &f.contents, &fp.key("contents"));
         for (j, a) in f.append.iter().enumerate() {
             resource(v, a, &fp.key("append").index(j));
@@ -659,30 +748,28 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
     }
     for (i, d) in s.directories.iter().enumerate() {
         let dp = p.key("directories").index(i);
-        through_link(v, &d.path, dp.clone());
+        through_link(v, &d.path, dp.clone(), "directory");
         mode(v, d.mode, &dp.key("mode"));
         node_owner(v, &d.user, &dp.key("user"));
         node_owner(v, &d.group, &dp.key("group"));
     }
     for (i, l) in s.links.iter().enumerate() {
         let lp = p.key("links").index(i);
-        through_link(v, &l.path, lp.clone());
+        through_link(v, &l.path, lp.clone(), "link");
         match l.target.as_deref() {
             None | Some("") => v.err(lp.key("target"), "link target is required"),
             Some(t) => {
-                if l.hard == Some(true) {
-                    if dir_paths.contains(t) {
-                        v.err(
-                            lp.key("target"),
-                            "hard links to directories are not allowed",
-                        );
-                    }
-                    if !t.starts_with('/') {
-                        v.err(
-                            lp.key("target"),
-                            "hard link target must be an absolute path",
-                        );
-                    }
+                // A relative hard-link target is taken from the root at run time; for this
+                // check Ignition joins it to the link's path, and so do we.
+                let joined;
+                let t = if t.starts_with('/') {
+                    t
+                } else {
+                    joined = format!("{}/{t}", l.path);
+                    joined.as_str()
+                };
+                if l.hard == Some(true) && dir_paths.contains(t) {
+                    v.err(lp.clone(), "hard link target is a directory");
                 }
             }
         }
@@ -725,9 +812,7 @@ fn systemd(v: &mut V, s: &Systemd, p: &Path) {
     );
     for (i, u) in s.units.iter().enumerate() {
         let up = p.key("units").index(i);
-        if !u.name.is_empty()
-            && (!UNIT_SUFFIXES.iter().any(|s| u.name.ends_with(s)) || u.name.contains('/'))
-        {
+        if !UNIT_SUFFIXES.iter().any(|s| u.name.ends_with(s)) || u.name.contains('/') {
             v.err(
                 up.key("name"),
                 format!(
@@ -777,7 +862,7 @@ fn systemd(v: &mut V, s: &Systemd, p: &Path) {
         );
         for (j, d) in u.dropins.iter().enumerate() {
             let dp = up.key("dropins").index(j);
-            if !d.name.is_empty() && (!d.name.ends_with(".conf") || d.name.contains('/')) {
+            if !d.name.ends_with(".conf") || d.name.contains('/') {
                 v.err(
                     dp.key("name"),
                     format!("invalid drop-in name {:?}: must end in .conf", d.name),
@@ -797,14 +882,23 @@ fn template_of(name: &str) -> Option<String> {
     (!prefix.is_empty() && !instance.is_empty()).then(|| format!("{prefix}@.service"))
 }
 
-/// A light parse of unit file syntax: every non-comment line is a section header or a
-/// key=value pair (continuation lines ending in `\` allowed). Returns the sections that hold
-/// at least one option, or a message naming the first bad line.
+/// Unit file syntax as systemd's (and go-systemd's) parser reads it: text before the first
+/// section is ignored; a section header is `[Name]` with nothing but spaces after it; every
+/// other non-comment line in a section is `key=value` (a value continues while the line ends
+/// in `\\`); no line may be 2048 bytes or longer. Returns the sections that hold at least one
+/// option, or a message naming the first bad line.
 fn unit_sections(c: &str) -> Result<HashSet<&str>, String> {
+    const MAX_LINE: usize = 2048;
     let mut continued = false;
     let mut section: Option<&str> = None;
     let mut with_options = HashSet::new();
     for (n, line) in c.lines().enumerate() {
+        if line.len() >= MAX_LINE {
+            return Err(format!(
+                "line {}: line too long (max {MAX_LINE} bytes)",
+                n + 1
+            ));
+        }
         let t = line.trim();
         let was_continued = continued;
         continued = t.ends_with('\\');
@@ -812,18 +906,26 @@ fn unit_sections(c: &str) -> Result<HashSet<&str>, String> {
             continue;
         }
         if let Some(h) = t.strip_prefix('[') {
-            let Some(name) = h.strip_suffix(']') else {
-                return Err(format!("line {}: unterminated section header", n + 1));
+            let Some((name, rest)) = h.split_once(']') else {
+                return Err(format!("line {}: unable to find end of section", n + 1));
             };
+            if !rest.trim().is_empty() {
+                return Err(format!(
+                    "line {}: found garbage after section name {name:?}",
+                    n + 1
+                ));
+            }
             section = Some(name);
             continue;
         }
+        let Some(s) = section else {
+            // Before the first section: ignored, as systemd does.
+            continue;
+        };
         if !t.contains('=') {
             return Err(format!("line {}: expected key=value", n + 1));
         }
-        if let Some(s) = section {
-            with_options.insert(s);
-        }
+        with_options.insert(s);
     }
     Ok(with_options)
 }
@@ -854,6 +956,13 @@ fn passwd(v: &mut V, s: &Passwd, p: &Path) {
     );
     for (i, u) in s.users.iter().enumerate() {
         let up = p.key("users").index(i);
+        unique_entries(
+            v,
+            &up.key("sshAuthorizedKeys"),
+            u.ssh_authorized_keys.iter(),
+            "SSH key",
+        );
+        unique_entries(v, &up.key("groups"), u.groups.iter(), "group");
         if u.name.contains(':') || u.name.contains('/') || u.name.contains(char::is_whitespace) {
             v.err(up.key("name"), format!("invalid user name {:?}", u.name));
         }

@@ -149,7 +149,7 @@ def invalid():
     add("duplicate-path-across-kinds", {"storage": {"files": [{"path": "/etc/a"}], "links": [{"path": "/etc/a", "target": "/x"}]}},
         "$.storage.links.0.path", "duplicate path")
     add("path-through-link", {"storage": {"links": [{"path": "/etc/d", "target": "/x"}], "files": [{"path": "/etc/d/f"}]}},
-        "$.storage.files.0.path", "runs through")
+        "$.storage.files.0", "includes link in config")
     add("overwrite-without-source", {"storage": {"files": [{"path": "/etc/a", "overwrite": True}]}}, "$.storage.files.0.overwrite", "needs contents.source")
     add("not-exist-with-attrs", {"storage": {"disks": [{"device": "/dev/vda", "partitions": [{"number": 1, "shouldExist": False, "sizeMiB": 5}]}]}},
         "$.storage.disks.0.partitions.0", "may only set number")
@@ -181,7 +181,7 @@ def invalid():
     add("spares-linear", {"storage": {"raid": [{"name": "md0", "level": "linear", "devices": ["/dev/a"], "spares": 2}]}},
         "$.storage.raid.0.spares", "spares are not allowed")
     add("hard-link-to-directory", {"storage": {"directories": [{"path": "/d"}], "links": [{"path": "/l", "target": "/d", "hard": True}]}},
-        "$.storage.links.0.target", "directories")
+        "$.storage.links.0", "hard link target is a directory")
     add("bad-scheme", {"storage": {"files": [{"path": "/a", "contents": {"source": "ftp://x/y"}}]}}, "$.storage.files.0.contents.source", "unsupported URL scheme")
     add("headers-on-data", {"storage": {"files": [{"path": "/a", "contents": {"source": "data:,x", "httpHeaders": [{"name": "A", "value": "b"}]}}]}},
         "$.storage.files.0.contents.httpHeaders", "only allowed with http")
@@ -194,7 +194,6 @@ def invalid():
     add("kernel-arg-both", {"kernelArguments": {"shouldExist": ["a"], "shouldNotExist": ["a"]}}, "$.kernelArguments.shouldNotExist.0", "both")
     add("duplicate-user", {"passwd": {"users": [{"name": "a"}, {"name": "a"}]}}, "$.passwd.users.1.name", "duplicate name")
     add("format-missing", {"storage": {"filesystems": [{"device": "/dev/vda1", "path": "/var"}]}}, "$.storage.filesystems.0.format", "format is required")
-    add("negative-timeout", {"ignition": {"version": "3.4.0", "timeouts": {"httpTotal": -1}}}, "$.ignition.timeouts.httpTotal", "negative")
     add("invalid-guid", {"storage": {"disks": [{"device": "/dev/vda", "partitions": [{"number": 1, "typeGuid": "nope"}]}]}},
         "$.storage.disks.0.partitions.0.typeGuid", "invalid GUID")
     add("luks-no-device", {"storage": {"luks": [{"name": "x"}]}}, "$.storage.luks.0.device", "device is required")
@@ -227,6 +226,30 @@ def invalid():
     add("user-uid-minus-one", {"passwd": {"users": [{"name": "a", "uid": 4294967295}]}}, "$.passwd.users.0.uid", "out of range")
     add("group-gid-negative", {"passwd": {"groups": [{"name": "a", "gid": -1}]}}, "$.passwd.groups.0.gid", "out of range")
     add("mode-minus-one", {"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/a", "mode": -1}]}}, "$.storage.files.0.mode", "invalid mode -1:")
+    add("partitions-overlap", {"storage": {"disks": [{"device": "/dev/vda", "partitions": [
+        {"number": 1, "startMiB": 1, "sizeMiB": 100}, {"number": 2, "startMiB": 50, "sizeMiB": 100}]}]}},
+        "$.storage.disks.0.partitions.1", "partitions overlap")
+    add("partition-without-key", {"storage": {"disks": [{"device": "/dev/vda", "partitions": [{"sizeMiB": 10}]}]}},
+        "$.storage.disks.0.partitions.0", "number >= 1 or a label")
+    add("partition-label-colon", {"storage": {"disks": [{"device": "/dev/vda", "partitions": [{"number": 1, "label": "a:b"}]}]}},
+        "$.storage.disks.0.partitions.0.label", "':'")
+    add("disk-device-empty", {"storage": {"disks": [{"device": ""}]}}, "$.storage.disks.0.device", "disk device is required")
+    add("file-path-empty", {"storage": {"files": [{"path": ""}]}}, "$.storage.files.0.path", "path not specified")
+    add("tang-without-thumbprint", {"storage": {"luks": [{"name": "x", "device": "/dev/a", "clevis": {"tang": [{"url": "http://t"}]}}]}},
+        "$.storage.luks.0.clevis.tang.0.thumbprint", "thumbprint is required")
+    add("tang-bad-advertisement", {"storage": {"luks": [{"name": "x", "device": "/dev/a", "clevis": {"tang": [{"url": "http://t", "thumbprint": "t", "advertisement": "{nope"}]}}]}},
+        "$.storage.luks.0.clevis.tang.0.advertisement", "not valid JSON")
+    add("luks-label-too-long", {"storage": {"luks": [{"name": "x", "device": "/dev/a", "label": "x" * 48}]}}, "$.storage.luks.0.label", "47")
+    add("hash-without-source", {"storage": {"files": [{"path": "/a", "contents": {"verification": {"hash": SHA512}}}]}},
+        "$.storage.files.0.contents.verification.hash", "source must be specified")
+    add("header-empty-value", {"storage": {"files": [{"path": "/a", "contents": {"source": "http://x/y", "httpHeaders": [{"name": "A", "value": ""}]}}]}},
+        "$.storage.files.0.contents.httpHeaders.0.value", "must not be empty")
+    add("unit-empty-name", {"systemd": {"units": [{"name": "", "mask": True}]}}, "$.systemd.units.0.name", "invalid unit name")
+    add("unit-long-line", {"systemd": {"units": [{"name": "a.service", "contents": "[Service]\nExecStart=/bin/echo " + "x" * 2100 + "\n"}]}},
+        "$.systemd.units.0.contents", "line too long")
+    add("duplicate-ssh-key", {"passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAA a", "ssh-ed25519 AAAA a"]}]}},
+        "$.passwd.users.0.sshAuthorizedKeys.1", "duplicate SSH key")
+    add("duplicate-kernel-arg", {"kernelArguments": {"shouldExist": ["quiet", "quiet"]}}, "$.kernelArguments.shouldExist.1", "duplicate kernel argument")
     # Fields newer than the declared version.
     add("v30-httpheaders", {"storage": {"files": [{"path": "/a", "contents": {"source": "http://x/y", "httpHeaders": [{"name": "A", "value": "b"}]}}]}},
         "$.storage.files.0.contents.httpHeaders", "3.1.0", "3.0.0")
