@@ -369,7 +369,7 @@ fn offline_mode_marks_configs_that_need_the_network() {
     let later = [
         r#"{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/f","contents":{"source":"http://10.0.2.2/f"}}]}}"#,
         r#"{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/f","append":[{"source":"tftp://10.0.2.2/f"}]}]}}"#,
-        r#"{"ignition":{"version":"3.4.0"},"storage":{"luks":[{"name":"v","device":"/dev/vdb","clevis":{"tang":[{"url":"http://10.0.2.2"}]}}]}}"#,
+        r#"{"ignition":{"version":"3.4.0"},"storage":{"luks":[{"name":"v","device":"/dev/vdb","clevis":{"tang":[{"url":"http://10.0.2.2","thumbprint":"x"}]}}]}}"#,
     ];
     for (i, cfg) in later.iter().enumerate() {
         let f = dir.join(&format!("later-{i}.ign"));

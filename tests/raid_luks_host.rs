@@ -156,7 +156,7 @@ fn plan_shows_luks_reuse_and_create() {
     let (ok, out, err) = plan(json!({
         "luks": [
             {"name": "a", "device": a.dev, "keyFile": {"source": "data:,right"}, "label": "vol"},
-            {"name": "b", "device": b.dev, "clevis": {"tang": [{"url": "http://10.0.2.2:1"}]}}
+            {"name": "b", "device": b.dev, "clevis": {"tang": [{"url": "http://10.0.2.2:1", "thumbprint": "x"}]}}
         ],
         "filesystems": [{"device": "/dev/mapper/b", "format": "ext4"}]
     }));

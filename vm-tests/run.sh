@@ -197,6 +197,18 @@ run_scenario() {
         token=
         if [[ $MODE == url ]]; then
             cp -a "$sdir/serve" "$work/serve"
+            if [[ -n $TANG ]]; then
+                # The config pins the tang server's signing key (Ignition requires a
+                # thumbprint): the one this run's tangd-keygen made.
+                thp=
+                for k in "$work"/tang/*.jwk; do
+                    if grep -q '"sign"' "$k"; then
+                        thp=$(jose jwk thp -i "$k")
+                    fi
+                done
+                [[ -n $thp ]] || { echo "no tang signing key in $work/tang" >"$work/reason"; exit 1; }
+                find "$work/serve" -type f -exec sed -i "s|@TANG_THP@|$thp|g" {} +
+            fi
             start_server "$work/serve" "$work/server.log" ||
                 { echo "config server did not start" >"$work/reason"; exit 1; }
             if [[ -n ${NEED_TOKEN:-} ]]; then
