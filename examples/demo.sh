@@ -52,7 +52,7 @@ mount -o ro "${dev}p1" "$work/root"
 mount -o ro "${dev}p2" "$work/root/var"
 (cd "$work/root" && find etc var/www -newer "$work/config.ign" \( -type f -o -type l \) | sort | sed 's/^/  /')
 echo "etc/hostname: $(cat "$work/root/etc/hostname")"
-echo "preset: $(cat "$work/root/etc/systemd/system-preset/20-agent.preset" 2>/dev/null || true)"
+echo "preset: $(cat "$work/root/etc/systemd/system-preset/20-ignition.preset" 2>/dev/null || true)"
 umount "$work/root/var" "$work/root"
 
 step "provision again (wipeTable false): partitions kept, filesystems reused, data kept"

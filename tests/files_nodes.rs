@@ -51,12 +51,22 @@ fn creates_files_directories_and_links_with_modes() {
         .filter(|e| e.file_name().to_string_lossy().contains("agent-tmp"))
         .collect();
     assert!(leftovers.is_empty());
-    // The result file.
-    let res = root.join("/etc/.agent-result.json");
+    // The result file, where Ignition writes it and with its fields; the name earlier
+    // releases used is a relative symlink to it.
+    let res = root.join("/etc/.ignition-result.json");
     assert_eq!(mode(&res), 0o600);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&res).unwrap()).unwrap();
     assert!(v["provisioningDate"].as_str().unwrap().ends_with('Z'));
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(v["provisioningBootID"].as_str(), Some(boot_id.trim()));
+    assert!(v.as_object().unwrap().contains_key("userConfigProvided"));
     assert!(v.get("previousReport").is_none());
+    assert_eq!(
+        std::fs::read_link(root.join("/etc/.agent-result.json"))
+            .unwrap()
+            .to_str(),
+        Some(".ignition-result.json")
+    );
 }
 
 #[test]
@@ -96,6 +106,7 @@ fn parent_symlink_is_followed_inside_the_root() {
     assert_eq!(std::fs::read(root.join("/escape")).unwrap(), b"no");
     assert!(!root.path().parent().unwrap().join("escape").exists());
     // The result file followed /etc too.
+    assert!(root.join("/real/etc/.ignition-result.json").exists());
     assert!(root.join("/real/etc/.agent-result.json").exists());
 }
 
@@ -328,7 +339,7 @@ fn a_second_run_nests_the_previous_report() {
     agent::stages::files::run_with(&c, &ctx, &opts).unwrap();
     agent::stages::files::run_with(&c, &ctx, &opts).unwrap();
     let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(root.join("/etc/.agent-result.json")).unwrap())
+        serde_json::from_slice(&std::fs::read(root.join("/etc/.ignition-result.json")).unwrap())
             .unwrap();
     assert_eq!(v["userConfigProvided"], serde_json::json!(true));
     assert_eq!(
@@ -336,4 +347,168 @@ fn a_second_run_nests_the_previous_report() {
         serde_json::json!(true)
     );
     assert!(v["previousReport"].get("previousReport").is_none());
+}
+
+#[test]
+fn a_report_of_an_earlier_release_becomes_the_previous_report() {
+    must_be_root();
+    let root = TempDir::new("rerun-old");
+    std::fs::create_dir(root.join("/etc")).unwrap();
+    std::fs::write(
+        root.join("/etc/.agent-result.json"),
+        r#"{"provisioningDate":"2020-01-02T03:04:05Z","userConfigProvided":false}"#,
+    )
+    .unwrap();
+    run(&cfg(r#"{"files":[{"path":"/f"}]}"#), root.path()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join("/etc/.ignition-result.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        v["previousReport"]["provisioningDate"],
+        serde_json::json!("2020-01-02T03:04:05Z")
+    );
+    // The old name now points at the new report.
+    assert_eq!(
+        std::fs::read_link(root.join("/etc/.agent-result.json"))
+            .unwrap()
+            .to_str(),
+        Some(".ignition-result.json")
+    );
+}
+
+/// The uid/gid a config owner means in a root whose databases are `passwd`/`group` text.
+fn expected_id(owner: &agent::config::types::NodeUser, db: &str) -> Option<u32> {
+    if let Some(id) = owner.id {
+        return Some(id as u32);
+    }
+    let name = owner.name.as_deref()?;
+    db.lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f[0] == name)
+        .map(|f| f[2].parse().unwrap())
+}
+
+#[test]
+fn owners_set_by_the_config_are_never_left_at_root() {
+    must_be_root();
+    let root = TempDir::new("owners-all");
+    std::fs::create_dir_all(root.join("/etc")).unwrap();
+    let passwd_db = "root:x:0:0::/root:/bin/sh\numa-agent-test:x:4501:4601::/home/uma:/bin/sh\n\
+                     vic-agent-test:x:4502:4602::/home/vic:/bin/sh\n";
+    let group_db = "root:x:0:\nugrp-agent-test:x:4601:\nvgrp-agent-test:x:4602:\n";
+    std::fs::write(root.join("/etc/passwd"), passwd_db).unwrap();
+    std::fs::write(root.join("/etc/group"), group_db).unwrap();
+    // Existing root-owned nodes that the config takes over in every way it can.
+    std::fs::create_dir_all(root.join("/srv/kept-dir")).unwrap();
+    std::fs::write(root.join("/srv/kept"), "old").unwrap();
+    std::fs::write(root.join("/srv/appended"), "a").unwrap();
+    std::fs::write(root.join("/srv/replaced"), "old").unwrap();
+    let c = cfg(r#"{"files":[
+              {"path":"/srv/new-by-id","user":{"id":4501},"group":{"id":4602},"contents":{"source":"data:,x"}},
+              {"path":"/srv/new-by-name","user":{"name":"vic-agent-test"},"group":{"name":"ugrp-agent-test"}},
+              {"path":"/srv/new-user-only","user":{"name":"uma-agent-test"}},
+              {"path":"/srv/new-group-only","group":{"id":4602}},
+              {"path":"/srv/kept","user":{"id":4502},"group":{"name":"vgrp-agent-test"}},
+              {"path":"/srv/appended","user":{"name":"uma-agent-test"},"group":{"id":4601},"append":[{"source":"data:,b"}]},
+              {"path":"/srv/replaced","overwrite":true,"user":{"id":4501},"group":{"name":"ugrp-agent-test"},"contents":{"source":"data:,new"}},
+              {"path":"/srv/d/deep/file","user":{"name":"vic-agent-test"},"group":{"name":"vgrp-agent-test"}}],
+            "directories":[
+              {"path":"/srv/dir-by-name","user":{"name":"uma-agent-test"},"group":{"name":"vgrp-agent-test"}},
+              {"path":"/srv/dir-by-id","user":{"id":4502},"group":{"id":4601},"mode":448},
+              {"path":"/srv/kept-dir","user":{"id":4501},"group":{"id":4601}}],
+            "links":[
+              {"path":"/srv/link-by-name","target":"kept","user":{"name":"vic-agent-test"},"group":{"name":"vgrp-agent-test"}},
+              {"path":"/srv/link-by-id","target":"/nowhere","user":{"id":4501},"group":{"id":4602}}]}"#);
+    run(&c, root.path()).unwrap();
+    let st = &c.storage;
+    let nodes = st
+        .files
+        .iter()
+        .map(|f| (&f.path, &f.user, &f.group))
+        .chain(st.directories.iter().map(|d| (&d.path, &d.user, &d.group)))
+        .chain(st.links.iter().map(|l| (&l.path, &l.user, &l.group)));
+    let mut checked = 0;
+    for (path, user, group) in nodes {
+        let m = std::fs::symlink_metadata(root.join(path)).unwrap();
+        // Unset owners are root's (new nodes) or unchanged (existing root-owned ones).
+        let want_uid = expected_id(user, passwd_db).unwrap_or(0);
+        let want_gid = expected_id(group, group_db).unwrap_or(0);
+        assert_eq!((m.uid(), m.gid()), (want_uid, want_gid), "{path}");
+        assert!(
+            (user.id.is_none() && user.name.is_none()) || m.uid() != 0,
+            "{path}: user left at root"
+        );
+        assert!(
+            (group.id.is_none() && group.name.is_none()) || m.gid() != 0,
+            "{path}: group left at root"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 13);
+    assert_eq!(std::fs::read(root.join("/srv/appended")).unwrap(), b"ab");
+    // Implicit parents are root's, like Ignition's.
+    assert_eq!(
+        std::fs::metadata(root.join("/srv/d/deep")).unwrap().uid(),
+        0
+    );
+}
+
+#[test]
+fn an_owner_id_chown_would_read_as_minus_one_is_refused() {
+    must_be_root();
+    let root = TempDir::new("owners-minus-one");
+    std::fs::create_dir_all(root.join("/etc")).unwrap();
+    std::fs::write(
+        root.join("/etc/passwd"),
+        "root:x:0:0::/root:/bin/sh\nminus-agent-test:x:4294967295:0::/:/bin/sh\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("/etc/group"),
+        "root:x:0:\nminus-agent-test:x:4294967295:\n",
+    )
+    .unwrap();
+    // Validation rejects 4294967295; the files stage must refuse it on its own too rather
+    // than leave the node owned by root. Each kind of node, user and group, by id and by name.
+    let base = cfg(r#"{"files":[{"path":"/f","contents":{"source":"data:,x"}}],
+            "directories":[{"path":"/d"}],
+            "links":[{"path":"/l","target":"f"}]}"#);
+    type Set = fn(&mut agent::config::Config, agent::config::types::NodeUser);
+    let setters: [(&str, Set); 6] = [
+        ("/f", |c, o| c.storage.files[0].user = o),
+        ("/f", |c, o| c.storage.files[0].group = o),
+        ("/d", |c, o| c.storage.directories[0].user = o),
+        ("/d", |c, o| c.storage.directories[0].group = o),
+        ("/l", |c, o| c.storage.links[0].user = o),
+        ("/l", |c, o| c.storage.links[0].group = o),
+    ];
+    let owners = [
+        agent::config::types::NodeUser {
+            id: Some(4_294_967_295),
+            name: None,
+        },
+        agent::config::types::NodeUser {
+            id: None,
+            name: Some("minus-agent-test".into()),
+        },
+    ];
+    for (path, set) in setters {
+        for o in &owners {
+            let mut c = base.clone();
+            set(&mut c, o.clone());
+            let e = format!("{:#}", run(&c, root.path()).unwrap_err());
+            assert!(
+                e.contains(path) && e.contains("4294967295"),
+                "{path} {o:?}: {e}"
+            );
+            assert!(
+                std::fs::symlink_metadata(root.join(path)).is_err(),
+                "{path} {o:?}: nothing written"
+            );
+            for p in ["/f", "/d", "/l"] {
+                let _ = std::fs::remove_dir(root.join(p));
+                let _ = std::fs::remove_file(root.join(p));
+            }
+        }
+    }
 }

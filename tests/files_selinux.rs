@@ -74,7 +74,7 @@ fn relabels_what_the_stage_wrote_with_the_target_policy() {
     assert!(label(&root.join("/etc/hostname")).contains(":object_r:net_conf_t:"));
     assert!(label(&root.join("/usr/local/bin/tool")).contains(":object_r:bin_t:"));
     assert!(label(&root.join("/usr/local/bin")).contains(":object_r:bin_t:"));
-    assert!(label(&root.join("/etc/.agent-result.json")).contains(":object_r:etc_t:"));
+    assert!(label(&root.join("/etc/.ignition-result.json")).contains(":object_r:etc_t:"));
     let unit = label(&root.join("/etc/systemd/system/app.service"));
     assert!(unit.contains(":object_r:systemd_unit_t:"), "{unit}");
     // The selinux crate reads the same label.

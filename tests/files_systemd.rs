@@ -8,6 +8,9 @@ use std::path::PathBuf;
 
 use files_common::*;
 
+const PRESETS: &str = "/etc/systemd/system-preset/20-ignition.preset";
+const COMPAT_PRESETS: &str = "/etc/systemd/system-preset/20-agent.preset";
+
 #[test]
 fn units_dropins_presets_and_masks() {
     must_be_root();
@@ -24,19 +27,24 @@ fn units_dropins_presets_and_masks() {
     symlink("/dev/null", sd.join("was-masked.service")).unwrap();
     std::fs::write(sd.join("to-mask.service"), "[Unit]\n").unwrap();
     std::fs::create_dir_all(root.join("/etc/systemd/system-preset")).unwrap();
-    std::fs::write(
-        root.join("/etc/systemd/system-preset/20-agent.preset"),
-        "enable keep.service\nenable old.service\n",
-    )
-    .unwrap();
+    for f in [PRESETS, COMPAT_PRESETS] {
+        std::fs::write(root.join(f), "enable keep.service\nenable old.service\n").unwrap();
+    }
     let c = config(
         r#"{"ignition":{"version":"3.6.0"},"systemd":{"units":[
             {"name":"z-app.service","enabled":true,"contents":"[Service]\nExecStart=/bin/true\n",
              "dropins":[{"name":"10-env.conf","contents":"[Service]\nEnvironment=A=1\n"}]},
             {"name":"old.service","enabled":false},
             {"name":"a.timer","enabled":true},
+            {"name":"echo@.service","contents":"[Service]\nExecStart=/bin/echo %i\n"},
+            {"name":"echo@bar.service","enabled":true,
+             "dropins":[{"name":"i.conf","contents":"[Unit]\n"}]},
+            {"name":"echo@foo.service","enabled":true},
             {"name":"to-mask.service","mask":true},
             {"name":"was-masked.service","mask":false},
+            {"name":"bar.service","enabled":true,"mask":false},
+            {"name":"empty.service","contents":""},
+            {"name":"zincati.service","dropins":[{"name":"empty.conf","contents":""}]},
             {"name":"sshd.service","dropins":[{"name":"x.conf","contents":"[Unit]\n"}]}]}}"#,
     );
     run(&c, root.path()).unwrap();
@@ -48,11 +56,29 @@ fn units_dropins_presets_and_masks() {
         std::fs::read_to_string(sd.join("z-app.service.d/10-env.conf")).unwrap(),
         "[Service]\nEnvironment=A=1\n"
     );
+    // Drop-ins keep Ignition's paths, also for an instance.
     assert!(sd.join("sshd.service.d/x.conf").is_file());
+    assert!(sd.join("echo@bar.service.d/i.conf").is_file());
     assert!(!sd.join("sshd.service").exists());
+    // Like Ignition: an empty unit is not written, an empty drop-in is.
+    assert!(!sd.join("empty.service").exists());
     assert_eq!(
-        std::fs::read_to_string(root.join("/etc/systemd/system-preset/20-agent.preset")).unwrap(),
-        "enable a.timer\nenable keep.service\ndisable old.service\nenable z-app.service\n"
+        std::fs::read(sd.join("zincati.service.d/empty.conf")).unwrap(),
+        b""
+    );
+    // Ignition's preset file: lines of other units stay, ours replace those for the same
+    // units and follow sorted by Ignition's key; instances are grouped under their template.
+    assert_eq!(
+        std::fs::read_to_string(root.join(PRESETS)).unwrap(),
+        "enable keep.service\nenable a.timer\nenable bar.service\n\
+         enable echo@.service bar foo\ndisable old.service\nenable z-app.service\n"
+    );
+    assert_eq!(mode(&root.join(PRESETS)), 0o644);
+    // The earlier agent layout, one line per unit, kept beside it.
+    assert_eq!(
+        std::fs::read_to_string(root.join(COMPAT_PRESETS)).unwrap(),
+        "enable a.timer\nenable bar.service\nenable echo@bar.service\nenable echo@foo.service\n\
+         enable keep.service\ndisable old.service\nenable z-app.service\n"
     );
     assert!(std::fs::symlink_metadata(sd.join("multi-user.target.wants/old.service")).is_err());
     assert!(std::fs::symlink_metadata(sd.join("timers.target.requires/old.service")).is_err());
@@ -60,7 +86,41 @@ fn units_dropins_presets_and_masks() {
         std::fs::read_link(sd.join("to-mask.service")).unwrap(),
         PathBuf::from("/dev/null")
     );
+    // Unmasked; an unmasked unit that was not masked is left alone (nothing created).
     assert!(std::fs::symlink_metadata(sd.join("was-masked.service")).is_err());
+    assert!(std::fs::symlink_metadata(sd.join("bar.service")).is_err());
+}
+
+#[test]
+fn a_fresh_root_gets_exactly_ignitions_preset_file_and_a_rerun_converges() {
+    must_be_root();
+    let root = TempDir::new("units-fresh");
+    let c = config(
+        r#"{"ignition":{"version":"3.0.0"},"systemd":{"units":[
+            {"name":"example.service","enabled":true,
+             "contents":"[Service]\nType=oneshot\nExecStart=/usr/bin/echo Hello World\n\n[Install]\nWantedBy=multi-user.target"},
+            {"name":"d.service","enabled":false},
+            {"name":"c.service","enabled":true},
+            {"name":"b.socket","enabled":true}]}}"#,
+    );
+    let want = "enable b.socket\nenable c.service\ndisable d.service\nenable example.service\n";
+    for _ in 0..2 {
+        run(&c, root.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(root.join(PRESETS)).unwrap(), want);
+        assert_eq!(
+            std::fs::read_to_string(root.join(COMPAT_PRESETS)).unwrap(),
+            want,
+            "without instances both files have the same lines"
+        );
+    }
+    // No enablement in the config: no preset file.
+    let bare = TempDir::new("units-bare");
+    run(
+        &config(r#"{"ignition":{"version":"3.6.0"},"systemd":{"units":[{"name":"m.service","mask":true}]}}"#),
+        bare.path(),
+    )
+    .unwrap();
+    assert!(!bare.join(PRESETS).exists() && !bare.join(COMPAT_PRESETS).exists());
 }
 
 #[test]
@@ -125,7 +185,7 @@ fn the_command_line_runs_the_files_stage() {
     );
     assert_eq!(std::fs::read(root.join("/etc/issue")).unwrap(), b"hi");
     let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(root.join("/etc/.agent-result.json")).unwrap())
+        serde_json::from_slice(&std::fs::read(root.join("/etc/.ignition-result.json")).unwrap())
             .unwrap();
     assert!(v["userConfigProvided"].is_null(), "no marker: unknown");
 }

@@ -31,6 +31,9 @@ pub struct Writer<'a> {
     /// Logical paths created or changed (for SELinux relabelling); writers may run in
     /// parallel, hence the lock.
     touched: Mutex<Vec<String>>,
+    /// Directories the stage created as mount points (logical paths): those inside a
+    /// user's home are given to that user once the user exists.
+    mount_dirs: Vec<String>,
 }
 
 impl<'a> Writer<'a> {
@@ -40,7 +43,13 @@ impl<'a> Writer<'a> {
             fetcher,
             owners: None,
             touched: Mutex::new(Vec::new()),
+            mount_dirs: Vec::new(),
         }
+    }
+
+    /// Records the directories created as mount points (see `mounts::MountGuard`).
+    pub fn set_mount_dirs(&mut self, dirs: Vec<String>) {
+        self.mount_dirs = dirs;
     }
 
     pub fn host(&self) -> &Path {

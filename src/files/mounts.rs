@@ -1,6 +1,7 @@
 //! Mounting the config's filesystems under the target root for the files stage: shallowest
 //! first with their `mountOptions`, through a guard that unmounts deepest first (explicitly
-//! with `close()`, or from `Drop` on failure).
+//! with `close()`, or from `Drop` on failure). The directories created as mount points are
+//! remembered: like Ignition, the files stage gives those inside a user's home to that user.
 
 use std::io::ErrorKind;
 use std::path::PathBuf;
@@ -9,12 +10,14 @@ use anyhow::{Context, Result, bail};
 use log::{info, warn};
 use sys_mount::{Mount, MountFlags, UnmountFlags};
 
-use super::resolve::{Root, elements, kind_name};
+use super::resolve::{Root, elements, kind_name, logical};
 use crate::config::types::Filesystem;
 
 /// Filesystems mounted by the stage; unmounts them (deepest first) on close or drop.
 pub struct MountGuard {
     mounted: Vec<PathBuf>,
+    /// Logical paths of the directories created as (or on the way to) mount points.
+    created: Vec<String>,
 }
 
 /// Splits `mountOptions` into mount flags and the data string for the filesystem.
@@ -55,6 +58,7 @@ impl MountGuard {
         fss.sort_by_key(|f| elements(f.path.as_deref().unwrap_or("/")).len());
         let mut guard = MountGuard {
             mounted: Vec::new(),
+            created: Vec::new(),
         };
         for f in fss {
             guard.mount_one(root, f)?;
@@ -87,6 +91,7 @@ impl MountGuard {
                         std::os::unix::fs::PermissionsExt::from_mode(0o755),
                     )
                     .with_context(|| format!("setting mode of {}", host.display()))?;
+                    self.created.push(logical(&elems[..i]));
                 }
                 Err(e) => {
                     return Err(e).with_context(|| format!("inspecting {}", host.display()));
@@ -125,6 +130,12 @@ impl MountGuard {
     /// Mount points, shallowest first.
     pub fn mounted(&self) -> &[PathBuf] {
         &self.mounted
+    }
+
+    /// Logical paths of the directories this guard created for mount points, shallowest
+    /// first (what Ignition's mount stage records as "notated directories").
+    pub fn created_dirs(&self) -> &[String] {
+        &self.created
     }
 
     /// Unmounts everything, deepest first; reports the first failure after trying all.

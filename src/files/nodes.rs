@@ -395,6 +395,7 @@ impl Writer<'_> {
             _ => (attrs.uid, attrs.gid, attrs.mode.unwrap_or(0o644)),
         };
         if uid.is_some() || gid.is_some() {
+            refuse_minus_one(uid, gid, &host)?;
             std::os::unix::fs::fchown(&file, uid, gid)
                 .with_context(|| format!("setting owner of {}", tmp.display()))?;
         }
@@ -594,9 +595,25 @@ fn link_unnamed(file: &FsFile, host: &Path) -> Result<()> {
     r.with_context(|| format!("linking the new file into place at {}", host.display()))
 }
 
+/// Refuses an owner of 4294967295: chown reads it as -1 ("leave as is"), which would leave
+/// a new node owned by root while the config asked for someone else. Ids are checked where
+/// they are looked up; this is the last line of defence before every chown.
+fn refuse_minus_one(uid: Option<u32>, gid: Option<u32>, host: &Path) -> Result<()> {
+    if uid == Some(u32::MAX) || gid == Some(u32::MAX) {
+        bail!(
+            "refusing to set owner {}:{} on {}: 4294967295 means \"leave as is\" to chown",
+            uid.map_or("-".into(), |u| u.to_string()),
+            gid.map_or("-".into(), |g| g.to_string()),
+            host.display()
+        );
+    }
+    Ok(())
+}
+
 /// Sets owner then mode on a path (`nofollow`: on a symlink itself, mode not applicable).
 pub fn set_attrs(host: &Path, a: Attrs, nofollow: bool) -> Result<()> {
     if a.uid.is_some() || a.gid.is_some() {
+        refuse_minus_one(a.uid, a.gid, host)?;
         if nofollow {
             std::os::unix::fs::lchown(host, a.uid, a.gid)
         } else {

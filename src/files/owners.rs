@@ -44,36 +44,49 @@ impl Owners {
 
     /// The uid for a node's `user` (id wins over name); `None` when unset.
     pub fn uid(&self, u: &NodeUser, what: &str) -> Result<Option<u32>> {
-        if let Some(id) = u.id {
-            return Ok(Some(
-                u32::try_from(id).with_context(|| format!("{what}: invalid user id {id}"))?,
-            ));
-        }
-        match &u.name {
-            None => Ok(None),
-            Some(n) if n.is_empty() => Ok(None),
-            Some(n) => match self.users.get(n) {
-                Some(e) => Ok(Some(e.uid)),
-                None => bail!("{what}: user {n:?} not found in the target's /etc/passwd"),
-            },
-        }
+        let id =
+            match (u.id, &u.name) {
+                (Some(id), _) => Some(usable_id(id, "user", what)?),
+                (None, None) => None,
+                (None, Some(n)) if n.is_empty() => None,
+                (None, Some(n)) => match self.users.get(n) {
+                    Some(e) => Some(usable_id(e.uid.into(), "user", what).with_context(|| {
+                        format!("{what}: user {n:?} of the target's /etc/passwd")
+                    })?),
+                    None => bail!("{what}: user {n:?} not found in the target's /etc/passwd"),
+                },
+            };
+        Ok(id)
     }
 
     /// The gid for a node's `group`; `None` when unset.
     pub fn gid(&self, g: &NodeUser, what: &str) -> Result<Option<u32>> {
-        if let Some(id) = g.id {
-            return Ok(Some(
-                u32::try_from(id).with_context(|| format!("{what}: invalid group id {id}"))?,
-            ));
-        }
-        match &g.name {
-            None => Ok(None),
-            Some(n) if n.is_empty() => Ok(None),
-            Some(n) => match self.groups.get(n) {
-                Some(&gid) => Ok(Some(gid)),
+        let id = match (g.id, &g.name) {
+            (Some(id), _) => Some(usable_id(id, "group", what)?),
+            (None, None) => None,
+            (None, Some(n)) if n.is_empty() => None,
+            (None, Some(n)) => match self.groups.get(n) {
+                Some(&gid) => {
+                    Some(usable_id(gid.into(), "group", what).with_context(|| {
+                        format!("{what}: group {n:?} of the target's /etc/group")
+                    })?)
+                }
                 None => bail!("{what}: group {n:?} not found in the target's /etc/group"),
             },
-        }
+        };
+        Ok(id)
+    }
+}
+
+/// An id that `chown` sets: 0..=4294967294. 4294967295 is -1 to chown ("leave as is") and
+/// would silently leave a new node owned by root, so it is refused like any other id out of
+/// range.
+pub fn usable_id(id: i64, kind: &str, what: &str) -> Result<u32> {
+    match u32::try_from(id) {
+        Ok(v) if v != u32::MAX => Ok(v),
+        _ => bail!(
+            "{what}: invalid {kind} id {id}: ids are 0 through 4294967294 (4294967295 means \"leave as is\" to chown)"
+        ),
     }
 }
 
@@ -146,5 +159,27 @@ mod tests {
         assert!(o.uid(&by(None, Some("nobody")), "f").is_err());
         assert_eq!(o.gid(&by(None, Some("wheel")), "f").unwrap(), Some(10));
         assert!(o.gid(&by(Some(-1), None), "f").is_err());
+        for bad in [4_294_967_295, 1 << 40] {
+            let e = o.uid(&by(Some(bad), None), "/f").unwrap_err().to_string();
+            assert!(e.contains("/f") && e.contains("4294967294"), "{e}");
+            assert!(o.gid(&by(Some(bad), None), "/f").is_err());
+        }
+        assert_eq!(
+            o.uid(&by(Some(4_294_967_294), None), "f").unwrap(),
+            Some(4_294_967_294)
+        );
+        // A database entry with the id -1 cannot be used either.
+        o.users.insert(
+            "minus".into(),
+            PasswdEntry {
+                name: "minus".into(),
+                uid: u32::MAX,
+                gid: 0,
+                home: "/".into(),
+            },
+        );
+        o.groups.insert("minus".into(), u32::MAX);
+        assert!(o.uid(&by(None, Some("minus")), "f").is_err());
+        assert!(o.gid(&by(None, Some("minus")), "f").is_err());
     }
 }

@@ -1,6 +1,21 @@
 //! Users and groups: groups first, then users; create, modify or delete (`shouldExist: false`)
 //! with the target root's own tools (shadow-utils `useradd`/`usermod`/`userdel`/`groupadd`/
 //! `groupmod`/`groupdel` with `--root`), then SSH keys into the user's home.
+//!
+//! The tools get the long options Ignition passes, in Ignition's order (distributions' wrappers
+//! around shadow-utils accept exactly those): `useradd --root R [--home-dir H]
+//! --create-home|--no-create-home [--no-user-group] [--system] [--no-log-init] --password P
+//! [--uid U] [--comment C] [--gid G] [--groups A,B] [--shell S] NAME`; `usermod` the same
+//! without the creation options and with `--home H --move-home`; `userdel --remove`;
+//! `groupadd --root R [--gid G] --password P [--system] NAME`. A new account without a
+//! password hash (or with an empty one) gets `*` (locked).
+//!
+//! Like Ignition: directories the stage created as mount points inside a user's home (the
+//! home itself included) are given to the user (owner, primary group, mode 0700) once the
+//! user exists; SSH keys go to `~/.ssh/authorized_keys.d/ignition` (or `~/.ssh/authorized_keys`
+//! with `--ssh-keys-file authorized-keys`), mode 0600, owned by the user, and the directories
+//! on the way that did not exist are created owned by the user with mode 0700 (existing ones
+//! are left as they are).
 
 use std::path::{Path, PathBuf};
 
@@ -8,15 +23,16 @@ use anyhow::{Context, Result, bail};
 use log::info;
 
 use super::Writer;
-use super::nodes::{Attrs, Contents};
-use super::owners::{parse_group, parse_passwd};
+use super::nodes::{Attrs, Contents, set_attrs};
+use super::owners::{PasswdEntry, parse_group, parse_passwd};
+use super::resolve::{elements, logical};
 use crate::config::types::{Group, Passwd, User};
 
 /// Where SSH keys go inside `~/.ssh`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum SshKeysFile {
-    /// `~/.ssh/authorized_keys.d/agent` (sshd reads it with an AuthorizedKeysFile drop-in or
-    /// a helper that concatenates the fragments).
+    /// `~/.ssh/authorized_keys.d/ignition`, Ignition's fragment (sshd reads it with an
+    /// AuthorizedKeysFile drop-in or a helper that concatenates the fragments).
     #[default]
     Fragment,
     /// `~/.ssh/authorized_keys`.
@@ -88,14 +104,38 @@ fn user_exists(root: &Path, name: &str) -> Result<bool> {
         .any(|u| u.name == name))
 }
 
-/// Arguments for groupadd/groupmod.
+/// The largest id `chown`, `useradd` and `groupadd` can take: 4294967295 is -1, "no change".
+pub const MAX_ID: i64 = u32::MAX as i64 - 1;
+
+/// Checks a uid/gid of the config against 0..=4294967294.
+fn check_id(id: Option<i64>, what: &str) -> Result<()> {
+    match id {
+        Some(i) if !(0..=MAX_ID).contains(&i) => bail!(
+            "{what}: id {i} is outside 0..={MAX_ID} (4294967295 would mean -1, \"leave as is\", to chown); use a valid id"
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// A password hash as Ignition passes it: an empty one locks the account (`*`).
+fn password(h: &str) -> String {
+    if h.is_empty() {
+        "*".into()
+    } else {
+        h.to_string()
+    }
+}
+
+/// Arguments for groupadd (`exists` false) or groupmod (`exists` true), after `--root R`.
 pub fn group_args(g: &Group, exists: bool) -> Vec<String> {
     let mut a = Vec::new();
     if let Some(gid) = g.gid {
         a.extend(["--gid".into(), gid.to_string()]);
     }
-    if let Some(h) = &g.password_hash {
-        a.extend(["--password".into(), h.clone()]);
+    match (&g.password_hash, exists) {
+        (Some(h), _) => a.extend(["--password".into(), password(h)]),
+        (None, false) => a.extend(["--password".into(), "*".into()]),
+        (None, true) => {}
     }
     if !exists && g.system == Some(true) {
         a.push("--system".into());
@@ -104,58 +144,73 @@ pub fn group_args(g: &Group, exists: bool) -> Vec<String> {
     a
 }
 
-/// Arguments for useradd (`exists` false) or usermod (`exists` true).
+/// Arguments for useradd (`exists` false) or usermod (`exists` true), after `--root R`.
 pub fn user_args(u: &User, exists: bool) -> Vec<String> {
+    let set = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
     let mut a: Vec<String> = Vec::new();
-    let mut opt = |flag: &str, v: &Option<String>| {
-        if let Some(v) = v {
-            a.push(flag.into());
-            a.push(v.clone());
+    if exists {
+        if let Some(h) = set(&u.home_dir) {
+            a.extend(["--home".into(), h, "--move-home".into()]);
         }
-    };
-    opt("--comment", &u.gecos);
-    opt("--home", &u.home_dir);
-    opt("--gid", &u.primary_group);
-    opt("--shell", &u.shell);
-    if let Some(uid) = u.uid {
-        a.extend(["--uid".into(), uid.to_string()]);
-    }
-    if !u.groups.is_empty() {
-        a.extend(["--groups".into(), u.groups.join(",")]);
-    }
-    match (&u.password_hash, exists) {
-        (Some(h), _) => a.extend(["--password".into(), h.clone()]),
-        // New accounts without a hash are locked.
-        (None, false) => a.extend(["--password".into(), "*".into()]),
-        (None, true) => {}
-    }
-    if !exists {
-        if u.no_create_home == Some(true) {
-            a.push("--no-create-home".into());
+    } else {
+        if let Some(h) = set(&u.home_dir) {
+            a.extend(["--home-dir".into(), h]);
+        }
+        a.push(if u.no_create_home == Some(true) {
+            "--no-create-home".into()
         } else {
-            a.push("--create-home".into());
-        }
+            "--create-home".into()
+        });
         if u.no_user_group == Some(true) {
             a.push("--no-user-group".into());
-        }
-        if u.no_log_init == Some(true) {
-            a.push("--no-log-init".into());
         }
         if u.system == Some(true) {
             a.push("--system".into());
         }
+        if u.no_log_init == Some(true) {
+            a.push("--no-log-init".into());
+        }
+    }
+    match (&u.password_hash, exists) {
+        (Some(h), _) => a.extend(["--password".into(), password(h)]),
+        // New accounts without a hash are locked.
+        (None, false) => a.extend(["--password".into(), "*".into()]),
+        (None, true) => {}
+    }
+    if let Some(uid) = u.uid {
+        a.extend(["--uid".into(), uid.to_string()]);
+    }
+    for (flag, v) in [("--comment", &u.gecos), ("--gid", &u.primary_group)] {
+        if let Some(v) = set(v) {
+            a.extend([flag.into(), v]);
+        }
+    }
+    if !u.groups.is_empty() {
+        a.extend(["--groups".into(), u.groups.join(",")]);
+    }
+    if let Some(v) = set(&u.shell) {
+        a.extend(["--shell".into(), v]);
     }
     a.push(u.name.clone());
     a
 }
 
 impl Writer<'_> {
-    /// Groups, then users, then SSH keys.
+    /// Groups, then users; then per user the mount points inside its home and its SSH keys.
     pub fn write_passwd(&mut self, p: &Passwd, keys_file: SshKeysFile) -> Result<()> {
         if p.is_empty() {
             return Ok(());
         }
         let root = self.root.host.clone();
+        for (i, g) in p.groups.iter().enumerate() {
+            check_id(
+                g.gid,
+                &format!("$.passwd.groups.{i}.gid (group {})", g.name),
+            )?;
+        }
+        for (i, u) in p.users.iter().enumerate() {
+            check_id(u.uid, &format!("$.passwd.users.{i}.uid (user {})", u.name))?;
+        }
         for g in &p.groups {
             let exists = group_exists(&root, &g.name)?;
             if g.should_exist == Some(false) {
@@ -182,7 +237,8 @@ impl Writer<'_> {
             let exists = user_exists(&root, &u.name)?;
             if u.should_exist == Some(false) {
                 if exists {
-                    run_tool(&root, "userdel", std::slice::from_ref(&u.name))
+                    // Like Ignition: the home directory and mail spool go with the account.
+                    run_tool(&root, "userdel", &["--remove".into(), u.name.clone()])
                         .with_context(|| format!("deleting user {}", u.name))?;
                     info!("deleted user {}", u.name);
                 }
@@ -216,21 +272,93 @@ impl Writer<'_> {
             }
         }
         self.forget_owners();
-        for u in &p.users {
-            if u.should_exist != Some(false) && !u.ssh_authorized_keys.is_empty() {
+        for u in p.users.iter().filter(|u| u.should_exist != Some(false)) {
+            self.give_mount_dirs(u)?;
+            if !u.ssh_authorized_keys.is_empty() {
                 self.write_ssh_keys(u, keys_file)?;
             }
         }
         Ok(())
     }
 
-    fn write_ssh_keys(&mut self, u: &User, keys_file: SshKeysFile) -> Result<()> {
-        let entry = self
+    /// The user's `/etc/passwd` entry in the target (after the tools ran).
+    fn passwd_entry(&mut self, u: &User) -> Result<PasswdEntry> {
+        let e = self
             .owners()?
             .users
             .get(&u.name)
             .cloned()
             .with_context(|| format!("user {} not found in the target's /etc/passwd", u.name))?;
+        if e.uid == u32::MAX || e.gid == u32::MAX {
+            bail!(
+                "user {}: uid/gid 4294967295 in the target's /etc/passwd cannot be used as an owner",
+                u.name
+            );
+        }
+        Ok(e)
+    }
+
+    /// The logical path of directory `path` with every symlink followed (missing elements
+    /// kept as they are).
+    fn dir_logical(&self, path: &str) -> Result<Vec<String>> {
+        Ok(self.root.resolve(&format!("{path}/x"))?.parent)
+    }
+
+    /// Gives the directories created as mount points inside the user's home (the home
+    /// included) to the user, mode 0700, as Ignition does once the user exists: a home that is
+    /// a mount point would otherwise stay root-owned (useradd does not take over an existing
+    /// directory).
+    fn give_mount_dirs(&mut self, u: &User) -> Result<()> {
+        if self.mount_dirs.is_empty() {
+            return Ok(());
+        }
+        let e = self.passwd_entry(u)?;
+        if !e.home.starts_with('/') {
+            return Ok(());
+        }
+        let home = self.dir_logical(&e.home)?;
+        if home.is_empty() {
+            // A home of "/" would hand every mount point to the user.
+            return Ok(());
+        }
+        let dirs: Vec<String> = self
+            .mount_dirs
+            .iter()
+            .filter(|d| elements(d).starts_with(&home))
+            .cloned()
+            .collect();
+        for d in dirs {
+            let host = self.root.host_path(&elements(&d));
+            if !host.is_dir() {
+                continue;
+            }
+            let attrs = Attrs {
+                uid: Some(e.uid),
+                gid: Some(e.gid),
+                mode: Some(0o700),
+            };
+            set_attrs(&host, attrs, false)
+                .with_context(|| format!("giving mount point {d} to user {}", u.name))?;
+            info!("mount point {d} given to {} (mode 0700)", u.name);
+            self.touch(d);
+        }
+        Ok(())
+    }
+
+    /// Creates directory `path` owned by the user with mode 0700 if it does not exist (an
+    /// existing one is left as it is).
+    fn user_dir(&self, path: &str, owner: Attrs) -> Result<String> {
+        let elems = self.dir_logical(path)?;
+        let l = logical(elems.iter());
+        match std::fs::symlink_metadata(self.root.host_path(&elems)) {
+            Ok(md) if md.is_dir() => {}
+            _ => self.put_dir(&l, owner, false)?,
+        }
+        Ok(l)
+    }
+
+    fn write_ssh_keys(&mut self, u: &User, keys_file: SshKeysFile) -> Result<()> {
+        let entry = self.passwd_entry(u)?;
         if !entry.home.starts_with('/') {
             bail!(
                 "user {}: home directory {:?} is not absolute",
@@ -238,24 +366,35 @@ impl Writer<'_> {
                 entry.home
             );
         }
-        let home = entry.home.trim_end_matches('/');
         let owner = |mode| Attrs {
             uid: Some(entry.uid),
             gid: Some(entry.gid),
             mode: Some(mode),
         };
-        let ssh = format!("{home}/.ssh");
-        self.put_dir(&ssh, owner(0o700), false)?;
-        let file = match keys_file {
-            SshKeysFile::Fragment => {
-                let d = format!("{ssh}/authorized_keys.d");
-                self.put_dir(&d, owner(0o700), false)?;
-                format!("{d}/agent")
-            }
-            SshKeysFile::AuthorizedKeys => format!("{ssh}/authorized_keys"),
+        let mut dir = if elements(&entry.home).is_empty() {
+            "/".to_string()
+        } else {
+            self.user_dir(&entry.home, owner(0o700))?
         };
+        let mut subdirs = vec![".ssh"];
+        if keys_file == SshKeysFile::Fragment {
+            subdirs.push("authorized_keys.d");
+        }
+        for sub in subdirs {
+            dir = self.user_dir(
+                &format!("{}/{sub}", dir.trim_end_matches('/')),
+                owner(0o700),
+            )?;
+        }
+        let file = match keys_file {
+            SshKeysFile::Fragment => format!("{dir}/ignition"),
+            SshKeysFile::AuthorizedKeys => format!("{dir}/authorized_keys"),
+        };
+        // Ignition joins the keys with newlines and ends the file with one.
         let mut text = u.ssh_authorized_keys.join("\n");
-        text.push('\n');
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
         self.put_file(&file, Contents::Bytes(text.as_bytes()), owner(0o600), true)
             .with_context(|| format!("writing SSH keys of {}", u.name))?;
         info!(
@@ -272,40 +411,115 @@ mod tests {
     use super::*;
 
     #[test]
-    fn useradd_and_usermod_arguments() {
+    fn useradd_and_usermod_take_ignitions_long_options_in_its_order() {
         let u = User {
             name: "core".into(),
             uid: Some(1500),
+            gecos: Some("Core".into()),
+            home_dir: Some("/var/home/core".into()),
+            primary_group: Some("users".into()),
+            shell: Some("/bin/sh".into()),
             groups: vec!["wheel".into(), "adm".into()],
             no_create_home: Some(true),
+            no_user_group: Some(true),
+            no_log_init: Some(true),
             system: Some(true),
             ..Default::default()
         };
         assert_eq!(
             user_args(&u, false),
             [
-                "--uid",
-                "1500",
-                "--groups",
-                "wheel,adm",
+                "--home-dir",
+                "/var/home/core",
+                "--no-create-home",
+                "--no-user-group",
+                "--system",
+                "--no-log-init",
                 "--password",
                 "*",
-                "--no-create-home",
-                "--system",
+                "--uid",
+                "1500",
+                "--comment",
+                "Core",
+                "--gid",
+                "users",
+                "--groups",
+                "wheel,adm",
+                "--shell",
+                "/bin/sh",
                 "core"
             ]
         );
         assert_eq!(
             user_args(&u, true),
-            ["--uid", "1500", "--groups", "wheel,adm", "core"]
+            [
+                "--home",
+                "/var/home/core",
+                "--move-home",
+                "--uid",
+                "1500",
+                "--comment",
+                "Core",
+                "--gid",
+                "users",
+                "--groups",
+                "wheel,adm",
+                "--shell",
+                "/bin/sh",
+                "core"
+            ]
         );
+        // Defaults: a home is created, the account locked; empty strings are not passed.
+        let plain = User {
+            name: "p".into(),
+            gecos: Some(String::new()),
+            password_hash: Some(String::new()),
+            ..Default::default()
+        };
+        assert_eq!(
+            user_args(&plain, false),
+            ["--create-home", "--password", "*", "p"]
+        );
+        assert_eq!(user_args(&plain, true), ["--password", "*", "p"]);
+        let hashed = User {
+            name: "h".into(),
+            password_hash: Some("$6$x".into()),
+            ..Default::default()
+        };
+        assert_eq!(user_args(&hashed, true), ["--password", "$6$x", "h"]);
+    }
+
+    #[test]
+    fn groupadd_and_groupmod_arguments() {
         let g = Group {
             name: "g".into(),
             gid: Some(5),
             system: Some(true),
             ..Default::default()
         };
-        assert_eq!(group_args(&g, false), ["--gid", "5", "--system", "g"]);
+        assert_eq!(
+            group_args(&g, false),
+            ["--gid", "5", "--password", "*", "--system", "g"]
+        );
         assert_eq!(group_args(&g, true), ["--gid", "5", "g"]);
+        let h = Group {
+            name: "h".into(),
+            password_hash: Some("$1$y".into()),
+            ..Default::default()
+        };
+        assert_eq!(group_args(&h, false), ["--password", "$1$y", "h"]);
+    }
+
+    #[test]
+    fn ids_outside_the_chown_range_are_refused() {
+        assert!(check_id(Some(0), "u").is_ok());
+        assert!(check_id(Some(4_294_967_294), "u").is_ok());
+        assert!(check_id(None, "u").is_ok());
+        let e = check_id(Some(4_294_967_295), "user x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("user x") && e.contains("-1"), "{e}");
+        assert!(check_id(Some(-1), "u").is_err());
+        assert!(check_id(Some(1 << 40), "u").is_err());
     }
 }

@@ -1,6 +1,12 @@
-//! The result file `<root>/etc/.agent-result.json` (mode 0600): provisioning boot id, date,
-//! whether a user config was provided, and the previous report if the root had one (a root
-//! provisioned before is logged as a warning).
+//! The result file `<root>/etc/.ignition-result.json` (mode 0600), where Ignition writes it and
+//! with its fields, so that login-message helpers written for Ignition read it:
+//! `provisioningBootID`, `provisioningDate` (RFC 3339, UTC), `userConfigProvided`, and
+//! `previousReport` (the whole previous report) if the root had one (a root provisioned before
+//! is logged as a warning).
+//!
+//! Earlier agent releases wrote `<root>/etc/.agent-result.json`; that name is now a relative
+//! symlink to `.ignition-result.json`, and a regular file there (a root provisioned by an
+//! earlier release) is read as the previous report.
 //!
 //! Whether a user config was provided is read from the fetch stage's record
 //! (`<state-dir>/fetch.json`); without a record it is recorded as `null` (unknown).
@@ -12,7 +18,12 @@ use anyhow::{Context, Result};
 use log::warn;
 use serde_json::{Value, json};
 
-pub const RESULT_FILE: &str = "/etc/.agent-result.json";
+pub const RESULT_FILE: &str = "/etc/.ignition-result.json";
+/// The result file of earlier agent releases: now a symlink to `RESULT_FILE`.
+pub const COMPAT_RESULT_FILE: &str = "/etc/.agent-result.json";
+/// The target of the `COMPAT_RESULT_FILE` symlink (relative: valid inside and outside the
+/// initramfs).
+pub const COMPAT_RESULT_TARGET: &str = ".ignition-result.json";
 /// Whether the fetch stage found a user config: `None` when there is no record of it.
 pub fn user_config_provided(state_dir: &Path) -> Option<bool> {
     crate::stages::fetch::load_record(state_dir)

@@ -61,7 +61,14 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
     let root = Root::new(&ctx.root, &mount_paths);
     let mounts = MountGuard::mount_all(&root, &config.storage.filesystems)?;
     // On failure the guard's Drop unmounts; on success close() reports unmount errors.
-    write_all(config, ctx, opts, root, mounts.mounted())?;
+    write_all(
+        config,
+        ctx,
+        opts,
+        root,
+        mounts.mounted(),
+        mounts.created_dirs(),
+    )?;
     mounts.close()
 }
 
@@ -71,9 +78,11 @@ fn write_all(
     opts: &Options,
     root: Root,
     mounted: &[PathBuf],
+    mount_dirs: &[String],
 ) -> Result<()> {
     let fetcher = Fetcher::new(fetch::Options::from_config(config));
     let mut w = Writer::new(root, &fetcher);
+    w.set_mount_dirs(mount_dirs.to_vec());
     w.write_passwd(&config.passwd, opts.ssh_keys_file)?;
     w.write_storage(&config.storage)?;
     w.write_units(&config.systemd)?;
@@ -105,9 +114,18 @@ fn write_all(
 }
 
 fn write_result(w: &mut Writer, ctx: &Context) -> Result<()> {
-    let r = w.root.resolve(result::RESULT_FILE)?;
-    let host = w.root.host_path(&r.parent).join(&r.name);
-    let previous = result::previous_report(&host)?;
+    let host_of = |w: &Writer, p: &str| -> Result<PathBuf> {
+        let r = w.root.resolve(p)?;
+        Ok(w.root.host_path(&r.parent).join(&r.name))
+    };
+    let mut previous = result::previous_report(&host_of(w, result::RESULT_FILE)?)?;
+    if previous.is_none() {
+        // A root provisioned by an earlier release has its report under the old name.
+        let old = host_of(w, result::COMPAT_RESULT_FILE)?;
+        if std::fs::symlink_metadata(&old).is_ok_and(|m| m.is_file()) {
+            previous = result::previous_report(&old)?;
+        }
+    }
     let report = result::report(result::user_config_provided(&ctx.state_dir), previous);
     let mut text = serde_json::to_vec_pretty(&report).context("encoding result report")?;
     text.push(b'\n');
@@ -117,6 +135,13 @@ fn write_result(w: &mut Writer, ctx: &Context) -> Result<()> {
         mode: Some(0o600),
     };
     w.put_file(result::RESULT_FILE, Contents::Bytes(&text), attrs, true)?;
+    // The name earlier releases used, for tools that read it.
+    w.put_symlink(
+        result::COMPAT_RESULT_FILE,
+        result::COMPAT_RESULT_TARGET,
+        Attrs::default(),
+        true,
+    )?;
     info!("result written to {}", result::RESULT_FILE);
     Ok(())
 }

@@ -15,10 +15,13 @@ expect_mode "$r/var/lib/agent-test" 700
 expect_eq "$(readlink "$r/etc/localtime")" /usr/share/zoneinfo/UTC "link target"
 expect_file "$r/etc/systemd/system/hello.service"
 expect_content "$r/etc/systemd/system/hello.service.d/10-env.conf" $'[Service]\nEnvironment=A=1'
+grep -qx 'enable hello.service' "$r/etc/systemd/system-preset/20-ignition.preset" ||
+    fail "hello.service not enabled in Ignition's preset file"
 grep -qx 'enable hello.service' "$r/etc/systemd/system-preset/20-agent.preset" ||
-    fail "hello.service not enabled in the preset"
+    fail "hello.service not enabled in the earlier layout's preset file"
 expect_eq "$(readlink "$r/etc/systemd/system/getty@tty1.service")" /dev/null "mask"
-expect_file "$r/etc/.agent-result.json"
+expect_file "$r/etc/.ignition-result.json"
+expect_eq "$(readlink "$r/etc/.agent-result.json")" .ignition-result.json "earlier result name"
 expect_console "AGENT-TEST-DONE complete=yes"
 # No network without need: the offline pass rendered the config.
 if grep -aq "Started.*systemd-networkd" "$CONSOLE"; then fail "the network was started"; fi

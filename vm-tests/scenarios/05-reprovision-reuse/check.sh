@@ -9,6 +9,6 @@ expect_content "$r/etc/agent-test/first" 1
 expect_content "$r/etc/agent-test/second" 2
 grep -q '^core:x:1000:' "$r/etc/passwd" || fail "user core missing from /etc/passwd"
 grep -q '^ops:x:1500:.*core' "$r/etc/group" || fail "core not in group ops"
-grep -q 'AgentVmTestKey' "$r/home/core/.ssh/authorized_keys.d/agent" || fail "SSH key missing"
+grep -q 'AgentVmTestKey' "$r/home/core/.ssh/authorized_keys.d/ignition" || fail "SSH key missing"
 [[ ! -e $r/boot/agent.firstboot ]] || fail "first-boot stamp not cleared"
 expect_console "first-boot flag cleared"
