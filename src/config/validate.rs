@@ -288,9 +288,15 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
             if part.num() == 0 && has_not_exist {
                 v.err(q.key("number"), "partition number 0 is not allowed on a disk with shouldExist: false partitions");
             }
+            if part.num() == 0 && part.label.is_none() && part.should_exist() {
+                v.err(q.clone(), "a partition needs a number >= 1 or a label");
+            }
             if let Some(l) = &part.label {
                 if l.encode_utf16().count() > 36 {
                     v.err(q.key("label"), "partition label longer than 36 characters");
+                }
+                if l.contains(':') {
+                    v.err(q.key("label"), "partition label must not contain ':'");
                 }
                 if labels.insert(l.clone(), j).is_some() {
                     v.err(q.key("label"), format!("duplicate partition label {l:?}"));
@@ -320,8 +326,7 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
                     || part.size_mib.is_some()
                     || part.start_mib.is_some()
                     || part.guid.as_deref().is_some_and(|g| !g.is_empty())
-                    || part.type_guid.as_deref().is_some_and(|g| !g.is_empty())
-                    || part.resize.is_some();
+                    || part.type_guid.as_deref().is_some_and(|g| !g.is_empty());
                 if extra {
                     v.err(q.clone(), "a partition with shouldExist: false may only set number and wipePartitionEntry");
                 }
@@ -475,18 +480,13 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
                         v.err(fp.key("uuid"), format!("invalid {fmt} UUID {u:?}"));
                     }
                 }
-                if matches!(fmt, "swap" | "none") && f.path.is_some() {
-                    v.err(
-                        fp.key("path"),
-                        format!("a {fmt} filesystem cannot have a mount path"),
-                    );
-                }
             }
             _ => {
-                let others = f.path.is_some()
-                    || f.label.is_some()
-                    || f.uuid.is_some()
-                    || f.wipe_filesystem.is_some()
+                let set = |x: &Option<String>| x.as_deref().is_some_and(|x| !x.is_empty());
+                let others = set(&f.path)
+                    || set(&f.label)
+                    || set(&f.uuid)
+                    || f.wipe_filesystem == Some(true)
                     || !f.options.is_empty()
                     || !f.mount_options.is_empty();
                 if others {

@@ -232,6 +232,11 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
         });
     }
     for fs in &st.filesystems {
+        // Like Ignition: an entry without a format (only a device) asks for nothing.
+        if fs.format.as_deref().is_none_or(str::is_empty) {
+            log::info!("filesystem on {}: no format, nothing to do", fs.device);
+            continue;
+        }
         let action = if touched_by_partitioning(&out.disks, &fs.device)
             || made_by_layers(&out, &fs.device)
         {
@@ -396,10 +401,16 @@ pub fn decide(fs: &Filesystem, found: Option<Found>) -> Result<FsAction> {
     } else {
         bail!(
             "filesystem on {}: the existing {} does not match the config ({}) and wipeFilesystem \
-             is false; refusing to touch it",
+             is false; refusing to touch it{}",
             fs.device,
             found.fstype,
-            why.join(", ")
+            why.join(", "),
+            if found.ambivalent {
+                " (the device carries more than one signature; `wipefs` lists them, and \
+                 wipeFilesystem: true clears them all)"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -469,10 +480,15 @@ impl fmt::Display for StagePlan {
             let what = match &w.action {
                 FsAction::Nothing => "nothing (format none, nothing there)".to_string(),
                 FsAction::Reuse(x) => format!(
-                    "reuse {} (label {:?}, uuid {})",
+                    "reuse {} (label {:?}, uuid {}){}",
                     x.fstype,
                     x.label.as_deref().unwrap_or(""),
-                    x.uuid.as_deref().unwrap_or("-")
+                    x.uuid.as_deref().unwrap_or("-"),
+                    if x.ambivalent {
+                        "; other, stale signatures are on the device too"
+                    } else {
+                        ""
+                    }
                 ),
                 FsAction::Create => format!("create {fmt}"),
                 FsAction::WipeCreate(x) if fmt == "none" => format!("wipe {}", fstype(x)),
@@ -762,7 +778,9 @@ fn make_fs(fs: &Filesystem, dev: &Path, action: &FsAction, tools: &Mutex<Duratio
             timed(tools, "wipefs", &["-a".into(), d.clone()])?;
             failpoint::hit("after-wipe")?;
         }
-        FsAction::Create => {}
+        // Like Ignition, signatures libblkid does not report as a filesystem (a partition table
+        // inside the partition, say) are cleared before mkfs too.
+        FsAction::Create => timed(tools, "wipefs", &["-a".into(), d.clone()])?,
         FsAction::AfterPartitioning => bail!("internal: undecided filesystem"),
     }
     if fmt == "none" {
@@ -824,6 +842,7 @@ mod tests {
             fstype: t.into(),
             label: label.map(Into::into),
             uuid: uuid.map(Into::into),
+            ambivalent: false,
         })
     }
 
