@@ -721,6 +721,13 @@ fn refuses_to_delete_a_mounted_partition() {
         serde_json::json!({"filesystems": [{"device": l.part(1), "format": "xfs", "wipeFilesystem": true}]}),
         "is mounted",
     );
+    // wipeTable with a partition in use is refused even when the new table would put the
+    // same extent back (like Ignition: "refusing to wipe active disk").
+    fails(
+        serde_json::json!({"disks": [{"device": l.dev(), "wipeTable": true, "partitions": [
+            {"number": 1, "startMiB": 1, "sizeMiB": 10}, {"number": 2, "startMiB": 20, "sizeMiB": 10}]}]}),
+        "wipe the partition table",
+    );
     assert_eq!(l.table(), before);
     drop(um);
 }

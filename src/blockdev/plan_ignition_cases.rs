@@ -692,6 +692,14 @@ fn ignition_validation_rules_for_partitions_and_filesystems() {
         // No format: only wipeFilesystem: true (not false) needs one.
         fs(r#""wipeFilesystem": false"#),
         fs(r#""label": """#),
+        // Adjacent, or placed by a 0 start: no overlap to check.
+        disk(
+            r#"[{"number": 1, "startMiB": 1, "sizeMiB": 4}, {"number": 2, "startMiB": 5, "sizeMiB": 4}]"#,
+        ),
+        disk(
+            r#"[{"number": 1, "startMiB": 1, "sizeMiB": 4}, {"number": 2, "startMiB": 0, "sizeMiB": 4}]"#,
+        ),
+        fs(r#""format": "ext4", "label": "0123456789abcdef""#),
     ];
     for s in &accepted {
         assert!(check(s).is_ok(), "{s}: {:?}", check(s));
@@ -708,6 +716,20 @@ fn ignition_validation_rules_for_partitions_and_filesystems() {
             "number 0",
         ),
         (fs(r#""wipeFilesystem": true"#), "format is required"),
+        (
+            disk(
+                r#"[{"number": 1, "startMiB": 1, "sizeMiB": 4}, {"number": 2, "startMiB": 4, "sizeMiB": 4}]"#,
+            ),
+            "overlaps",
+        ),
+        (
+            disk(
+                r#"[{"number": 1, "startMiB": 1, "sizeMiB": 8}, {"number": 2, "startMiB": 3, "sizeMiB": 0}]"#,
+            ),
+            "overlaps",
+        ),
+        // Label limits count bytes, as mkfs does.
+        (fs(r#""format": "ext4", "label": "ééééééééé""#), "16 bytes"),
         (fs(r#""path": "/var""#), "format is required"),
     ];
     for (s, needle) in &rejected {

@@ -274,6 +274,23 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
         let mut numbers = HashMap::new();
         let mut labels = HashMap::new();
         let has_not_exist = d.partitions.iter().any(|x| !x.should_exist());
+        // Like Ignition: partitions with both start (not 0) and size given must not overlap.
+        let fixed: Vec<(usize, i64, i64)> = (d.partitions.iter().enumerate())
+            .filter_map(|(j, x)| match (x.start_mib, x.size_mib) {
+                (Some(a), Some(z)) if a != 0 => Some((j, a, if z == 0 { a } else { a + z - 1 })),
+                _ => None,
+            })
+            .collect();
+        if let Some((j, k)) = fixed.iter().find_map(|&(j, a, b)| {
+            (fixed.iter())
+                .find(|&&(k, c, e)| k != j && a <= e && c <= b)
+                .map(|o| (j, o.0))
+        }) {
+            v.err(
+                pp.index(k),
+                format!("partition overlaps partition entry {j}"),
+            );
+        }
         for (j, part) in d.partitions.iter().enumerate() {
             let q = pp.index(j);
             if part.num() < 0 {
@@ -462,11 +479,11 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
                     );
                 }
                 if let (Some(l), Some(max)) = (&f.label, label_max(fmt))
-                    && l.chars().count() > max
+                    && l.len() > max
                 {
                     v.err(
                         fp.key("label"),
-                        format!("{fmt} labels are limited to {max} characters"),
+                        format!("{fmt} labels are limited to {max} bytes"),
                     );
                 }
                 if let Some(u) = &f.uuid {

@@ -191,7 +191,7 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
         )
         .with_context(|| format!("planning partitions of {}", d.device))?;
         if plan.changes() {
-            check_free(&name, &g, &plan.new)?;
+            check_free(&name, &plan)?;
         }
         out.disks.push(DiskWork {
             path: d.device.clone(),
@@ -267,17 +267,25 @@ fn made_by_layers(p: &StagePlan, device: &str) -> bool {
 }
 
 /// Refuses when the disk, or a partition the kernel knows that the new table removes or changes,
-/// is in use.
-fn check_free(name: &str, g: &gpt::Geometry, new: &Table) -> Result<()> {
+/// is in use; with wipeTable, any partition in use (like Ignition: "refusing to wipe active
+/// disk").
+fn check_free(name: &str, plan: &DiskPlan) -> Result<()> {
     inuse::ensure_free(name, &format!("repartition /dev/{name}"))?;
-    let ss = g.sector_size;
+    let ss = plan.geometry.sector_size;
     for (n, start, size) in kernel::kernel_partitions(name) {
-        let same = new
-            .get(n)
-            .is_some_and(|e| e.start * ss == start && e.size() * ss == size);
+        let same = !plan.wipe_table
+            && plan
+                .new
+                .get(n)
+                .is_some_and(|e| e.start * ss == start && e.size() * ss == size);
         if !same {
             let pn = kernel::part_name(name, n);
-            inuse::ensure_free(&pn, &format!("change or delete partition /dev/{pn}"))?;
+            let what = if plan.wipe_table {
+                format!("wipe the partition table of /dev/{name}, which holds /dev/{pn}")
+            } else {
+                format!("change or delete partition /dev/{pn}")
+            };
+            inuse::ensure_free(&pn, &what)?;
         }
     }
     Ok(())
@@ -555,7 +563,7 @@ fn refresh_nodes(d: &DiskWork) -> Result<()> {
     let dev = &d.dev;
     let file = File::open(dev).with_context(|| format!("opening {}", dev.display()))?;
     let g = d.plan.geometry;
-    check_free(&d.name, &g, &d.plan.new)?;
+    check_free(&d.name, &d.plan)?;
     let nodes = kernel::sync_partitions(&file, &d.name, &g, &d.plan.new)
         .with_context(|| format!("updating partition nodes of {}", dev.display()))?;
     kernel::wait_for(&nodes, kernel::device_timeout())
@@ -570,7 +578,7 @@ fn partition(d: &DiskWork, table_io: &mut Duration) -> Result<TableGuard> {
         .with_context(|| format!("opening {} for writing", dev.display()))?;
     let g = d.plan.geometry;
     // Re-check right before writing: nothing may have been mounted since the plan.
-    check_free(&d.name, &g, &d.plan.new)?;
+    check_free(&d.name, &d.plan)?;
     let snapshot = gpt::snapshot(&file, &g)
         .with_context(|| format!("saving the table of {}", dev.display()))?;
     let old = d.plan.old.clone().unwrap_or(Table {
