@@ -42,10 +42,13 @@ struct Loop {
 impl Loop {
     /// `setup` (an sfdisk script) is written to the image before it is attached.
     fn new(size_mib: u64, sector: u32, setup: Option<&str>) -> Loop {
+        Loop::with_bytes(size_mib << 20, sector, setup)
+    }
+    fn with_bytes(bytes: u64, sector: u32, setup: Option<&str>) -> Loop {
         need("losetup");
         let dir = TempDir::new("disks");
         let img = dir.0.join("disk.img");
-        File::create(&img).unwrap().set_len(size_mib << 20).unwrap();
+        File::create(&img).unwrap().set_len(bytes).unwrap();
         if let Some(script) = setup {
             need("sfdisk");
             let mut c = Command::new("sfdisk");
@@ -718,6 +721,13 @@ fn refuses_to_delete_a_mounted_partition() {
         serde_json::json!({"filesystems": [{"device": l.part(1), "format": "xfs", "wipeFilesystem": true}]}),
         "is mounted",
     );
+    // wipeTable with a partition in use is refused even when the new table would put the
+    // same extent back (like Ignition: "refusing to wipe active disk").
+    fails(
+        serde_json::json!({"disks": [{"device": l.dev(), "wipeTable": true, "partitions": [
+            {"number": 1, "startMiB": 1, "sizeMiB": 10}, {"number": 2, "startMiB": 20, "sizeMiB": 10}]}]}),
+        "wipe the partition table",
+    );
     assert_eq!(l.table(), before);
     drop(um);
 }
@@ -970,4 +980,348 @@ fn two_names_for_one_filesystem_device_are_refused() {
         "same device",
     );
     assert!(!blkid(l.dev()).contains_key("TYPE"));
+}
+
+// ---------- Ignition's blackbox layouts (coreos/ignition tests/positive/partitions) ----------
+
+/// A disk laid out like the blackbox suite does (see `plan_ignition_cases.rs`): `parts` are
+/// (start, size, name, type, uuid) in sectors, numbered 1.. in order; `sectors` is the image size.
+fn ignition_disk(sectors: u64, parts: &[(u64, u64, &str, &str, &str)]) -> Loop {
+    let mut script = String::from("label: gpt\n");
+    for (start, size, name, ty, uuid) in parts {
+        script.push_str(&format!(
+            "start={start}, size={size}, name={name}, type={ty}, uuid={uuid}\n"
+        ));
+    }
+    Loop::with_bytes(sectors * 512, 512, Some(&script))
+}
+
+const LINUX: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+
+fn part(t: &[Part], n: u32) -> Part {
+    t.iter()
+        .find(|p| p.number == n)
+        .unwrap_or_else(|| panic!("no partition {n} in {t:#?}"))
+        .clone()
+}
+
+#[test]
+fn ignition_partitions_complex() {
+    // "partitions.complex": 1 recreated smaller, 2 kept, 3 and 4 deleted and 3 recreated in the
+    // largest block they leave, 5 untouched. 3 is placed over where 4 was, and 4 comes later in
+    // the list: Ignition deletes everything first, then creates.
+    let t0 = "316F19F9-9E0F-431E-859E-AE6908DBE8CA";
+    let l = ignition_disk(
+        657441,
+        &[
+            (
+                2048,
+                131072,
+                "p1",
+                t0,
+                "3ED3993F-0016-422B-B134-09FCBA6F66EF",
+            ),
+            (
+                133120,
+                65536,
+                "dont-delete",
+                "F39C522B-9966-4429-A8F8-417CD5D83E5E",
+                "26CC1E6A-39A2-4502-A957-28F8E0AC00E7",
+            ),
+            (
+                198656,
+                65536,
+                "garbo-town",
+                "9DFDE6DB-A308-497B-9F8C-55DB12D4D9A1",
+                "115EE54B-00BD-4AFE-BE9B-BF1912DEC92D",
+            ),
+            (
+                395264,
+                65536,
+                "more-junk",
+                "EE378F79-6B7A-4F7A-8029-7A5736D12BBF",
+                "5E89FA40-183C-4346-B2E1-2F10FA2190E1",
+            ),
+            (
+                460800,
+                65536,
+                "dont-delete2",
+                "9DD1A91A-A39A-4594-B431-60A7FB630BCB",
+                "39BAF7EF-CB3E-4343-8BFC-C2391B8B5607",
+            ),
+        ],
+    );
+    let before = l.table();
+    ok(
+        serde_json::json!({"disks": [{"device": l.dev(), "wipeTable": false, "partitions": [
+        {"label": "p1", "number": 1, "startMiB": 1, "sizeMiB": 32,
+         "typeGuid": "316f19f9-9e0f-431e-859e-ae6908dbe8ca",
+         "guid": "53f2e871-f468-437c-b90d-f3c6409df81a", "wipePartitionEntry": true},
+        {"label": "dont-delete", "number": 2, "sizeMiB": 32},
+        {"label": "new-biggest", "number": 3, "sizeMiB": 0, "startMiB": 0,
+         "typeGuid": "6050e8fc-1e31-473b-bcc0-714e32fcb09d",
+         "guid": "f14984bc-6f08-4885-b668-526263469a00", "wipePartitionEntry": true},
+        {"number": 4, "shouldExist": false, "wipePartitionEntry": true},
+        {"number": 9, "shouldExist": false}]}]}),
+    );
+    let t = l.table();
+    assert_eq!(
+        t.iter().map(|p| p.number).collect::<Vec<_>>(),
+        vec![1, 2, 3, 5]
+    );
+    let p1 = part(&t, 1);
+    assert_eq!(
+        (
+            p1.start,
+            p1.size,
+            p1.name.as_str(),
+            p1.type_guid.as_str(),
+            p1.uuid.as_str()
+        ),
+        (
+            2048,
+            65536,
+            "p1",
+            t0,
+            "53F2E871-F468-437C-B90D-F3C6409DF81A"
+        )
+    );
+    assert_eq!(part(&t, 2), part(&before, 2));
+    let p3 = part(&t, 3);
+    assert_eq!(
+        (
+            p3.start,
+            p3.size,
+            p3.name.as_str(),
+            p3.type_guid.as_str(),
+            p3.uuid.as_str()
+        ),
+        (
+            198656,
+            262144,
+            "new-biggest",
+            "6050E8FC-1E31-473B-BCC0-714E32FCB09D",
+            "F14984BC-6F08-4885-B668-526263469A00"
+        )
+    );
+    assert_eq!(part(&t, 5), part(&before, 5));
+    assert_eq!(l.kernel_nodes(), vec![1, 2, 3, 5]);
+    gpt_is_valid(l.dev());
+}
+
+#[test]
+fn ignition_partition_match_recreate_delete_add() {
+    // "partition.match.recreate.delete.add": 1 kept, 2 recreated twice as large over 3, which is
+    // deleted further down the list, 4 added.
+    let l = ignition_disk(
+        264225,
+        &[
+            (
+                2048,
+                65536,
+                "important-data",
+                LINUX,
+                "11111111-1111-4111-8111-111111111111",
+            ),
+            (
+                67584,
+                65536,
+                "ephemeral-data",
+                LINUX,
+                "22222222-2222-4222-8222-222222222222",
+            ),
+            (
+                133120,
+                131072,
+                "bunch-of-junk",
+                LINUX,
+                "33333333-3333-4333-8333-333333333333",
+            ),
+        ],
+    );
+    let before = l.table();
+    ok(disk(
+        &l,
+        serde_json::json!([
+            {"label": "important-data", "number": 1, "startMiB": 1, "sizeMiB": 32},
+            {"label": "ephemeral-data", "number": 2, "startMiB": 33, "sizeMiB": 64,
+             "wipePartitionEntry": true},
+            {"number": 3, "shouldExist": false, "wipePartitionEntry": true},
+            {"label": "even-more-data", "number": 4, "startMiB": 97, "sizeMiB": 32}]),
+    ));
+    let t = l.table();
+    assert_eq!(part(&t, 1), part(&before, 1));
+    let p2 = part(&t, 2);
+    assert_eq!(
+        (p2.start, p2.size, p2.name.as_str()),
+        (67584, 131072, "ephemeral-data")
+    );
+    assert_ne!(p2.uuid, "22222222-2222-4222-8222-222222222222");
+    let p4 = part(&t, 4);
+    assert_eq!(
+        (p4.start, p4.size, p4.name.as_str()),
+        (198656, 65536, "even-more-data")
+    );
+    assert_eq!(t.len(), 3);
+    assert_eq!(l.kernel_nodes(), vec![1, 2, 4]);
+    gpt_is_valid(l.dev());
+}
+
+#[test]
+fn ignition_partition_no_op_nonexistent() {
+    // "partition.no-op.nonexistent": numbers that are not there, 999 beyond any table.
+    let l = Loop::new(64, 512, Some(TWO));
+    let before = std::fs::read(&l.img).unwrap();
+    // And a blank 1 MiB disk, as small as the suite's: no table is written on it.
+    let tiny = Loop::new(1, 512, None);
+    ok(serde_json::json!({"disks": [
+        {"device": l.dev(), "partitions": [
+            {"number": 10, "shouldExist": false}, {"number": 11, "shouldExist": false},
+            {"number": 999, "shouldExist": false}]},
+        {"device": tiny.dev(), "partitions": [
+            {"number": 1, "shouldExist": false}, {"number": 11, "shouldExist": false},
+            {"number": 999, "shouldExist": false}]}]}));
+    assert!(std::fs::read(&l.img).unwrap() == before);
+    assert!(std::fs::read(&tiny.img).unwrap().iter().all(|&b| b == 0));
+    // 999 that should exist cannot be made: a clear error, nothing written.
+    fails(
+        disk(&l, serde_json::json!([{"number": 999, "sizeMiB": 1}])),
+        "partition number 999 is outside 1..=128",
+    );
+    assert!(std::fs::read(&l.img).unwrap() == before);
+}
+
+// ---------- filesystems: Ignition's reuse and path rules ----------
+
+/// Writes stale ZFS uberblocks into the two labels at the end of `dev` (L2 and L3, 256 KiB each;
+/// uberblock ring at 128 KiB into a label, 1 KiB slots), as an old pool leaves them behind when
+/// mkfs.ext4 only rewrites the start of the device. libblkid wants 4 uberblocks for zfs_member.
+fn stale_zfs_labels(dev: &str) {
+    use std::io::{Seek, SeekFrom};
+    let mut f = std::fs::OpenOptions::new().write(true).open(dev).unwrap();
+    let size = f.seek(SeekFrom::End(0)).unwrap();
+    let align = size % (256 << 10);
+    for label in [size - (512 << 10) - align, size - (256 << 10) - align] {
+        for slot in 0..4u64 {
+            let mut ub = [0u8; 16];
+            ub[..8].copy_from_slice(&0x00ba_b10cu64.to_le_bytes()); // ub_magic
+            ub[8..].copy_from_slice(&5000u64.to_le_bytes()); // ub_version
+            f.write_all_at(&ub, label + (128 << 10) + slot * 1024)
+                .unwrap();
+        }
+    }
+    f.sync_all().unwrap();
+}
+
+#[test]
+fn ambivalent_ext4_with_stale_zfs_labels_is_reused_like_ignition() {
+    // "filesystem.reuse.ambivalent": ext4 plus stale ZFS labels; the config keeps that ext4.
+    need("mount");
+    let l = Loop::new(96, 512, None);
+    let p1 = l.part(1);
+    let (label, uuid) = ("some-label", "f63bf118-f6d7-40a3-b64c-a92b05a7f9ee");
+    let fs = serde_json::json!({"device": p1, "format": "ext4", "label": label, "uuid": uuid});
+    ok(
+        serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1, "sizeMiB": 64}]}],
+        "filesystems": [fs.clone()]}),
+    );
+    let mnt = TempDir::new("disks");
+    sh("mount", &[&p1, mnt.0.to_str().unwrap()]);
+    std::fs::create_dir(mnt.0.join("foo")).unwrap();
+    std::fs::write(mnt.0.join("foo/bar"), "example file\n").unwrap();
+    sh("umount", &[mnt.0.to_str().unwrap()]);
+    stale_zfs_labels(&p1);
+    // Another tool sees both signatures and will not pick one.
+    let out = Command::new("blkid")
+        .args(["-p", "-c", "/dev/null", &p1])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("ambivalent"), "blkid -p: {text}");
+    let wipefs = sh("wipefs", &["--no-act", "-O", "TYPE", "-n", &p1]);
+    assert!(
+        wipefs.contains("zfs_member") && wipefs.contains("ext4"),
+        "{wipefs}"
+    );
+    let before = std::fs::read(&l.img).unwrap();
+
+    // A config that asks for something else is refused (Ignition too), naming the ambiguity.
+    for other in [
+        serde_json::json!({"device": p1, "format": "xfs"}),
+        serde_json::json!({"device": p1, "format": "ext4", "label": "other"}),
+        serde_json::json!({"device": p1, "format": "none"}),
+    ] {
+        fails(
+            serde_json::json!({"filesystems": [other]}),
+            "more than one signature",
+        );
+    }
+    // The matching one is reused: nothing written, the data still there.
+    let err = ok(serde_json::json!({"filesystems": [fs.clone()]}));
+    assert!(err.contains("ambivalent"), "a warning is logged:\n{err}");
+    assert!(
+        std::fs::read(&l.img).unwrap() == before,
+        "reuse wrote to the disk"
+    );
+    sh("mount", &["-t", "ext4", &p1, mnt.0.to_str().unwrap()]);
+    let back = std::fs::read_to_string(mnt.0.join("foo/bar"));
+    sh("umount", &[mnt.0.to_str().unwrap()]);
+    assert_eq!(back.unwrap(), "example file\n");
+
+    // wipeFilesystem clears every signature: a clean ext4 afterwards.
+    let mut wipe = fs.clone();
+    wipe["wipeFilesystem"] = true.into();
+    ok(serde_json::json!({"filesystems": [wipe]}));
+    let b = blkid(&p1);
+    assert_eq!(
+        (b["TYPE"].as_str(), b["LABEL"].as_str(), b["UUID"].as_str()),
+        ("ext4", label, uuid)
+    );
+    assert!(!sh("wipefs", &["--no-act", "-n", &p1]).contains("zfs_member"));
+}
+
+#[test]
+fn swap_and_none_with_a_path_are_made_and_never_mounted() {
+    // "filesystem.create.swap.wipe" and the erase-a-block-device cases: a path on a swap or
+    // none filesystem is valid and ignored when mounting.
+    let l = Loop::new(64, 512, None);
+    let (p1, p2) = (l.part(1), l.part(2));
+    let state = TempDir::new("disks");
+    let root = TempDir::new("disks");
+    let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": {
+        "disks": [{"device": l.dev(), "partitions": [{"number": 1, "sizeMiB": 16}, {"number": 2, "sizeMiB": 16}]}],
+        "filesystems": [
+            {"device": p1, "format": "swap", "path": "/tmp0", "label": "OEM",
+             "uuid": "7c4b1a2e-1111-4222-8333-444455556666", "wipeFilesystem": true},
+            {"device": p2, "format": "none", "path": "/tmp1", "wipeFilesystem": true}],
+        "files": [{"path": "/etc/marker", "contents": {"source": "data:,x"}}]}});
+    std::fs::write(state.0.join("config.json"), cfg.to_string()).unwrap();
+    // Something to erase on partition 2 first.
+    ok(
+        serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1, "sizeMiB": 16}, {"number": 2, "sizeMiB": 16}]}],
+        "filesystems": [{"device": p2, "format": "ext4"}]}),
+    );
+    assert_eq!(blkid(&p2)["TYPE"], "ext4");
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["run", "--stage", "disks", "--stage", "files", "--state-dir"])
+        .arg(&state.0)
+        .arg("--root")
+        .arg(&root.0)
+        .env("AGENT_DEVICE_TIMEOUT_MS", "5000")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b = blkid(&p1);
+    assert_eq!(
+        (b["TYPE"].as_str(), b["LABEL"].as_str(), b["UUID"].as_str()),
+        ("swap", "OEM", "7c4b1a2e-1111-4222-8333-444455556666")
+    );
+    assert!(!blkid(&p2).contains_key("TYPE"), "partition 2 erased");
+    assert!(root.0.join("etc/marker").exists());
+    assert!(!root.0.join("tmp0").exists() && !root.0.join("tmp1").exists());
+    assert!(!common::mounted_under(&root.0));
 }

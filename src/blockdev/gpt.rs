@@ -33,7 +33,9 @@ impl Geometry {
             sector_size,
             sectors: bytes / sector_size,
         };
-        if g.sectors < 2 * g.entry_sectors(DEFAULT_ENTRIES) + 3 + g.align() {
+        // Both table copies, the protective MBR and one usable sector (Ignition's own test
+        // disks can be this small: ~1 MiB with nothing to create on them).
+        if g.sectors < 2 * g.entry_sectors(DEFAULT_ENTRIES) + 4 {
             bail!("disk of {bytes} bytes is too small for a GPT");
         }
         Ok(g)

@@ -7,13 +7,22 @@
 //! | no  | true  | any   | create |
 //! | yes | false | false | fail |
 //! | yes | false | true  | delete |
-//! | yes | true  | false | keep if it matches, grow with `resize` if only the size differs, else fail |
+//! | yes | true  | false | keep if it matches, resize with `resize` if only the size differs, else fail |
 //! | yes | true  | true  | keep if it matches, else delete and recreate |
 //!
-//! `0` start/size values (and unspecified ones where they are not inherited) are resolved the way
-//! sgdisk would place them if every listed partition were deleted and then recreated in order
-//! (numbered ones first, `number` 0 last): start = first aligned sector of the largest free block,
-//! size 0 = up to the end of the largest free block.
+//! The order is Ignition's (`internal/exec/stages/disks/partitions.go` driving sgdisk):
+//!
+//! 1. The pretend run. Numbered partitions first, `number` 0 last (in config order otherwise).
+//!    Every listed partition that exists is deleted, then every one that should exist is created
+//!    in order, the way sgdisk places it: an unspecified start/size is the existing partition's
+//!    when it exists and wipePartitionEntry is false, else it acts like 0; start 0 = first
+//!    aligned sector of the largest free block, size 0 = up to the end of the largest free block
+//!    (fails when the start is not inside it); `number` 0 = the lowest free number. This gives
+//!    every partition that should exist its number, start and size.
+//! 2. The action table above, against the table as it is: an existing partition matches when
+//!    its start and size are the ones of step 1 and every label/guid/typeGuid given is equal.
+//! 3. The commit: every deletion (delete, recreate, resize) first, then every creation in
+//!    order. So a partition may be placed where one deleted later in the list used to be.
 
 use std::fmt;
 
@@ -22,6 +31,9 @@ use uuid::Uuid;
 
 use super::gpt::{Entry, Geometry, LINUX_FS_TYPE, Table};
 use crate::config::types::Partition;
+
+/// The highest partition number the agent's tables hold.
+pub const MAX_ENTRIES: u32 = 128;
 
 /// One config partition, checked and typed.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -57,22 +69,30 @@ fn mib_opt(v: Option<i64>, what: &str, n: i64) -> Result<Option<u64>> {
 impl Spec {
     pub fn from_config(p: &Partition) -> Result<Spec> {
         let n = p.num();
-        if !(0..=128).contains(&n) {
-            bail!("partition number {n} is outside 0..=128");
-        }
+        let should_exist = p.should_exist.unwrap_or(true);
+        // Like Ignition, a number beyond the table only fails when the partition is to be
+        // created: `shouldExist: false` on a number that cannot exist is a no-op.
+        let number = match u32::try_from(n) {
+            Ok(x) if x <= MAX_ENTRIES || !should_exist => x,
+            Err(_) if n > 0 && !should_exist => u32::MAX,
+            _ => bail!(
+                "partition number {n} is outside 1..={MAX_ENTRIES} (0 = the next free number); \
+                 a GPT holds {MAX_ENTRIES} partitions"
+            ),
+        };
         if let Some(l) = &p.label
             && l.encode_utf16().count() > 36
         {
             bail!("partition {n}: label {l:?} is longer than 36 UTF-16 code units");
         }
         Ok(Spec {
-            number: n as u32,
+            number,
             label: p.label.clone(),
             start_mib: mib_opt(p.start_mib, "startMiB", n)?,
             size_mib: mib_opt(p.size_mib, "sizeMiB", n)?,
             guid: guid_opt(&p.guid, "guid", n)?,
             type_guid: guid_opt(&p.type_guid, "typeGuid", n)?,
-            should_exist: p.should_exist.unwrap_or(true),
+            should_exist,
             wipe: p.wipe_partition_entry.unwrap_or(false),
             resize: p.resize.unwrap_or(false),
         })
@@ -239,19 +259,19 @@ fn place(
 }
 
 fn next_free_number(used: &[Entry]) -> Result<u32> {
-    (1..=128u32)
+    (1..=MAX_ENTRIES)
         .find(|n| used.iter().all(|e| e.number != *n))
-        .ok_or_else(|| anyhow!("no free partition number left (128 in use)"))
+        .ok_or_else(|| anyhow!("no free partition number left ({MAX_ENTRIES} in use)"))
 }
 
-/// Why an existing partition does not match its spec (None: it matches). `skip_size` ignores
-/// the size (the resize check).
+/// Why an existing partition does not match its spec (None: it matches). `start..=end` is where
+/// the pretend run put it; `skip_size` ignores the size (the resize check).
 fn mismatch(e: &Entry, s: &Spec, start: u64, end: u64, skip_size: bool) -> Option<String> {
     let mut why = Vec::new();
-    if s.start_mib.is_some() && e.start != start {
+    if e.start != start {
         why.push(format!("start sector {} != {start}", e.start));
     }
-    if !skip_size && s.size_mib.is_some() && e.size() != end + 1 - start {
+    if !skip_size && e.size() != end + 1 - start {
         why.push(format!("size {} != {} sectors", e.size(), end + 1 - start));
     }
     if let Some(l) = &s.label
@@ -295,6 +315,7 @@ pub fn plan(
     }
     let mut order: Vec<&Spec> = specs.iter().collect();
     order.sort_by_key(|s| s.number == 0); // stable: numbered first, in config order
+    let current = |s: &Spec| base.iter().find(|e| s.number != 0 && e.number == s.number);
 
     let mib = |v: Option<u64>, n: u32| -> Result<Want> {
         Ok(match v {
@@ -308,7 +329,8 @@ pub fn plan(
     };
 
     let align = alignment(g, &base);
-    // Pass 1, the pretend run: delete every listed partition that exists, recreate in order.
+    // Step 1, the pretend run: every listed partition that exists is deleted, then every one
+    // that should exist is created, in order.
     let mut virt: Vec<Entry> = base
         .iter()
         .filter(|e| !order.iter().any(|s| s.number == e.number))
@@ -320,10 +342,15 @@ pub fn plan(
             resolved.push(None);
             continue;
         }
-        let cur = base.iter().find(|e| s.number != 0 && e.number == s.number);
+        if s.number > MAX_ENTRIES {
+            bail!(
+                "partition {} cannot be created: a GPT holds partitions 1..={MAX_ENTRIES}",
+                s.number
+            );
+        }
         let mut start = mib(s.start_mib, s.number)?;
         let mut size = mib(s.size_mib, s.number)?;
-        if let Some(e) = cur
+        if let Some(e) = current(s)
             && !s.wipe
         {
             if start == Want::Unspec {
@@ -351,8 +378,7 @@ pub fn plan(
         resolved.push(Some((number, a, b)));
     }
 
-    // Pass 2, the action table against the real table.
-    let mut table = base.clone();
+    // Step 2, the action table against the table as it is.
     let mut parts = Vec::new();
     let make = |s: &Spec, n: u32, a: u64, b: u64, new_guid: &mut dyn FnMut() -> Uuid| Entry {
         number: n,
@@ -364,68 +390,70 @@ pub fn plan(
         attrs: 0,
     };
     for (s, r) in order.iter().zip(&resolved) {
-        let cur = base
-            .iter()
-            .find(|e| s.number != 0 && e.number == s.number)
-            .cloned();
+        let cur = current(s).cloned();
+        let placed = || r.ok_or_else(|| anyhow!("internal: unresolved partition"));
         let (action, new) = match (&cur, s.should_exist, s.wipe) {
             (None, false, _) => (Action::Absent, None),
             (None, true, _) => {
-                let (n, a, b) = r.ok_or_else(|| anyhow!("internal: unresolved partition"))?;
+                let (n, a, b) = placed()?;
                 (Action::Create, Some(make(s, n, a, b, new_guid)))
             }
             (Some(_), false, false) => bail!(
-                "partition {} exists but is specified as nonexistent and wipePartitionEntry is false",
+                "partition {} exists but is specified as nonexistent and wipePartitionEntry is \
+                 false; set wipePartitionEntry to delete it",
                 s.number
             ),
             (Some(_), false, true) => (Action::Delete, None),
             (Some(e), true, wipe) => {
-                let (n, a, b) = r.ok_or_else(|| anyhow!("internal: unresolved partition"))?;
+                let (n, a, b) = placed()?;
                 match mismatch(e, s, a, b, false) {
                     None => (Action::Keep, Some(e.clone())),
                     Some(_) if wipe => (Action::Recreate, Some(make(s, n, a, b, new_guid))),
-                    Some(why) => {
-                        if s.resize && mismatch(e, s, a, b, true).is_none() {
-                            if b < e.end {
-                                bail!(
-                                    "partition {}: resize would shrink it from {} to {} sectors; \
-                                     only growing is supported",
-                                    s.number,
-                                    e.size(),
-                                    b + 1 - e.start
-                                );
-                            }
-                            let mut grown = e.clone();
-                            grown.end = e.start + (b - a);
-                            (Action::Resize, Some(grown))
-                        } else {
-                            bail!(
-                                "partition {} does not match the config ({why}) and \
-                                 wipePartitionEntry is false",
-                                s.number
-                            )
-                        }
+                    Some(_) if s.resize && mismatch(e, s, a, b, true).is_none() => {
+                        // Same start (checked), the new size; number, guids and label kept.
+                        let mut resized = e.clone();
+                        resized.end = b;
+                        (Action::Resize, Some(resized))
                     }
+                    Some(why) => bail!(
+                        "partition {} does not match the config ({why}) and wipePartitionEntry \
+                         is false{}",
+                        s.number,
+                        if s.resize {
+                            ""
+                        } else {
+                            " (set wipePartitionEntry to recreate it, or resize: true if only \
+                             the size differs)"
+                        }
+                    ),
                 }
             }
         };
         let number = new.as_ref().map(|e| e.number).unwrap_or(s.number);
-        if matches!(
-            action,
-            Action::Delete | Action::Recreate | Action::Resize | Action::Keep
-        ) {
-            table.retain(|e| e.number != number);
-        }
-        if let Some(e) = &new {
-            check_fits(g, &table, e.number, e.start, e.end)?;
-            table.push(e.clone());
-        }
         parts.push(PartPlan {
             number,
             action,
             old: cur,
             new,
         });
+    }
+
+    // Step 3, the commit: every deletion first, then every creation in order.
+    let mut table: Vec<Entry> = base
+        .iter()
+        .filter(|e| {
+            !parts.iter().any(|p| {
+                p.number == e.number
+                    && matches!(p.action, Action::Delete | Action::Recreate | Action::Resize)
+            })
+        })
+        .cloned()
+        .collect();
+    for p in &parts {
+        if let (Action::Create | Action::Recreate | Action::Resize, Some(e)) = (&p.action, &p.new) {
+            check_fits(g, &table, e.number, e.start, e.end)?;
+            table.push(e.clone());
+        }
     }
     for e in &base {
         if !parts.iter().any(|p| p.number == e.number) {
@@ -685,6 +713,13 @@ mod tests {
         assert!(bad(&|q| q.guid = Some("not-a-guid".into())));
         assert!(bad(&|q| q.size_mib = Some(-1)));
         assert!(bad(&|q| q.number = Some(129)));
+        assert!(bad(&|q| q.number = Some(-1)));
+        // A number no table can hold is fine when the partition should not exist (a no-op).
+        assert!(!bad(&|q| {
+            q.number = Some(999);
+            q.should_exist = Some(false);
+            q.type_guid = None;
+        }));
         assert!(!bad(&|q| q.label = Some("é".repeat(36))));
     }
 
@@ -785,7 +820,7 @@ mod tests {
     }
 
     #[test]
-    fn resize_grows_in_place_only_when_size_differs() {
+    fn resize_changes_only_the_size_in_place() {
         let t = table(vec![e(1, 1, 10)]);
         let mut s = spec(1);
         s.size_mib = Some(20);
@@ -800,10 +835,12 @@ mod tests {
         // Something else differs too: fail.
         s.label = Some("x".into());
         assert!(run(Some(&t), false, std::slice::from_ref(&s)).is_err());
-        // Shrinking: refused.
+        // Shrinking, like Ignition: the entry is recreated smaller at the same start.
         s.label = None;
         s.size_mib = Some(5);
-        assert!(run(Some(&t), false, &[s]).is_err());
+        let p = run(Some(&t), false, &[s]).unwrap();
+        assert_eq!(action(&p, 1), Action::Resize);
+        assert_eq!(mib_of(&p, 1), (1, 5));
     }
 
     #[test]
@@ -901,3 +938,7 @@ mod tests {
         assert_eq!((n.start, n.size()), (256, 2560));
     }
 }
+
+#[cfg(test)]
+#[path = "plan_ignition_cases.rs"]
+mod ignition_cases;

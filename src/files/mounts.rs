@@ -48,13 +48,19 @@ pub fn split_options(opts: &[String]) -> (MountFlags, String) {
     (flags, data.join(","))
 }
 
+/// Whether the files stage mounts `f`: it has a `path` and a format that can be mounted. Like
+/// Ignition's mount stage, a `swap` or `none` filesystem is never mounted, whatever its path.
+pub fn mountable(f: &Filesystem) -> bool {
+    f.path.as_deref().is_some_and(|p| !p.is_empty())
+        && f.format
+            .as_deref()
+            .is_some_and(|t| !matches!(t, "" | "swap" | "none"))
+}
+
 impl MountGuard {
-    /// Mounts every filesystem that has a `path`, shallowest first.
+    /// Mounts every filesystem that has a `path` (and a mountable format), shallowest first.
     pub fn mount_all(root: &Root, filesystems: &[Filesystem]) -> Result<MountGuard> {
-        let mut fss: Vec<&Filesystem> = filesystems
-            .iter()
-            .filter(|f| f.path.as_deref().is_some_and(|p| !p.is_empty()))
-            .collect();
+        let mut fss: Vec<&Filesystem> = filesystems.iter().filter(|f| mountable(f)).collect();
         fss.sort_by_key(|f| elements(f.path.as_deref().unwrap_or("/")).len());
         let mut guard = MountGuard {
             mounted: Vec::new(),
@@ -176,5 +182,21 @@ mod tests {
         assert_eq!(d, "discard,commit=30");
         let (f, d) = split_options(&[]);
         assert!(f.is_empty() && d.is_empty());
+    }
+
+    #[test]
+    fn swap_and_none_are_never_mounted() {
+        let fs = |format: &str, path: Option<&str>| Filesystem {
+            device: "/dev/x".into(),
+            format: Some(format.into()),
+            path: path.map(Into::into),
+            ..Default::default()
+        };
+        assert!(mountable(&fs("ext4", Some("/var"))));
+        assert!(!mountable(&fs("ext4", None)));
+        assert!(!mountable(&fs("ext4", Some(""))));
+        assert!(!mountable(&fs("swap", Some("/swap"))));
+        assert!(!mountable(&fs("none", Some("/erased"))));
+        assert!(!mountable(&fs("", Some("/x"))));
     }
 }

@@ -191,7 +191,7 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
         )
         .with_context(|| format!("planning partitions of {}", d.device))?;
         if plan.changes() {
-            check_free(&name, &g, &plan.new)?;
+            check_free(&name, &plan)?;
         }
         out.disks.push(DiskWork {
             path: d.device.clone(),
@@ -232,6 +232,11 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
         });
     }
     for fs in &st.filesystems {
+        // Like Ignition: an entry without a format (only a device) asks for nothing.
+        if fs.format.as_deref().is_none_or(str::is_empty) {
+            log::info!("filesystem on {}: no format, nothing to do", fs.device);
+            continue;
+        }
         let action = if touched_by_partitioning(&out.disks, &fs.device)
             || made_by_layers(&out, &fs.device)
         {
@@ -262,17 +267,25 @@ fn made_by_layers(p: &StagePlan, device: &str) -> bool {
 }
 
 /// Refuses when the disk, or a partition the kernel knows that the new table removes or changes,
-/// is in use.
-fn check_free(name: &str, g: &gpt::Geometry, new: &Table) -> Result<()> {
+/// is in use; with wipeTable, any partition in use (like Ignition: "refusing to wipe active
+/// disk").
+fn check_free(name: &str, plan: &DiskPlan) -> Result<()> {
     inuse::ensure_free(name, &format!("repartition /dev/{name}"))?;
-    let ss = g.sector_size;
+    let ss = plan.geometry.sector_size;
     for (n, start, size) in kernel::kernel_partitions(name) {
-        let same = new
-            .get(n)
-            .is_some_and(|e| e.start * ss == start && e.size() * ss == size);
+        let same = !plan.wipe_table
+            && plan
+                .new
+                .get(n)
+                .is_some_and(|e| e.start * ss == start && e.size() * ss == size);
         if !same {
             let pn = kernel::part_name(name, n);
-            inuse::ensure_free(&pn, &format!("change or delete partition /dev/{pn}"))?;
+            let what = if plan.wipe_table {
+                format!("wipe the partition table of /dev/{name}, which holds /dev/{pn}")
+            } else {
+                format!("change or delete partition /dev/{pn}")
+            };
+            inuse::ensure_free(&pn, &what)?;
         }
     }
     Ok(())
@@ -396,10 +409,16 @@ pub fn decide(fs: &Filesystem, found: Option<Found>) -> Result<FsAction> {
     } else {
         bail!(
             "filesystem on {}: the existing {} does not match the config ({}) and wipeFilesystem \
-             is false; refusing to touch it",
+             is false; refusing to touch it{}",
             fs.device,
             found.fstype,
-            why.join(", ")
+            why.join(", "),
+            if found.ambivalent {
+                " (the device carries more than one signature; `wipefs` lists them, and \
+                 wipeFilesystem: true clears them all)"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -469,10 +488,15 @@ impl fmt::Display for StagePlan {
             let what = match &w.action {
                 FsAction::Nothing => "nothing (format none, nothing there)".to_string(),
                 FsAction::Reuse(x) => format!(
-                    "reuse {} (label {:?}, uuid {})",
+                    "reuse {} (label {:?}, uuid {}){}",
                     x.fstype,
                     x.label.as_deref().unwrap_or(""),
-                    x.uuid.as_deref().unwrap_or("-")
+                    x.uuid.as_deref().unwrap_or("-"),
+                    if x.ambivalent {
+                        "; other, stale signatures are on the device too"
+                    } else {
+                        ""
+                    }
                 ),
                 FsAction::Create => format!("create {fmt}"),
                 FsAction::WipeCreate(x) if fmt == "none" => format!("wipe {}", fstype(x)),
@@ -539,7 +563,7 @@ fn refresh_nodes(d: &DiskWork) -> Result<()> {
     let dev = &d.dev;
     let file = File::open(dev).with_context(|| format!("opening {}", dev.display()))?;
     let g = d.plan.geometry;
-    check_free(&d.name, &g, &d.plan.new)?;
+    check_free(&d.name, &d.plan)?;
     let nodes = kernel::sync_partitions(&file, &d.name, &g, &d.plan.new)
         .with_context(|| format!("updating partition nodes of {}", dev.display()))?;
     kernel::wait_for(&nodes, kernel::device_timeout())
@@ -554,7 +578,7 @@ fn partition(d: &DiskWork, table_io: &mut Duration) -> Result<TableGuard> {
         .with_context(|| format!("opening {} for writing", dev.display()))?;
     let g = d.plan.geometry;
     // Re-check right before writing: nothing may have been mounted since the plan.
-    check_free(&d.name, &g, &d.plan.new)?;
+    check_free(&d.name, &d.plan)?;
     let snapshot = gpt::snapshot(&file, &g)
         .with_context(|| format!("saving the table of {}", dev.display()))?;
     let old = d.plan.old.clone().unwrap_or(Table {
@@ -762,7 +786,9 @@ fn make_fs(fs: &Filesystem, dev: &Path, action: &FsAction, tools: &Mutex<Duratio
             timed(tools, "wipefs", &["-a".into(), d.clone()])?;
             failpoint::hit("after-wipe")?;
         }
-        FsAction::Create => {}
+        // Like Ignition, signatures libblkid does not report as a filesystem (a partition table
+        // inside the partition, say) are cleared before mkfs too.
+        FsAction::Create => timed(tools, "wipefs", &["-a".into(), d.clone()])?,
         FsAction::AfterPartitioning => bail!("internal: undecided filesystem"),
     }
     if fmt == "none" {
@@ -824,6 +850,7 @@ mod tests {
             fstype: t.into(),
             label: label.map(Into::into),
             uuid: uuid.map(Into::into),
+            ambivalent: false,
         })
     }
 

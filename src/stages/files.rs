@@ -11,7 +11,7 @@ use log::info;
 use super::Context;
 use crate::config::Config;
 use crate::fetch::{self, Fetcher};
-use crate::files::mounts::MountGuard;
+use crate::files::mounts::{MountGuard, mountable};
 use crate::files::nodes::{Attrs, Contents};
 use crate::files::passwd::SshKeysFile;
 use crate::files::resolve::Root;
@@ -56,6 +56,7 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
         .storage
         .filesystems
         .iter()
+        .filter(|f| mountable(f))
         .filter_map(|f| f.path.clone())
         .collect();
     let root = Root::new(&ctx.root, &mount_paths);
