@@ -52,6 +52,9 @@ pub enum Command {
 pub struct ValidateArgs {
     /// Config file to check; "-" or nothing reads standard input.
     pub file: Option<PathBuf>,
+    /// Largest config read (bytes, or with K/M/G: 64M); default 64 MiB.
+    #[arg(long, value_name = "BYTES", value_parser = crate::limits::parse_size_arg)]
+    pub max_config_size: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -102,6 +105,18 @@ pub struct RunArgs {
     /// Where users' SSH keys are written (files stage).
     #[arg(long, value_enum, default_value = "fragment")]
     pub ssh_keys_file: crate::files::passwd::SshKeysFile,
+    /// Largest config, CA bundle, key file or user data held in memory (bytes, or with K/M/G:
+    /// 64M), after decompression; default 64 MiB, or kernel argument agent.max_config_size=.
+    #[arg(long, value_name = "BYTES", value_parser = crate::limits::parse_size_arg)]
+    pub max_config_size: Option<u64>,
+    /// Most configs fetched through merge/replace references while rendering one config (all
+    /// levels); default 64, or kernel argument agent.max_config_refs=.
+    #[arg(long, value_name = "N")]
+    pub max_config_refs: Option<usize>,
+    /// Fail on a redirect from https to http (default: follow it with a warning); also kernel
+    /// argument agent.refuse_tls_downgrade.
+    #[arg(long)]
+    pub refuse_tls_downgrade: bool,
 }
 
 /// Runs the command; returns the process exit code.
@@ -114,10 +129,13 @@ pub fn dispatch(cli: Cli) -> i32 {
     crate::logging::init(verbosity, cli.log_kmsg);
     let result = match cli.command {
         Command::Validate(a) => return validate(a),
-        Command::Run(a) => run(a),
+        // SIGINT, SIGTERM and SIGHUP remove temporary files and exit 128+signal.
+        Command::Run(a) => crate::signals::install().and_then(|()| run(a)),
         Command::Plan(a) => plan(a),
         Command::Info => info(),
-        Command::Fetch(a) => crate::fetch::command::main(a),
+        Command::Fetch(a) => {
+            crate::signals::install().and_then(|()| crate::fetch::command::main(a))
+        }
         Command::Serve(a) => crate::serve::main(a),
         Command::Token(a) => crate::serve::token_main(a),
         Command::Pointer(a) => crate::serve::pointer_main(a),
@@ -135,10 +153,16 @@ pub fn dispatch(cli: Cli) -> i32 {
 }
 
 fn validate(a: ValidateArgs) -> i32 {
+    let limit = a
+        .max_config_size
+        .unwrap_or(crate::limits::DEFAULT_MAX_CONFIG_SIZE);
     let bytes = match &a.file {
-        None => read_stdin(),
-        Some(p) if p.as_os_str() == "-" => read_stdin(),
-        Some(p) => std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display())),
+        None => read_stdin_bounded(limit),
+        Some(p) if p.as_os_str() == "-" => read_stdin_bounded(limit),
+        Some(p) => {
+            crate::limits::read_file_bounded(p, limit, &format!("config file {}", p.display()))
+                .map_err(|e| format!("{e:#}"))
+        }
     };
     let bytes = match bytes {
         Ok(b) => b,
@@ -182,6 +206,11 @@ fn info() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn read_stdin_bounded(limit: u64) -> Result<Vec<u8>, String> {
+    crate::limits::read_bounded(std::io::stdin().lock(), limit, "config from standard input")
+        .map_err(|e| format!("{e:#}"))
+}
+
 fn read_stdin() -> Result<Vec<u8>, String> {
     let mut b = Vec::new();
     std::io::stdin()
@@ -216,6 +245,16 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
     } else {
         a.stages
     };
+    // Kernel arguments set the limits; a flag wins over a kernel argument.
+    let mut limits = crate::limits::Limits::BUILTIN.with_cmdline(&stages::fetch::read_cmdline()?)?;
+    if let Some(n) = a.max_config_size {
+        limits.max_config_size = n;
+    }
+    if let Some(n) = a.max_config_refs {
+        limits.max_config_refs = n;
+    }
+    limits.refuse_tls_downgrade |= a.refuse_tls_downgrade;
+    limits.set_current();
     stages::files::set_options(stages::files::Options {
         kargs_helper: a.kargs_helper,
         ssh_keys_file: a.ssh_keys_file,

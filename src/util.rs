@@ -8,29 +8,26 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-/// Writes `data` to `path` atomically: a temporary file in the same directory, fsync,
-/// mode set, then rename over the target.
+/// Writes `data` to `path` atomically: a temporary file in the same directory (removed on
+/// failure and on SIGINT/SIGTERM/SIGHUP, see [`crate::signals`]), fsync, mode set, then
+/// rename over the target.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let name = path.file_name().and_then(OsStr::to_str).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let res = (|| -> Result<()> {
-        let mut f =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(data)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        f.set_permissions(std::fs::Permissions::from_mode(mode))
-            .with_context(|| format!("setting mode of {}", tmp.display()))?;
-        f.sync_all()
-            .with_context(|| format!("syncing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res
+    let (mut f, mut temp) = crate::signals::Temp::create(&tmp, |p| std::fs::File::create(p))
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(data)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("setting mode of {}", tmp.display()))?;
+    f.sync_all()
+        .with_context(|| format!("syncing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    temp.disarm();
+    Ok(())
 }
 
 /// Output of a finished command.

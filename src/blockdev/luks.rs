@@ -288,7 +288,7 @@ pub fn generate_key() -> Result<Key> {
 pub fn key_for(l: &Luks, fetcher: &Fetcher, create: bool) -> Result<Key> {
     if l.key_file.url().is_some() {
         let k = fetcher
-            .fetch_bytes(&l.key_file)
+            .fetch_bytes_as(&l.key_file, "key file")
             .with_context(|| format!("fetching the key file of luks {}", l.name))?;
         if k.is_empty() {
             bail!("luks {}: the key file is empty", l.name);

@@ -36,6 +36,13 @@ pub struct FetchArgs {
     /// Seconds the whole fetch may take, retries included (default: no limit).
     #[arg(long)]
     pub http_total: Option<i64>,
+    /// Largest CA bundle read into memory (bytes, or with K/M/G: 64M); the fetched file
+    /// itself streams to disk and has no limit. Default 64 MiB.
+    #[arg(long, value_name = "BYTES", value_parser = crate::limits::parse_size_arg)]
+    pub max_config_size: Option<u64>,
+    /// Fail on a redirect from https to http (by default it is followed with a warning).
+    #[arg(long)]
+    pub refuse_tls_downgrade: bool,
 }
 
 pub fn main(a: FetchArgs) -> Result<()> {
@@ -55,9 +62,16 @@ pub fn main(a: FetchArgs) -> Result<()> {
         http_total: a.http_total,
         ..Default::default()
     };
+    if let Some(n) = a.max_config_size {
+        opts.limits.max_config_size = n;
+    }
+    opts.limits.refuse_tls_downgrade |= a.refuse_tls_downgrade;
     for f in &a.ca_files {
-        opts.ca_pems
-            .push(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?);
+        opts.ca_pems.push(crate::limits::read_file_bounded(
+            f,
+            opts.limits.max_config_size,
+            &format!("CA file {}", f.display()),
+        )?);
     }
     let mut r = Resource {
         source: Some(a.url.clone()),

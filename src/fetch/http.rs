@@ -174,6 +174,7 @@ pub fn get(
                         Failure::fatal(anyhow!("{}: HTTP {status} without Location", short(&url)))
                     })?;
                 let next = resolve(&url, loc);
+                super::check_tls_downgrade(f, &url, &next)?;
                 log::info!(
                     "{}: HTTP {status}, redirected to {}",
                     short(&url),

@@ -23,6 +23,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use sha2::Digest;
 
 use crate::config::types::{Config, Proxy, Resource};
+use crate::limits::{Limits, TooLarge};
 use retry::{Clock, Failure, SystemClock};
 
 /// Default wait for response headers on each try (`timeouts.httpResponseHeaders`).
@@ -44,6 +45,9 @@ pub struct Options {
     pub imds_url: Option<String>,
     /// Google Cloud Storage endpoint, default `$AGENT_GS_ENDPOINT` or storage.googleapis.com.
     pub gs_endpoint: Option<String>,
+    /// Size limit of what is fetched into memory, TLS downgrade policy (default: the
+    /// process-wide values, see [`crate::limits`]).
+    pub limits: Limits,
 }
 
 impl Options {
@@ -66,14 +70,17 @@ impl Options {
         o.imds_url.clone_from(&base.imds_url);
         o.gs_endpoint.clone_from(&base.gs_endpoint);
         o.ca_pems.clone_from(&base.ca_pems);
+        o.limits = base.limits;
         let cas = &c.ignition.security.tls.certificate_authorities;
         if !cas.is_empty() {
             let f = Fetcher::new(o.clone());
             for ca in cas {
                 let src = ca.source.as_deref().unwrap_or("");
-                let pem = f
-                    .fetch_bytes(ca)
-                    .with_context(|| format!("fetching certificate authority {}", short(src)))?;
+                let pem = f.fetch_bytes_as(ca, "certificate authority").map_err(|e| {
+                    crate::limits::context_unless_too_large(e, || {
+                        format!("fetching certificate authority {}", short(src))
+                    })
+                })?;
                 log::info!(
                     "fetched certificate authority from {} (sha512 {})",
                     short(src),
@@ -188,10 +195,25 @@ impl Fetcher {
         }
     }
 
-    /// Fetches a resource into memory: decompressed and verified. For configs and CAs.
+    /// Fetches a resource into memory: decompressed and verified. For configs, CAs and key
+    /// files. More than `opts.limits.max_config_size` bytes (after decompression) is refused
+    /// with [`TooLarge`] as soon as it arrives.
     pub fn fetch_bytes(&self, r: &Resource) -> Result<Vec<u8>> {
+        self.fetch_bytes_as(r, "resource")
+    }
+
+    /// [`Fetcher::fetch_bytes`] naming what is fetched ("config", "key file") in a
+    /// [`TooLarge`] error: "config from URL: larger than the 64 MiB limit (…)".
+    pub fn fetch_bytes_as(&self, r: &Resource, kind: &str) -> Result<Vec<u8>> {
         let mut v = Vec::new();
-        self.fetch_into(r, &mut Out::Vec(&mut v))?;
+        self.fetch_into(
+            r,
+            &mut Out::Vec {
+                v: &mut v,
+                limit: self.opts.limits.max_config_size,
+                kind,
+            },
+        )?;
         Ok(v)
     }
 
@@ -212,16 +234,18 @@ impl Fetcher {
             .with_context(|| format!("{} has no file name", dest.display()))?
             .to_string_lossy();
         let tmp = dir.join(format!(".{name}.agent-tmp{}", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .with_context(|| format!("creating {}", tmp.display()))?;
+        let (file, temp) = crate::signals::Temp::create(&tmp, |p| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(p)
+        })
+        .with_context(|| format!("creating {}", tmp.display()))?;
         let mut d = Download {
             file: Some(file),
-            tmp,
+            temp,
             dest: dest.to_path_buf(),
             size: 0,
         };
@@ -235,7 +259,7 @@ impl Fetcher {
         let d = self.download(r, dest)?;
         d.file()
             .set_permissions(std::fs::Permissions::from_mode(mode))
-            .with_context(|| format!("setting mode of {}", d.tmp.display()))?;
+            .with_context(|| format!("setting mode of {}", d.temp_path().display()))?;
         let n = d.size;
         d.commit()?;
         Ok(n)
@@ -274,14 +298,15 @@ impl Fetcher {
             let body = scheme.open(self, url, r, left)?;
             copy_verified(url, r, body, out)
         })
-        .with_context(|| format!("fetching {}", short(url)))
+        .map_err(|e| crate::limits::context_unless_too_large(e, || format!("fetching {what}")))
     }
 }
 
-/// A fetched file waiting beside its target; see [`Fetcher::download`].
+/// A fetched file waiting beside its target; see [`Fetcher::download`]. Its temporary file
+/// is removed when the download is dropped uncommitted, or on SIGINT/SIGTERM/SIGHUP.
 pub struct Download {
     file: Option<File>,
-    tmp: PathBuf,
+    temp: crate::signals::Temp,
     dest: PathBuf,
     size: u64,
 }
@@ -292,7 +317,7 @@ impl Download {
         self.file.as_ref().expect("file present until commit")
     }
     pub fn temp_path(&self) -> &Path {
-        &self.tmp
+        self.temp.path()
     }
     pub fn size(&self) -> u64 {
         self.size
@@ -300,30 +325,25 @@ impl Download {
     /// fsyncs the contents and renames them over the target.
     pub fn commit(mut self) -> Result<()> {
         let f = self.file.take().expect("file present until commit");
+        let tmp = self.temp.path().to_path_buf();
         f.sync_all()
-            .with_context(|| format!("syncing {}", self.tmp.display()))?;
+            .with_context(|| format!("syncing {}", tmp.display()))?;
         drop(f);
-        std::fs::rename(&self.tmp, &self.dest).with_context(|| {
-            format!("renaming {} to {}", self.tmp.display(), self.dest.display())
-        })?;
-        self.tmp = PathBuf::new();
+        std::fs::rename(&tmp, &self.dest)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), self.dest.display()))?;
+        self.temp.disarm();
         Ok(())
-    }
-}
-
-impl Drop for Download {
-    fn drop(&mut self) {
-        if !self.tmp.as_os_str().is_empty()
-            && let Err(e) = std::fs::remove_file(&self.tmp)
-        {
-            log::warn!("removing {}: {e}", self.tmp.display());
-        }
     }
 }
 
 /// Where fetched contents go; rewound before each attempt when possible.
 enum Out<'a> {
-    Vec(&'a mut Vec<u8>),
+    /// Into memory, at most `limit` bytes; `kind` names the contents in errors.
+    Vec {
+        v: &'a mut Vec<u8>,
+        limit: u64,
+        kind: &'a str,
+    },
     File(&'a mut File),
     Writer(&'a mut dyn Write, u64),
 }
@@ -332,7 +352,7 @@ impl Out<'_> {
     /// Empties the output for a new attempt; false when that is impossible.
     fn rewind(&mut self) -> Result<bool> {
         match self {
-            Out::Vec(v) => v.clear(),
+            Out::Vec { v, .. } => v.clear(),
             Out::File(f) => {
                 f.set_len(0).context("truncating temporary file")?;
                 f.rewind().context("rewinding temporary file")?;
@@ -346,7 +366,7 @@ impl Out<'_> {
 impl Write for Out<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Out::Vec(v) => v.write(buf),
+            Out::Vec { v, .. } => v.write(buf),
             Out::File(f) => f.write(buf),
             Out::Writer(w, n) => {
                 let k = w.write(buf)?;
@@ -357,23 +377,64 @@ impl Write for Out<'_> {
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
-            Out::Vec(_) => Ok(()),
+            Out::Vec { .. } => Ok(()),
             Out::File(f) => f.flush(),
             Out::Writer(w, _) => w.flush(),
         }
     }
 }
 
+/// A redirect from https to http drops TLS: always a warning; refused (final) when
+/// `limits.refuse_tls_downgrade` (`--refuse-tls-downgrade`, `agent.refuse_tls_downgrade`).
+pub fn check_tls_downgrade(f: &Fetcher, from: &str, to: &str) -> Result<(), Failure> {
+    let scheme = |u: &str| {
+        u.split_once("://")
+            .map(|(s, _)| s.to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    if scheme(from) != "https" || scheme(to) != "http" {
+        return Ok(());
+    }
+    if f.opts.limits.refuse_tls_downgrade {
+        return Err(Failure::fatal(anyhow!(
+            "{}: refusing the redirect to {}: it drops TLS (https to http) and TLS downgrades are refused (--refuse-tls-downgrade / agent.refuse_tls_downgrade)",
+            short(from),
+            short(to)
+        )));
+    }
+    log::warn!(
+        "{}: redirected to {}, which drops TLS (https to http): the contents are not protected in transit; refuse such redirects with --refuse-tls-downgrade / agent.refuse_tls_downgrade",
+        short(from),
+        short(to)
+    );
+    Ok(())
+}
+
 /// Remembers whether a read error came from the transport (retry) rather than from
 /// decompression (final).
+/// Into memory, the raw (compressed) bytes are bounded too: a gzip stream that never produces
+/// output (endless empty members) ends at the limit like any other.
 struct Transport {
     inner: Box<dyn Read>,
     failed: Rc<Cell<bool>>,
+    raw: u64,
+    /// The size limit of raw bytes, when fetching into memory; set `over` when passed.
+    limit: Option<u64>,
+    over: Rc<Cell<bool>>,
 }
 
 impl Read for Transport {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.read(buf).inspect_err(|_| self.failed.set(true))
+        let k = self
+            .inner
+            .read(buf)
+            .inspect_err(|_| self.failed.set(true))?;
+        self.raw += k as u64;
+        if self.limit.is_some_and(|l| self.raw > l) {
+            self.over.set(true);
+            return Err(io::Error::other("size limit passed"));
+        }
+        Ok(k)
     }
 }
 
@@ -406,9 +467,23 @@ fn copy_verified(
     out: &mut Out,
 ) -> Result<u64, Failure> {
     let failed = Rc::new(Cell::new(false));
+    let over = Rc::new(Cell::new(false));
+    let (limit, kind) = match out {
+        Out::Vec { limit, kind, .. } => (Some(*limit), *kind),
+        _ => (None, ""),
+    };
+    let too_large = || {
+        Failure::fatal(TooLarge {
+            what: format!("{kind} from {}", short(url)),
+            limit: limit.unwrap_or_default(),
+        })
+    };
     let transport = Transport {
         inner: body,
         failed: failed.clone(),
+        raw: 0,
+        limit,
+        over: over.clone(),
     };
     let mut reader: Box<dyn Read> = match r.compression.as_deref() {
         None | Some("") => Box::new(transport),
@@ -425,6 +500,7 @@ fn copy_verified(
             Ok(0) => break,
             Ok(k) => k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) if over.get() => return Err(too_large()),
             Err(e) if failed.get() => {
                 return Err(Failure::retry(
                     anyhow!(e).context(format!("reading body after {n} bytes")),
@@ -436,6 +512,9 @@ fn copy_verified(
                 ));
             }
         };
+        if limit.is_some_and(|l| n + k as u64 > l) {
+            return Err(too_large());
+        }
         match &mut hash {
             Some((Hasher::Sha256(h), ..)) => h.update(&buf[..k]),
             Some((Hasher::Sha512(h), ..)) => h.update(&buf[..k]),
@@ -542,6 +621,58 @@ mod tests {
         r.verification.hash = Some(format!("sha512-{}", sha512_hex(b"other")));
         let e = format!("{:#}", f.fetch_bytes(&r).unwrap_err());
         assert!(e.contains("hash mismatch"), "{e}");
+    }
+
+    fn limited(max: u64) -> Fetcher {
+        Fetcher::new(Options {
+            limits: Limits {
+                max_config_size: max,
+                ..Limits::BUILTIN
+            },
+            ..Default::default()
+        })
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(data).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn in_memory_fetches_stop_at_the_size_limit() {
+        let f = limited(4);
+        assert_eq!(
+            f.fetch_bytes_as(&res("data:,abcd"), "config").unwrap(),
+            b"abcd"
+        );
+        let e = f.fetch_bytes_as(&res("data:,abcde"), "config").unwrap_err();
+        assert!(e.downcast_ref::<TooLarge>().is_some(), "{e:#}");
+        assert_eq!(
+            format!("{e:#}"),
+            "config from data:,abcde: larger than the 4 bytes limit (--max-config-size / agent.max_config_size=)"
+        );
+        // Counted after decompression: 64 KiB of zeros, well under 1 KiB compressed, do not
+        // fit a 1 KiB limit.
+        let bomb = gzip(&[0u8; 64 * 1024]);
+        let mut r = res(&format!("data:;base64,{}", base64ish(&bomb)));
+        r.compression = Some("gzip".into());
+        assert!(bomb.len() < 1024);
+        let e = limited(1024).fetch_bytes(&r).unwrap_err();
+        assert!(e.downcast_ref::<TooLarge>().is_some(), "{e:#}");
+        // Raw bytes count too: empty gzip members produce nothing, forever.
+        let empty = gzip(b"").repeat(200);
+        let mut r = res(&format!("data:;base64,{}", base64ish(&empty)));
+        r.compression = Some("gzip".into());
+        assert!(limited(1 << 20).fetch_bytes(&r).unwrap().is_empty());
+        let e = limited(1024).fetch_bytes(&r).unwrap_err();
+        assert!(e.downcast_ref::<TooLarge>().is_some(), "{e:#}");
+        // Streaming to a writer has no limit.
+        let mut sink = Vec::new();
+        assert_eq!(
+            limited(1).fetch_to(&res("data:,abcde"), &mut sink).unwrap(),
+            5
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use log::{debug, info};
 use super::Writer;
 use super::resolve::{Resolved, is_mount_point, kind_name, logical};
 use crate::config::types::{Directory, File, Link, NodeUser, Resource, Storage};
+use crate::signals::Temp;
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -76,19 +77,14 @@ fn tmp_name(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!(".{short}.agent-tmp-{}-{n}", std::process::id()))
 }
 
-/// Removes a temporary node unless disarmed.
-struct TmpGuard(Option<PathBuf>);
+/// Removes a temporary node unless disarmed (also on SIGINT/SIGTERM/SIGHUP: see
+/// [`crate::signals`]).
+struct TmpGuard(Option<Temp>);
 
 impl TmpGuard {
     fn disarm(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for TmpGuard {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_file(&p);
+        if let Some(t) = &mut self.0 {
+            t.disarm();
         }
     }
 }
@@ -346,15 +342,16 @@ impl Writer<'_> {
             ),
             None => {
                 let tmp = tmp_name(&dir, &r.name);
-                let guard = TmpGuard(Some(tmp.clone()));
-                let f = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(nix::libc::O_CLOEXEC)
-                    .open(&tmp)
-                    .with_context(|| format!("creating {}", tmp.display()))?;
-                (f, tmp, guard)
+                let (f, t) = Temp::create(&tmp, |p| {
+                    OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .custom_flags(nix::libc::O_CLOEXEC)
+                        .open(p)
+                })
+                .with_context(|| format!("creating {}", tmp.display()))?;
+                (f, tmp, TmpGuard(Some(t)))
             }
         };
         let mut w = BufWriter::with_capacity(256 * 1024, file);
@@ -494,9 +491,9 @@ impl Writer<'_> {
             .expect("resolved path has a parent")
             .to_path_buf();
         let tmp = tmp_name(&dir, &r.name);
-        let mut guard = TmpGuard(Some(tmp.clone()));
-        std::os::unix::fs::symlink(target, &tmp)
+        let ((), t) = Temp::create(&tmp, |p| std::os::unix::fs::symlink(target, p))
             .with_context(|| format!("creating symlink {}", tmp.display()))?;
+        let mut guard = TmpGuard(Some(t));
         set_attrs(
             &tmp,
             Attrs {
@@ -545,9 +542,9 @@ impl Writer<'_> {
             .expect("resolved path has a parent")
             .to_path_buf();
         let tmp = tmp_name(&dir, &r.name);
-        let mut guard = TmpGuard(Some(tmp.clone()));
-        std::fs::hard_link(&thost, &tmp)
+        let ((), temp) = Temp::create(&tmp, |p| std::fs::hard_link(&thost, p))
             .with_context(|| format!("linking {} to {}", tmp.display(), thost.display()))?;
+        let mut guard = TmpGuard(Some(temp));
         self.rename_over(&tmp, &host, existing.as_ref(), &lpath)?;
         guard.disarm();
         debug!("created hard link {lpath} => {}", t.logical());

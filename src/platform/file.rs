@@ -14,18 +14,22 @@ impl Provider for File {
     fn name(&self) -> &'static str {
         "file"
     }
-    fn fetch_config(&self, _: &Fetcher) -> Result<Option<Found>> {
+    fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
         let path = std::env::var("AGENT_CONFIG_FILE").unwrap_or_else(|_| DEFAULT_PATH.into());
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(Found {
-                bytes,
-                source: format!("file {path}"),
-            })),
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 log::info!("file platform: {path} does not exist");
-                Ok(None)
+                return Ok(None);
             }
-            Err(e) => Err(e).with_context(|| format!("reading {path}")),
-        }
+            Err(e) => return Err(e).with_context(|| format!("reading {path}")),
+        };
+        let source = format!("file {path}");
+        let bytes = crate::limits::read_bounded(
+            file,
+            f.opts.limits.max_config_size,
+            &format!("config from {source}"),
+        )?;
+        Ok(Some(Found { bytes, source }))
     }
 }

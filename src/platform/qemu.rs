@@ -18,7 +18,7 @@ impl Provider for Qemu {
     fn name(&self) -> &'static str {
         "qemu"
     }
-    fn fetch_config(&self, _: &Fetcher) -> Result<Option<Found>> {
+    fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
         let dir = PathBuf::from(std::env::var("AGENT_QEMU_FW_CFG").unwrap_or(FW_CFG_DIR.into()));
         if !dir.exists()
             && crate::util::have_program("modprobe")
@@ -27,16 +27,20 @@ impl Provider for Qemu {
             log::warn!("loading qemu_fw_cfg: {e:#}");
         }
         let raw = dir.join("by_name").join(FW_CFG_NAME).join("raw");
-        match std::fs::read(&raw) {
-            Ok(bytes) => Ok(Some(Found {
-                bytes,
-                source: format!("qemu fw_cfg {FW_CFG_NAME}"),
-            })),
+        let file = match std::fs::File::open(&raw) {
+            Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 log::info!("qemu: no fw_cfg entry {FW_CFG_NAME}");
-                Ok(None)
+                return Ok(None);
             }
-            Err(e) => Err(e).with_context(|| format!("reading {}", raw.display())),
-        }
+            Err(e) => return Err(e).with_context(|| format!("reading {}", raw.display())),
+        };
+        let source = format!("qemu fw_cfg {FW_CFG_NAME}");
+        let bytes = crate::limits::read_bounded(
+            file,
+            f.opts.limits.max_config_size,
+            &format!("config from {source}"),
+        )?;
+        Ok(Some(Found { bytes, source }))
     }
 }

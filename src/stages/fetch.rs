@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::Context;
 use crate::config::{self, Config, Version};
 use crate::fetch::{self, Fetcher, NeedsNetwork, short};
+use crate::limits::{self, REFS_HINT};
 
 /// References deeper than this are refused (a chain this long is a mistake or a loop).
 pub const MAX_DEPTH: usize = 10;
@@ -93,7 +94,7 @@ fn run_inner(ctx: &Context) -> Result<()> {
     let (user, source) = acquire(ctx, &base_opts, &mut record)?;
     let user = render_with(user, &source, &base_opts, &mut record.configs)?;
     let mut merged = Config::default();
-    for (path, bytes) in base_configs(ctx)? {
+    for (path, bytes) in base_configs(ctx, base_opts.limits.max_config_size)? {
         let src = format!("base config {}", path.display());
         let cfg = parse_logged(&bytes, &src)?;
         record.configs.push(fetched("base", &src, &bytes));
@@ -170,15 +171,12 @@ fn fetched(kind: &str, source: &str, bytes: &[u8]) -> Fetched {
 
 /// Finds and parses the user config (unrendered). No config at all is an empty config.
 fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Config, String)> {
+    let limit = opts.limits.max_config_size;
     let found: Option<(Vec<u8>, String)> = if let Some(path) = &ctx.config_file {
         let bytes = if path.as_os_str() == "-" {
-            let mut b = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
-                .context("reading config from stdin")?;
-            b
+            limits::read_bounded(std::io::stdin().lock(), limit, "config from standard input")?
         } else {
-            std::fs::read(path)
-                .with_context(|| format!("reading config file {}", path.display()))?
+            limits::read_file_bounded(path, limit, &format!("config file {}", path.display()))?
         };
         Some((bytes, format!("file {}", path.display())))
     } else if let Some(url) = &ctx.config_url {
@@ -215,7 +213,7 @@ fn fetch_url(url: &str, opts: &fetch::Options) -> Result<Vec<u8>> {
         source: Some(url.to_string()),
         ..Default::default()
     };
-    Fetcher::new(opts.clone()).fetch_bytes(&res)
+    Fetcher::new(opts.clone()).fetch_bytes_as(&res, "config")
 }
 
 /// The kernel command line: `$AGENT_KERNEL_CMDLINE` if set, else `/proc/cmdline`.
@@ -247,8 +245,8 @@ pub fn cmdline_url(cmdline: &str) -> Option<String> {
 }
 
 /// System base configs: `base.d/*.ign` in name order, then
-/// `base.platform.d/<platform>/*.ign`.
-fn base_configs(ctx: &Context) -> Result<Vec<(PathBuf, Vec<u8>)>> {
+/// `base.platform.d/<platform>/*.ign`; each at most `limit` bytes.
+fn base_configs(ctx: &Context, limit: u64) -> Result<Vec<(PathBuf, Vec<u8>)>> {
     let mut dirs = vec![ctx.system_config_dir.join("base.d")];
     if let Some(p) = &ctx.platform {
         dirs.push(ctx.system_config_dir.join("base.platform.d").join(p));
@@ -266,7 +264,7 @@ fn base_configs(ctx: &Context) -> Result<Vec<(PathBuf, Vec<u8>)>> {
             .collect();
         files.sort();
         for f in files {
-            let b = std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+            let b = limits::read_file_bounded(&f, limit, &format!("base config {}", f.display()))?;
             out.push((f, b));
         }
     }
@@ -295,7 +293,9 @@ pub fn render(config: Config, source: &str) -> Result<Config> {
     render_with(config, source, &fetch::Options::default(), &mut Vec::new())
 }
 
-/// [`render`] with base fetch options (offline, endpoints) and a record of every fetch.
+/// [`render`] with base fetch options (offline, endpoints, limits) and a record of every
+/// fetch. At most `base.limits.max_config_refs` referenced configs are fetched in all (merge
+/// and replace, every level); references nest at most [`MAX_DEPTH`] deep.
 pub fn render_with(
     config: Config,
     source: &str,
@@ -303,7 +303,7 @@ pub fn render_with(
     rec: &mut Vec<Fetched>,
 ) -> Result<Config> {
     let mut chain = vec![source.to_string()];
-    render_inner(config, &mut chain, base, rec)
+    render_inner(config, &mut chain, base, rec, &mut 0)
 }
 
 fn render_inner(
@@ -311,6 +311,7 @@ fn render_inner(
     chain: &mut Vec<String>,
     base: &fetch::Options,
     rec: &mut Vec<Fetched>,
+    count: &mut usize,
 ) -> Result<Config> {
     if chain.len() > MAX_DEPTH {
         bail!(
@@ -326,23 +327,25 @@ fn render_inner(
     let fetcher = Fetcher::new(opts);
     let refs = std::mem::take(&mut cfg.ignition.config);
     if let Some(src) = refs.replace.source.clone() {
-        let child = fetch_child(&fetcher, &refs.replace, &src, chain, "replace", rec)?;
+        let child = fetch_child(&fetcher, &refs.replace, &src, chain, "replace", rec, count)?;
         chain.push(src);
-        let r = render_inner(child, chain, base, rec);
+        let r = render_inner(child, chain, base, rec, count);
         chain.pop();
         return r;
     }
     for r in &refs.merge {
         let src = r.source.clone().unwrap_or_default();
-        let child = fetch_child(&fetcher, r, &src, chain, "merge", rec)?;
+        let child = fetch_child(&fetcher, r, &src, chain, "merge", rec, count)?;
         chain.push(src);
-        let child = render_inner(child, chain, base, rec);
+        let child = render_inner(child, chain, base, rec, count);
         chain.pop();
         cfg = config::merge(&cfg, &child?);
     }
     Ok(cfg)
 }
 
+/// Fetches and parses one referenced config; `count` counts them against
+/// `limits.max_config_refs` for the whole render (`chain[0]` is the config being rendered).
 fn fetch_child(
     fetcher: &Fetcher,
     r: &config::types::Resource,
@@ -350,13 +353,23 @@ fn fetch_child(
     chain: &[String],
     kind: &str,
     rec: &mut Vec<Fetched>,
+    count: &mut usize,
 ) -> Result<Config> {
     if chain.iter().any(|s| s == src) {
         bail!("config reference loop: {} -> {src}", chain.join(" -> "));
     }
-    let bytes = fetcher
-        .fetch_bytes(r)
-        .with_context(|| format!("fetching config {}", short(src)))?;
+    let max = fetcher.opts.limits.max_config_refs;
+    if *count >= max {
+        bail!(
+            "{}: more than the {max} referenced configs allowed in one render (merge and replace, all levels): not fetching {} ({REFS_HINT})",
+            short(&chain[0]),
+            short(src)
+        );
+    }
+    *count += 1;
+    let bytes = fetcher.fetch_bytes_as(r, "config").map_err(|e| {
+        limits::context_unless_too_large(e, || format!("fetching config {}", short(src)))
+    })?;
     rec.push(fetched(kind, src, &bytes));
     parse_logged(&bytes, &short(src))
 }

@@ -1,0 +1,193 @@
+//! Temporary files and termination signals: every temporary file the agent creates beside a
+//! target is registered here ([`Temp`]); SIGINT, SIGTERM and SIGHUP remove them all and end
+//! the process with status 128+signal. A target is only ever replaced by rename(2) of a
+//! complete temporary file, so a signal leaves it as it was or complete, never half-written.
+//!
+//! The signal handler only writes the signal number to a pipe; a thread reads it, takes the
+//! registry lock (so no temporary file is being created at that moment, and none can be
+//! created after), removes what is registered and calls `_exit`.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use anyhow::{Context, Result};
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+
+/// The signals that clean up and end the process.
+pub const SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+static TEMPS: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+static PIPE_WR: AtomicI32 = AtomicI32::new(-1);
+static INSTALLED: OnceLock<()> = OnceLock::new();
+
+fn temps() -> MutexGuard<'static, Vec<(u64, PathBuf)>> {
+    TEMPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A registered temporary node: removed when dropped (unless [`Temp::disarm`]ed after it was
+/// renamed into place), and by the signal handler.
+#[derive(Debug)]
+pub struct Temp {
+    id: u64,
+    path: PathBuf,
+    armed: bool,
+}
+
+impl Temp {
+    /// Creates the temporary node at `path` with `create` and registers it, both under the
+    /// registry lock: a signal sees either no node or a registered one.
+    pub fn create<T>(
+        path: &Path,
+        create: impl FnOnce(&Path) -> std::io::Result<T>,
+    ) -> std::io::Result<(T, Temp)> {
+        let mut g = temps();
+        let t = create(path)?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        g.push((id, path.to_path_buf()));
+        Ok((
+            t,
+            Temp {
+                id,
+                path: path.to_path_buf(),
+                armed: true,
+            },
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The node has been renamed into place: stop tracking it without removing anything.
+    pub fn disarm(&mut self) {
+        if self.armed {
+            self.armed = false;
+            unregister(self.id);
+        }
+    }
+}
+
+fn unregister(id: u64) {
+    temps().retain(|(i, _)| *i != id);
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => log::warn!("removing {}: {e}", self.path.display()),
+        }
+        unregister(self.id);
+    }
+}
+
+/// Paths registered now (tests).
+pub fn registered() -> Vec<PathBuf> {
+    temps().iter().map(|(_, p)| p.clone()).collect()
+}
+
+extern "C" fn on_signal(sig: nix::libc::c_int) {
+    let saved = nix::errno::Errno::last_raw();
+    let fd = PIPE_WR.load(Ordering::Relaxed);
+    let b = sig as u8;
+    // SAFETY: write(2) is async-signal-safe; `fd` is the write end of a pipe that stays open
+    // for the life of the process, and `b` outlives the call.
+    unsafe {
+        nix::libc::write(fd, (&raw const b).cast(), 1);
+    }
+    nix::errno::Errno::set_raw(saved);
+}
+
+/// Installs the handlers for [`SIGNALS`] (once per process; later calls do nothing).
+pub fn install() -> Result<()> {
+    if INSTALLED.get().is_some() {
+        return Ok(());
+    }
+    let (rd, wr) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("creating the signal pipe")?;
+    PIPE_WR.store(wr.into_raw_fd(), Ordering::SeqCst);
+    // SAFETY: `rd` is a pipe read end we own; File takes it over.
+    let mut rd = unsafe { File::from_raw_fd(rd.into_raw_fd()) };
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut b = [0u8; 1];
+            loop {
+                match rd.read(&mut b) {
+                    Ok(1) => terminate(i32::from(b[0])),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    _ => return,
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for s in SIGNALS {
+        // SAFETY: the handler only calls async-signal-safe functions (write, errno access).
+        unsafe { sigaction(s, &action) }.with_context(|| format!("installing a {s} handler"))?;
+    }
+    let _ = INSTALLED.set(());
+    Ok(())
+}
+
+/// Removes every registered temporary node and ends the process with 128+`sig`.
+fn terminate(sig: i32) -> ! {
+    // Held until _exit: no temporary node is being created now, and none will be.
+    let g = temps();
+    let mut removed = 0;
+    for (_, p) in g.iter() {
+        match std::fs::remove_file(p) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => log::warn!("removing {}: {e}", p.display()),
+        }
+    }
+    let name = Signal::try_from(sig).map_or("a signal", |s| s.as_str());
+    log::error!(
+        "terminated by {name}: removed {removed} temporary file(s); targets are left as they were or complete; exit status {}",
+        128 + sig
+    );
+    std::mem::forget(g);
+    // SAFETY: _exit ends the process at once, without running atexit handlers or destructors
+    // that other threads could still be using.
+    unsafe { nix::libc::_exit(128 + sig) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_removed_on_drop_kept_when_disarmed() {
+        let dir = std::env::temp_dir().join(format!("agent-signals-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(".t1");
+        let (_, t) = Temp::create(&p, |p| File::create(p)).unwrap();
+        assert!(registered().contains(&p));
+        drop(t);
+        assert!(!p.exists());
+        assert!(!registered().contains(&p));
+        let p2 = dir.join(".t2");
+        let (_, mut t) = Temp::create(&p2, |p| File::create(p)).unwrap();
+        std::fs::rename(&p2, dir.join("final")).unwrap();
+        t.disarm();
+        assert!(!registered().contains(&p2));
+        drop(t);
+        assert!(dir.join("final").exists());
+        assert!(Temp::create(&dir.join("no/such/dir"), |p| File::create(p)).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
