@@ -20,7 +20,7 @@ STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
 PREFIX      ?= /usr
 DESTDIR     ?=
 
-.PHONY: all static check-static deps demo-deps test-deps demo test lint bench bench-config bench-serve fuzz clean
+.PHONY: deny deny-advisories all static check-static deps demo-deps test-deps demo test lint bench bench-config bench-serve fuzz clean
 
 all: static
 
@@ -77,6 +77,16 @@ fuzz:
 	  st=$${PIPESTATUS[0]}; [ $$st -eq 0 ] || { echo "fuzz target $$t failed (see /tmp/agent-fuzz-$$t.log)"; exit 1; }; \
 	  echo "$$t: $$(grep -o 'stat::number_of_executed_units: *[0-9]*' /tmp/agent-fuzz-$$t.log | grep -o '[0-9]*$$') runs"; \
 	done
+
+# Licences, bans and sources of every dependency (deny.toml), offline. Installs cargo-deny.
+deny:
+	command -v cargo-deny >/dev/null || cargo install --locked cargo-deny
+	cargo deny --offline check licenses bans sources
+
+# The RustSec advisories check needs the advisory database (network).
+deny-advisories:
+	command -v cargo-deny >/dev/null || cargo install --locked cargo-deny
+	cargo deny check advisories
 
 clean:
 	cargo clean
