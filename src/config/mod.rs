@@ -4,6 +4,7 @@
 pub mod decode;
 pub mod diag;
 pub mod merge;
+mod spec;
 pub mod types;
 pub mod validate;
 pub mod version;
