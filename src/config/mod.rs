@@ -1,9 +1,47 @@
 //! Machine configs: the model (`types`), spec versions (`version`), decoding with positions
 //! (`decode`), semantic rules (`validate`), merging (`merge`) and writing back out.
+//!
+//! Each spec struct and field is declared once, in `types.rs`, with the `spec!` macro
+//! (`spec.rs`): Rust name and type, JSON key, merge rule, the spec version that introduced it,
+//! whether it is required. Decoding, merging, `is_empty`, serialization and the version table
+//! are generated from that declaration.
+//!
+//! ## Add a spec field
+//!
+//! 1. Declare it in its struct in `types.rs`:
+//!    `rust_name: Type = "jsonKey" [RULE, since N]`, plus `required` for a string that must be
+//!    present. `since N` (spec 3.N.0; absent = 3.0.0) makes older declared versions reject it,
+//!    raises `version::minimum` and makes `to_json` refuse to write it as an older version.
+//!    Types: `Option<String>`, `Option<bool>`, `Option<i64>`, `String`, `Vec<String>`, a
+//!    declared struct or a `Vec` of them (another scalar type needs an `impl Field` in
+//!    `spec.rs`). A new struct is one more `pub struct` entry in the same `spec!` block.
+//! 2. RULE is a function in `merge.rs` (`opt`, `key`, `keyed`, `by_path`, `append`, `set`,
+//!    `nested`, `headers`, `ignore`; see `spec.rs`); a merge that spans fields is a
+//!    `premerge` function there, named in the struct's options.
+//! 3. Only if some *values* are newer than the field (a URL scheme, a format name, mode
+//!    bits): a rule in `version.rs` (`Features::node`).
+//! 4. Semantic checks (ranges, paths, conflicts): `validate.rs`.
+//! 5. Its effect: the stage that applies it.
+//! 6. Tests: a row in `version.rs`'s `TABLE` if it has `since N`; the field in
+//!    `tests/configs/generate.py` (`full()` for its version, an `invalid()` case for a
+//!    version too old), then regenerate the corpus.
+//!
+//! A Butane sugar is a field like any other in the (Butane) model it belongs to, declared
+//! once with `spec!` the same way, plus its translation.
+//!
+//! ## Add a spec version (3.7.0)
+//!
+//! 1. `version::NEWEST_MINOR = 7` (parsing, `Accept` negotiation and the server's rendering
+//!    follow); the model is now 3.7 (`types.rs` module doc, README).
+//! 2. Its new fields as above, with `since 7`; its new values in `version.rs`.
+//! 3. `tests/configs/generate.py`: `range(8)` in `main()`, the 3.7 fields in `full()`, cases in
+//!    `invalid()`; regenerate; `config_corpus` then expects 16 valid configs (two per
+//!    version).
 
 pub mod decode;
 pub mod diag;
 pub mod merge;
+mod spec;
 pub mod types;
 pub mod validate;
 pub mod version;

@@ -2,125 +2,243 @@
 //! it. Scalars are `Option`s so that merging can tell "unset" from "set to the default", and
 //! so that a config can be written back out exactly as given (for the server and for older
 //! spec versions).
+//!
+//! Each struct and field is declared once, below (the syntax is in `spec`): its JSON key,
+//! its merge rule, the spec version that introduced it, whether it is required. Decoding,
+//! merging, `is_empty`, serialization and the version table come from these declarations.
 
-use serde::Serialize;
+use super::spec::spec;
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Config {
-    pub ignition: Ignition,
-    #[serde(
-        rename = "kernelArguments",
-        skip_serializing_if = "KernelArguments::is_empty"
-    )]
-    pub kernel_arguments: KernelArguments,
-    #[serde(skip_serializing_if = "Passwd::is_empty")]
-    pub passwd: Passwd,
-    #[serde(skip_serializing_if = "Storage::is_empty")]
-    pub storage: Storage,
-    #[serde(skip_serializing_if = "Systemd::is_empty")]
-    pub systemd: Systemd,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Ignition {
-    #[serde(skip_serializing_if = "IgnitionConfig::is_empty")]
-    pub config: IgnitionConfig,
-    #[serde(skip_serializing_if = "Proxy::is_empty")]
-    pub proxy: Proxy,
-    #[serde(skip_serializing_if = "Security::is_empty")]
-    pub security: Security,
-    #[serde(skip_serializing_if = "Timeouts::is_empty")]
-    pub timeouts: Timeouts,
-    /// Always written out as the version being emitted; ignored when merging.
-    pub version: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct IgnitionConfig {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub merge: Vec<Resource>,
-    #[serde(skip_serializing_if = "Resource::is_empty")]
-    pub replace: Resource,
-}
-
-impl IgnitionConfig {
-    pub fn is_empty(&self) -> bool {
-        self.merge.is_empty() && self.replace.is_empty()
+spec! {
+    pub struct Config {
+        ignition: Ignition = "ignition" [nested],
+        kernel_arguments: KernelArguments = "kernelArguments" [nested, since 3],
+        passwd: Passwd = "passwd" [nested],
+        storage: Storage = "storage" [nested],
+        systemd: Systemd = "systemd" [nested],
     }
-}
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Proxy {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_proxy: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub https_proxy: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub no_proxy: Vec<String>,
-}
-
-impl Proxy {
-    pub fn is_empty(&self) -> bool {
-        self.http_proxy.is_none() && self.https_proxy.is_none() && self.no_proxy.is_empty()
+    pub struct Ignition [label "ignition."] {
+        config: IgnitionConfig = "config" [nested],
+        proxy: Proxy = "proxy" [nested, since 1],
+        security: Security = "security" [nested],
+        timeouts: Timeouts = "timeouts" [nested],
+        /// Always written out as the version being emitted; ignored when merging.
+        version: String = "version" [ignore],
     }
-}
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Security {
-    #[serde(skip_serializing_if = "Tls::is_empty")]
-    pub tls: Tls,
-}
-
-impl Security {
-    pub fn is_empty(&self) -> bool {
-        self.tls.is_empty()
+    pub struct IgnitionConfig {
+        merge: Vec<Resource> = "merge" [keyed],
+        replace: Resource = "replace" [nested],
     }
-}
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Tls {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub certificate_authorities: Vec<Resource>,
-}
-
-impl Tls {
-    pub fn is_empty(&self) -> bool {
-        self.certificate_authorities.is_empty()
+    pub struct Proxy {
+        http_proxy: Option<String> = "httpProxy" [opt],
+        https_proxy: Option<String> = "httpsProxy" [opt],
+        no_proxy: Vec<String> = "noProxy" [set],
     }
-}
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Timeouts {
-    /// Seconds to wait for response headers per try (default 10).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_response_headers: Option<i64>,
-    /// Seconds for a whole fetch including retries (0 or unset = no limit).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_total: Option<i64>,
-}
-
-impl Timeouts {
-    pub fn is_empty(&self) -> bool {
-        self.http_response_headers.is_none() && self.http_total.is_none()
+    pub struct Security {
+        tls: Tls = "tls" [nested],
     }
-}
 
-/// Something to fetch: config references, CAs, file contents, appends, LUKS key files.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Resource {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub compression: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub http_headers: Vec<HttpHeader>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
-    #[serde(skip_serializing_if = "Verification::is_empty")]
-    pub verification: Verification,
+    pub struct Tls {
+        certificate_authorities: Vec<Resource> = "certificateAuthorities" [keyed],
+    }
+
+    pub struct Timeouts {
+        /// Seconds to wait for response headers per try (default 10).
+        http_response_headers: Option<i64> = "httpResponseHeaders" [opt],
+        /// Seconds for a whole fetch including retries (0 or unset = no limit).
+        http_total: Option<i64> = "httpTotal" [opt],
+    }
+
+    /// Something to fetch: config references, CAs, file contents, appends, LUKS key files.
+    pub struct Resource [keep_bad_items] {
+        compression: Option<String> = "compression" [opt],
+        http_headers: Vec<HttpHeader> = "httpHeaders" [headers, since 1],
+        source: Option<String> = "source" [key],
+        verification: Verification = "verification" [nested],
+    }
+
+    pub struct HttpHeader {
+        name: String = "name" [key, required],
+        /// A child header without a value removes the parent's header of that name.
+        value: Option<String> = "value" [opt],
+    }
+
+    pub struct Verification {
+        hash: Option<String> = "hash" [opt],
+    }
+
+    pub struct KernelArguments [premerge kargs_one_key_space] {
+        should_exist: Vec<String> = "shouldExist" [set],
+        should_not_exist: Vec<String> = "shouldNotExist" [set],
+    }
+
+    pub struct Passwd {
+        groups: Vec<Group> = "groups" [keyed],
+        users: Vec<User> = "users" [keyed],
+    }
+
+    pub struct User [label "users "] {
+        gecos: Option<String> = "gecos" [opt],
+        groups: Vec<String> = "groups" [set],
+        home_dir: Option<String> = "homeDir" [opt],
+        name: String = "name" [key, required],
+        no_create_home: Option<bool> = "noCreateHome" [opt],
+        no_log_init: Option<bool> = "noLogInit" [opt],
+        no_user_group: Option<bool> = "noUserGroup" [opt],
+        password_hash: Option<String> = "passwordHash" [opt],
+        primary_group: Option<String> = "primaryGroup" [opt],
+        shell: Option<String> = "shell" [opt],
+        should_exist: Option<bool> = "shouldExist" [opt, since 2],
+        ssh_authorized_keys: Vec<String> = "sshAuthorizedKeys" [set],
+        system: Option<bool> = "system" [opt],
+        uid: Option<i64> = "uid" [opt],
+    }
+
+    pub struct Group [label "groups "] {
+        gid: Option<i64> = "gid" [opt],
+        name: String = "name" [key, required],
+        password_hash: Option<String> = "passwordHash" [opt],
+        should_exist: Option<bool> = "shouldExist" [opt, since 2],
+        system: Option<bool> = "system" [opt],
+    }
+
+    pub struct Storage [label "storage.", premerge paths_across_kinds] {
+        directories: Vec<Directory> = "directories" [by_path],
+        disks: Vec<Disk> = "disks" [keyed],
+        files: Vec<File> = "files" [by_path],
+        filesystems: Vec<Filesystem> = "filesystems" [keyed],
+        links: Vec<Link> = "links" [by_path],
+        luks: Vec<Luks> = "luks" [keyed, since 2],
+        raid: Vec<Raid> = "raid" [keyed],
+    }
+
+    pub struct Disk {
+        device: String = "device" [key, required],
+        partitions: Vec<Partition> = "partitions" [keyed],
+        wipe_table: Option<bool> = "wipeTable" [opt],
+    }
+
+    /// Keyed by number, or by label when the number is 0 (`merge`).
+    pub struct Partition [label "partition "] {
+        guid: Option<String> = "guid" [opt],
+        label: Option<String> = "label" [opt],
+        number: Option<i64> = "number" [opt],
+        resize: Option<bool> = "resize" [opt, since 2],
+        should_exist: Option<bool> = "shouldExist" [opt],
+        size_mib: Option<i64> = "sizeMiB" [opt],
+        start_mib: Option<i64> = "startMiB" [opt],
+        type_guid: Option<String> = "typeGuid" [opt],
+        wipe_partition_entry: Option<bool> = "wipePartitionEntry" [opt],
+    }
+
+    pub struct Raid {
+        devices: Vec<String> = "devices" [set],
+        level: Option<String> = "level" [opt],
+        name: String = "name" [key, required],
+        options: Vec<String> = "options" [append],
+        spares: Option<i64> = "spares" [opt],
+    }
+
+    pub struct Filesystem [label "filesystem "] {
+        device: String = "device" [key, required],
+        format: Option<String> = "format" [opt],
+        label: Option<String> = "label" [opt],
+        mount_options: Vec<String> = "mountOptions" [append, since 1],
+        options: Vec<String> = "options" [append],
+        path: Option<String> = "path" [opt],
+        uuid: Option<String> = "uuid" [opt],
+        wipe_filesystem: Option<bool> = "wipeFilesystem" [opt],
+    }
+
+    pub struct NodeUser {
+        id: Option<i64> = "id" [opt],
+        name: Option<String> = "name" [opt],
+    }
+
+    pub struct File {
+        append: Vec<Resource> = "append" [keyed],
+        contents: Resource = "contents" [nested],
+        group: NodeUser = "group" [nested],
+        mode: Option<i64> = "mode" [opt],
+        overwrite: Option<bool> = "overwrite" [opt],
+        path: String = "path" [key, required],
+        user: NodeUser = "user" [nested],
+    }
+
+    pub struct Directory {
+        group: NodeUser = "group" [nested],
+        mode: Option<i64> = "mode" [opt],
+        overwrite: Option<bool> = "overwrite" [opt],
+        path: String = "path" [key, required],
+        user: NodeUser = "user" [nested],
+    }
+
+    pub struct Link {
+        group: NodeUser = "group" [nested],
+        hard: Option<bool> = "hard" [opt],
+        overwrite: Option<bool> = "overwrite" [opt],
+        path: String = "path" [key, required],
+        target: Option<String> = "target" [opt],
+        user: NodeUser = "user" [nested],
+    }
+
+    pub struct Luks [label "luks "] {
+        cex: Cex = "cex" [nested, since 5],
+        clevis: Clevis = "clevis" [nested],
+        device: Option<String> = "device" [opt],
+        discard: Option<bool> = "discard" [opt, since 4],
+        key_file: Resource = "keyFile" [nested],
+        label: Option<String> = "label" [opt],
+        name: String = "name" [key, required],
+        open_options: Vec<String> = "openOptions" [append, since 4],
+        options: Vec<String> = "options" [append],
+        uuid: Option<String> = "uuid" [opt],
+        wipe_volume: Option<bool> = "wipeVolume" [opt],
+    }
+
+    pub struct Cex {
+        enabled: Option<bool> = "enabled" [opt],
+    }
+
+    pub struct Clevis {
+        custom: ClevisCustom = "custom" [nested],
+        tang: Vec<Tang> = "tang" [keyed],
+        threshold: Option<i64> = "threshold" [opt],
+        tpm2: Option<bool> = "tpm2" [opt],
+    }
+
+    pub struct ClevisCustom {
+        config: Option<String> = "config" [opt],
+        needs_network: Option<bool> = "needsNetwork" [opt],
+        pin: Option<String> = "pin" [opt],
+    }
+
+    pub struct Tang [label "tang "] {
+        advertisement: Option<String> = "advertisement" [opt, since 4],
+        thumbprint: Option<String> = "thumbprint" [opt],
+        url: String = "url" [key, required],
+    }
+
+    pub struct Systemd {
+        units: Vec<Unit> = "units" [keyed],
+    }
+
+    pub struct Unit {
+        contents: Option<String> = "contents" [opt],
+        dropins: Vec<Dropin> = "dropins" [keyed],
+        enabled: Option<bool> = "enabled" [opt],
+        mask: Option<bool> = "mask" [opt],
+        name: String = "name" [key, required],
+    }
+
+    pub struct Dropin {
+        contents: Option<String> = "contents" [opt],
+        name: String = "name" [key, required],
+    }
 }
 
 impl Resource {
@@ -129,171 +247,6 @@ impl Resource {
     pub fn url(&self) -> Option<&str> {
         self.source.as_deref().filter(|s| !s.is_empty())
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.compression.is_none()
-            && self.http_headers.is_empty()
-            && self.source.is_none()
-            && self.verification.is_empty()
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct HttpHeader {
-    pub name: String,
-    /// A child header without a value removes the parent's header of that name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Verification {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hash: Option<String>,
-}
-
-impl Verification {
-    pub fn is_empty(&self) -> bool {
-        self.hash.is_none()
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KernelArguments {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub should_exist: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub should_not_exist: Vec<String>,
-}
-
-impl KernelArguments {
-    pub fn is_empty(&self) -> bool {
-        self.should_exist.is_empty() && self.should_not_exist.is_empty()
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Passwd {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub groups: Vec<Group>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub users: Vec<User>,
-}
-
-impl Passwd {
-    pub fn is_empty(&self) -> bool {
-        self.groups.is_empty() && self.users.is_empty()
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct User {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gecos: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub groups: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub home_dir: Option<String>,
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub no_create_home: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub no_log_init: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub no_user_group: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub password_hash: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub primary_group: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shell: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub should_exist: Option<bool>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub ssh_authorized_keys: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub system: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub uid: Option<i64>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Group {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gid: Option<i64>,
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub password_hash: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub should_exist: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub system: Option<bool>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Storage {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub directories: Vec<Directory>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub disks: Vec<Disk>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub files: Vec<File>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub filesystems: Vec<Filesystem>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub links: Vec<Link>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub luks: Vec<Luks>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub raid: Vec<Raid>,
-}
-
-impl Storage {
-    pub fn is_empty(&self) -> bool {
-        self.directories.is_empty()
-            && self.disks.is_empty()
-            && self.files.is_empty()
-            && self.filesystems.is_empty()
-            && self.links.is_empty()
-            && self.luks.is_empty()
-            && self.raid.is_empty()
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Disk {
-    pub device: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub partitions: Vec<Partition>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub wipe_table: Option<bool>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Partition {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub guid: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub number: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resize: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub should_exist: Option<bool>,
-    #[serde(rename = "sizeMiB", skip_serializing_if = "Option::is_none")]
-    pub size_mib: Option<i64>,
-    #[serde(rename = "startMiB", skip_serializing_if = "Option::is_none")]
-    pub start_mib: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub type_guid: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub wipe_partition_entry: Option<bool>,
 }
 
 impl Partition {
@@ -306,217 +259,9 @@ impl Partition {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Raid {
-    pub devices: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub level: Option<String>,
-    pub name: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub options: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub spares: Option<i64>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Filesystem {
-    pub device: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub format: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub mount_options: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub options: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub wipe_filesystem: Option<bool>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct NodeUser {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub id: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-}
-
-impl NodeUser {
-    pub fn is_empty(&self) -> bool {
-        self.id.is_none() && self.name.is_none()
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct File {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub append: Vec<Resource>,
-    #[serde(skip_serializing_if = "Resource::is_empty")]
-    pub contents: Resource,
-    #[serde(skip_serializing_if = "NodeUser::is_empty")]
-    pub group: NodeUser,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mode: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub overwrite: Option<bool>,
-    pub path: String,
-    #[serde(skip_serializing_if = "NodeUser::is_empty")]
-    pub user: NodeUser,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Directory {
-    #[serde(skip_serializing_if = "NodeUser::is_empty")]
-    pub group: NodeUser,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mode: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub overwrite: Option<bool>,
-    pub path: String,
-    #[serde(skip_serializing_if = "NodeUser::is_empty")]
-    pub user: NodeUser,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Link {
-    #[serde(skip_serializing_if = "NodeUser::is_empty")]
-    pub group: NodeUser,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hard: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub overwrite: Option<bool>,
-    pub path: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-    #[serde(skip_serializing_if = "NodeUser::is_empty")]
-    pub user: NodeUser,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Luks {
-    #[serde(skip_serializing_if = "Cex::is_empty")]
-    pub cex: Cex,
-    #[serde(skip_serializing_if = "Clevis::is_empty")]
-    pub clevis: Clevis,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub discard: Option<bool>,
-    #[serde(skip_serializing_if = "Resource::is_empty")]
-    pub key_file: Resource,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    pub name: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub open_options: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub options: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub wipe_volume: Option<bool>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Cex {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub enabled: Option<bool>,
-}
-
-impl Cex {
-    pub fn is_empty(&self) -> bool {
-        self.enabled.is_none()
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Clevis {
-    #[serde(skip_serializing_if = "ClevisCustom::is_empty")]
-    pub custom: ClevisCustom,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tang: Vec<Tang>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub threshold: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tpm2: Option<bool>,
-}
-
 impl Clevis {
-    pub fn is_empty(&self) -> bool {
-        self.custom.is_empty()
-            && self.tang.is_empty()
-            && self.threshold.is_none()
-            && self.tpm2.is_none()
-    }
     /// Whether the volume is bound to clevis at all.
     pub fn is_bound(&self) -> bool {
         self.custom.pin.is_some() || !self.tang.is_empty() || self.tpm2 == Some(true)
     }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClevisCustom {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub config: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub needs_network: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pin: Option<String>,
-}
-
-impl ClevisCustom {
-    pub fn is_empty(&self) -> bool {
-        self.config.is_none() && self.needs_network.is_none() && self.pin.is_none()
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Tang {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub advertisement: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub thumbprint: Option<String>,
-    pub url: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Systemd {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub units: Vec<Unit>,
-}
-
-impl Systemd {
-    pub fn is_empty(&self) -> bool {
-        self.units.is_empty()
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Unit {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub contents: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub dropins: Vec<Dropin>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub enabled: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mask: Option<bool>,
-    pub name: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Dropin {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub contents: Option<String>,
-    pub name: String,
 }

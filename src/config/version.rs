@@ -1,8 +1,13 @@
-//! Spec versions 3.0.0 … 3.6.0: which version introduced which field or value, checked in
-//! one table (`features`). Decoding uses it to reject fields newer than the declared version;
-//! the server uses it to find the oldest version that can express a config.
+//! Spec versions 3.0.0 … 3.6.0: which version introduced which field or value (`features`).
+//! Which fields exist since which version is declared with the fields (`since N` in `types`);
+//! the rules that depend on values (URL schemes, formats, mode bits, pins) are here. Decoding
+//! uses them to reject fields newer than the declared version; the server uses them to find
+//! the oldest version that can express a config and to refuse writing it older.
 
 use super::diag::{Diagnostic, Path};
+use std::any::Any;
+
+use super::spec::{self, Cursor, Spec, Visitor};
 use super::types::*;
 
 /// Newest supported minor version of spec 3.
@@ -71,36 +76,85 @@ pub struct Feature {
     pub what: String,
 }
 
-fn resource_features(r: &Resource, path: &Path, is_config_ref: bool, out: &mut Vec<Feature>) {
-    let mut add = |minor: u8, path: Path, what: &str| {
-        out.push(Feature {
+/// Collects the features a config uses: set fields that a version after 3.0 introduced
+/// (from the declarations in `types`), and the value-dependent rules below.
+struct Features(Vec<Feature>);
+
+impl Features {
+    fn add(&mut self, minor: u8, path: Path, what: &str) {
+        self.0.push(Feature {
             minor,
             path,
             what: what.to_string(),
-        })
-    };
-    if !r.http_headers.is_empty() {
-        add(1, path.key("httpHeaders"), "httpHeaders");
+        });
     }
-    if is_config_ref && r.compression.as_deref().is_some_and(|c| !c.is_empty()) {
-        add(1, path.key("compression"), "compression of configs and CAs");
+}
+
+impl Visitor for Features {
+    fn since(&mut self, at: &Cursor, minor: u8, label: &'static str, key: &'static str) {
+        self.0.push(Feature {
+            minor,
+            path: at.path(),
+            what: format!("{label}{key}"),
+        });
     }
-    if r.verification
-        .hash
-        .as_deref()
-        .is_some_and(|h| h.starts_with("sha256-"))
-    {
-        add(1, path.key("verification").key("hash"), "sha256 hashes");
-    }
-    if let Some(src) = &r.source {
-        if src.starts_with("gs://") {
-            add(2, path.key("source"), "gs:// URLs");
-        }
-        if src.starts_with("arn:") {
-            add(4, path.key("source"), "arn: S3 URLs");
+
+    fn node<T: Spec>(&mut self, at: &Cursor, node: &T) {
+        let node = node as &dyn Any;
+        if let Some(r) = node.downcast_ref::<Resource>() {
+            // Config references and CAs are the resources under `ignition`.
+            if at.under("ignition") && r.compression.as_deref().is_some_and(|c| !c.is_empty()) {
+                self.add(
+                    1,
+                    at.path().key("compression"),
+                    "compression of configs and CAs",
+                );
+            }
+            if r.verification
+                .hash
+                .as_deref()
+                .is_some_and(|h| h.starts_with("sha256-"))
+            {
+                self.add(
+                    1,
+                    at.path().key("verification").key("hash"),
+                    "sha256 hashes",
+                );
+            }
+            if let Some(src) = &r.source {
+                if src.starts_with("gs://") {
+                    self.add(2, at.path().key("source"), "gs:// URLs");
+                }
+                if src.starts_with("arn:") {
+                    self.add(4, at.path().key("source"), "arn: S3 URLs");
+                }
+            }
+        } else if let Some(f) = node.downcast_ref::<Filesystem>() {
+            if f.format.as_deref() == Some("none") {
+                self.add(3, at.path().key("format"), "filesystem format \"none\"");
+            }
+        } else if let Some(c) = node.downcast_ref::<ClevisCustom>() {
+            if let Some(pin) = &c.pin
+                && !matches!(pin.as_str(), "tpm2" | "tang" | "sss")
+            {
+                self.add(
+                    6,
+                    at.path().key("pin"),
+                    "custom clevis pins other than tpm2, tang and sss",
+                );
+            }
+        } else if let Some(mode) = node
+            .downcast_ref::<File>()
+            .map(|f| f.mode)
+            .or_else(|| node.downcast_ref::<Directory>().map(|d| d.mode))
+            && has_special_bits(mode)
+        {
+            self.add(6, at.path().key("mode"), SPECIAL_BITS);
         }
     }
 }
+
+const SPECIAL_BITS: &str = "setuid/setgid/sticky bits in mode";
 
 /// Whether a valid mode (0..=07777) sets setuid/setgid/sticky. An invalid mode is left to the
 /// validator, which reports it as the user wrote it.
@@ -117,158 +171,11 @@ fn mask_special(m: i64) -> i64 {
     }
 }
 
-/// Every use in `c` of something newer than 3.0, with where it is.
+/// Every use in `c` of something newer than 3.0, with where it is, in document order.
 pub fn features(c: &Config) -> Vec<Feature> {
-    let mut out = Vec::new();
-    let root = Path::root();
-    let ign = root.key("ignition");
-    for (i, r) in c.ignition.config.merge.iter().enumerate() {
-        resource_features(r, &ign.key("config").key("merge").index(i), true, &mut out);
-    }
-    resource_features(
-        &c.ignition.config.replace,
-        &ign.key("config").key("replace"),
-        true,
-        &mut out,
-    );
-    for (i, r) in c
-        .ignition
-        .security
-        .tls
-        .certificate_authorities
-        .iter()
-        .enumerate()
-    {
-        let p = ign
-            .key("security")
-            .key("tls")
-            .key("certificateAuthorities")
-            .index(i);
-        resource_features(r, &p, true, &mut out);
-    }
-    let mut add = |minor: u8, path: Path, what: &str| {
-        out.push(Feature {
-            minor,
-            path,
-            what: what.to_string(),
-        })
-    };
-    if !c.ignition.proxy.is_empty() {
-        add(1, ign.key("proxy"), "ignition.proxy");
-    }
-    if !c.kernel_arguments.is_empty() {
-        add(3, root.key("kernelArguments"), "kernelArguments");
-    }
-    let st = root.key("storage");
-    for (i, d) in c.storage.disks.iter().enumerate() {
-        for (j, p) in d.partitions.iter().enumerate() {
-            if p.resize.is_some() {
-                add(
-                    2,
-                    st.key("disks")
-                        .index(i)
-                        .key("partitions")
-                        .index(j)
-                        .key("resize"),
-                    "partition resize",
-                );
-            }
-        }
-    }
-    for (i, f) in c.storage.filesystems.iter().enumerate() {
-        let p = st.key("filesystems").index(i);
-        if !f.mount_options.is_empty() {
-            add(1, p.key("mountOptions"), "filesystem mountOptions");
-        }
-        if f.format.as_deref() == Some("none") {
-            add(3, p.key("format"), "filesystem format \"none\"");
-        }
-    }
-    if !c.storage.luks.is_empty() {
-        add(2, st.key("luks"), "storage.luks");
-    }
-    for (i, l) in c.storage.luks.iter().enumerate() {
-        let p = st.key("luks").index(i);
-        if l.discard.is_some() {
-            add(4, p.key("discard"), "luks discard");
-        }
-        if !l.open_options.is_empty() {
-            add(4, p.key("openOptions"), "luks openOptions");
-        }
-        for (j, t) in l.clevis.tang.iter().enumerate() {
-            if t.advertisement.is_some() {
-                add(
-                    4,
-                    p.key("clevis").key("tang").index(j).key("advertisement"),
-                    "tang advertisement",
-                );
-            }
-        }
-        if !l.cex.is_empty() {
-            add(5, p.key("cex"), "luks cex");
-        }
-        if let Some(pin) = &l.clevis.custom.pin
-            && !matches!(pin.as_str(), "tpm2" | "tang" | "sss")
-        {
-            add(
-                6,
-                p.key("clevis").key("custom").key("pin"),
-                "custom clevis pins other than tpm2, tang and sss",
-            );
-        }
-    }
-    for (i, u) in c.passwd.users.iter().enumerate() {
-        if u.should_exist.is_some() {
-            add(
-                2,
-                root.key("passwd").key("users").index(i).key("shouldExist"),
-                "users shouldExist",
-            );
-        }
-    }
-    for (i, g) in c.passwd.groups.iter().enumerate() {
-        if g.should_exist.is_some() {
-            add(
-                2,
-                root.key("passwd").key("groups").index(i).key("shouldExist"),
-                "groups shouldExist",
-            );
-        }
-    }
-    for (i, f) in c.storage.files.iter().enumerate() {
-        let p = st.key("files").index(i);
-        resource_features(&f.contents, &p.key("contents"), false, &mut out);
-        for (j, a) in f.append.iter().enumerate() {
-            resource_features(a, &p.key("append").index(j), false, &mut out);
-        }
-    }
-    for (i, l) in c.storage.luks.iter().enumerate() {
-        resource_features(
-            &l.key_file,
-            &st.key("luks").index(i).key("keyFile"),
-            false,
-            &mut out,
-        );
-    }
-    for (i, f) in c.storage.files.iter().enumerate() {
-        if has_special_bits(f.mode) {
-            out.push(Feature {
-                minor: 6,
-                path: st.key("files").index(i).key("mode"),
-                what: "setuid/setgid/sticky bits in mode".into(),
-            });
-        }
-    }
-    for (i, d) in c.storage.directories.iter().enumerate() {
-        if has_special_bits(d.mode) {
-            out.push(Feature {
-                minor: 6,
-                path: st.key("directories").index(i).key("mode"),
-                what: "setuid/setgid/sticky bits in mode".into(),
-            });
-        }
-    }
-    out
+    let mut f = Features(Vec::new());
+    spec::walk(c, &mut f);
+    f.0
 }
 
 /// Checks a config decoded under `declared` against that version's rules. Special mode bits
@@ -279,7 +186,7 @@ pub fn check(c: &mut Config, declared: Version) -> Vec<Diagnostic> {
         if f.minor <= declared.minor {
             continue;
         }
-        if f.what.starts_with("setuid") {
+        if f.what == SPECIAL_BITS {
             diags.push(Diagnostic::warning(
                 f.path,
                 format!("{}: ignored before spec 3.6.0, masked off", f.what),
@@ -323,14 +230,173 @@ pub fn unexpressible(c: &Config, v: Version) -> Vec<Feature> {
 mod tests {
     use super::*;
 
+    fn decode(json: &str) -> Config {
+        let mut tree = crate::json::parse(json.as_bytes()).unwrap();
+        let mut d = crate::config::decode::Decoder::new();
+        let c = d.config(&mut tree);
+        assert!(d.diags.is_empty(), "{json}: {:?}", d.diags);
+        c
+    }
+
+    /// Every field and value newer than 3.0.0: (config, path, minor, what).
+    const TABLE: &[(&str, &str, u8, &str)] = &[
+        (
+            r#"{"ignition":{"proxy":{"httpProxy":"http://p"}}}"#,
+            "$.ignition.proxy",
+            1,
+            "ignition.proxy",
+        ),
+        (
+            r#"{"storage":{"files":[{"path":"/a","contents":{"httpHeaders":[{"name":"a","value":"b"}]}}]}}"#,
+            "$.storage.files.0.contents.httpHeaders",
+            1,
+            "httpHeaders",
+        ),
+        (
+            r#"{"ignition":{"config":{"merge":[{"source":"http://x","compression":"gzip"}]}}}"#,
+            "$.ignition.config.merge.0.compression",
+            1,
+            "compression of configs and CAs",
+        ),
+        (
+            r#"{"ignition":{"security":{"tls":{"certificateAuthorities":[{"source":"http://x","verification":{"hash":"sha256-00"}}]}}}}"#,
+            "$.ignition.security.tls.certificateAuthorities.0.verification.hash",
+            1,
+            "sha256 hashes",
+        ),
+        (
+            r#"{"storage":{"filesystems":[{"device":"/dev/a","mountOptions":["ro"]}]}}"#,
+            "$.storage.filesystems.0.mountOptions",
+            1,
+            "filesystem mountOptions",
+        ),
+        (
+            r#"{"storage":{"disks":[{"device":"/dev/a","partitions":[{"number":1,"resize":true}]}]}}"#,
+            "$.storage.disks.0.partitions.0.resize",
+            2,
+            "partition resize",
+        ),
+        (
+            r#"{"passwd":{"users":[{"name":"u","shouldExist":false}]}}"#,
+            "$.passwd.users.0.shouldExist",
+            2,
+            "users shouldExist",
+        ),
+        (
+            r#"{"passwd":{"groups":[{"name":"g","shouldExist":false}]}}"#,
+            "$.passwd.groups.0.shouldExist",
+            2,
+            "groups shouldExist",
+        ),
+        (
+            r#"{"storage":{"files":[{"path":"/a","append":[{"source":"gs://b/o"}]}]}}"#,
+            "$.storage.files.0.append.0.source",
+            2,
+            "gs:// URLs",
+        ),
+        (
+            r#"{"storage":{"luks":[{"name":"l"}]}}"#,
+            "$.storage.luks",
+            2,
+            "storage.luks",
+        ),
+        (
+            r#"{"kernelArguments":{"shouldExist":["a"]}}"#,
+            "$.kernelArguments",
+            3,
+            "kernelArguments",
+        ),
+        (
+            r#"{"storage":{"filesystems":[{"device":"/dev/a","format":"none"}]}}"#,
+            "$.storage.filesystems.0.format",
+            3,
+            "filesystem format \"none\"",
+        ),
+        (
+            r#"{"storage":{"files":[{"path":"/a","contents":{"source":"arn:aws:s3:::b/o"}}]}}"#,
+            "$.storage.files.0.contents.source",
+            4,
+            "arn: S3 URLs",
+        ),
+        (
+            r#"{"storage":{"luks":[{"name":"l","discard":true}]}}"#,
+            "$.storage.luks.0.discard",
+            4,
+            "luks discard",
+        ),
+        (
+            r#"{"storage":{"luks":[{"name":"l","openOptions":["--x"]}]}}"#,
+            "$.storage.luks.0.openOptions",
+            4,
+            "luks openOptions",
+        ),
+        (
+            r#"{"storage":{"luks":[{"name":"l","clevis":{"tang":[{"url":"http://t","advertisement":"{}"}]}}]}}"#,
+            "$.storage.luks.0.clevis.tang.0.advertisement",
+            4,
+            "tang advertisement",
+        ),
+        (
+            r#"{"storage":{"luks":[{"name":"l","cex":{"enabled":true}}]}}"#,
+            "$.storage.luks.0.cex",
+            5,
+            "luks cex",
+        ),
+        (
+            r#"{"storage":{"luks":[{"name":"l","clevis":{"custom":{"pin":"x"}}}]}}"#,
+            "$.storage.luks.0.clevis.custom.pin",
+            6,
+            "custom clevis pins other than tpm2, tang and sss",
+        ),
+        (
+            r#"{"storage":{"files":[{"path":"/a","mode":2541}]}}"#,
+            "$.storage.files.0.mode",
+            6,
+            SPECIAL_BITS,
+        ),
+        (
+            r#"{"storage":{"directories":[{"path":"/a","mode":1023}]}}"#,
+            "$.storage.directories.0.mode",
+            6,
+            SPECIAL_BITS,
+        ),
+    ];
+
+    #[test]
+    fn version_table() {
+        for (json, path, minor, what) in TABLE {
+            let c = decode(json);
+            let mut got = features(&c);
+            // Luks features come with storage.luks itself (3.2).
+            if *minor > 2 && path.starts_with("$.storage.luks.") {
+                assert_eq!(got.remove(0).path.to_string(), "$.storage.luks", "{json}");
+            }
+            let want = vec![Feature {
+                minor: *minor,
+                path: Path::parse(path),
+                what: what.to_string(),
+            }];
+            assert_eq!(got, want, "{json}");
+            assert_eq!(minimum(&c), Version::new(*minor), "{json}");
+        }
+        // Values that 3.0 already had.
+        for json in [
+            r#"{"storage":{"files":[{"path":"/a","mode":493,"contents":{"source":"s3://b/o","compression":"gzip","verification":{"hash":"sha512-00"}}}]}}"#,
+            r#"{"storage":{"filesystems":[{"device":"/dev/a","format":"ext4"}]}}"#,
+        ] {
+            assert_eq!(features(&decode(json)), vec![], "{json}");
+        }
+    }
+
     #[test]
     fn parses_versions() {
-        for m in 0..=6u8 {
+        for m in 0..=NEWEST_MINOR {
             assert_eq!(parse(&format!("3.{m}.0")), Ok(Version::new(m)));
         }
+        let next = format!("3.{}.0", NEWEST_MINOR + 1);
         for (bad, want) in [
             ("2.3.0", "not supported"),
-            ("3.7.0", "unknown spec version"),
+            (next.as_str(), "unknown spec version"),
             ("3.5.0-experimental", "experimental"),
             ("3.1.1", "unknown"),
             ("x", "invalid spec version"),
