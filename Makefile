@@ -50,11 +50,11 @@ demo: demo-deps static
 	examples/demo.sh $(STATIC_BIN)
 
 test: test-deps
-	cargo test --locked -- --test-threads=4
+	cargo test --locked --workspace -- --test-threads=4
 
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --locked --all-targets -- -D warnings
+	cargo clippy --locked --workspace --all-targets -- -D warnings
 
 bench: bench-config
 	@for b in benches/*.sh; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done

@@ -1,12 +1,12 @@
 //! agent: a first-boot provisioning agent for Linux machines (Ignition spec 3.x configs) and
 //! the config server that hands each booting machine its pool's config.
 
+pub use spec::{config, encoding, json};
+
 pub mod blockdev;
 pub mod cli;
-pub mod config;
 pub mod fetch;
 pub mod files;
-pub mod json;
 pub mod limits;
 pub mod logging;
 pub mod platform;

@@ -216,7 +216,7 @@ fn run_fetch_renders_data_url_chain_and_refuses_deep_chains() {
     let child = r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/etc/child","mode":384}]}}"#;
     let child_url = format!(
         "data:;base64,{}",
-        agent::fetch::data_url::base64_encode(child.as_bytes())
+        agent::encoding::data_url::base64_encode(child.as_bytes())
     );
     let parent = format!(
         r#"{{"ignition":{{"version":"3.4.0","config":{{"merge":[{{"source":"{child_url}"}}]}}}},"storage":{{"files":[{{"path":"/etc/parent"}}]}}}}"#
@@ -259,7 +259,7 @@ fn run_fetch_renders_data_url_chain_and_refuses_deep_chains() {
     for _ in 0..12 {
         let url = format!(
             "data:;base64,{}",
-            agent::fetch::data_url::base64_encode(doc.as_bytes())
+            agent::encoding::data_url::base64_encode(doc.as_bytes())
         );
         doc = format!(
             r#"{{"ignition":{{"version":"3.0.0","config":{{"merge":[{{"source":"{url}"}}]}}}}}}"#

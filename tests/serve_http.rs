@@ -92,7 +92,7 @@ fn endpoints_and_statuses() {
         .iter()
         .find(|f| f.path == "/etc/agent/node-config.json")
         .expect("node-agent file");
-    let data = agent::fetch::data_url::decode(nf.contents.source.as_deref().unwrap()).unwrap();
+    let data = agent::encoding::data_url::decode(nf.contents.source.as_deref().unwrap()).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&data).unwrap();
     assert!(v["currentConfig"].as_str().unwrap().starts_with("worker-"));
     assert_eq!(v["currentConfig"], v["desiredConfig"]);

@@ -6,8 +6,8 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(s) = std::str::from_utf8(data) {
-        let checked = agent::fetch::data_url::check(s);
-        let decoded = agent::fetch::data_url::decode(s);
+        let checked = agent::encoding::data_url::check(s);
+        let decoded = agent::encoding::data_url::decode(s);
         if checked.is_ok() {
             assert!(decoded.is_ok(), "{s:?} passes the check but does not decode");
         }

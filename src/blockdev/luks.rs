@@ -281,7 +281,7 @@ pub fn generate_key() -> Result<Key> {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut k))
         .context("reading a key from /dev/urandom")?;
-    Ok(Key(crate::fetch::hex(&k).into_bytes()))
+    Ok(Key(crate::encoding::hex(&k).into_bytes()))
 }
 
 /// The volume's key: the fetched keyFile, or a generated one (only for a new volume).

@@ -3,7 +3,6 @@
 //! placement in one place here. Contents stream: memory stays flat whatever the size.
 
 pub mod command;
-pub mod data_url;
 pub mod http;
 pub mod proxy;
 pub mod retry;
@@ -142,7 +141,7 @@ impl Scheme for DataScheme {
         _: &Resource,
         _: Option<Duration>,
     ) -> Result<Box<dyn Read>, Failure> {
-        let b = data_url::decode(url)
+        let b = crate::encoding::data_url::decode(url)
             .context("decoding data URL")
             .map_err(Failure::Fatal)?;
         Ok(Box::new(io::Cursor::new(b)))
@@ -570,14 +569,7 @@ pub fn verify(r: &Resource, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-pub fn hex(b: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        let _ = write!(s, "{x:02x}");
-    }
-    s
-}
+pub use crate::encoding::hex;
 
 /// SHA-512 of `data` as hex, for logs.
 pub fn sha512_hex(data: &[u8]) -> String {

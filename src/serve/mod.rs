@@ -844,7 +844,7 @@ pub fn token_main(a: TokenArgs) -> Result<()> {
 /// header, trusting the server's CA.
 pub fn pointer_config(url: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<Vec<u8>> {
     use crate::config::types::{HttpHeader, Resource};
-    use crate::fetch::data_url::base64_encode;
+    use crate::encoding::data_url::base64_encode;
     let mut c = Config::default();
     c.ignition.config.merge.push(Resource {
         source: Some(url.to_string()),

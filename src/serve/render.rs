@@ -7,10 +7,10 @@ use std::sync::Arc;
 use anyhow::Result;
 use sha2::{Digest, Sha256};
 
-use super::source::hex;
 use crate::config::types::{File, Resource};
 use crate::config::{self, Config, Version, version};
-use crate::fetch::data_url::base64_encode;
+use crate::encoding::data_url::base64_encode;
+use crate::encoding::hex;
 
 /// Where the node agent finds the name of the config it was provisioned from.
 pub const NODE_CONFIG_PATH: &str = "/etc/agent/node-config.json";
@@ -182,7 +182,8 @@ mod tests {
             .iter()
             .find(|f| f.path == NODE_CONFIG_PATH)
             .unwrap();
-        let data = crate::fetch::data_url::decode(f.contents.source.as_deref().unwrap()).unwrap();
+        let data =
+            crate::encoding::data_url::decode(f.contents.source.as_deref().unwrap()).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&data).unwrap();
         assert_eq!(v["currentConfig"], p.config_name.as_str());
         assert_eq!(v["desiredConfig"], p.config_name.as_str());

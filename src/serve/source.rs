@@ -231,16 +231,8 @@ fn read_from(root: &Path) -> Result<RawGeneration> {
             h.update(b);
         }
     }
-    g.id = hex(&h.finalize()[..8]);
+    g.id = crate::encoding::hex(&h.finalize()[..8]);
     Ok(g)
-}
-
-pub fn hex(b: &[u8]) -> String {
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        s.push_str(&format!("{x:02x}"));
-    }
-    s
 }
 
 /// Parses, merges and validates every pool of a raw generation.

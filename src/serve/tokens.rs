@@ -20,7 +20,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::source::hex;
+use crate::encoding::hex;
 
 /// Default token lifetime: 11 hours.
 pub const DEFAULT_TTL: u64 = 11 * 3600;
@@ -132,7 +132,7 @@ pub fn new_token() -> Result<String> {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut b))
         .context("reading /dev/urandom")?;
-    Ok(crate::fetch::data_url::base64_encode(&b)
+    Ok(crate::encoding::data_url::base64_encode(&b)
         .trim_end_matches('=')
         .replace('+', "-")
         .replace('/', "_"))

@@ -211,7 +211,7 @@ fn resource(v: &mut V, r: &Resource, p: &Path) {
         match src.split_once(':') {
             Some((scheme, _)) if SCHEMES.contains(&scheme) => {
                 if scheme == "data"
-                    && let Err(e) = crate::fetch::data_url::check(src)
+                    && let Err(e) = crate::encoding::data_url::check(src)
                 {
                     v.err(p.key("source"), format!("{e:#}"));
                 }

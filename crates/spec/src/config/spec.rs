@@ -500,7 +500,7 @@ mod tests {
         let short: Vec<String> = seen
             .0
             .iter()
-            .map(|s| s.replace("agent::config::spec::tests::", ""))
+            .map(|s| s.replace(concat!(module_path!(), "::"), ""))
             .collect();
         assert_eq!(
             short,
