@@ -1,14 +1,15 @@
 #!/bin/bash
 # Benchmark `agent serve` against nginx serving the same bytes as a static file, in one run:
 # requests/s and p99 latency for /config/<pool> (~50 KiB config) with wrk, the ratio
-# agent/nginx (target >= 0.8), then a thundering herd of 5,000 concurrent connections that
-# must finish with no errors.
+# agent/nginx (target >= 0.8), then a thundering herd of 5,000 concurrent connections against
+# both (the agent must finish with no errors).
 #
 # The machine is shared, so nginx and agent are measured in alternating rounds and each
-# side's best round is compared.
+# side's best round is compared; each line also gives the server's CPU time per request
+# (user+system), which depends far less on what else the machine runs.
 #
 # Needs: wrk, nginx (apt-get install wrk nginx-light), python3. Env: DURATION (default 5s),
-# ROUNDS (default 3),
+# ROUNDS (default 3), AGENT_BIN (benchmark this binary instead of building one),
 # CONNS (default 64), HERD (default 5000), ACCESS_LOG=1 to keep agent's JSON access log on
 # (written to /dev/null; nginx then logs too).
 set -euo pipefail
@@ -25,11 +26,12 @@ for t in wrk nginx python3; do
 done
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
-cargo build --release --quiet
-AGENT=$PWD/target/release/agent
-
+[ -n "${AGENT_BIN:-}" ] || cargo build --release --quiet
 TMP=$(mktemp -d /tmp/agent-bench-serve.XXXXXX)
 chmod 755 "$TMP"
+# A private copy: the target directory may be shared and rebuilt while the benchmark runs.
+cp "${AGENT_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/agent}" "$TMP/agent"
+AGENT=$TMP/agent
 AGENT_PID=""
 NGINX_PID=""
 cleanup() {
@@ -109,12 +111,24 @@ for _ in $(seq 50); do python3 -c "import socket; socket.create_connection(('127
 cmp <(python3 -c "import urllib.request,sys; sys.stdout.buffer.write(urllib.request.urlopen('http://127.0.0.1:$NGINX_PORT/config/worker').read())") \
     "$TMP/www/config/worker" || { echo "nginx does not serve the same bytes" >&2; exit 1; }
 
-# wrk output → "rps p99_ms errors"
+# CPU time (user+system, in clock ticks) used so far by process $1 and its children
+# (nginx's workers). On a shared machine this is steadier than req/s.
+cpu_ticks() {
+    local t=0 p
+    for p in "$1" $(pgrep -P "$1" || true); do
+        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    done
+    echo "$t"
+}
+
+# wrk output → "rps p99_ms errors server_cpu_us_per_request"
 measure() {
-    local url=$1 conns=$2 out
+    local url=$1 conns=$2 pid=$3 out c0 c1
+    c0=$(cpu_ticks "$pid")
     out=$(wrk -t2 -c"$conns" -d"$DURATION" --timeout 10s --latency "$url")
+    c1=$(cpu_ticks "$pid")
     echo "$out" >>"$TMP/wrk.log"
-    python3 - "$out" <<'PY'
+    python3 - "$out" "$((c1 - c0))" "$(getconf CLK_TCK)" <<'PY'
 import re, sys
 o = sys.argv[1]
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", o).group(1))
@@ -125,31 +139,36 @@ e = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (
 if e: errs += sum(int(x) for x in e.groups())
 n = re.search(r"Non-2xx or 3xx responses: (\d+)", o)
 if n: errs += int(n.group(1))
-print(f"{rps:.0f} {p99:.3f} {errs}")
+reqs = int(re.search(r"(\d+) requests in", o).group(1))
+cpu_us = int(sys.argv[2]) / int(sys.argv[3]) * 1e6 / max(reqs, 1)
+print(f"{rps:.0f} {p99:.3f} {errs} {cpu_us:.1f}")
 PY
 }
 
 echo "config size: $SIZE bytes; wrk -t2 -c$CONNS -d$DURATION, $ROUNDS alternating rounds; access log: $([ "$ACCESS_LOG" = 1 ] && echo on || echo off)"
-N_BEST="0 0 0"; A_BEST="0 0 0"
+N_BEST="0 0 0 0"; A_BEST="0 0 0 0"
 best() { # keeps the round with the higher req/s
     python3 -c "import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(' '.join(a if float(a[0])>=float(b[0]) else b))" "$1" "$2"
 }
 for r in $(seq "$ROUNDS"); do
-    N=$(measure "http://127.0.0.1:$NGINX_PORT/config/worker" "$CONNS")
-    A=$(measure "http://$AGENT_ADDR/config/worker" "$CONNS")
-    echo "  round $r: nginx $N | agent $A   (req/s p99_ms errors)"
+    N=$(measure "http://127.0.0.1:$NGINX_PORT/config/worker" "$CONNS" "$NGINX_PID")
+    A=$(measure "http://$AGENT_ADDR/config/worker" "$CONNS" "$AGENT_PID")
+    echo "  round $r: nginx $N | agent $A   (req/s p99_ms errors server_cpu_us/req)"
     N_BEST=$(best "$N_BEST" "$N"); A_BEST=$(best "$A_BEST" "$A")
 done
-read -r N_RPS N_P99 N_ERR <<<"$N_BEST"
-read -r A_RPS A_P99 A_ERR <<<"$A_BEST"
-printf 'nginx (static file): %8s req/s  p99 %8s ms  errors %s\n' "$N_RPS" "$N_P99" "$N_ERR"
-printf 'agent serve:         %8s req/s  p99 %8s ms  errors %s\n' "$A_RPS" "$A_P99" "$A_ERR"
+read -r N_RPS N_P99 N_ERR N_CPU <<<"$N_BEST"
+read -r A_RPS A_P99 A_ERR A_CPU <<<"$A_BEST"
+printf 'nginx (static file): %8s req/s  p99 %8s ms  errors %s  server CPU %s us/req\n' "$N_RPS" "$N_P99" "$N_ERR" "$N_CPU"
+printf 'agent serve:         %8s req/s  p99 %8s ms  errors %s  server CPU %s us/req\n' "$A_RPS" "$A_P99" "$A_ERR" "$A_CPU"
 RATIO=$(python3 -c "print(f'{$A_RPS/$N_RPS:.2f}')")
 echo "throughput ratio agent/nginx (best rounds): $RATIO (target >= 0.8)"
 
 echo "thundering herd: $HERD concurrent connections"
-read -r H_RPS H_P99 H_ERR < <(measure "http://$AGENT_ADDR/config/worker" "$HERD")
-printf 'agent serve, herd:   %8s req/s  p99 %8s ms  errors %s\n' "$H_RPS" "$H_P99" "$H_ERR"
+read -r HN_RPS HN_P99 HN_ERR HN_CPU < <(measure "http://127.0.0.1:$NGINX_PORT/config/worker" "$HERD" "$NGINX_PID")
+read -r H_RPS H_P99 H_ERR H_CPU < <(measure "http://$AGENT_ADDR/config/worker" "$HERD" "$AGENT_PID")
+printf 'nginx, herd:         %8s req/s  p99 %8s ms  errors %s  server CPU %s us/req\n' "$HN_RPS" "$HN_P99" "$HN_ERR" "$HN_CPU"
+printf 'agent serve, herd:   %8s req/s  p99 %8s ms  errors %s  server CPU %s us/req\n' "$H_RPS" "$H_P99" "$H_ERR" "$H_CPU"
+echo "herd throughput ratio agent/nginx: $(python3 -c "print(f'{$H_RPS/max($HN_RPS,1):.2f}')")"
 if [ "$H_ERR" != 0 ]; then
     echo "FAIL: errors during the thundering herd (wrk output in $TMP/wrk.log)" >&2
     trap - EXIT

@@ -1,28 +1,72 @@
-//! A small, strict HTTP/1.1 server over std::net, with rustls for TLS.
+//! A small, strict HTTP/1.1 server on epoll, with rustls for TLS.
 //!
-//! Thread per connection (small stacks; threads are cheap next to the 5,000 connections we
-//! must hold), keep-alive and pipelining, and hard limits: header bytes and count, a deadline
-//! for a whole request head once its first byte arrived (slow headers), an idle time-out
-//! between requests, a write time-out, and a connection cap. Only GET and HEAD carry meaning
-//! here: a request with a body is answered and the connection closed.
+//! A few event-loop threads (`threads`, one per CPU by default) own every connection; every
+//! socket is non-blocking, so no thread ever waits on one client. A connection that has not
+//! sent anything costs a socket and a small struct, not a thread, so a flood of silent
+//! connections cannot exhaust threads or memory. Each loop accepts from the shared listeners
+//! (`EPOLLEXCLUSIVE`), reads until a whole request head is there, answers it from the
+//! handler (which never blocks on the network), and writes the response as far as the socket
+//! takes it, finishing later on `EPOLLOUT`. Keep-alive and pipelining are supported.
+//!
+//! Limits (issue 17):
+//! - `header_timeout` runs from accept (TLS handshake included) until the whole first head is
+//!   read, and from the first byte of each later head; a silent connection is closed then, a
+//!   partial head is answered 408.
+//! - `idle_timeout` between requests on a keep-alive connection; also the write time-out.
+//! - `max_connections` is global. At the limit the connection that has waited longest without
+//!   a whole request head (new and silent, mid-handshake, slow headers, idle keep-alive,
+//!   lingering after a close) is evicted to make room: silent connections, from one address
+//!   or many, cannot crowd out clients that send requests. Only when every connection is busy
+//!   with a request is a new one refused, in the listener's own protocol: a plain 503, or over
+//!   TLS a 503 after the handshake (a bounded number at a time; beyond that a bare close).
+//! - `max_connections_per_address` (0 = off) refuses connections over a per-address cap.
+//! - Heads are checked as they arrive: a malformed request line or a bare LF/CR line ending is
+//!   answered 400 at once; more than `max_header_bytes` → 431; more than `max_headers` → 431.
+//!   Only GET and HEAD carry meaning here: a request with a body is answered and the
+//!   connection closed (the body is never read).
+//!
+//! After a response that closes the connection the server half-closes and drains what the
+//! client still sends for a moment ("lingering close"), so the client reads the response
+//! instead of a reset.
 
+use std::collections::{BTreeMap, HashMap};
 use std::io::{IoSlice, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+
+/// Longest method name accepted.
+const MAX_METHOD: usize = 16;
+/// How often each event loop checks its connections' deadlines.
+const SWEEP: Duration = Duration::from_millis(100);
+/// Connections accepted per listener wake-up before other events get a turn.
+const ACCEPT_BATCH: usize = 128;
+/// Event tokens at or above this are listeners.
+const LISTENER_BASE: u64 = u64::MAX - 64;
+/// Bytes drained from a lingering connection before it is closed anyway.
+const LINGER_BYTES: usize = 256 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_header_bytes: usize,
     pub max_headers: usize,
+    /// From accept (and from the first byte of each later head) to the end of the head.
     pub header_timeout: Duration,
+    /// Between requests on a keep-alive connection.
     pub idle_timeout: Duration,
+    /// A response that makes no progress for this long is abandoned.
+    pub write_timeout: Duration,
     pub max_connections: usize,
-    pub thread_stack: usize,
+    /// 0: no per-address cap.
+    pub max_connections_per_address: usize,
+    /// How long a closing connection is drained before it is closed (lingering close).
+    pub linger: Duration,
 }
 
 impl Default for Limits {
@@ -32,10 +76,34 @@ impl Default for Limits {
             max_headers: 64,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(60),
             max_connections: 10_000,
-            thread_stack: 256 * 1024,
+            max_connections_per_address: 0,
+            linger: Duration::from_secs(2),
         }
     }
+}
+
+impl Limits {
+    /// Refused connections answered at the same time (the 503 and, on TLS, its handshake);
+    /// beyond this they are closed without an answer.
+    pub fn reject_budget(&self) -> usize {
+        (self.max_connections / 8).clamp(16, 1024)
+    }
+}
+
+/// Connection counters shared with the metrics.
+#[derive(Debug, Default)]
+pub struct ConnStats {
+    /// Connections holding a slot of `max_connections`.
+    pub open: AtomicUsize,
+    /// Connections refused (connection limit with nothing to evict, or per-address cap).
+    pub rejected: AtomicU64,
+    /// Connections closed to make room for a new one at the connection limit.
+    pub evicted: AtomicU64,
+    /// Connections closed because no whole request head (or TLS handshake) arrived within
+    /// the header time-out.
+    pub header_timeouts: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
@@ -169,30 +237,10 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-/// An HTTP connection's byte stream: plain TCP or TLS over TCP.
-pub trait Stream: Read + Write {
-    fn tcp(&self) -> &TcpStream;
-}
-
-impl Stream for TcpStream {
-    fn tcp(&self) -> &TcpStream {
-        self
-    }
-}
-
-impl Stream for rustls::StreamOwned<rustls::ServerConnection, TcpStream> {
-    fn tcp(&self) -> &TcpStream {
-        &self.sock
-    }
-}
-
-/// The server shared by every listener.
-pub struct Server {
-    pub limits: Limits,
-    pub handler: Arc<dyn Handler>,
-    pub open: Arc<AtomicUsize>,
-    pub shutdown: Arc<AtomicBool>,
-    pub rejected: Arc<std::sync::atomic::AtomicU64>,
+/// A listening socket and, for HTTPS, its TLS configuration.
+pub struct Listener {
+    pub sock: TcpListener,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Binds a listening socket with a deep backlog (a thundering herd of booting machines).
@@ -205,228 +253,1056 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
     Ok(l)
 }
 
-/// Wakes a thread blocked in accept() on `l` (used at shutdown).
+/// Stops a listening socket from taking new connections (used at shutdown).
 pub fn stop_listener(l: &TcpListener) {
     let _ = nix::sys::socket::shutdown(l.as_raw_fd(), nix::sys::socket::Shutdown::Both);
 }
 
-struct Guard(Arc<AtomicUsize>);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The server shared by every event loop.
+pub struct Server {
+    limits: Limits,
+    handler: Arc<dyn Handler>,
+    stats: Arc<ConnStats>,
+    shutdown: Arc<AtomicBool>,
+    /// Connections waiting for a request head (the eviction candidates), oldest first:
+    /// key → socket. A connection's owner removes its entry (under this lock) before it
+    /// closes the socket, so an evicting thread may shut the socket down while holding it.
+    waiting: Mutex<BTreeMap<u64, RawFd>>,
+    seq: AtomicU64,
+    per_address: Mutex<HashMap<IpAddr, usize>>,
+    /// Refused connections still being answered.
+    rejecting: AtomicUsize,
 }
 
 impl Server {
-    /// Accepts connections until shutdown.
-    pub fn run(self: &Arc<Self>, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>) {
-        loop {
-            let (sock, peer) = match listener.accept() {
-                Ok(x) => x,
-                Err(e) => {
-                    if self.shutdown.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    // EMFILE and friends: back off briefly instead of spinning.
-                    log::warn!("accepting a connection: {e}");
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-            };
-            if self.shutdown.load(Ordering::SeqCst) {
-                return;
-            }
-            if self.open.fetch_add(1, Ordering::SeqCst) >= self.limits.max_connections {
-                self.open.fetch_sub(1, Ordering::SeqCst);
-                self.rejected.fetch_add(1, Ordering::Relaxed);
-                let _ = sock.set_nonblocking(true);
-                let _ = (&sock).write(
-                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
-                );
-                continue;
-            }
-            let guard = Guard(self.open.clone());
-            let me = self.clone();
-            let tls = tls.clone();
-            let spawned = std::thread::Builder::new()
-                .name("conn".into())
-                .stack_size(self.limits.thread_stack)
-                .spawn(move || {
-                    let _guard = guard;
-                    me.connection(sock, peer, tls);
-                });
-            if let Err(e) = spawned {
-                log::warn!("starting a connection thread: {e}");
-            }
-        }
+    pub fn new(
+        limits: Limits,
+        handler: Arc<dyn Handler>,
+        stats: Arc<ConnStats>,
+        shutdown: Arc<AtomicBool>,
+    ) -> Arc<Self> {
+        Arc::new(Server {
+            limits,
+            handler,
+            stats,
+            shutdown,
+            waiting: Mutex::new(BTreeMap::new()),
+            seq: AtomicU64::new(0),
+            per_address: Mutex::new(HashMap::new()),
+            rejecting: AtomicUsize::new(0),
+        })
     }
 
-    fn connection(
-        &self,
-        sock: TcpStream,
-        peer: SocketAddr,
-        tls: Option<Arc<rustls::ServerConfig>>,
-    ) {
-        let _ = sock.set_nodelay(true);
-        // Room for a whole ~50 KiB config in one write (fewer wake-ups than autotuning's
-        // 16 KiB start).
-        let _ =
-            nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &(256 * 1024));
-        let _ = sock.set_write_timeout(Some(self.limits.idle_timeout));
-        match tls {
-            None => self.serve(sock, peer),
-            Some(cfg) => {
-                let Ok(conn) = rustls::ServerConnection::new(cfg) else {
-                    return;
-                };
-                let mut s = rustls::StreamOwned::new(conn, sock);
-                // The handshake must finish within the header time-out.
-                let deadline = Instant::now() + self.limits.header_timeout;
-                while s.conn.is_handshaking() {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() || s.sock.set_read_timeout(Some(left)).is_err() {
-                        return;
-                    }
-                    if s.conn.complete_io(&mut s.sock).is_err() {
-                        return;
-                    }
-                }
-                self.serve(s, peer);
-            }
+    /// Starts `threads` event loops serving `listeners`. They return once shutdown is set and
+    /// their connections are finished.
+    pub fn start(
+        self: &Arc<Self>,
+        listeners: &[Listener],
+        threads: usize,
+    ) -> Result<Vec<std::thread::JoinHandle<()>>> {
+        if listeners.len() as u64 >= u64::MAX - LISTENER_BASE {
+            anyhow::bail!("too many listeners");
         }
+        for l in listeners {
+            l.sock
+                .set_nonblocking(true)
+                .context("making a listener non-blocking")?;
+        }
+        let mut handles = Vec::new();
+        for i in 0..threads.max(1) {
+            let mut ls = Vec::new();
+            for l in listeners {
+                ls.push((
+                    l.sock.try_clone().context("cloning a listener")?,
+                    l.tls.clone(),
+                ));
+            }
+            let epoll =
+                Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).context("creating an epoll set")?;
+            let mut shard = Shard {
+                srv: self.clone(),
+                epoll,
+                listeners: ls,
+                listening: false,
+                paused_until: None,
+                slots: Vec::new(),
+                free: Vec::new(),
+                live: 0,
+                draining: false,
+                last_accept_warning: None,
+            };
+            shard.listen(true).context("watching the listeners")?;
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("serve-{i}"))
+                    .spawn(move || shard.run())
+                    .context("starting an event-loop thread")?,
+            );
+        }
+        Ok(handles)
     }
 
-    fn serve<S: Stream>(&self, mut s: S, peer: SocketAddr) {
-        let mut buf: Vec<u8> = Vec::with_capacity(1024);
-        loop {
-            let started;
-            let req = match self.read_request(&mut s, &mut buf) {
-                Ok(Some((r, t))) => {
-                    started = t;
-                    r
-                }
-                Ok(None) => return,
-                Err(Some(status)) => {
-                    let resp = Response::new(status);
-                    let n = write_response(&mut s, &resp, false, false).unwrap_or(0);
-                    self.handler.done(None, &resp, n, Duration::ZERO, peer);
-                    return;
-                }
-                Err(None) => return,
-            };
-            let resp = self.handler.handle(&req);
-            let keep = !req.close && !req.has_body && !self.shutdown.load(Ordering::SeqCst);
-            let head = req.method == "HEAD";
-            let res = write_response(&mut s, &resp, keep, head);
-            let took = started.elapsed();
-            match res {
-                Ok(n) => self.handler.done(Some(&req), &resp, n, took, peer),
-                Err(_) => {
-                    self.handler.done(Some(&req), &resp, 0, took, peer);
-                    return;
-                }
-            }
-            if !keep {
-                let _ = s.flush();
-                return;
-            }
-        }
+    /// Registers a connection as waiting for a head; returns its key.
+    fn wait_enter(&self, fd: RawFd) -> u64 {
+        let k = self.seq.fetch_add(1, Ordering::Relaxed);
+        lock(&self.waiting).insert(k, fd);
+        k
     }
 
-    /// Reads one request head. Ok(None): the peer went away or stayed idle (close quietly);
-    /// Err(Some(status)): answer with that status and close; Err(None): close quietly.
-    fn read_request<S: Stream>(
-        &self,
-        s: &mut S,
-        buf: &mut Vec<u8>,
-    ) -> Result<Option<(Request, Instant)>, Option<u16>> {
-        let lim = &self.limits;
-        let idle_deadline = Instant::now() + lim.idle_timeout;
-        let mut head_deadline: Option<Instant> = None;
-        let mut started = Instant::now();
-        if !buf.is_empty() {
-            head_deadline = Some(Instant::now() + lim.header_timeout);
+    /// Unregisters a waiting connection. false: it was evicted meanwhile (its slot already
+    /// went to another connection and its socket is shut down).
+    fn wait_leave(&self, k: u64) -> bool {
+        lock(&self.waiting).remove(&k).is_some()
+    }
+
+    /// Evicts the connection that has waited longest for a request head and releases its
+    /// slot. false: every connection is busy with a request.
+    fn evict_oldest(&self) -> bool {
+        let mut w = lock(&self.waiting);
+        let Some((_, fd)) = w.pop_first() else {
+            return false;
+        };
+        // Its owner cannot close the socket before taking the lock we hold (see `waiting`);
+        // shutting it down wakes the owner, which then closes it.
+        let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
+        drop(w);
+        self.stats.open.fetch_sub(1, Ordering::SeqCst);
+        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Takes a connection slot, evicting a waiting connection at the limit.
+    fn acquire_slot(&self) -> bool {
+        if self.stats.open.fetch_add(1, Ordering::SeqCst) < self.limits.max_connections {
+            return true;
         }
-        let mut tmp = [0u8; 4096];
-        loop {
-            if let Some(end) = find_head_end(buf, lim.max_header_bytes) {
-                let head = buf[..end].to_vec();
-                buf.drain(..end + 4);
-                return parse_head(&head, lim.max_headers)
-                    .map(|r| Some((r, started)))
-                    .map_err(Some);
-            }
-            if buf.len() >= lim.max_header_bytes {
-                return Err(Some(431));
-            }
-            let now = Instant::now();
-            let timeout = match head_deadline {
-                Some(d) => {
-                    let left = d.saturating_duration_since(now);
-                    if left.is_zero() {
-                        return Err(Some(408));
-                    }
-                    left
-                }
-                None => {
-                    if self.shutdown.load(Ordering::SeqCst) {
-                        return Ok(None);
-                    }
-                    let left = idle_deadline.saturating_duration_since(now);
-                    if left.is_zero() {
-                        return Ok(None);
-                    }
-                    // Wake up every second to notice a shutdown.
-                    left.min(Duration::from_secs(1))
-                }
-            };
-            if s.tcp().set_read_timeout(Some(timeout)).is_err() {
-                return Err(None);
-            }
-            let want = (lim.max_header_bytes + 4 - buf.len()).min(tmp.len());
-            match s.read(&mut tmp[..want]) {
-                Ok(0) => return if buf.is_empty() { Ok(None) } else { Err(None) },
-                Ok(n) => {
-                    if head_deadline.is_none() {
-                        head_deadline = Some(Instant::now() + lim.header_timeout);
-                        started = Instant::now();
-                    }
-                    buf.extend_from_slice(&tmp[..n]);
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::Interrupted
-                    ) => {}
-                Err(_) => return Err(None),
+        if self.evict_oldest() {
+            return true;
+        }
+        self.stats.open.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    fn address_acquire(&self, ip: IpAddr) -> bool {
+        let cap = self.limits.max_connections_per_address;
+        if cap == 0 {
+            return true;
+        }
+        let mut m = lock(&self.per_address);
+        let n = m.entry(ip).or_default();
+        if *n >= cap {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn address_release(&self, ip: IpAddr) {
+        let mut m = lock(&self.per_address);
+        if let Some(n) = m.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ip);
             }
         }
     }
 }
 
-fn find_head_end(buf: &[u8], max: usize) -> Option<usize> {
-    let n = buf.len().min(max + 4);
-    buf[..n].windows(4).position(|w| w == b"\r\n\r\n")
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for (the rest of) a request head, or for the TLS handshake.
+    Head,
+    /// A response is being written.
+    Writing,
+    /// The last response is written and the write side shut: draining until the peer closes.
+    Linger,
+}
+
+/// What to report to the handler once a response is written.
+struct Finished {
+    req: Option<Request>,
+    resp: Response,
+    bytes: usize,
+    started: Instant,
+}
+
+/// Where the scan for the end of a request head stands.
+#[derive(Debug, Default, Clone)]
+struct ScanState {
+    /// Start of the request line (after ignored empty lines), once known.
+    start: Option<usize>,
+    /// Bytes before this were checked.
+    pos: usize,
+    /// The request line is complete and valid.
+    line_ok: bool,
+}
+
+struct Conn {
+    sock: TcpStream,
+    peer: SocketAddr,
+    tls: Option<Box<rustls::ServerConnection>>,
+    /// Received plaintext not yet consumed.
+    buf: Vec<u8>,
+    scan: ScanState,
+    phase: Phase,
+    deadline: Instant,
+    /// When the first byte of the current head arrived.
+    head_start: Option<Instant>,
+    /// Requests answered on this connection.
+    served: u64,
+    /// Key in the server's waiting set while waiting for a head.
+    waiting: Option<u64>,
+    /// Holds a slot of max_connections.
+    counted: bool,
+    /// Counted in the per-address map.
+    address_held: bool,
+    /// A refused connection: answered 503 and closed.
+    reject: bool,
+    eof: bool,
+    close_after: bool,
+    /// Plain output: response head and body, and how much of both is written.
+    out_head: Vec<u8>,
+    out_body: Body,
+    out_pos: usize,
+    finished: Option<Box<Finished>>,
+    interest: Option<EpollFlags>,
+    lingered: usize,
+}
+
+struct Slot {
+    epoch: u32,
+    conn: Option<Box<Conn>>,
+}
+
+/// One event loop.
+struct Shard {
+    srv: Arc<Server>,
+    epoll: Epoll,
+    listeners: Vec<(TcpListener, Option<Arc<rustls::ServerConfig>>)>,
+    listening: bool,
+    paused_until: Option<Instant>,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    live: usize,
+    draining: bool,
+    last_accept_warning: Option<Instant>,
+}
+
+fn token(idx: usize, epoch: u32) -> u64 {
+    ((epoch as u64) << 32) | idx as u64
+}
+
+/// What the scan of a request head found.
+#[derive(Debug, PartialEq, Eq)]
+enum Scan {
+    More,
+    Bad(u16),
+    /// The head is `buf[start..end]`; the next request starts at `next`.
+    Head {
+        start: usize,
+        end: usize,
+        next: usize,
+    },
+}
+
+/// Scans `buf` for a whole request head, resuming where the previous scan stopped. Empty
+/// lines before the request line are ignored (RFC 9112 §2.2). Every line must end in CRLF: a
+/// bare LF or CR is answered 400 as soon as it is seen, and the request line is checked as
+/// soon as it is complete (its start even before), so malformed input never waits for the
+/// header time-out.
+fn scan_head(buf: &[u8], st: &mut ScanState, max: usize) -> Scan {
+    let start = match st.start {
+        Some(s) => s,
+        None => {
+            let mut s = 0;
+            while buf.len() >= s + 2 && buf[s] == b'\r' && buf[s + 1] == b'\n' {
+                s += 2;
+            }
+            if s > max {
+                return Scan::Bad(400);
+            }
+            if s == buf.len() || (s + 1 == buf.len() && buf[s] == b'\r') {
+                return Scan::More;
+            }
+            st.start = Some(s);
+            st.pos = s;
+            s
+        }
+    };
+    let limit = (start + max + 4).min(buf.len());
+    let mut i = st.pos;
+    while i < limit {
+        match buf[i] {
+            b'\n' => {
+                if i == start || buf[i - 1] != b'\r' {
+                    return Scan::Bad(400);
+                }
+                if !st.line_ok {
+                    if let Err(s) = parse_request_line(&buf[start..i - 1]) {
+                        return Scan::Bad(s);
+                    }
+                    st.line_ok = true;
+                }
+                if i >= start + 3 && &buf[i - 3..=i] == b"\r\n\r\n" {
+                    return Scan::Head {
+                        start,
+                        end: i - 3,
+                        next: i + 1,
+                    };
+                }
+            }
+            b'\r' if i + 1 < buf.len() && buf[i + 1] != b'\n' => return Scan::Bad(400),
+            _ => {}
+        }
+        i += 1;
+    }
+    // A CR at the very end is decided when its next byte arrives.
+    st.pos = if i > start && buf[i - 1] == b'\r' {
+        i - 1
+    } else {
+        i
+    };
+    if !st.line_ok
+        && let Err(s) = check_line_prefix(&buf[start..limit])
+    {
+        return Scan::Bad(s);
+    }
+    if buf.len() - start >= max + 4 {
+        return Scan::Bad(if st.line_ok { 431 } else { 414 });
+    }
+    Scan::More
+}
+
+/// The response head for `r`; `body_len` is what follows it (0 for HEAD and 304).
+fn response_head(r: &Response, keep: bool, content_length: usize) -> Vec<u8> {
+    let mut h = String::with_capacity(256);
+    h.push_str("HTTP/1.1 ");
+    h.push_str(&r.status.to_string());
+    h.push(' ');
+    h.push_str(reason(r.status));
+    h.push_str("\r\nDate: ");
+    h.push_str(&http_date_now());
+    if r.status != 304 {
+        h.push_str("\r\nContent-Length: ");
+        h.push_str(&content_length.to_string());
+    }
+    for (k, v) in &r.headers {
+        h.push_str("\r\n");
+        h.push_str(k);
+        h.push_str(": ");
+        h.push_str(v);
+    }
+    if !keep {
+        h.push_str("\r\nConnection: close");
+    }
+    h.push_str("\r\n\r\n");
+    h.into_bytes()
+}
+
+/// Writes rustls's pending records. Ok(true): all written; Ok(false): the socket is full.
+fn flush_tls(t: &mut rustls::ServerConnection, sock: &mut TcpStream) -> std::io::Result<bool> {
+    while t.wants_write() {
+        match t.write_tls(sock) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+fn would_block(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::WouldBlock
+}
+
+impl Shard {
+    fn listen(&mut self, on: bool) -> nix::Result<()> {
+        if on == self.listening {
+            return Ok(());
+        }
+        for (i, (l, _)) in self.listeners.iter().enumerate() {
+            if on {
+                self.epoll.add(
+                    l,
+                    EpollEvent::new(
+                        EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE,
+                        LISTENER_BASE + i as u64,
+                    ),
+                )?;
+            } else {
+                let _ = self.epoll.delete(l);
+            }
+        }
+        self.listening = on;
+        Ok(())
+    }
+
+    fn run(mut self) {
+        let mut events = vec![EpollEvent::empty(); 256];
+        let mut next_sweep = Instant::now() + SWEEP;
+        loop {
+            let wait = next_sweep.saturating_duration_since(Instant::now());
+            let ms = (wait.as_millis() as u16).clamp(1, SWEEP.as_millis() as u16);
+            let n = match self.epoll.wait(&mut events, EpollTimeout::from(ms)) {
+                Ok(n) => n,
+                Err(Errno::EINTR) => 0,
+                Err(e) => {
+                    log::error!("waiting for events: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    0
+                }
+            };
+            for ev in &events[..n] {
+                let data = ev.data();
+                if data >= LISTENER_BASE {
+                    self.accept((data - LISTENER_BASE) as usize);
+                    continue;
+                }
+                let (idx, epoch) = ((data & 0xffff_ffff) as usize, (data >> 32) as u32);
+                let current = self
+                    .slots
+                    .get(idx)
+                    .is_some_and(|s| s.epoch == epoch && s.conn.is_some());
+                if current {
+                    let readable = ev.events().intersects(
+                        EpollFlags::EPOLLIN
+                            | EpollFlags::EPOLLERR
+                            | EpollFlags::EPOLLHUP
+                            | EpollFlags::EPOLLRDHUP,
+                    );
+                    self.step(idx, readable);
+                }
+            }
+            let now = Instant::now();
+            if now >= next_sweep {
+                self.sweep(now);
+                next_sweep = now + SWEEP;
+            }
+            if self.paused_until.is_some_and(|t| now >= t) && !self.draining {
+                self.paused_until = None;
+                if let Err(e) = self.listen(true) {
+                    log::error!("watching the listeners again: {e}");
+                }
+            }
+            if self.srv.shutdown.load(Ordering::SeqCst) {
+                if !self.draining {
+                    self.drain();
+                }
+                if self.live == 0 {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Shutdown: stop accepting and close every connection that has no request in progress.
+    fn drain(&mut self) {
+        self.draining = true;
+        let _ = self.listen(false);
+        for idx in 0..self.slots.len() {
+            let idle = self.slots[idx]
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.phase != Phase::Writing && c.head_start.is_none());
+            if idle {
+                self.close(idx);
+            }
+        }
+    }
+
+    fn accept(&mut self, li: usize) {
+        for _ in 0..ACCEPT_BATCH {
+            if !self.listening {
+                return;
+            }
+            let res = self.listeners[li].0.accept();
+            match res {
+                Ok((sock, peer)) => {
+                    let tls = self.listeners[li].1.clone();
+                    self.admit(sock, peer, tls);
+                }
+                Err(e) if would_block(&e) => return,
+                Err(e) => match e.raw_os_error().map(Errno::from_raw) {
+                    Some(Errno::EMFILE | Errno::ENFILE | Errno::ENOBUFS | Errno::ENOMEM) => {
+                        // Out of descriptors or memory: make room and pause briefly.
+                        self.srv.evict_oldest();
+                        let now = Instant::now();
+                        if self
+                            .last_accept_warning
+                            .is_none_or(|t| now.duration_since(t) > Duration::from_secs(10))
+                        {
+                            log::warn!(
+                                "accepting a connection: {e} (raise the open-files limit or lower --max-connections)"
+                            );
+                            self.last_accept_warning = Some(now);
+                        }
+                        let _ = self.listen(false);
+                        self.paused_until = Some(now + Duration::from_millis(100));
+                        return;
+                    }
+                    _ => {
+                        if self.srv.shutdown.load(Ordering::SeqCst) {
+                            return;
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    fn admit(&mut self, sock: TcpStream, peer: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) {
+        let srv = self.srv.clone();
+        if sock.set_nonblocking(true).is_err() {
+            return;
+        }
+        let _ = sock.set_nodelay(true);
+        let ip = peer.ip().to_canonical();
+        let address_ok = srv.address_acquire(ip);
+        let slot = address_ok && srv.acquire_slot();
+        let capped = srv.limits.max_connections_per_address > 0;
+        if address_ok && !slot && capped {
+            srv.address_release(ip);
+        }
+        if !slot {
+            srv.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            if srv.rejecting.fetch_add(1, Ordering::SeqCst) >= srv.limits.reject_budget() {
+                srv.rejecting.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
+        } else {
+            // Room for a whole ~50 KiB config in one write.
+            let _ = nix::sys::socket::setsockopt(
+                &sock,
+                nix::sys::socket::sockopt::SndBuf,
+                &(256 * 1024),
+            );
+        }
+        let tls = match tls.map(rustls::ServerConnection::new) {
+            None => None,
+            Some(Ok(mut t)) => {
+                // One response at a time is queued (the next request is read only after it
+                // is written), so this is bounded by the largest response.
+                t.set_buffer_limit(None);
+                Some(Box::new(t))
+            }
+            Some(Err(e)) => {
+                log::error!("starting a TLS session: {e}");
+                if slot {
+                    srv.stats.open.fetch_sub(1, Ordering::SeqCst);
+                    if capped {
+                        srv.address_release(ip);
+                    }
+                } else {
+                    srv.rejecting.fetch_sub(1, Ordering::SeqCst);
+                }
+                return;
+            }
+        };
+        let now = Instant::now();
+        let mut c = Box::new(Conn {
+            sock,
+            peer,
+            tls,
+            buf: Vec::new(),
+            scan: ScanState::default(),
+            phase: Phase::Head,
+            deadline: now + srv.limits.header_timeout,
+            head_start: None,
+            served: 0,
+            waiting: None,
+            counted: slot,
+            address_held: slot && capped,
+            reject: !slot,
+            eof: false,
+            close_after: false,
+            out_head: Vec::new(),
+            out_body: Body::Empty,
+            out_pos: 0,
+            finished: None,
+            interest: None,
+            lingered: 0,
+        });
+        if c.reject {
+            if c.tls.is_none() {
+                self.queue_reject(&mut c);
+            }
+        } else {
+            // Evictable from the first moment: it has not sent a request yet.
+            self.enter_waiting(&mut c);
+        }
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    epoch: 0,
+                    conn: None,
+                });
+                self.slots.len() - 1
+            }
+        };
+        self.slots[idx].conn = Some(c);
+        self.live += 1;
+        // Most clients send their request right after connecting: try to read it now.
+        self.step(idx, true);
+    }
+
+    /// Runs a connection as far as it goes and updates its epoll registration.
+    fn step(&mut self, idx: usize, readable: bool) {
+        let Some(mut c) = self.slots[idx].conn.take() else {
+            return;
+        };
+        match self.drive(&mut c, readable) {
+            Some(want) => {
+                if c.interest != Some(want) {
+                    let mut ev = EpollEvent::new(want, token(idx, self.slots[idx].epoch));
+                    let res = if c.interest.is_some() {
+                        self.epoll.modify(&c.sock, &mut ev)
+                    } else {
+                        self.epoll.add(&c.sock, ev)
+                    };
+                    if let Err(e) = res {
+                        log::error!("watching a connection: {e}");
+                        self.slots[idx].conn = Some(c);
+                        self.close(idx);
+                        return;
+                    }
+                    c.interest = Some(want);
+                }
+                self.slots[idx].conn = Some(c);
+            }
+            None => {
+                self.slots[idx].conn = Some(c);
+                self.close(idx);
+            }
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        let Some(mut c) = self.slots[idx].conn.take() else {
+            return;
+        };
+        self.slots[idx].epoch = self.slots[idx].epoch.wrapping_add(1);
+        self.free.push(idx);
+        self.live -= 1;
+        let srv = &self.srv;
+        // Leave the waiting set before the socket is closed (see Server::waiting).
+        if let Some(k) = c.waiting.take()
+            && !srv.wait_leave(k)
+        {
+            c.counted = false;
+        }
+        if c.counted {
+            srv.stats.open.fetch_sub(1, Ordering::SeqCst);
+        }
+        if c.reject {
+            srv.rejecting.fetch_sub(1, Ordering::SeqCst);
+        }
+        if c.address_held {
+            srv.address_release(c.peer.ip().to_canonical());
+        }
+        if let Some(f) = c.finished.take() {
+            // The response could not be written.
+            srv.handler
+                .done(f.req.as_ref(), &f.resp, 0, f.started.elapsed(), c.peer);
+        }
+        drop(c);
+    }
+
+    /// Checks deadlines.
+    fn sweep(&mut self, now: Instant) {
+        for idx in 0..self.slots.len() {
+            let Some(c) = self.slots[idx].conn.as_mut() else {
+                continue;
+            };
+            if now < c.deadline {
+                continue;
+            }
+            match c.phase {
+                Phase::Head => {
+                    let handshaking = c.tls.as_ref().is_some_and(|t| t.is_handshaking());
+                    if c.served == 0 || c.head_start.is_some() {
+                        self.srv
+                            .stats
+                            .header_timeouts
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    if c.head_start.is_some() && !handshaking && !c.reject {
+                        // Slow headers: say so, then close.
+                        let Some(mut c) = self.slots[idx].conn.take() else {
+                            continue;
+                        };
+                        let ours = self.leave_waiting(&mut c);
+                        if ours {
+                            let started = c.head_start.unwrap_or(now);
+                            self.queue(&mut c, None, Response::new(408), false, false, started);
+                        }
+                        self.slots[idx].conn = Some(c);
+                        if ours {
+                            self.step(idx, false);
+                        } else {
+                            self.close(idx);
+                        }
+                    } else {
+                        // Silent (or idle between requests): close quietly.
+                        if let Some(t) = c.tls.as_mut()
+                            && !handshaking
+                        {
+                            t.send_close_notify();
+                            let _ = flush_tls(t, &mut c.sock);
+                        }
+                        self.close(idx);
+                    }
+                }
+                Phase::Writing | Phase::Linger => self.close(idx),
+            }
+        }
+    }
+
+    /// Leaves the waiting set; false when the connection was evicted meanwhile.
+    fn leave_waiting(&self, c: &mut Conn) -> bool {
+        match c.waiting.take() {
+            Some(k) if !self.srv.wait_leave(k) => {
+                c.counted = false;
+                false
+            }
+            _ => true,
+        }
+    }
+
+    fn queue_reject(&self, c: &mut Conn) {
+        let r = Response::text(503, "the server is at its connection limit; retry shortly")
+            .header("Retry-After", "1");
+        self.queue(c, None, r, false, false, Instant::now());
+        // A refused connection is neither logged nor counted as a request.
+        c.finished = None;
+    }
+
+    /// Queues a response and switches to writing it.
+    fn queue(
+        &self,
+        c: &mut Conn,
+        req: Option<Request>,
+        mut resp: Response,
+        keep: bool,
+        head_only: bool,
+        started: Instant,
+    ) {
+        let body = std::mem::replace(&mut resp.body, Body::Empty);
+        let full_len = body.bytes().len();
+        let send_body = !head_only && resp.status != 304;
+        let head = response_head(&resp, keep, full_len);
+        let sent_len = if send_body { full_len } else { 0 };
+        let bytes = head.len() + sent_len;
+        match c.tls.as_mut() {
+            Some(t) => {
+                let mut w = t.writer();
+                let _ = w.write_all(&head);
+                if send_body {
+                    let _ = w.write_all(body.bytes());
+                }
+                if !keep {
+                    t.send_close_notify();
+                }
+                c.out_head = Vec::new();
+                c.out_body = Body::Empty;
+            }
+            None => {
+                c.out_head = head;
+                c.out_body = if send_body { body } else { Body::Empty };
+            }
+        }
+        c.out_pos = 0;
+        c.finished = Some(Box::new(Finished {
+            req,
+            resp,
+            bytes,
+            started,
+        }));
+        c.close_after = !keep;
+        c.phase = Phase::Writing;
+        c.deadline = Instant::now() + self.srv.limits.write_timeout;
+    }
+
+    /// Reads what the socket has (up to the head size limit). Err: the connection is broken.
+    fn fill(&self, c: &mut Conn) -> Result<(), ()> {
+        let cap = self.srv.limits.max_header_bytes + 4 + c.scan.start.unwrap_or(0);
+        let mut tmp = [0u8; 16 * 1024];
+        let before = c.buf.len();
+        while c.buf.len() < cap && !c.eof {
+            match c.tls.as_mut() {
+                None => match c.sock.read(&mut tmp) {
+                    Ok(0) => c.eof = true,
+                    Ok(n) => {
+                        c.buf.extend_from_slice(&tmp[..n]);
+                        if n < tmp.len() {
+                            break;
+                        }
+                    }
+                    Err(e) if would_block(&e) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return Err(()),
+                },
+                Some(t) => {
+                    match t.read_tls(&mut c.sock) {
+                        Ok(0) => c.eof = true,
+                        Ok(_) => {}
+                        Err(e) if would_block(&e) => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(_) => return Err(()),
+                    }
+                    if t.process_new_packets().is_err() {
+                        // Send the alert rustls queued, then give up.
+                        let _ = flush_tls(t, &mut c.sock);
+                        return Err(());
+                    }
+                    loop {
+                        match t.reader().read(&mut tmp) {
+                            Ok(0) => {
+                                // close_notify: the client sends nothing more.
+                                c.eof = true;
+                                break;
+                            }
+                            Ok(n) => c.buf.extend_from_slice(&tmp[..n]),
+                            Err(e) if would_block(&e) => break,
+                            Err(_) => {
+                                c.eof = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if c.buf.len() > before && c.head_start.is_none() {
+            let now = Instant::now();
+            c.head_start = Some(now);
+            if c.served > 0 {
+                // A new head on a keep-alive connection: it has the header time-out from now.
+                c.deadline = now + self.srv.limits.header_timeout;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves a connection forward. Some(events to wait for) or None to close it.
+    fn drive(&self, c: &mut Conn, mut readable: bool) -> Option<EpollFlags> {
+        let srv = &self.srv;
+        loop {
+            match c.phase {
+                Phase::Head => {
+                    let mut scan = if c.buf.is_empty() {
+                        Scan::More
+                    } else {
+                        scan_head(&c.buf, &mut c.scan, srv.limits.max_header_bytes)
+                    };
+                    if scan == Scan::More && readable {
+                        readable = false;
+                        self.fill(c).ok()?;
+                        if !c.buf.is_empty() {
+                            scan = scan_head(&c.buf, &mut c.scan, srv.limits.max_header_bytes);
+                        }
+                    }
+                    if let Some(t) = c.tls.as_mut() {
+                        // Handshake records (or an alert) to send.
+                        let sent = flush_tls(t, &mut c.sock).ok()?;
+                        if t.is_handshaking() {
+                            if c.eof {
+                                return None;
+                            }
+                            self.enter_waiting(c);
+                            return Some(if sent {
+                                EpollFlags::EPOLLIN
+                            } else {
+                                EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT
+                            });
+                        }
+                        if c.reject {
+                            // The handshake is done: answer in the listener's protocol.
+                            self.queue_reject(c);
+                            continue;
+                        }
+                        if !sent {
+                            self.enter_waiting(c);
+                            return Some(EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
+                        }
+                    }
+                    match scan {
+                        Scan::More => {
+                            if c.eof || c.reject {
+                                return None;
+                            }
+                            self.enter_waiting(c);
+                            return Some(EpollFlags::EPOLLIN);
+                        }
+                        Scan::Bad(status) => {
+                            if !self.leave_waiting(c) {
+                                return None;
+                            }
+                            let started = c.head_start.unwrap_or_else(Instant::now);
+                            self.queue(c, None, Response::new(status), false, false, started);
+                        }
+                        Scan::Head { start, end, next } => {
+                            if !self.leave_waiting(c) {
+                                return None;
+                            }
+                            let started = c.head_start.unwrap_or_else(Instant::now);
+                            let parsed = parse_head(&c.buf[start..end], srv.limits.max_headers);
+                            c.buf.drain(..next);
+                            c.scan = ScanState::default();
+                            c.head_start = None;
+                            match parsed {
+                                Ok(req) => {
+                                    let resp = srv.handler.handle(&req);
+                                    let keep = !req.close
+                                        && !req.has_body
+                                        && !srv.shutdown.load(Ordering::Relaxed);
+                                    let head_only = req.method == "HEAD";
+                                    self.queue(c, Some(req), resp, keep, head_only, started);
+                                }
+                                Err(status) => {
+                                    self.queue(
+                                        c,
+                                        None,
+                                        Response::new(status),
+                                        false,
+                                        false,
+                                        started,
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+                Phase::Writing => {
+                    let done = match c.tls.as_mut() {
+                        Some(t) => flush_tls(t, &mut c.sock),
+                        None => flush_plain(c),
+                    };
+                    match done {
+                        Err(_) => return None,
+                        Ok(false) => {
+                            c.deadline = Instant::now() + srv.limits.write_timeout;
+                            return Some(EpollFlags::EPOLLOUT);
+                        }
+                        Ok(true) => {}
+                    }
+                    c.out_head = Vec::new();
+                    c.out_body = Body::Empty;
+                    if let Some(f) = c.finished.take() {
+                        srv.handler.done(
+                            f.req.as_ref(),
+                            &f.resp,
+                            f.bytes,
+                            f.started.elapsed(),
+                            c.peer,
+                        );
+                        c.served += 1;
+                    }
+                    let now = Instant::now();
+                    // No request in progress any more: evictable again, before the client
+                    // can see the end of the response.
+                    self.enter_waiting(c);
+                    if c.close_after {
+                        if c.eof {
+                            return None;
+                        }
+                        // Lingering close: the client reads our answer, not a reset.
+                        let _ = c.sock.shutdown(Shutdown::Write);
+                        c.phase = Phase::Linger;
+                        c.deadline = now + srv.limits.linger;
+                        readable = true;
+                        continue;
+                    }
+                    c.phase = Phase::Head;
+                    if c.buf.is_empty() {
+                        c.deadline = now + srv.limits.idle_timeout;
+                    } else {
+                        // The next (pipelined) request is already arriving.
+                        c.head_start = Some(now);
+                        c.deadline = now + srv.limits.header_timeout;
+                    }
+                    // Level-triggered: if more is on the socket, epoll says so.
+                    readable = false;
+                }
+                Phase::Linger => {
+                    if readable {
+                        let mut tmp = [0u8; 16 * 1024];
+                        loop {
+                            match c.sock.read(&mut tmp) {
+                                Ok(0) => return None,
+                                Ok(n) => {
+                                    c.lingered += n;
+                                    if c.lingered > LINGER_BYTES {
+                                        return None;
+                                    }
+                                }
+                                Err(e) if would_block(&e) => break,
+                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                                Err(_) => return None,
+                            }
+                        }
+                    }
+                    self.enter_waiting(c);
+                    return Some(EpollFlags::EPOLLIN);
+                }
+            }
+        }
+    }
+
+    /// Joins the waiting set (eviction candidates) unless already in it.
+    fn enter_waiting(&self, c: &mut Conn) {
+        if c.waiting.is_none() && c.counted {
+            c.waiting = Some(self.srv.wait_enter(c.sock.as_raw_fd()));
+        }
+    }
+}
+
+/// Writes the plain response. Ok(true): all written; Ok(false): the socket is full.
+fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
+    loop {
+        let head = &c.out_head;
+        let body = c.out_body.bytes();
+        let total = head.len() + body.len();
+        if c.out_pos >= total {
+            return Ok(true);
+        }
+        let res = if c.out_pos < head.len() {
+            let bufs = [IoSlice::new(&head[c.out_pos..]), IoSlice::new(body)];
+            c.sock.write_vectored(&bufs)
+        } else {
+            c.sock.write(&body[c.out_pos - head.len()..])
+        };
+        match res {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => c.out_pos += n,
+            Err(e) if would_block(&e) => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// Parses a request head (without the final blank line); Err is the status to answer.
-pub fn parse_head(head: &[u8], max_headers: usize) -> Result<Request, u16> {
-    let mut lines = head
-        .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let line = lines.next().ok_or(400u16)?;
+/// Checks a complete request line (without its CRLF): `METHOD /target HTTP/1.x`.
+/// Ok((method, target, is HTTP/1.0)); Err is the status to answer.
+fn parse_request_line(line: &[u8]) -> Result<(&[u8], &str, bool), u16> {
     let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
     if parts.len() != 3 {
         return Err(400);
     }
     let (method, target, version) = (parts[0], parts[1], parts[2]);
-    if method.is_empty() || method.len() > 16 || !method.iter().all(|b| b.is_ascii_uppercase()) {
+    if method.is_empty()
+        || method.len() > MAX_METHOD
+        || !method.iter().all(|b| b.is_ascii_uppercase())
+    {
         return Err(400);
     }
     let http10 = match version {
@@ -439,6 +1315,48 @@ pub fn parse_head(head: &[u8], max_headers: usize) -> Result<Request, u16> {
         return Err(400);
     }
     let target = std::str::from_utf8(target).map_err(|_| 400u16)?;
+    Ok((method, target, http10))
+}
+
+/// Checks the start of a request line that has not ended yet, so that garbage (a TLS
+/// ClientHello on the plain port, binary noise) is refused at once instead of at the header
+/// time-out: an upper-case method of at most 16 letters, a space, a target starting with `/`.
+fn check_line_prefix(l: &[u8]) -> Result<(), u16> {
+    let m_end = l.iter().position(|&b| b == b' ').unwrap_or(l.len());
+    let method = &l[..m_end];
+    let pending_cr = m_end == l.len() && method.last() == Some(&b'\r');
+    let method = if pending_cr {
+        &method[..m_end - 1]
+    } else {
+        method
+    };
+    if method.len() > MAX_METHOD || !method.iter().all(|b| b.is_ascii_uppercase()) {
+        return Err(400);
+    }
+    if m_end < l.len() && (m_end == 0 || l.get(m_end + 1).is_some_and(|&b| b != b'/')) {
+        return Err(400);
+    }
+    Ok(())
+}
+
+/// Parses a request head (without the final blank line); Err is the status to answer.
+/// Lines end in CRLF; a bare LF or CR is malformed (400).
+pub fn parse_head(head: &[u8], max_headers: usize) -> Result<Request, u16> {
+    for (i, &b) in head.iter().enumerate() {
+        let bad = match b {
+            b'\n' => i == 0 || head[i - 1] != b'\r',
+            b'\r' => head.get(i + 1) != Some(&b'\n'),
+            _ => false,
+        };
+        if bad {
+            return Err(400);
+        }
+    }
+    let mut lines = head
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let line = lines.next().ok_or(400u16)?;
+    let (method, target, http10) = parse_request_line(line)?;
     let (path, query) = match target.split_once('?') {
         Some((p, q)) => (p.to_string(), Some(q.to_string())),
         None => (target.to_string(), None),
@@ -492,56 +1410,6 @@ pub fn parse_head(head: &[u8], max_headers: usize) -> Result<Request, u16> {
         close,
         has_body: chunked || content_length.unwrap_or(0) > 0,
     })
-}
-
-/// Writes a response; returns the bytes written. HEAD gets GET's headers without the body.
-pub fn write_response<W: Write>(
-    w: &mut W,
-    r: &Response,
-    keep: bool,
-    head: bool,
-) -> std::io::Result<usize> {
-    let body = r.body.bytes();
-    let mut h = String::with_capacity(256);
-    h.push_str("HTTP/1.1 ");
-    h.push_str(&r.status.to_string());
-    h.push(' ');
-    h.push_str(reason(r.status));
-    h.push_str("\r\nDate: ");
-    h.push_str(&http_date_now());
-    if r.status != 304 {
-        h.push_str("\r\nContent-Length: ");
-        h.push_str(&body.len().to_string());
-    }
-    for (k, v) in &r.headers {
-        h.push_str("\r\n");
-        h.push_str(k);
-        h.push_str(": ");
-        h.push_str(v);
-    }
-    if !keep {
-        h.push_str("\r\nConnection: close");
-    }
-    h.push_str("\r\n\r\n");
-    let body: &[u8] = if head || r.status == 304 { &[] } else { body };
-    write_all_vectored(w, h.as_bytes(), body)?;
-    w.flush()?;
-    Ok(h.len() + body.len())
-}
-
-fn write_all_vectored<W: Write>(w: &mut W, a: &[u8], b: &[u8]) -> std::io::Result<()> {
-    let mut bufs = [IoSlice::new(a), IoSlice::new(b)];
-    let mut slices: &mut [IoSlice] = &mut bufs;
-    IoSlice::advance_slices(&mut slices, 0);
-    while !slices.is_empty() {
-        match w.write_vectored(slices) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut slices, n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// RFC 9110 IMF-fixdate of `secs` since the epoch.
@@ -634,10 +1502,88 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+        // Bare LF or CR line endings are malformed.
+        assert_eq!(parse_head(b"GET / HTTP/1.1\nHost: x", 64).unwrap_err(), 400);
+        assert_eq!(
+            parse_head(b"GET / HTTP/1.1\r\nHost: x\ry", 64).unwrap_err(),
+            400
+        );
         let many: String = (0..10).map(|i| format!("\r\nH{i}: v")).collect();
         assert_eq!(
             parse_head(format!("GET / HTTP/1.1{many}").as_bytes(), 5).unwrap_err(),
             431
         );
+    }
+
+    fn scan_all(input: &[u8], max: usize) -> Scan {
+        scan_head(input, &mut ScanState::default(), max)
+    }
+
+    /// The scan fed one byte at a time (resuming) decides exactly as on the whole input,
+    /// and at the same byte.
+    fn scan_bytewise(input: &[u8], max: usize) -> (Scan, usize) {
+        let mut st = ScanState::default();
+        for n in 1..=input.len() {
+            let r = scan_head(&input[..n], &mut st, max);
+            if r != Scan::More {
+                return (r, n);
+            }
+        }
+        (Scan::More, input.len())
+    }
+
+    #[test]
+    fn head_scan() {
+        let ok = b"GET /x HTTP/1.1\r\nHost: y\r\n\r\nGET /z";
+        let want = Scan::Head {
+            start: 0,
+            end: 24,
+            next: 28,
+        };
+        assert_eq!(scan_all(ok, 1024), want);
+        assert_eq!(scan_bytewise(ok, 1024), (want, 28));
+        // Empty lines before the request line are skipped.
+        let r = scan_all(b"\r\n\r\nGET / HTTP/1.1\r\n\r\n", 1024);
+        assert_eq!(
+            r,
+            Scan::Head {
+                start: 4,
+                end: 18,
+                next: 22
+            }
+        );
+        assert_eq!(scan_all(b"GET / HTTP/1.1\r\n", 1024), Scan::More);
+        assert_eq!(scan_all(b"GET / HTTP/1.1\r", 1024), Scan::More);
+        assert_eq!(scan_all(b"GE", 1024), Scan::More);
+        assert_eq!(scan_all(b"\r", 1024), Scan::More);
+        // Refused at the first byte that cannot start a request: (input, status, bytes needed).
+        for (bad, status, at) in [
+            (&b"GET / HTTP/1.1\n\n"[..], 400, 15),
+            (b"GET / HTTP/1.1\r\nHost: x\n\n", 400, 24),
+            (b"GET / HTTP/1.1\r\nHost: x\ry\r\n\r\n", 400, 25),
+            (b"\x16\x03\x01\x02\x00", 400, 1),
+            (b"get / HTTP/1.1\r\n\r\n", 400, 1),
+            (b"GET x HTTP/1.1\r\n\r\n", 400, 5),
+            (b" GET / HTTP/1.1\r\n\r\n", 400, 1),
+            (b"GET  / HTTP/1.1\r\n\r\n", 400, 5),
+            (b"GET / HTTP/2.0\r\n\r\n", 505, 16),
+            (b"GET / FOO\r\n\r\n", 400, 11),
+            (b"ABCDEFGHIJKLMNOPQ / HTTP/1.1\r\n", 400, 17),
+            (b"\n", 400, 1),
+        ] {
+            assert_eq!(
+                scan_bytewise(bad, 1024),
+                (Scan::Bad(status), at),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+            assert_eq!(scan_all(bad, 1024), Scan::Bad(status));
+        }
+        // Too long: 414 while still in the request line, 431 in the headers.
+        let long_line = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(100));
+        assert_eq!(scan_all(long_line.as_bytes(), 50), Scan::Bad(414));
+        let long_head = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(100));
+        assert_eq!(scan_all(long_head.as_bytes(), 50), Scan::Bad(431));
+        assert_eq!(scan_bytewise(long_head.as_bytes(), 50).0, Scan::Bad(431));
     }
 }

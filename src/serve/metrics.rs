@@ -1,11 +1,14 @@
 //! Prometheus text-format metrics: requests by pool, status and spec version; a latency
-//! histogram; source reloads and failures; token rotations.
+//! histogram; source reloads and failures; token rotations; connections (open, refused,
+//! evicted, timed out), read from the HTTP server's own counters.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use super::http::ConnStats;
 
 /// Latency bucket upper bounds in seconds.
 const BUCKETS: [f64; 12] = [
@@ -22,7 +25,6 @@ pub struct Metrics {
     pub reload_failures: AtomicU64,
     pub token_rotations: AtomicU64,
     pub tls_reloads: AtomicU64,
-    pub connections_rejected: AtomicU64,
 }
 
 impl Metrics {
@@ -52,7 +54,7 @@ impl Metrics {
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
-    pub fn render(&self, open_connections: usize) -> String {
+    pub fn render(&self, conns: &ConnStats) -> String {
         let mut s = String::new();
         s.push_str(
             "# HELP agent_serve_requests_total HTTP requests by pool, status and spec version.\n",
@@ -113,8 +115,18 @@ impl Metrics {
             ),
             (
                 "agent_serve_connections_rejected_total",
-                "Connections refused at the connection cap.",
-                &self.connections_rejected,
+                "Connections refused: connection limit reached with every connection busy with a request, or the per-address cap.",
+                &conns.rejected,
+            ),
+            (
+                "agent_serve_connections_evicted_total",
+                "Connections that had not sent a whole request head, closed to make room for a new one at the connection limit.",
+                &conns.evicted,
+            ),
+            (
+                "agent_serve_connections_header_timeouts_total",
+                "Connections closed because no whole request head (or TLS handshake) arrived within the header time-out.",
+                &conns.header_timeouts,
             ),
         ] {
             let _ = writeln!(
@@ -125,7 +137,8 @@ impl Metrics {
         }
         let _ = writeln!(
             s,
-            "# HELP agent_serve_open_connections Open client connections.\n# TYPE agent_serve_open_connections gauge\nagent_serve_open_connections {open_connections}"
+            "# HELP agent_serve_open_connections Open client connections.\n# TYPE agent_serve_open_connections gauge\nagent_serve_open_connections {}",
+            conns.open.load(Ordering::Relaxed)
         );
         s
     }
@@ -147,7 +160,11 @@ mod tests {
         m.request("worker", 200, "3.0.0", Duration::from_micros(300));
         m.request("worker", 200, "3.0.0", Duration::from_millis(2));
         m.request("-", 404, "-", Duration::from_micros(50));
-        let s = m.render(3);
+        let c = ConnStats::default();
+        c.open.store(3, Ordering::Relaxed);
+        c.rejected.store(2, Ordering::Relaxed);
+        c.evicted.store(5, Ordering::Relaxed);
+        let s = m.render(&c);
         assert!(
             s.contains(
                 "agent_serve_requests_total{pool=\"worker\",status=\"200\",version=\"3.0.0\"} 2"
@@ -160,5 +177,14 @@ mod tests {
         );
         assert!(s.contains("agent_serve_request_duration_seconds_count 3"));
         assert!(s.contains("agent_serve_open_connections 3"));
+        assert!(
+            s.contains("agent_serve_connections_rejected_total 2"),
+            "{s}"
+        );
+        assert!(s.contains("agent_serve_connections_evicted_total 5"), "{s}");
+        assert!(
+            s.contains("agent_serve_connections_header_timeouts_total 0"),
+            "{s}"
+        );
     }
 }

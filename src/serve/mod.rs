@@ -22,7 +22,7 @@ pub mod tokens;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -66,9 +66,10 @@ pub struct ServeArgs {
     /// AtomicWriter volume or git-sync link).
     #[arg(long)]
     pub source: PathBuf,
-    /// HTTPS listen address (needs --tls-cert and --tls-key).
-    #[arg(long, default_value = "0.0.0.0:22623")]
-    pub listen: SocketAddr,
+    /// HTTPS listen address [default: 0.0.0.0:22623 when --tls-cert is given]. HTTPS only:
+    /// needs --tls-cert and --tls-key (plain HTTP is --listen-http).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
     /// TLS certificate chain (PEM); reloaded when the file changes.
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -93,15 +94,26 @@ pub struct ServeArgs {
     /// Fallback polling interval for source, token and certificate changes.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub poll_interval: Duration,
-    /// Time allowed to send a whole request head (and the TLS handshake).
+    /// Time from accept (TLS handshake included) until the whole first request head is read,
+    /// and from the first byte of each later head; a silent connection is closed then.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub header_timeout: Duration,
-    /// Idle time before a keep-alive connection is closed.
+    /// Idle time between requests before a keep-alive connection is closed; also the time a
+    /// response may make no progress.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
-    /// Most open connections; more are answered 503 and closed.
-    #[arg(long, default_value_t = 10_000)]
-    pub max_connections: usize,
+    /// Most open connections. At the limit the connection that has waited longest without
+    /// sending a whole request head is closed to make room; when every connection is busy
+    /// with a request, new ones are answered 503 (over TLS after the handshake).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
+    /// Most open connections from one client address (0: no cap). Off by default: behind a
+    /// load balancer every client has the balancer's address.
+    #[arg(long, default_value_t = 0)]
+    pub max_connections_per_address: usize,
+    /// Event-loop threads (default: one per CPU).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub threads: Option<u64>,
     /// Largest request head in bytes.
     #[arg(long, default_value_t = 16 * 1024)]
     pub max_header_bytes: usize,
@@ -200,7 +212,9 @@ pub struct App {
     soak: u64,
     require_token: bool,
     access_log: bool,
-    open: Arc<AtomicUsize>,
+    conns: Arc<http::ConnStats>,
+    /// The connection and request limits, as shown in /status.
+    limits: serde_json::Value,
 }
 
 fn method_ok(req: &Request) -> Option<Response> {
@@ -348,7 +362,8 @@ impl App {
         let v = serde_json::json!({
             "sources": [src],
             "tokens": {"error": tok_err, "ttlSeconds": self.ttl},
-            "openConnections": self.open.load(Ordering::Relaxed),
+            "openConnections": self.conns.open.load(Ordering::Relaxed),
+            "limits": self.limits,
         });
         let mut b = serde_json::to_vec_pretty(&v).unwrap_or_default();
         b.push(b'\n');
@@ -375,6 +390,9 @@ impl App {
     }
 
     fn config(&self, req: &Request, name: &str) -> Response {
+        if self.require_token {
+            return self.config_with_token(req, name);
+        }
         if !source::valid_pool_name(name) {
             return Response::new(404);
         }
@@ -385,14 +403,31 @@ impl App {
         let Some(pool) = g.pools.get(name) else {
             return Response::new(404);
         };
-        if self.require_token {
-            match self.authorize(req) {
-                Ok(p) if p == name => {}
-                Ok(_) => return Response::text(403, "token belongs to another pool"),
-                Err(r) => return r,
+        self.serve_pool(req, pool)
+    }
+
+    /// `/config/<pool>` with `--require-token`. The token is checked before the pool is looked
+    /// up, so the answer never tells whether a pool the caller may not read exists: no or a
+    /// malformed `Authorization` → 401, a well-formed unknown token → 503 (machines retry),
+    /// another pool's token → 403, whether the requested pool exists or not.
+    fn config_with_token(&self, req: &Request, name: &str) -> Response {
+        let own = match self.authorize(req) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        if name != own {
+            return Response::text(403, "this token does not grant the requested pool");
+        }
+        let Some(g) = self.active() else {
+            return Response::text(503, "no valid config generation loaded")
+                .header("Retry-After", "5");
+        };
+        match g.pools.get(name) {
+            Some(p) => self.serve_pool(req, p),
+            None => {
+                Response::text(503, "token's pool is not being served").header("Retry-After", "5")
             }
         }
-        self.serve_pool(req, pool)
     }
 
     fn ignition(&self, req: &Request) -> Response {
@@ -438,11 +473,9 @@ impl App {
         }
         let mut r = match pool.render(minor, etcd) {
             Ok(doc) => {
-                let inm = req.header("if-none-match");
-                let hit = inm.as_deref().is_some_and(|v| {
-                    v.split(',')
-                        .any(|t| t.trim() == doc.etag || t.trim() == "*")
-                });
+                let hit = req
+                    .header("if-none-match")
+                    .is_some_and(|v| etag_matches(&v, &doc.etag));
                 let mut r = Response::new(if hit { 304 } else { 200 });
                 if !hit {
                     r.body = Body::Shared(doc.body.clone());
@@ -495,6 +528,15 @@ impl App {
     }
 }
 
+/// `If-None-Match` against our (strong) ETag, with the weak comparison RFC 9110 §13.1.2
+/// prescribes for it: `W/"x"` matches `"x"`; `*` matches any current representation.
+fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').any(|t| {
+        let t = t.trim();
+        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
+    })
+}
+
 /// Limits the metrics labels to pools being served (no label explosion from random paths).
 fn bounded_pool<'a>(app: &App, pool: &'a str) -> &'a str {
     if pool == "-" {
@@ -532,11 +574,7 @@ impl http::Handler for App {
             }
             "/metrics" => {
                 let mut r = Response::new(200);
-                r.body = Body::Owned(
-                    self.metrics
-                        .render(self.open.load(Ordering::Relaxed))
-                        .into_bytes(),
-                );
+                r.body = Body::Owned(self.metrics.render(&self.conns).into_bytes());
                 r.header("Content-Type", "text/plain; version=0.0.4")
             }
             "/ignition" => self.ignition(req),
@@ -666,6 +704,11 @@ fn watch_loop(
 
 pub fn main(args: ServeArgs) -> Result<()> {
     crate::logging::set_stage("serve");
+    if let (Some(addr), None) = (args.listen, &args.tls_cert) {
+        bail!(
+            "--listen {addr} serves HTTPS and needs --tls-cert and --tls-key; for plain HTTP use --listen-http {addr}"
+        );
+    }
     if args.tls_cert.is_none() && args.listen_http.is_none() {
         bail!("nothing to listen on: give --tls-cert and --tls-key (HTTPS) and/or --listen-http");
     }
@@ -684,7 +727,17 @@ pub fn main(args: ServeArgs) -> Result<()> {
         .token_dir
         .clone()
         .unwrap_or_else(|| args.source.join("tokens"));
-    let open = Arc::new(AtomicUsize::new(0));
+    let limits = http::Limits {
+        max_header_bytes: args.max_header_bytes,
+        header_timeout: args.header_timeout,
+        idle_timeout: args.idle_timeout,
+        write_timeout: args.idle_timeout,
+        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        max_connections_per_address: args.max_connections_per_address,
+        ..Default::default()
+    };
+    raise_open_files_limit(&limits);
+    let conns = Arc::new(http::ConnStats::default());
     let app = Arc::new(App {
         source: args.source.clone(),
         clock: tokens::default_clock(),
@@ -698,7 +751,8 @@ pub fn main(args: ServeArgs) -> Result<()> {
         soak: args.soak.as_secs(),
         require_token: args.require_token,
         access_log: !args.no_access_log,
-        open: open.clone(),
+        conns: conns.clone(),
+        limits: limits_json(&limits),
     });
     app.reload(true);
     app.tick();
@@ -708,45 +762,33 @@ pub fn main(args: ServeArgs) -> Result<()> {
         _ => None,
     };
     let shutdown = Arc::new(AtomicBool::new(false));
-    let server = Arc::new(http::Server {
-        limits: http::Limits {
-            max_header_bytes: args.max_header_bytes,
-            header_timeout: args.header_timeout,
-            idle_timeout: args.idle_timeout,
-            max_connections: args.max_connections,
-            ..Default::default()
-        },
-        handler: app.clone(),
-        open: open.clone(),
-        shutdown: shutdown.clone(),
-        rejected: Arc::new(AtomicU64::new(0)),
-    });
-    let mut listeners = Vec::new();
-    let mut threads = Vec::new();
+    let server = http::Server::new(limits, app.clone(), conns.clone(), shutdown.clone());
     let mut plan: Vec<(SocketAddr, Option<Arc<rustls::ServerConfig>>, &str)> = Vec::new();
     if let Some(r) = &resolver {
-        plan.push((args.listen, Some(tls::server_config(r.clone())?), "https"));
+        let addr = args
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 22623)));
+        plan.push((addr, Some(tls::server_config(r.clone())?), "https"));
     }
     if let Some(a) = args.listen_http {
         plan.push((a, None, "http"));
     }
+    let mut listeners = Vec::new();
     let mut out = std::io::stdout().lock();
     for (addr, cfg, scheme) in plan {
         let l = http::bind(addr)?;
         let local = l.local_addr().context("reading the bound address")?;
         writeln!(out, "listening {scheme}://{local}").context("writing to stdout")?;
         log::info!("listening on {scheme}://{local}");
-        listeners.push(l.try_clone().context("cloning listener")?);
-        let s = server.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("accept-{scheme}"))
-                .spawn(move || s.run(l, cfg))
-                .context("starting accept thread")?,
-        );
+        listeners.push(http::Listener { sock: l, tls: cfg });
     }
     out.flush().ok();
     drop(out);
+    let threads = match args.threads {
+        Some(n) => n as usize,
+        None => std::thread::available_parallelism().map_or(2, |n| n.get()),
+    };
+    let loops = server.start(&listeners, threads)?;
 
     let hup = Arc::new(AtomicBool::new(false));
     let watcher = {
@@ -772,22 +814,56 @@ pub fn main(args: ServeArgs) -> Result<()> {
     }
     shutdown.store(true, Ordering::SeqCst);
     for l in &listeners {
-        http::stop_listener(l);
+        http::stop_listener(&l.sock);
     }
-    for t in threads {
-        let _ = t.join();
-    }
+    // The event loops finish in-flight requests, then return.
     let deadline = Instant::now() + args.shutdown_grace;
-    while open.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+    while loops.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let left = open.load(Ordering::SeqCst);
-    if left > 0 {
+    let left = conns.open.load(Ordering::SeqCst);
+    if loops.iter().any(|t| !t.is_finished()) {
         log::warn!("{left} connections still open after the grace period");
     }
     let _ = watcher.join();
     log::info!("stopped");
     Ok(())
+}
+
+/// The limits as shown in `/status`.
+fn limits_json(l: &http::Limits) -> serde_json::Value {
+    serde_json::json!({
+        "maxConnections": l.max_connections,
+        // 0: no per-address cap.
+        "maxConnectionsPerAddress": l.max_connections_per_address,
+        "headerTimeoutSeconds": l.header_timeout.as_secs_f64(),
+        "idleTimeoutSeconds": l.idle_timeout.as_secs_f64(),
+        "writeTimeoutSeconds": l.write_timeout.as_secs_f64(),
+        "maxHeaderBytes": l.max_header_bytes,
+        "maxHeaders": l.max_headers,
+        // Request bodies are never read: a request with one is answered and the
+        // connection closed.
+        "maxBodyBytes": 0,
+    })
+}
+
+/// Raises the soft open-files limit to the hard one (every connection is a descriptor) and
+/// warns when even that is too low for --max-connections.
+fn raise_open_files_limit(l: &http::Limits) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
+        log::warn!("could not raise the open-files limit from {soft} to {hard}");
+    }
+    let have = getrlimit(Resource::RLIMIT_NOFILE).map_or(soft, |(s, _)| s);
+    let need = (l.max_connections + l.reject_budget() + 64) as u64;
+    if have < need {
+        log::warn!(
+            "the open-files limit ({have}) is below --max-connections plus headroom ({need}): raise it (LimitNOFILE= in the unit) or lower --max-connections"
+        );
+    }
 }
 
 /// `agent token ...`
@@ -911,6 +987,23 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_duration("x").is_err());
         assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn if_none_match() {
+        let e = "\"0123abcd\"";
+        for (h, want) in [
+            ("\"0123abcd\"", true),
+            ("W/\"0123abcd\"", true),
+            ("\"other\", W/\"0123abcd\"", true),
+            ("*", true),
+            ("\"other\"", false),
+            ("0123abcd", false),
+            ("w/\"0123abcd\"", false),
+            ("", false),
+        ] {
+            assert_eq!(etag_matches(h, e), want, "{h}");
+        }
     }
 
     #[test]

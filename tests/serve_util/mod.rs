@@ -21,13 +21,16 @@ pub fn write(p: &Path, s: &str) {
 
 pub struct Server {
     pub child: Child,
+    /// The first listener (HTTPS when there is one).
     pub addr: SocketAddr,
     pub scheme: String,
+    /// Every listener: (scheme, address), in the order the server reports them.
+    pub listeners: Vec<(String, SocketAddr)>,
 }
 
 impl Server {
     /// Starts `agent serve` with `args` (which must include a listener) and waits for its
-    /// first "listening" line.
+    /// "listening" lines (one per listener).
     pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Server {
         Self::start_logged(args, envs, None)
     }
@@ -50,37 +53,76 @@ impl Server {
         }
         let mut child = cmd.spawn().expect("starting agent serve");
         let stdout = child.stdout.take().unwrap();
+        let expect =
+            args.contains(&"--tls-cert") as usize + args.contains(&"--listen-http") as usize;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut r = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = r.read_line(&mut line);
-            let _ = tx.send(line);
+            for _ in 0..expect.max(1) {
+                let mut line = String::new();
+                let _ = r.read_line(&mut line);
+                let _ = tx.send(line);
+            }
             // Keep draining so the child never blocks on stdout.
             let _ = std::io::copy(&mut r, &mut std::io::sink());
         });
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("agent serve did not report its address");
-        let line = line.trim();
-        let rest = line
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("unexpected: {line:?}"));
-        let (scheme, addr) = rest.split_once("://").unwrap();
+        let mut listeners = Vec::new();
+        for _ in 0..expect.max(1) {
+            let line = rx
+                .recv_timeout(Duration::from_secs(20))
+                .expect("agent serve did not report its address");
+            let line = line.trim();
+            let rest = line
+                .strip_prefix("listening ")
+                .unwrap_or_else(|| panic!("unexpected: {line:?}"));
+            let (scheme, addr) = rest.split_once("://").unwrap();
+            listeners.push((scheme.to_string(), addr.parse().unwrap()));
+        }
         Server {
             child,
-            addr: addr.parse().unwrap(),
-            scheme: scheme.into(),
+            addr: listeners[0].1,
+            scheme: listeners[0].0.clone(),
+            listeners,
         }
+    }
+
+    /// The address of the listener for `scheme` ("http" or "https").
+    pub fn addr_of(&self, scheme: &str) -> SocketAddr {
+        self.listeners
+            .iter()
+            .find(|(s, _)| s == scheme)
+            .unwrap_or_else(|| panic!("no {scheme} listener"))
+            .1
+    }
+
+    /// A counter or gauge from /metrics (fetched over the plain listener).
+    pub fn metric(&self, name: &str) -> u64 {
+        let m = request(
+            self.addr_of("http"),
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(m.status, 200);
+        let text = m.text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("{}://{}{}", self.scheme, self.addr, path)
     }
 
+    /// The plain HTTP listener when there is one (else the first listener).
+    pub fn plain(&self) -> SocketAddr {
+        self.listeners
+            .iter()
+            .find(|(s, _)| s == "http")
+            .map_or(self.addr, |l| l.1)
+    }
+
     pub fn get(&self, path: &str) -> Resp {
         request(
-            self.addr,
+            self.plain(),
             &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
         )
     }
@@ -91,7 +133,7 @@ impl Server {
             s.push_str(&format!("{k}: {v}\r\n"));
         }
         s.push_str("\r\n");
-        request(self.addr, &s)
+        request(self.plain(), &s)
     }
 
     /// Polls until `f` holds (bounded).
@@ -211,4 +253,241 @@ pub fn worker_config(marker: &str) -> String {
     format!(
         r#"{{"ignition":{{"version":"3.0.0"}},"storage":{{"files":[{{"path":"/etc/marker","contents":{{"source":"data:,{marker}"}},"mode":420}}]}}}}"#
     )
+}
+
+/// Connects to `dst` from the local address `src` (any 127.0.0.0/8 address works on
+/// loopback), optionally with a small receive buffer (set before connecting, so the window
+/// stays small) to make the server's writes block.
+pub fn connect_with(
+    src: Option<std::net::IpAddr>,
+    rcvbuf: Option<usize>,
+    dst: SocketAddr,
+) -> TcpStream {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, setsockopt, socket, sockopt,
+    };
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    if let Some(n) = rcvbuf {
+        setsockopt(&fd, sockopt::RcvBuf, &n).expect("SO_RCVBUF");
+    }
+    if let Some(ip) = src {
+        bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &SockaddrIn::from(v4(SocketAddr::new(ip, 0))),
+        )
+        .expect("bind");
+    }
+    connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::from(v4(dst)),
+    )
+    .expect("connect");
+    TcpStream::from(fd)
+}
+
+fn v4(a: SocketAddr) -> std::net::SocketAddrV4 {
+    match a {
+        SocketAddr::V4(a) => a,
+        SocketAddr::V6(_) => panic!("IPv4 only: {a}"),
+    }
+}
+
+/// Runs a command that must succeed (openssl for test certificates); returns its stdout.
+pub fn run(cmd: &str, args: &[&str], dir: &Path) -> Vec<u8> {
+    let out = Command::new(cmd)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd} is required for this test (apt-get install {cmd}): {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A test CA in `dir`/ca.pem + ca.key (rustls refuses a self-signed server certificate).
+pub fn make_ca(dir: &Path) {
+    run(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=agent test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ],
+        dir,
+    );
+    write(
+        &dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    );
+}
+
+/// Issues a leaf for localhost/127.0.0.1 into `name`.key/.pem; returns its serial.
+pub fn make_leaf(dir: &Path, name: &str) -> String {
+    run(
+        "openssl",
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            "/CN=localhost",
+        ],
+        dir,
+    );
+    run(
+        "openssl",
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+        dir,
+    );
+    let s = run(
+        "openssl",
+        &["x509", "-in", &format!("{name}.pem"), "-noout", "-serial"],
+        dir,
+    );
+    String::from_utf8(s).unwrap().trim().to_string()
+}
+
+/// A TLS client configuration trusting `ca` (PEM).
+pub fn tls_client(ca: &Path) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    std::sync::Arc::new(cfg)
+}
+
+/// How an HTTPS exchange ended.
+#[derive(Debug)]
+pub enum TlsOutcome {
+    /// An HTTP response over TLS.
+    Response(Resp),
+    /// The server closed the TCP connection (FIN) before answering: a clean close.
+    Closed,
+    /// The connection was reset.
+    Reset,
+    /// Not TLS (e.g. plaintext on the TLS port) or another TLS failure.
+    TlsError(String),
+}
+
+/// Sends `raw` over TLS to `addr` (server name localhost) and reads the answer to EOF.
+pub fn tls_request(
+    addr: SocketAddr,
+    cfg: &std::sync::Arc<rustls::ClientConfig>,
+    raw: &str,
+) -> TlsOutcome {
+    let tcp = TcpStream::connect(addr).expect("connecting");
+    tls_request_on(tcp, cfg, raw)
+}
+
+/// Like `tls_request`, on an already connected socket.
+pub fn tls_request_on(
+    tcp: TcpStream,
+    cfg: &std::sync::Arc<rustls::ClientConfig>,
+    raw: &str,
+) -> TlsOutcome {
+    use std::io::ErrorKind;
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let conn = rustls::ClientConnection::new(cfg.clone(), "localhost".try_into().unwrap()).unwrap();
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    let classify = |e: std::io::Error| match e.kind() {
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe => {
+            TlsOutcome::Reset
+        }
+        ErrorKind::UnexpectedEof => TlsOutcome::Closed,
+        _ => TlsOutcome::TlsError(format!("{e} ({:?})", e.kind())),
+    };
+    // Finish the handshake first, then send the request.
+    while s.conn.is_handshaking() {
+        if let Err(e) = s.conn.complete_io(&mut s.sock) {
+            return classify(e);
+        }
+    }
+    if let Err(e) = s.write_all(raw.as_bytes()).and_then(|_| s.flush()) {
+        return classify(e);
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            // EOF without close_notify after a complete answer still counts as the answer.
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof && !out.is_empty() => break,
+            Err(e) => return classify(e),
+        }
+    }
+    if out.is_empty() {
+        return TlsOutcome::Closed;
+    }
+    TlsOutcome::Response(parse_response(&out, raw.starts_with("HEAD")))
+}
+
+/// Raises this process's open-files limit towards `want` (children inherit it); returns the
+/// soft limit now in force.
+pub fn raise_nofile(want: u64) -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    let target = want.min(hard);
+    if soft < target {
+        setrlimit(Resource::RLIMIT_NOFILE, target, hard).unwrap();
+    }
+    getrlimit(Resource::RLIMIT_NOFILE).unwrap().0
 }

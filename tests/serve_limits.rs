@@ -1,0 +1,578 @@
+//! `agent serve` under hostile connection patterns (issue 17), over real sockets on
+//! 127.0.0.0/8: a flood of silent connections from one address on the plain and the TLS
+//! port, the header time-out for silent connections, refusal in the listener's own protocol
+//! when every connection is busy, the per-address cap, prompt 400s for malformed request
+//! lines, and `--require-token` answers that do not reveal which pools exist.
+
+mod serve_util;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serve_util::*;
+
+/// The floods each hold ~10,500 descriptors in this process: one at a time.
+static FLOOD: Mutex<()> = Mutex::new(());
+
+const HERD: usize = 10_500;
+const MAX_CONNECTIONS: usize = 10_000;
+const FETCHES: usize = 50;
+
+struct Tls {
+    _dir: TempDir,
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn tls_files() -> Tls {
+    let dir = TempDir::new("limits-tls");
+    make_ca(dir.path());
+    make_leaf(dir.path(), "leaf");
+    Tls {
+        ca: dir.path().join("ca.pem"),
+        cert: dir.path().join("leaf.pem"),
+        key: dir.path().join("leaf.key"),
+        _dir: dir,
+    }
+}
+
+fn source(t: &TempDir) -> PathBuf {
+    let src = t.path().join("src");
+    write(&src.join("pools/worker.ign"), &worker_config("worker"));
+    write(&src.join("pools/master.ign"), &worker_config("master"));
+    src
+}
+
+/// A pool whose config is about `kib` KiB (one big inline file).
+fn big_pool(src: &Path, kib: usize) {
+    let data: String = (0..kib * 1024)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    write(
+        &src.join("pools/big.ign"),
+        &format!(
+            r#"{{"ignition":{{"version":"3.0.0"}},"storage":{{"files":[{{"path":"/etc/big","contents":{{"source":"data:,{data}"}}}}]}}}}"#
+        ),
+    );
+}
+
+fn start(src: &Path, tls: Option<&Tls>, extra: &[&str]) -> Server {
+    let mut args: Vec<String> = vec![
+        "--source".into(),
+        src.display().to_string(),
+        "--listen-http".into(),
+        "127.0.0.1:0".into(),
+        "--no-access-log".into(),
+    ];
+    if let Some(t) = tls {
+        args.extend([
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--tls-cert".into(),
+            t.cert.display().to_string(),
+            "--tls-key".into(),
+            t.key.display().to_string(),
+        ]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    Server::start(&refs, &[])
+}
+
+const GET_WORKER: &str = "GET /config/worker HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+
+/// Opens `n` connections to `addr` that never send a byte, in a thread; `opened` counts them.
+fn silent_herd(
+    addr: SocketAddr,
+    n: usize,
+    opened: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> std::thread::JoinHandle<Vec<TcpStream>> {
+    std::thread::spawn(move || {
+        let mut held = Vec::with_capacity(n);
+        for _ in 0..n {
+            held.push(TcpStream::connect(addr).expect("opening a silent connection"));
+            opened.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        held
+    })
+}
+
+/// Floods `herd_addr` with silent connections from 127.0.0.1 while `fetch` runs FETCHES
+/// times, starting once the herd has filled every slot; returns the statuses seen.
+fn flood_while_fetching(herd_addr: SocketAddr, fetch: impl Fn() -> u16) -> (Vec<u16>, usize) {
+    let have = raise_nofile(20_000);
+    // The herd, the fetches and the test's own files must fit under the limit.
+    let herd = HERD.min(have.saturating_sub(1_000) as usize);
+    assert!(
+        herd > MAX_CONNECTIONS,
+        "the open-files limit ({have}) is too low for this test: it needs {}",
+        MAX_CONNECTIONS + 1_000 + 1
+    );
+    if herd < HERD {
+        eprintln!("open-files limit {have}: herd scaled down to {herd} connections");
+    }
+    let opened = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = silent_herd(herd_addr, herd, opened.clone());
+    let end = Instant::now() + Duration::from_secs(120);
+    while opened.load(std::sync::atomic::Ordering::SeqCst) < MAX_CONNECTIONS && Instant::now() < end
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        opened.load(std::sync::atomic::Ordering::SeqCst) >= MAX_CONNECTIONS,
+        "could not open {MAX_CONNECTIONS} connections in time"
+    );
+    // Fetch while the rest of the herd keeps arriving, and after.
+    let statuses: Vec<u16> = (0..FETCHES).map(|_| fetch()).collect();
+    let held = h.join().unwrap();
+    assert_eq!(held.len(), herd);
+    // One more after the whole herd is in.
+    let last = fetch();
+    drop(held);
+    let mut all = statuses;
+    all.push(last);
+    (all, herd)
+}
+
+#[test]
+fn silent_flood_on_the_plain_port() {
+    let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
+    let t = TempDir::new("flood-plain");
+    let src = source(&t);
+    // A long header time-out: room must come from eviction, not from time-outs.
+    let s = start(
+        &src,
+        None,
+        &[
+            "--header-timeout",
+            "300s",
+            "--max-connections",
+            &MAX_CONNECTIONS.to_string(),
+        ],
+    );
+    let addr = s.addr_of("http");
+    let want = s.get("/config/worker").body;
+    assert_eq!(s.metric("agent_serve_connections_evicted_total"), 0);
+    let (statuses, herd) = flood_while_fetching(addr, || {
+        let r = request(addr, GET_WORKER);
+        if r.status == 200 {
+            assert_eq!(r.body, want);
+        }
+        r.status
+    });
+    assert!(
+        statuses.iter().all(|&st| st == 200),
+        "a real client must always get through: {statuses:?}"
+    );
+    // Every connection admitted beyond the limit evicted one (a few may still be in the
+    // accept queue when the counter is read).
+    let evicted = s.metric("agent_serve_connections_evicted_total");
+    assert!(
+        evicted + 10 >= (herd - MAX_CONNECTIONS) as u64,
+        "evicted {evicted} of a herd of {herd}"
+    );
+    assert_eq!(s.metric("agent_serve_connections_rejected_total"), 0);
+    let st = s.status();
+    assert_eq!(st["limits"]["maxConnections"], MAX_CONNECTIONS);
+    assert_eq!(st["limits"]["maxConnectionsPerAddress"], 0);
+    assert_eq!(st["limits"]["headerTimeoutSeconds"], 300.0);
+}
+
+#[test]
+fn silent_flood_on_the_tls_port() {
+    let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
+    let t = TempDir::new("flood-tls");
+    let src = source(&t);
+    let tls = tls_files();
+    let s = start(
+        &src,
+        Some(&tls),
+        &[
+            "--header-timeout",
+            "300s",
+            "--max-connections",
+            &MAX_CONNECTIONS.to_string(),
+        ],
+    );
+    let addr = s.addr_of("https");
+    let cfg = tls_client(&tls.ca);
+    let want = s.get("/config/worker").body;
+    let (statuses, herd) =
+        flood_while_fetching(addr, || match tls_request(addr, &cfg, GET_WORKER) {
+            TlsOutcome::Response(r) => {
+                if r.status == 200 {
+                    assert_eq!(r.body, want);
+                }
+                r.status
+            }
+            other => panic!("HTTPS fetch during the flood: {other:?}"),
+        });
+    assert!(statuses.iter().all(|&st| st == 200), "{statuses:?}");
+    let evicted = s.metric("agent_serve_connections_evicted_total");
+    assert!(
+        evicted + 10 >= (herd - MAX_CONNECTIONS) as u64,
+        "evicted {evicted} of a herd of {herd}"
+    );
+    assert_eq!(s.metric("agent_serve_connections_rejected_total"), 0);
+}
+
+/// Reads until EOF or error within `limit`; Some(bytes) when the server closed the
+/// connection, None when it was still open at the end.
+fn read_until_closed(c: &mut TcpStream, limit: Duration) -> Option<Vec<u8>> {
+    c.set_read_timeout(Some(limit)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => return Some(out),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return None;
+            }
+            Err(_) => return Some(out),
+        }
+    }
+}
+
+#[test]
+fn silent_connections_close_at_the_header_timeout() {
+    let t = TempDir::new("header-timeout");
+    let src = source(&t);
+    let tls = tls_files();
+    // Header time-out 1s, idle time-out far longer: a close proves the header time-out.
+    let s = start(
+        &src,
+        Some(&tls),
+        &["--header-timeout", "1s", "--idle-timeout", "600s"],
+    );
+    for scheme in ["http", "https"] {
+        let mut c = TcpStream::connect(s.addr_of(scheme)).unwrap();
+        let got = read_until_closed(&mut c, Duration::from_secs(60));
+        assert_eq!(
+            got,
+            Some(Vec::new()),
+            "{scheme}: a silent connection is closed (without an answer) at the header time-out"
+        );
+    }
+    assert!(s.metric("agent_serve_connections_header_timeouts_total") >= 2);
+    // A keep-alive connection between requests is not cut at the header time-out.
+    let mut c = TcpStream::connect(s.addr_of("http")).unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 64];
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let n = c.read(&mut first).unwrap();
+    assert!(first[..n].starts_with(b"HTTP/1.1 200"));
+    std::thread::sleep(Duration::from_secs(3));
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let rest = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed after");
+    assert!(
+        String::from_utf8_lossy(&rest).contains("HTTP/1.1 200"),
+        "the idle keep-alive connection still serves"
+    );
+}
+
+#[test]
+fn busy_server_refuses_in_the_listeners_protocol() {
+    let t = TempDir::new("busy");
+    let src = source(&t);
+    big_pool(&src, 256);
+    let tls = tls_files();
+    let s = start(
+        &src,
+        Some(&tls),
+        &["--max-connections", "2", "--idle-timeout", "120s"],
+    );
+    let plain = s.addr_of("http");
+    let https = s.addr_of("https");
+    assert_eq!(s.status()["limits"]["maxConnections"], 2);
+    // Two clients that pipeline requests for a big config and never read: the server's
+    // writes block, so both connections are busy with a request and cannot be evicted.
+    let pipelined = "GET /config/big HTTP/1.1\r\nHost: x\r\n\r\n".repeat(16);
+    let blockers: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut c = connect_with(None, Some(4096), plain);
+            c.write_all(pipelined.as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    // Once a response has started to arrive, the server is writing it and stays so (the
+    // client reads nothing): the connection is busy with a request for good.
+    for (i, b) in blockers.iter().enumerate() {
+        b.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut first = [0u8; 12];
+        let n = b.peek(&mut first).unwrap();
+        assert!(
+            first[..n].starts_with(b"HTTP/1.1 200"),
+            "blocker {i}: {}",
+            String::from_utf8_lossy(&first[..n])
+        );
+    }
+    let r = request(
+        plain,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 503, "a full server refuses new connections");
+    assert!(r.header("retry-after").is_some(), "{r:?}");
+    // The TLS port answers in TLS: a 503 after the handshake (or a clean close), never
+    // plaintext (which a TLS client sees as a protocol error) and never a reset.
+    let cfg = tls_client(&tls.ca);
+    for i in 0..5 {
+        match tls_request(
+            https,
+            &cfg,
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        ) {
+            TlsOutcome::Response(r) => {
+                assert_eq!(r.status, 503, "TLS probe {i}: {r:?}");
+                assert!(r.header("retry-after").is_some());
+            }
+            TlsOutcome::Closed => {}
+            other => panic!("TLS probe {i} over the limit: {other:?}"),
+        }
+    }
+    drop(blockers);
+    s.wait_for("a free slot", 30, |s| s.get("/healthz").status == 200);
+    assert!(s.metric("agent_serve_connections_rejected_total") >= 6);
+}
+
+/// Opens silent connections one by one, pausing between them so that the server sees them
+/// in this order (the pause only orders them; nothing below depends on its length).
+fn open_in_order(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let c = TcpStream::connect(addr).unwrap();
+            std::thread::sleep(Duration::from_millis(150));
+            c
+        })
+        .collect()
+}
+
+#[test]
+fn evicts_the_oldest_waiting_connection_at_the_limit() {
+    let t = TempDir::new("evict");
+    let src = source(&t);
+    // Silent connections only.
+    let s = start(&src, None, &["--max-connections", "2"]);
+    let addr = s.addr_of("http");
+    let mut held = open_in_order(addr, 2);
+    assert_eq!(request(addr, GET_WORKER).status, 200);
+    assert!(
+        read_until_closed(&mut held[0], Duration::from_secs(30)).is_some(),
+        "the oldest silent connection made room"
+    );
+    assert!(
+        read_until_closed(&mut held[1], Duration::from_millis(300)).is_none(),
+        "the newer one is still open"
+    );
+    drop(held);
+    s.wait_for("free slots", 30, |s| {
+        s.metric("agent_serve_open_connections") <= 1
+    });
+    assert!(s.metric("agent_serve_connections_evicted_total") >= 1);
+
+    // A partial head is not a request yet: it is evicted like a silent connection (without
+    // an answer), oldest first.
+    let mut partial = TcpStream::connect(addr).unwrap();
+    partial.write_all(b"GET /heal").unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let mut silent = open_in_order(addr, 1);
+    assert_eq!(request(addr, GET_WORKER).status, 200);
+    assert_eq!(
+        read_until_closed(&mut partial, Duration::from_secs(30)),
+        Some(Vec::new())
+    );
+    assert!(read_until_closed(&mut silent[0], Duration::from_millis(300)).is_none());
+    assert!(s.metric("agent_serve_connections_evicted_total") >= 2);
+    assert_eq!(s.metric("agent_serve_connections_rejected_total"), 0);
+}
+
+#[test]
+fn per_address_cap() {
+    let t = TempDir::new("per-address");
+    let src = source(&t);
+    let s = start(&src, None, &["--max-connections-per-address", "3"]);
+    let addr = s.addr_of("http");
+    let here: IpAddr = "127.0.0.1".parse().unwrap();
+    let other: IpAddr = "127.0.0.2".parse().unwrap();
+    let _held: Vec<TcpStream> = (0..3)
+        .map(|_| connect_with(Some(here), None, addr))
+        .collect();
+    let mut c = connect_with(Some(here), None, addr);
+    c.write_all(GET_WORKER.as_bytes()).unwrap();
+    let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
+    let r = parse_response(&got, false);
+    assert_eq!(r.status, 503, "over the per-address cap");
+    // Another address is not affected.
+    let mut c = connect_with(Some(other), None, addr);
+    c.write_all(GET_WORKER.as_bytes()).unwrap();
+    let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
+    assert_eq!(parse_response(&got, false).status, 200);
+    let mut c = connect_with(Some(other), None, addr);
+    c.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
+    let st: serde_json::Value = serde_json::from_slice(&parse_response(&got, false).body).unwrap();
+    assert_eq!(st["limits"]["maxConnectionsPerAddress"], 3);
+    let mut c = connect_with(Some(other), None, addr);
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
+    let m = parse_response(&got, false).text();
+    assert!(
+        m.contains("agent_serve_connections_rejected_total 1"),
+        "{m}"
+    );
+}
+
+#[test]
+fn malformed_request_lines_get_400_at_once() {
+    let t = TempDir::new("malformed");
+    let src = source(&t);
+    // A 408 would come only after 120s; every answer below must come within 30s.
+    let s = start(&src, None, &["--header-timeout", "120s"]);
+    let addr = s.addr_of("http");
+    for (what, bytes) in [
+        (
+            "bare LF line endings",
+            &b"GET /healthz HTTP/1.1\nHost: x\n\n"[..],
+        ),
+        (
+            "bare LF after the request line",
+            b"GET /healthz HTTP/1.1\r\nHost: x\n\n",
+        ),
+        ("bare CR", b"GET /healthz HTTP/1.1\rHost: x\r\n\r\n"),
+        (
+            "a TLS ClientHello on the plain port",
+            b"\x16\x03\x01\x02\x00\x01\x00",
+        ),
+        ("a lower-case method, line not ended", b"get /"),
+        ("a target without /", b"GET healthz HTTP/1.1\r\n"),
+        ("a request line without a version", b"GET /healthz\r\n"),
+    ] {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(bytes).unwrap();
+        // The connection stays open on our side: only the server can end this.
+        let got = read_until_closed(&mut c, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("{what}: no answer within 30s (waiting for the time-out?)"));
+        let r = parse_response(&got, false);
+        assert_eq!(r.status, 400, "{what}");
+    }
+    // CRLF requests still work, empty lines before the request line are ignored.
+    let r = request(
+        addr,
+        "\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+}
+
+fn token_of(src: &Path, pool: &str) -> String {
+    let out = std::process::Command::new(AGENT)
+        .args([
+            "token",
+            "show",
+            "--source",
+            src.to_str().unwrap(),
+            "--reveal",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f.len() == 3 && f[0] == pool && f[1] == "token").then(|| f[2].to_string())
+        })
+        .unwrap_or_else(|| panic!("no token for {pool}"))
+}
+
+#[test]
+fn require_token_does_not_reveal_pools() {
+    let t = TempDir::new("oracle");
+    let src = source(&t);
+    let s = start(&src, None, &["--require-token"]);
+    let worker = token_of(&src, "worker");
+    let master = token_of(&src, "master");
+    let ask = |method: &str, path: &str, auth: Option<&str>| {
+        let mut raw = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+        if let Some(a) = auth {
+            raw.push_str(&format!("Authorization: {a}\r\n"));
+        }
+        raw.push_str("\r\n");
+        let r = request(s.addr, &raw);
+        let mut headers: Vec<(String, String)> = r
+            .headers
+            .iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case("date"))
+            .cloned()
+            .collect();
+        headers.sort();
+        (r.status, headers, r.body)
+    };
+    let unknown_token = format!("Bearer {}", "Z".repeat(43));
+    let master_auth = format!("Bearer {master}");
+    for (what, auth, want) in [
+        ("no Authorization", None, 401),
+        ("a malformed Authorization", Some("Basic dXNlcjpwYXNz"), 401),
+        ("an unknown token", Some(unknown_token.as_str()), 503),
+        ("another pool's token", Some(master_auth.as_str()), 403),
+    ] {
+        for method in ["GET", "HEAD"] {
+            // worker exists but this caller may not read it; nope does not exist.
+            let existing = ask(method, "/config/worker", auth);
+            let missing = ask(method, "/config/nope", auth);
+            assert_eq!(existing.0, want, "{method} {what}");
+            assert_eq!(
+                existing, missing,
+                "{method} with {what}: an existing pool and a missing one must look the same"
+            );
+            assert_eq!(existing, ask(method, "/config/..%2f", auth), "{what}");
+        }
+    }
+    // The right token still works.
+    let r = s.get_h(
+        "/config/worker",
+        &[("Authorization", &format!("Bearer {worker}"))],
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("data:,worker"));
+}
+
+#[test]
+fn listen_without_tls_is_an_error() {
+    let t = TempDir::new("listen-no-tls");
+    let src = source(&t);
+    for extra in [&[][..], &["--listen-http", "127.0.0.1:0"][..]] {
+        let out = std::process::Command::new(AGENT)
+            .args(["serve", "--source", src.to_str().unwrap()])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "must not start without a certificate"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--listen 127.0.0.1:0")
+                && err.contains("--tls-cert")
+                && err.contains("--listen-http"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "nothing was listening");
+    }
+}
