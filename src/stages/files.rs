@@ -127,7 +127,7 @@ fn write_result(w: &mut Writer, ctx: &Context) -> Result<()> {
             previous = result::previous_report(&old)?;
         }
     }
-    let report = result::report(result::user_config_provided(&ctx.state_dir), previous);
+    let report = result::report(ctx.state().user_config_provided(), previous);
     let mut text = serde_json::to_vec_pretty(&report).context("encoding result report")?;
     text.push(b'\n');
     let attrs = Attrs {
