@@ -30,6 +30,7 @@ use crate::blockdev::{failpoint, inuse, kernel};
 use crate::config::Config;
 use crate::config::types::{Filesystem, Luks, Raid};
 use crate::fetch::{self, Fetcher};
+use crate::state::StateDir;
 
 /// One disk of the plan.
 #[derive(Debug)]
@@ -680,8 +681,10 @@ pub fn apply_with(p: &StagePlan, state_dir: &Path, fetcher: &Fetcher) -> Result<
             Ok((luks::prepare(&l, a, fetcher)?, l))
         })
         .collect::<Result<Vec<_>>>()?;
+    let state = StateDir::new(state_dir);
     for (pr, l) in &prepared {
-        luks::apply(l, pr, state_dir)?;
+        let (record, key) = luks::apply(l, pr)?;
+        state.save_luks(&record, key)?;
     }
     failpoint::hit("after-luks")?;
 
