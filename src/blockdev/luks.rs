@@ -449,6 +449,36 @@ pub fn apply<'p>(l: &Luks, p: &'p Prepared) -> Result<(LuksRecord, Option<&'p [u
     Ok((r, key))
 }
 
+/// What the plan says about a volume (and its clevis binding).
+pub fn describe(l: &Luks, action: &LuksAction) -> String {
+    let key = if l.key_file.url().is_some() {
+        "key file"
+    } else {
+        "generated key"
+    };
+    let what = match action {
+        LuksAction::Active => "reuse (already open on the device)".to_string(),
+        LuksAction::Reuse { clevis: true } => "reuse (open with clevis)".into(),
+        LuksAction::Reuse { clevis: false } => format!("reuse (open with the {key})"),
+        LuksAction::Create { wipe: None } => format!("create LUKS2 ({key})"),
+        LuksAction::Create { wipe: Some(t) } => {
+            format!("wipe {t} and create LUKS2 ({key})")
+        }
+        LuksAction::AfterPartitioning => format!(
+            "{} ({key}; decided once its device exists)",
+            if l.wipe_volume == Some(true) {
+                "wipe/create"
+            } else {
+                "reuse/create"
+            }
+        ),
+    };
+    let bind = clevis_pin(l)
+        .map(|(p, _)| format!(", clevis {p}"))
+        .unwrap_or_default();
+    format!("{what}{bind}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

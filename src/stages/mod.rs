@@ -57,7 +57,9 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
         crate::logging::set_stage(stage.name());
         match stage {
             Stage::Fetch => fetch::run(ctx)?,
-            Stage::Disks => disks::run(&ctx.state().read_rendered()?, ctx)?,
+            Stage::Disks => {
+                disks::run(&ctx.state().read_rendered()?, ctx)?;
+            }
             Stage::Files => files::run(&ctx.state().read_rendered()?, ctx)?,
         }
     }
