@@ -107,8 +107,9 @@ impl Writer<'_> {
             ..Attrs::default()
         };
         self.put_file(CRYPTTAB, Contents::Bytes(new.as_bytes()), attrs, true)?;
-        // As before the writer did this: the key directory and the key path of every recorded
-        // volume are relabelled when present, also those this run did not write.
+        // Relabelled as before this moved into the writer: the key directory and the key path
+        // of every recorded volume when present, also one this run did not write (the stale
+        // key of a volume now bound to clevis).
         let mut present = vec![KEY_DIR.to_string()];
         present.extend(records.iter().map(|r| key_path(&r.name)));
         for p in present {
