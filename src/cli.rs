@@ -220,19 +220,21 @@ fn read_stdin() -> Result<Vec<u8>, String> {
 }
 
 fn plan(a: PlanArgs) -> anyhow::Result<()> {
-    // Default: the rendered config the fetch stage leaves (stages::Context::rendered_config).
-    let path = a
-        .config_file
-        .clone()
-        .unwrap_or_else(|| a.state_dir.join("config.json"));
-    let bytes = if path.as_os_str() == "-" {
-        read_stdin().map_err(anyhow::Error::msg)?
-    } else {
-        std::fs::read(&path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
+    // Default: the rendered config the fetch stage leaves in the state directory.
+    let config = match &a.config_file {
+        None => crate::state::StateDir::new(&a.state_dir).read_rendered()?,
+        Some(path) => {
+            let bytes = if path.as_os_str() == "-" {
+                read_stdin().map_err(anyhow::Error::msg)?
+            } else {
+                std::fs::read(path)
+                    .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
+            };
+            crate::config::parse(&bytes)
+                .map(|p| p.config)
+                .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", path.display()))?
+        }
     };
-    let config = crate::config::parse(&bytes)
-        .map(|p| p.config)
-        .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", path.display()))?;
     crate::logging::set_stage("disks");
     let p = stages::disks::plan(&config)?;
     print!("{p}");

@@ -13,4 +13,5 @@ pub mod platform;
 pub mod serve;
 pub mod signals;
 pub mod stages;
+pub mod state;
 pub mod util;

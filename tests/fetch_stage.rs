@@ -32,7 +32,9 @@ impl Run {
         serde_json::from_slice(&std::fs::read(self.state.join("config.json")).unwrap()).unwrap()
     }
     fn record(&self) -> agent::stages::fetch::Record {
-        agent::stages::fetch::load_record(self.state.path()).unwrap()
+        agent::state::StateDir::new(self.state.path())
+            .read_fetch_record()
+            .unwrap()
     }
     fn paths(&self) -> Vec<String> {
         let c = self.config();

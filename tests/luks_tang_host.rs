@@ -189,13 +189,13 @@ fn tang_binding_against_a_real_tang_server() {
     assert!(err.contains("bound to clevis"), "{err}");
     // The record for crypttab: no key file, _netdev.
     let state = std::env::temp_dir().join(format!("agent-tang-state-{}", uuid::Uuid::new_v4()));
-    let r = luks::Record {
+    let r = agent::state::LuksRecord {
         name: cfg.name.clone(),
         uuid: luks::luks_uuid(Path::new(&l.dev)).unwrap(),
         key_file: false,
         discard: false,
         netdev: luks::needs_network(&cfg),
     };
-    assert!(r.crypttab_line().ends_with(" none luks,_netdev"));
+    assert!(agent::files::luks::crypttab_line(&r).ends_with(" none luks,_netdev"));
     let _ = std::fs::remove_dir_all(&state);
 }

@@ -1,6 +1,8 @@
 //! LUKS2 volumes with cryptsetup (and clevis for tang/tpm2/sss bindings): what is on the
 //! device, whether to create, reuse or refuse (`decide`), the argv, the key material, and the
-//! record the files stage turns into `/etc/luks/<name>` and `/etc/crypttab` (`persist_luks`).
+//! record of each opened volume (`apply`), which the disks stage leaves in the state directory
+//! (`crate::state`) and the files stage turns into `/etc/luks/<name>` and `/etc/crypttab`
+//! (`crate::files::luks`). Nothing here writes into the target root.
 //!
 //! Rules (checked for every volume before any volume is touched):
 //! - `/dev/mapper/<name>` already open on the configured device: reused as it is.
@@ -12,19 +14,18 @@
 //! - any other signature: refused unless `wipeVolume` (then wiped and formatted).
 //!
 //! Keys: the `keyFile` resource fetched through the fetcher, or 64 bytes from /dev/urandom (hex). Keys
-//! go to cryptsetup on stdin only, never into an argv or a log line; the disks stage leaves them
-//! in `<state-dir>/luks/<name>.key` (0600, directory 0700) with a small JSON record beside them.
+//! go to cryptsetup on stdin only, never into an argv or a log line; the disks stage keeps the
+//! key of a volume not bound to clevis in the state directory for the files stage.
 
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
-use serde::{Deserialize, Serialize};
 
 use super::{inuse, kernel, probe};
 use crate::config::types::Luks;
 use crate::fetch::Fetcher;
+use crate::state::LuksRecord;
 
 /// Where an open volume named `name` appears.
 pub fn mapper_path(name: &str) -> PathBuf {
@@ -318,149 +319,6 @@ pub fn test_key(l: &Luks, dev: &Path, key: &Key) -> Result<()> {
     Ok(())
 }
 
-/// What the files stage needs to let the booted system open the volume.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    pub name: String,
-    /// UUID of the LUKS header (crypttab `UUID=`).
-    pub uuid: String,
-    /// A key file `<name>.key` sits beside the record (false for clevis-bound volumes).
-    pub key_file: bool,
-    pub discard: bool,
-    /// Opening needs the network (`_netdev`).
-    pub netdev: bool,
-}
-
-impl Record {
-    /// The `/etc/crypttab` line.
-    pub fn crypttab_line(&self) -> String {
-        let key = if self.key_file {
-            format!("/etc/luks/{}", self.name)
-        } else {
-            "none".into()
-        };
-        let mut opts = vec!["luks"];
-        if self.discard {
-            opts.push("discard");
-        }
-        if self.netdev {
-            opts.push("_netdev");
-        }
-        format!("{} UUID={} {key} {}", self.name, self.uuid, opts.join(","))
-    }
-}
-
-fn mkdir_private(dir: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("setting mode of {}", dir.display()))
-}
-
-/// Leaves the record (and key) of a volume in `<state_dir>/luks/` for the files stage.
-pub fn save_record(state_dir: &Path, r: &Record, key: Option<&Key>) -> Result<()> {
-    let dir = state_dir.join("luks");
-    mkdir_private(&dir)?;
-    if let Some(k) = key {
-        crate::util::write_atomic(&dir.join(format!("{}.key", r.name)), k.bytes(), 0o600)?;
-    }
-    let json = serde_json::to_vec_pretty(r).context("encoding a LUKS record")?;
-    crate::util::write_atomic(&dir.join(format!("{}.json", r.name)), &json, 0o600)
-}
-
-/// Refuses a path inside the target root that is a symlink (it could point outside the root).
-fn no_symlink(p: &Path) -> Result<()> {
-    if let Ok(m) = std::fs::symlink_metadata(p)
-        && m.file_type().is_symlink()
-    {
-        bail!("{} is a symlink; refusing to write through it", p.display());
-    }
-    Ok(())
-}
-
-/// Persists every volume recorded by the disks stage into the new root: the key as
-/// `/etc/luks/<name>` (0600 in a 0700 directory) and its `/etc/crypttab` line (an existing line
-/// for the same name is replaced, other lines kept). Nothing recorded: nothing done.
-/// Returns the names persisted.
-pub fn persist_luks(state_dir: &Path, root: &Path) -> Result<Vec<String>> {
-    let dir = state_dir.join("luks");
-    let Ok(rd) = std::fs::read_dir(&dir) else {
-        return Ok(Vec::new());
-    };
-    let mut records = Vec::new();
-    for e in rd {
-        let e = e.with_context(|| format!("reading {}", dir.display()))?;
-        let p = e.path();
-        if p.extension().and_then(|x| x.to_str()) != Some("json") {
-            continue;
-        }
-        let b = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
-        let r: Record =
-            serde_json::from_slice(&b).with_context(|| format!("decoding {}", p.display()))?;
-        if r.name.contains('/') || r.name.is_empty() {
-            bail!("{}: invalid volume name {:?}", p.display(), r.name);
-        }
-        records.push(r);
-    }
-    if records.is_empty() {
-        return Ok(Vec::new());
-    }
-    records.sort_by(|a, b| a.name.cmp(&b.name));
-    let etc = root.join("etc");
-    no_symlink(&etc)?;
-    std::fs::create_dir_all(&etc).with_context(|| format!("creating {}", etc.display()))?;
-    let keys = etc.join("luks");
-    no_symlink(&keys)?;
-    for r in &records {
-        if r.key_file {
-            mkdir_private(&keys)?;
-            let src = dir.join(format!("{}.key", r.name));
-            let k = std::fs::read(&src).with_context(|| format!("reading {}", src.display()))?;
-            let dst = keys.join(&r.name);
-            no_symlink(&dst)?;
-            crate::util::write_atomic(&dst, &k, 0o600)?;
-        }
-    }
-    let crypttab = etc.join("crypttab");
-    no_symlink(&crypttab)?;
-    let old = match std::fs::read_to_string(&crypttab) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", crypttab.display())),
-    };
-    let new = merge_crypttab(&old, &records);
-    crate::util::write_atomic(&crypttab, new.as_bytes(), 0o644)?;
-    let names: Vec<String> = records.into_iter().map(|r| r.name).collect();
-    log::info!(
-        "persisted LUKS volumes {} into {}",
-        names.join(", "),
-        root.display()
-    );
-    Ok(names)
-}
-
-/// `old` crypttab with the lines of `records` replacing any line of the same name.
-pub fn merge_crypttab(old: &str, records: &[Record]) -> String {
-    let mut out = String::new();
-    for line in old.lines() {
-        let first = line.split_whitespace().next();
-        let ours =
-            first.is_some_and(|n| !n.starts_with('#') && records.iter().any(|r| r.name == n));
-        if !ours {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    for r in records {
-        out.push_str(&r.crypttab_line());
-        out.push('\n');
-    }
-    out
-}
-
 /// The UUID of the LUKS header on `dev`.
 pub fn luks_uuid(dev: &Path) -> Result<String> {
     let d = dev.display().to_string();
@@ -542,9 +400,10 @@ pub fn format_and_bind(l: &Luks, p: &Prepared) -> Result<()> {
     Ok(())
 }
 
-/// Carries out a prepared volume: format (and bind) if new, open, wait for /dev/mapper/<name>,
-/// and leave the record for the files stage.
-pub fn apply(l: &Luks, p: &Prepared, state_dir: &Path) -> Result<()> {
+/// Carries out a prepared volume: format (and bind) if new, open, wait for /dev/mapper/<name>.
+/// Returns the volume's record for the files stage and the key to keep with it (none for a
+/// volume bound to clevis).
+pub fn apply<'p>(l: &Luks, p: &'p Prepared) -> Result<(LuksRecord, Option<&'p [u8]>)> {
     let d = p.dev.display().to_string();
     let mapper = mapper_path(&l.name);
     if p.action != LuksAction::Active {
@@ -575,14 +434,49 @@ pub fn apply(l: &Luks, p: &Prepared, state_dir: &Path) -> Result<()> {
     kernel::wait_for(std::slice::from_ref(&mapper), kernel::device_timeout())
         .with_context(|| format!("waiting for luks volume {}", l.name))?;
     let clevis = l.clevis.is_bound();
-    let r = Record {
+    let r = LuksRecord {
         name: l.name.clone(),
         uuid: luks_uuid(&p.dev)?,
         key_file: !clevis && p.key.is_some(),
         discard: l.discard == Some(true),
         netdev: needs_network(l),
     };
-    save_record(state_dir, &r, if clevis { None } else { p.key.as_ref() })
+    let key = if clevis {
+        None
+    } else {
+        p.key.as_ref().map(Key::bytes)
+    };
+    Ok((r, key))
+}
+
+/// What the plan says about a volume (and its clevis binding).
+pub fn describe(l: &Luks, action: &LuksAction) -> String {
+    let key = if l.key_file.url().is_some() {
+        "key file"
+    } else {
+        "generated key"
+    };
+    let what = match action {
+        LuksAction::Active => "reuse (already open on the device)".to_string(),
+        LuksAction::Reuse { clevis: true } => "reuse (open with clevis)".into(),
+        LuksAction::Reuse { clevis: false } => format!("reuse (open with the {key})"),
+        LuksAction::Create { wipe: None } => format!("create LUKS2 ({key})"),
+        LuksAction::Create { wipe: Some(t) } => {
+            format!("wipe {t} and create LUKS2 ({key})")
+        }
+        LuksAction::AfterPartitioning => format!(
+            "{} ({key}; decided once its device exists)",
+            if l.wipe_volume == Some(true) {
+                "wipe/create"
+            } else {
+                "reuse/create"
+            }
+        ),
+    };
+    let bind = clevis_pin(l)
+        .map(|(p, _)| format!(", clevis {p}"))
+        .unwrap_or_default();
+    format!("{what}{bind}")
 }
 
 #[cfg(test)]
@@ -745,74 +639,5 @@ mod tests {
         ));
         assert!(!has_clevis_token(br#"{"tokens":{}}"#));
         assert!(!has_clevis_token(b"not json"));
-    }
-
-    #[test]
-    fn crypttab_lines() {
-        let r = Record {
-            name: "data".into(),
-            uuid: "u-1".into(),
-            key_file: true,
-            discard: true,
-            netdev: false,
-        };
-        assert_eq!(
-            r.crypttab_line(),
-            "data UUID=u-1 /etc/luks/data luks,discard"
-        );
-        let t = Record {
-            name: "tangvol".into(),
-            uuid: "u-2".into(),
-            key_file: false,
-            discard: false,
-            netdev: true,
-        };
-        assert_eq!(t.crypttab_line(), "tangvol UUID=u-2 none luks,_netdev");
-        let old = "# comment\nother UUID=x none luks\ndata UUID=old /etc/luks/data luks\n";
-        assert_eq!(
-            merge_crypttab(old, &[r, t]),
-            "# comment\nother UUID=x none luks\ndata UUID=u-1 /etc/luks/data luks,discard\n\
-             tangvol UUID=u-2 none luks,_netdev\n"
-        );
-    }
-
-    #[test]
-    fn persist_into_root() {
-        let tmp = std::env::temp_dir().join(format!("agent-luks-persist-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        let (state, root) = (tmp.join("state"), tmp.join("root"));
-        std::fs::create_dir_all(root.join("etc")).unwrap();
-        std::fs::write(root.join("etc/crypttab"), "keep UUID=k none luks\n").unwrap();
-        assert!(persist_luks(&state, &root).unwrap().is_empty());
-        let r = Record {
-            name: "data".into(),
-            uuid: "u-1".into(),
-            key_file: true,
-            discard: false,
-            netdev: false,
-        };
-        save_record(&state, &r, Some(&Key(vec![0, 1, 2, 255]))).unwrap();
-        assert_eq!(persist_luks(&state, &root).unwrap(), vec!["data"]);
-        // twice: idempotent
-        persist_luks(&state, &root).unwrap();
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
-        assert_eq!(
-            std::fs::read(root.join("etc/luks/data")).unwrap(),
-            vec![0, 1, 2, 255]
-        );
-        assert_eq!(mode(&root.join("etc/luks/data")), 0o600);
-        assert_eq!(mode(&root.join("etc/luks")), 0o700);
-        assert_eq!(mode(&state.join("luks")), 0o700);
-        assert_eq!(mode(&state.join("luks/data.key")), 0o600);
-        assert_eq!(
-            std::fs::read_to_string(root.join("etc/crypttab")).unwrap(),
-            "keep UUID=k none luks\ndata UUID=u-1 /etc/luks/data luks\n"
-        );
-        // a symlinked /etc/luks in the root is refused
-        let root2 = tmp.join("root2");
-        std::fs::create_dir_all(root2.join("etc")).unwrap();
-        std::os::unix::fs::symlink("/tmp", root2.join("etc/luks")).unwrap();
-        assert!(persist_luks(&state, &root2).is_err());
-        std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

@@ -351,6 +351,26 @@ pub fn apply(r: &Raid, action: &RaidAction) -> Result<()> {
         .with_context(|| format!("waiting for array {}", r.name))
 }
 
+/// What the plan says about an array.
+pub fn describe(r: &Raid, action: &RaidAction) -> String {
+    match action {
+        RaidAction::Active => "reuse (running, layout matches)".to_string(),
+        RaidAction::Assemble(u) => format!("reuse (assemble existing array {u})"),
+        RaidAction::Create => format!(
+            "create {} on {}{}",
+            r.level.as_deref().unwrap_or("?"),
+            r.devices.join(", "),
+            match r.spares {
+                Some(s) if s > 0 => format!(" ({s} spares)"),
+                _ => String::new(),
+            }
+        ),
+        RaidAction::AfterPartitioning => {
+            "reuse/create (decided after partitioning: members are new or changed)".into()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

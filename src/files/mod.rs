@@ -1,10 +1,11 @@
 //! Writing into the target root: root-confined path resolution (`resolve`), the node writers
 //! for files, directories and links (`nodes`), owners from the target's own user database
 //! (`owners`), mounting the config's filesystems (`mounts`), systemd units (`systemd`), users
-//! and groups (`passwd`), kernel arguments (`kargs`), SELinux relabelling (`selinux`) and the
-//! result file (`result`).
+//! and groups (`passwd`), kernel arguments (`kargs`), the LUKS volumes' key files and
+//! `/etc/crypttab` (`luks`), SELinux relabelling (`selinux`) and the result file (`result`).
 
 pub mod kargs;
+pub mod luks;
 pub mod mounts;
 pub mod nodes;
 pub mod owners;

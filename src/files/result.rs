@@ -8,8 +8,9 @@
 //! symlink to `.ignition-result.json`, and a regular file there (a root provisioned by an
 //! earlier release) is read as the previous report.
 //!
-//! Whether a user config was provided is read from the fetch stage's record
-//! (`<state-dir>/fetch.json`); without a record it is recorded as `null` (unknown).
+//! Whether a user config was provided is given by the caller (the files stage reads it from
+//! the fetch stage's record, `crate::state`); `None` (no record) is written as `null`
+//! (unknown).
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -24,12 +25,6 @@ pub const COMPAT_RESULT_FILE: &str = "/etc/.agent-result.json";
 /// The target of the `COMPAT_RESULT_FILE` symlink (relative: valid inside and outside the
 /// initramfs).
 pub const COMPAT_RESULT_TARGET: &str = ".ignition-result.json";
-/// Whether the fetch stage found a user config: `None` when there is no record of it.
-pub fn user_config_provided(state_dir: &Path) -> Option<bool> {
-    crate::stages::fetch::load_record(state_dir)
-        .ok()
-        .map(|r| r.user_config_provided)
-}
 
 pub fn boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")

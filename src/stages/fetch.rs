@@ -11,14 +11,13 @@
 //! `<state-dir>/neednet` is written and the process exits with [`EXIT_NEEDS_NETWORK`], so
 //! the initramfs brings the network up and runs the stage again only when needed.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
 use log::{info, warn};
-use serde::{Deserialize, Serialize};
 
 use super::Context;
-use crate::config::{self, Config, Version};
+use crate::config::{self, Config};
 use crate::fetch::{self, Fetcher, NeedsNetwork, short};
 use crate::limits::{self, REFS_HINT};
 
@@ -26,56 +25,26 @@ use crate::limits::{self, REFS_HINT};
 pub const MAX_DEPTH: usize = 10;
 /// Exit code of `agent run --stage fetch --offline` when the config needs the network.
 pub const EXIT_NEEDS_NETWORK: i32 = 3;
-/// Marker written (in the state directory) when an offline fetch needs the network.
-pub const NEEDNET_MARKER: &str = "neednet";
-/// The record of the fetch stage in the state directory.
-pub const RECORD_FILE: &str = "fetch.json";
 /// Where the kernel command line is read from, unless `$AGENT_KERNEL_CMDLINE` is set.
 pub const PROC_CMDLINE: &str = "/proc/cmdline";
 /// Kernel command line keys naming the config URL, in order of preference.
 pub const CMDLINE_KEYS: &[&str] = &["agent.config.url", "ignition.config.url"];
 
-/// What the fetch stage fetched, for later stages and the result file.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Record {
-    pub user_config_provided: bool,
-    /// Where the user config came from ("no user config provided" if nowhere).
-    pub source: String,
-    pub platform: Option<String>,
-    /// Every config fetched, in order: user config, its references, base configs.
-    pub configs: Vec<Fetched>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Fetched {
-    pub kind: String,
-    pub source: String,
-    pub sha512: String,
-}
-
-/// Reads the record the fetch stage left in `state_dir`.
-pub fn load_record(state_dir: &Path) -> Result<Record> {
-    let p = state_dir.join(RECORD_FILE);
-    let b = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
-    serde_json::from_slice(&b).with_context(|| format!("parsing {}", p.display()))
-}
+/// The record of what was fetched (its format belongs to the state directory).
+pub use crate::state::{FetchRecord as Record, Fetched};
 
 pub fn run(ctx: &Context) -> Result<()> {
-    std::fs::create_dir_all(&ctx.state_dir)
-        .with_context(|| format!("creating state directory {}", ctx.state_dir.display()))?;
-    let marker = ctx.state_dir.join(NEEDNET_MARKER);
+    let state = ctx.state();
+    state.create()?;
     match run_inner(ctx) {
         Err(e) if e.downcast_ref::<NeedsNetwork>().is_some() => {
-            crate::util::write_atomic(&marker, b"", 0o644)?;
+            let marker = state.set_neednet()?;
             info!("config needs the network: wrote {}", marker.display());
             Err(e)
         }
         r => {
-            if r.is_ok() && marker.exists() {
-                std::fs::remove_file(&marker)
-                    .with_context(|| format!("removing {}", marker.display()))?;
+            if r.is_ok() {
+                state.clear_neednet()?;
             }
             r
         }
@@ -107,14 +76,9 @@ fn run_inner(ctx: &Context) -> Result<()> {
     {
         return Err(NeedsNetwork(why).into());
     }
-    let bytes = config::to_json_pretty(&rendered, Version::NEWEST).map_err(anyhow::Error::msg)?;
-    crate::util::write_atomic(&ctx.rendered_config(), &bytes, 0o600)?;
-    let rec = serde_json::to_vec_pretty(&record).context("serializing fetch record")?;
-    crate::util::write_atomic(&ctx.state_dir.join(RECORD_FILE), &rec, 0o644)?;
-    info!(
-        "rendered config written to {}",
-        ctx.rendered_config().display()
-    );
+    let path = ctx.state().write_rendered(&rendered)?;
+    ctx.state().write_fetch_record(&record)?;
+    info!("rendered config written to {}", path.display());
     Ok(())
 }
 

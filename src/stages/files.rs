@@ -1,6 +1,7 @@
 //! The files stage: mount the config's filesystems under the target root, then users and
-//! groups, files/directories/links, systemd units, kernel arguments, the result file, SELinux
-//! relabelling, one `syncfs` per filesystem, and unmount (deepest first, also on failure).
+//! groups, files/directories/links, systemd units, the key files and crypttab of the LUKS
+//! volumes the disks stage recorded, kernel arguments, the result file, SELinux relabelling,
+//! one `syncfs` per filesystem, and unmount (deepest first, also on failure).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -88,16 +89,7 @@ fn write_all(
     w.write_storage(&config.storage)?;
     w.write_units(&config.systemd)?;
     // LUKS volumes of the disks stage: /etc/luks/<name> key files and /etc/crypttab lines.
-    let names = crate::blockdev::luks::persist_luks(&ctx.state_dir, &ctx.root)?;
-    if !names.is_empty() {
-        let mut paths = vec!["/etc/crypttab".to_string(), "/etc/luks".to_string()];
-        paths.extend(names.iter().map(|n| format!("/etc/luks/{n}")));
-        for p in paths {
-            if ctx.root.join(&p[1..]).exists() {
-                w.touch(p);
-            }
-        }
-    }
+    w.write_luks(&ctx.state().luks_volumes()?)?;
     kargs::apply(
         &config.kernel_arguments,
         &ctx.root,
@@ -127,7 +119,7 @@ fn write_result(w: &mut Writer, ctx: &Context) -> Result<()> {
             previous = result::previous_report(&old)?;
         }
     }
-    let report = result::report(result::user_config_provided(&ctx.state_dir), previous);
+    let report = result::report(ctx.state().user_config_provided(), previous);
     let mut text = serde_json::to_vec_pretty(&report).context("encoding result report")?;
     text.push(b'\n');
     let attrs = Attrs {

@@ -1,5 +1,7 @@
 //! The provisioning stages, run in order: `fetch` (get and render the config), `disks`
-//! (partitions, RAID, LUKS, filesystems) and `files` (the new root's contents).
+//! (partitions, RAID, LUKS, filesystems) and `files` (the new root's contents). Each is a
+//! function of the config and the [`Context`]; what one stage leaves for the next goes
+//! through the state directory ([`crate::state`]).
 
 pub mod disks;
 pub mod fetch;
@@ -8,6 +10,8 @@ pub mod files;
 use std::path::PathBuf;
 
 use anyhow::Result;
+
+use crate::state::StateDir;
 
 /// Everything a stage needs besides the config.
 #[derive(Debug, Clone)]
@@ -24,9 +28,9 @@ pub struct Context {
 }
 
 impl Context {
-    /// Where the fetch stage leaves the rendered config for later stages.
-    pub fn rendered_config(&self) -> PathBuf {
-        self.state_dir.join("config.json")
+    /// The state directory: what one stage leaves for the next (`crate::state`).
+    pub fn state(&self) -> StateDir<'_> {
+        StateDir::new(&self.state_dir)
     }
 }
 
@@ -53,23 +57,11 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
         crate::logging::set_stage(stage.name());
         match stage {
             Stage::Fetch => fetch::run(ctx)?,
-            Stage::Disks => disks::run(&load_rendered(ctx)?, ctx)?,
-            Stage::Files => files::run(&load_rendered(ctx)?, ctx)?,
+            Stage::Disks => {
+                disks::run(&ctx.state().read_rendered()?, ctx)?;
+            }
+            Stage::Files => files::run(&ctx.state().read_rendered()?, ctx)?,
         }
     }
     Ok(())
-}
-
-/// Reads the rendered config the fetch stage left in the state directory.
-pub fn load_rendered(ctx: &Context) -> Result<crate::config::Config> {
-    let path = ctx.rendered_config();
-    let bytes = std::fs::read(&path).map_err(|e| {
-        anyhow::anyhow!(
-            "reading {}: {e} (run the fetch stage first)",
-            path.display()
-        )
-    })?;
-    crate::config::parse(&bytes)
-        .map(|p| p.config)
-        .map_err(|r| anyhow::anyhow!("rendered config {} is invalid:\n{r}", path.display()))
 }

@@ -1,0 +1,90 @@
+//! The disks stage: partitions (GPT), then RAID arrays, then LUKS volumes, then filesystems.
+//!
+//! Everything is planned first (`plan`): the new partition table of every disk, computed whole in
+//! memory and checked, and what happens to every array, volume and filesystem (what sits on a
+//! device that the plan itself creates is decided once that device exists). Only then is
+//! anything written (`apply`): one table write per disk, partition nodes updated with BLKPG,
+//! nodes waited for; arrays created or assembled (`blockdev::raid`); volumes formatted or reused
+//! and opened (`blockdev::luks`, records and keys left in the state directory for the files
+//! stage, `crate::state`); then filesystems wiped/created in parallel (`blockdev::filesystem`).
+//! A failure while partitioning, or an array refused after partitioning, puts every table back
+//! as it was.
+//!
+//! The decisions of each layer live in `blockdev` (`plan` for partitions, `raid`, `luks`,
+//! `filesystem`); this stage puts them together: `plan.rs` (the plan and its text), `devices.rs`
+//! (which node a config device names, also a partition the plan has yet to create) and
+//! `apply.rs` (carrying a plan out, putting tables back on failure).
+//!
+//! Environment: `AGENT_DEVICE_TIMEOUT_MS` bounds every wait for a device node (default 30 s);
+//! `AGENT_FAILPOINTS` switches on failpoints (see `blockdev::failpoint`).
+
+mod apply;
+mod devices;
+mod plan;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::Context;
+use crate::config::Config;
+use crate::fetch::{self, Fetcher};
+
+pub use apply::{apply, apply_with};
+pub use plan::{DiskWork, FsWork, LuksWork, RaidWork, StagePlan, plan};
+
+/// Times of one run, for the benchmark and the log.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Report {
+    pub total: Duration,
+    /// Summed wall time of the external mkfs/wipefs tools (they run in parallel).
+    pub tools: Duration,
+    /// Wall time of the filesystem phase (tools in parallel).
+    pub fs_phase: Duration,
+    /// Reading tables, planning, probing devices known before partitioning.
+    pub planning: Duration,
+    /// Table writes (with fsync), partition nodes, waiting for them.
+    pub partitioning: Duration,
+    /// Probing and checking filesystems after partitioning.
+    pub probing: Duration,
+    /// Of `partitioning`: writing the tables and waiting for fsync (disk I/O).
+    pub table_io: Duration,
+}
+
+/// Runs the stage: plans, logs the plan, carries it out. Returns the times of the run (all zero
+/// when there is nothing to do).
+pub fn run(config: &Config, ctx: &Context) -> Result<Report> {
+    let t0 = Instant::now();
+    let p = plan(config)?;
+    let planning = t0.elapsed();
+    if p.disks.is_empty() && p.raids.is_empty() && p.luks.is_empty() && p.filesystems.is_empty() {
+        log::info!("nothing to do");
+        return Ok(Report::default());
+    }
+    for line in p.to_string().lines() {
+        log::info!("plan: {line}");
+    }
+    let fetcher = Fetcher::new(fetch::Options::from_config(config));
+    let mut r = apply_with(&p, &ctx.state(), &fetcher)?;
+    r.total = t0.elapsed();
+    r.planning = planning;
+    log::info!(
+        "done in {:.1} ms (external tools {:.1} ms summed, filesystem phase {:.1} ms, own overhead {:.1} ms)",
+        ms(r.total),
+        ms(r.tools),
+        ms(r.fs_phase),
+        ms(r.total.saturating_sub(r.fs_phase))
+    );
+    log::info!(
+        "overhead: planning {:.1} ms, partitioning {:.1} ms (of which table write + fsync {:.1} ms), probing {:.1} ms",
+        ms(r.planning),
+        ms(r.partitioning),
+        ms(r.table_io),
+        ms(r.probing)
+    );
+    Ok(r)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

@@ -1,0 +1,359 @@
+//! The state directory (`--state-dir`, default `/run/agent`): what one stage leaves for the
+//! next. This module owns its files and their formats; the stages and the CLI read and write
+//! them only through [`StateDir`].
+//!
+//! | file | written by | read by | format |
+//! |---|---|---|---|
+//! | `config.json` | fetch | disks, files, `agent plan` | the rendered config (newest spec version), 0600 |
+//! | `fetch.json` | fetch | files (the result file) | [`FetchRecord`] (JSON), 0644 |
+//! | `neednet` | fetch `--offline` | the initramfs (brings the network up) | empty marker, 0644; removed by a fetch that succeeds |
+//! | `luks/<name>.json` | disks | files (`/etc/crypttab`) | [`LuksRecord`] (JSON), 0600, directory 0700 |
+//! | `luks/<name>.key` | disks | files (`/etc/luks/<name>`) | the volume's key, 0600 |
+//!
+//! Every file is written atomically (a temporary file beside it, fsync, rename).
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{self, Config, Version};
+
+/// The rendered config.
+pub const RENDERED_FILE: &str = "config.json";
+/// The record of the fetch stage.
+pub const RECORD_FILE: &str = "fetch.json";
+/// Marker written when an offline fetch needs the network.
+pub const NEEDNET_MARKER: &str = "neednet";
+/// Directory of the LUKS records and keys.
+pub const LUKS_DIR: &str = "luks";
+
+/// What the fetch stage fetched, for later stages and the result file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FetchRecord {
+    pub user_config_provided: bool,
+    /// Where the user config came from ("no user config provided" if nowhere).
+    pub source: String,
+    pub platform: Option<String>,
+    /// Every config fetched, in order: user config, its references, base configs.
+    pub configs: Vec<Fetched>,
+}
+
+/// One config the fetch stage fetched.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fetched {
+    pub kind: String,
+    pub source: String,
+    pub sha512: String,
+}
+
+/// What the files stage needs to let the booted system open a LUKS volume the disks stage
+/// opened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LuksRecord {
+    pub name: String,
+    /// UUID of the LUKS header (crypttab `UUID=`).
+    pub uuid: String,
+    /// A key file `<name>.key` sits beside the record (false for clevis-bound volumes).
+    pub key_file: bool,
+    pub discard: bool,
+    /// Opening needs the network (`_netdev`).
+    pub netdev: bool,
+}
+
+/// A recorded LUKS volume with its key (present when `record.key_file`).
+pub struct LuksVolume {
+    pub record: LuksRecord,
+    pub key: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for LuksVolume {
+    // Never the key material.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LuksVolume")
+            .field("record", &self.record)
+            .field(
+                "key",
+                &self.key.as_ref().map(|k| format!("{} bytes", k.len())),
+            )
+            .finish()
+    }
+}
+
+/// The state directory.
+#[derive(Debug, Clone, Copy)]
+pub struct StateDir<'a> {
+    dir: &'a Path,
+}
+
+impl<'a> StateDir<'a> {
+    pub fn new(dir: &'a Path) -> Self {
+        StateDir { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir
+    }
+
+    /// Creates the directory (the fetch stage, before anything else).
+    pub fn create(&self) -> Result<()> {
+        std::fs::create_dir_all(self.dir)
+            .with_context(|| format!("creating state directory {}", self.dir.display()))
+    }
+
+    /// Where the fetch stage leaves the rendered config.
+    pub fn rendered_path(&self) -> PathBuf {
+        self.dir.join(RENDERED_FILE)
+    }
+
+    /// Writes the rendered config (newest spec version, 0600); returns its path.
+    pub fn write_rendered(&self, c: &Config) -> Result<PathBuf> {
+        let bytes = config::to_json_pretty(c, Version::NEWEST).map_err(anyhow::Error::msg)?;
+        let path = self.rendered_path();
+        crate::util::write_atomic(&path, &bytes, 0o600)?;
+        Ok(path)
+    }
+
+    /// Reads the rendered config the fetch stage left.
+    pub fn read_rendered(&self) -> Result<Config> {
+        let path = self.rendered_path();
+        let bytes = std::fs::read(&path).map_err(|e| {
+            anyhow::anyhow!(
+                "reading {}: {e} (run the fetch stage first)",
+                path.display()
+            )
+        })?;
+        config::parse(&bytes)
+            .map(|p| p.config)
+            .map_err(|r| anyhow::anyhow!("rendered config {} is invalid:\n{r}", path.display()))
+    }
+
+    /// Writes the fetch record (0644).
+    pub fn write_fetch_record(&self, r: &FetchRecord) -> Result<()> {
+        let rec = serde_json::to_vec_pretty(r).context("serializing fetch record")?;
+        crate::util::write_atomic(&self.dir.join(RECORD_FILE), &rec, 0o644)
+    }
+
+    /// Reads the fetch record.
+    pub fn read_fetch_record(&self) -> Result<FetchRecord> {
+        let p = self.dir.join(RECORD_FILE);
+        let b = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        serde_json::from_slice(&b).with_context(|| format!("parsing {}", p.display()))
+    }
+
+    /// Whether the fetch stage found a user config: `None` when there is no (readable) record.
+    pub fn user_config_provided(&self) -> Option<bool> {
+        self.read_fetch_record()
+            .ok()
+            .map(|r| r.user_config_provided)
+    }
+
+    /// Where the neednet marker goes.
+    pub fn neednet_path(&self) -> PathBuf {
+        self.dir.join(NEEDNET_MARKER)
+    }
+
+    /// Writes the neednet marker; returns its path.
+    pub fn set_neednet(&self) -> Result<PathBuf> {
+        let marker = self.neednet_path();
+        crate::util::write_atomic(&marker, b"", 0o644)?;
+        Ok(marker)
+    }
+
+    /// Removes the neednet marker if it is there.
+    pub fn clear_neednet(&self) -> Result<()> {
+        let marker = self.neednet_path();
+        if marker.exists() {
+            std::fs::remove_file(&marker)
+                .with_context(|| format!("removing {}", marker.display()))?;
+        }
+        Ok(())
+    }
+
+    fn luks_dir(&self) -> PathBuf {
+        self.dir.join(LUKS_DIR)
+    }
+
+    /// Leaves the record (and key) of a LUKS volume for the files stage: `luks/<name>.json`
+    /// and `luks/<name>.key`, both 0600 in a 0700 directory.
+    pub fn save_luks(&self, r: &LuksRecord, key: Option<&[u8]>) -> Result<()> {
+        let dir = self.luks_dir();
+        mkdir_private(&dir)?;
+        if let Some(k) = key {
+            crate::util::write_atomic(&dir.join(format!("{}.key", r.name)), k, 0o600)?;
+        }
+        let json = serde_json::to_vec_pretty(r).context("encoding a LUKS record")?;
+        crate::util::write_atomic(&dir.join(format!("{}.json", r.name)), &json, 0o600)
+    }
+
+    /// Every recorded LUKS volume, sorted by name, with its key read (nothing recorded, or
+    /// no LUKS directory: none).
+    pub fn luks_volumes(&self) -> Result<Vec<LuksVolume>> {
+        let dir = self.luks_dir();
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            return Ok(Vec::new());
+        };
+        let mut records = Vec::new();
+        for e in rd {
+            let e = e.with_context(|| format!("reading {}", dir.display()))?;
+            let p = e.path();
+            if p.extension().and_then(|x| x.to_str()) != Some("json") {
+                continue;
+            }
+            let b = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+            let r: LuksRecord =
+                serde_json::from_slice(&b).with_context(|| format!("decoding {}", p.display()))?;
+            if r.name.contains('/') || r.name.is_empty() {
+                bail!("{}: invalid volume name {:?}", p.display(), r.name);
+            }
+            records.push(r);
+        }
+        records.sort_by(|a, b| a.name.cmp(&b.name));
+        records
+            .into_iter()
+            .map(|record| {
+                let key = if record.key_file {
+                    let src = dir.join(format!("{}.key", record.name));
+                    Some(
+                        std::fs::read(&src)
+                            .with_context(|| format!("reading {}", src.display()))?,
+                    )
+                } else {
+                    None
+                };
+                Ok(LuksVolume { record, key })
+            })
+            .collect()
+    }
+}
+
+fn mkdir_private(dir: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("setting mode of {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Tmp(PathBuf);
+    impl Tmp {
+        fn new(what: &str) -> Self {
+            let p = std::env::temp_dir().join(format!(
+                "agent-state-{what}-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4().simple()
+            ));
+            std::fs::create_dir_all(&p).unwrap();
+            Tmp(p)
+        }
+    }
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn rendered_config_round_trip() {
+        let t = Tmp::new("rendered");
+        let s = StateDir::new(&t.0);
+        let err = format!("{:#}", s.read_rendered().unwrap_err());
+        assert!(err.contains("run the fetch stage first"), "{err}");
+        let c = config::parse(
+            br#"{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"/a"}]}}"#,
+        )
+        .unwrap()
+        .config;
+        let p = s.write_rendered(&c).unwrap();
+        assert_eq!(p, t.0.join("config.json"));
+        assert_eq!(mode(&p), 0o600);
+        let back = s.read_rendered().unwrap();
+        assert_eq!(back.storage.files[0].path, "/a");
+        std::fs::write(&p, b"{").unwrap();
+        let err = format!("{:#}", s.read_rendered().unwrap_err());
+        assert!(
+            err.contains("rendered config") && err.contains("is invalid"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn fetch_record_and_neednet() {
+        let t = Tmp::new("fetch");
+        let s = StateDir::new(&t.0);
+        assert_eq!(s.user_config_provided(), None);
+        let r = FetchRecord {
+            user_config_provided: true,
+            source: "file /x".into(),
+            platform: None,
+            configs: vec![Fetched {
+                kind: "user".into(),
+                source: "file /x".into(),
+                sha512: "00".into(),
+            }],
+        };
+        s.write_fetch_record(&r).unwrap();
+        assert_eq!(mode(&t.0.join("fetch.json")), 0o644);
+        let text = std::fs::read_to_string(t.0.join("fetch.json")).unwrap();
+        assert!(text.contains("\"userConfigProvided\": true"), "{text}");
+        assert_eq!(s.read_fetch_record().unwrap().configs[0].kind, "user");
+        assert_eq!(s.user_config_provided(), Some(true));
+
+        s.clear_neednet().unwrap();
+        let m = s.set_neednet().unwrap();
+        assert_eq!(m, t.0.join("neednet"));
+        assert_eq!(std::fs::read(&m).unwrap(), b"");
+        assert_eq!(mode(&m), 0o644);
+        s.clear_neednet().unwrap();
+        assert!(!m.exists());
+    }
+
+    #[test]
+    fn luks_records_and_keys() {
+        let t = Tmp::new("luks");
+        let s = StateDir::new(&t.0);
+        assert!(s.luks_volumes().unwrap().is_empty());
+        let rec = |name: &str, key_file: bool| LuksRecord {
+            name: name.into(),
+            uuid: format!("u-{name}"),
+            key_file,
+            discard: false,
+            netdev: !key_file,
+        };
+        s.save_luks(&rec("zeta", true), Some(&[0, 1, 2, 255]))
+            .unwrap();
+        s.save_luks(&rec("alpha", false), None).unwrap();
+        assert_eq!(mode(&t.0.join("luks")), 0o700);
+        assert_eq!(mode(&t.0.join("luks/zeta.key")), 0o600);
+        assert_eq!(mode(&t.0.join("luks/zeta.json")), 0o600);
+        assert!(!t.0.join("luks/alpha.key").exists());
+        let v = s.luks_volumes().unwrap();
+        let names: Vec<&str> = v.iter().map(|v| v.record.name.as_str()).collect();
+        assert_eq!(names, ["alpha", "zeta"]);
+        assert_eq!(v[0].key, None);
+        assert_eq!(v[1].key.as_deref(), Some(&[0u8, 1, 2, 255][..]));
+        assert!(!format!("{v:?}").contains("255"));
+        // A recorded key file that is missing, or a bad name: refused.
+        std::fs::remove_file(t.0.join("luks/zeta.key")).unwrap();
+        assert!(s.luks_volumes().is_err());
+        std::fs::remove_file(t.0.join("luks/zeta.json")).unwrap();
+        std::fs::write(
+            t.0.join("luks/bad.json"),
+            serde_json::to_vec(&rec("../x", false)).unwrap(),
+        )
+        .unwrap();
+        assert!(s.luks_volumes().is_err());
+    }
+}
