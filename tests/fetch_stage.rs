@@ -47,16 +47,31 @@ impl Run {
     }
 }
 
+/// `agent run --stage fetch ARGS` with the kernel command line "quiet".
 fn agent_fetch(args: &[&str], env: &[(&str, &str)], sysdir: Option<&Path>) -> Run {
+    agent_fetch_cmdline("quiet", args, env, sysdir)
+}
+
+/// `agent run --stage fetch ARGS` with this kernel command line (test builds read it from the
+/// file named by the hidden `--test-kernel-cmdline-file`).
+fn agent_fetch_cmdline(
+    cmdline: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    sysdir: Option<&Path>,
+) -> Run {
     let state = TempDir::new("state");
     let empty = TempDir::new("sysdir");
+    let karg = TempDir::new("cmdline");
+    std::fs::write(karg.join("cmdline"), cmdline).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent"));
     cmd.args(["run", "--stage", "fetch", "--state-dir"])
         .arg(state.path())
         .arg("--system-config-dir")
         .arg(sysdir.unwrap_or(empty.path()))
+        .arg("--test-kernel-cmdline-file")
+        .arg(karg.join("cmdline"))
         .args(args)
-        .env("AGENT_KERNEL_CMDLINE", "quiet")
         .env_remove("AGENT_SYSTEM_CONFIG_DIR");
     for (k, v) in env {
         cmd.env(k, v);
@@ -217,25 +232,19 @@ fn kernel_cmdline_then_platform_then_nothing() {
         http.url("/i.ign"),
         http.url("/k.ign")
     );
-    let r = agent_fetch(
-        &["--platform", "qemu"],
-        &[
-            ("AGENT_KERNEL_CMDLINE", &both),
-            ("AGENT_QEMU_FW_CFG", fwdir),
-        ],
+    let r = agent_fetch_cmdline(
+        &both,
+        &["--platform", "qemu", "--test-qemu-fw-cfg-dir", fwdir],
+        &[],
         None,
     );
     assert_eq!(r.ok().paths(), ["/from-cmdline"]);
     let legacy = format!("ignition.config.url={}", http.url("/i.ign"));
-    let r = agent_fetch(
-        &["--platform", "metal"],
-        &[("AGENT_KERNEL_CMDLINE", &legacy)],
-        None,
-    );
+    let r = agent_fetch_cmdline(&legacy, &["--platform", "metal"], &[], None);
     assert_eq!(r.ok().paths(), ["/from-legacy"]);
     let r = agent_fetch(
-        &["--platform", "qemu"],
-        &[("AGENT_QEMU_FW_CFG", fwdir)],
+        &["--platform", "qemu", "--test-qemu-fw-cfg-dir", fwdir],
+        &[],
         None,
     );
     assert_eq!(r.ok().paths(), ["/from-qemu"]);
@@ -249,11 +258,7 @@ fn kernel_cmdline_then_platform_then_nothing() {
     );
     assert_eq!(r.ok().paths(), ["/from-file"]);
     // --config-url beats the command line.
-    let r = agent_fetch(
-        &["--config-url", &http.url("/i.ign")],
-        &[("AGENT_KERNEL_CMDLINE", &both)],
-        None,
-    );
+    let r = agent_fetch_cmdline(&both, &["--config-url", &http.url("/i.ign")], &[], None);
     assert_eq!(r.ok().paths(), ["/from-legacy"]);
     // Nothing anywhere: an empty config, recorded as such.
     let r = agent_fetch(&["--platform", "metal"], &[], None);
@@ -301,8 +306,10 @@ fn base_configs_merge_under_the_user_config() {
             "qemu",
             "--config-file",
             dir.join("u.ign").to_str().unwrap(),
+            "--test-qemu-fw-cfg-dir",
+            fw.path().to_str().unwrap(),
         ],
-        &[("AGENT_QEMU_FW_CFG", fw.path().to_str().unwrap())],
+        &[],
         Some(sys.path()),
     );
     assert_eq!(
@@ -350,7 +357,7 @@ fn offline_mode_marks_configs_that_need_the_network() {
     );
     // A cmdline URL needs the network too.
     let cmd = format!("agent.config.url={}", http.url("/n.ign"));
-    let r = agent_fetch(&["--offline"], &[("AGENT_KERNEL_CMDLINE", &cmd)], None);
+    let r = agent_fetch_cmdline(&cmd, &["--offline"], &[], None);
     assert_eq!(r.out.status.code(), Some(3));
     // A config that only uses data URLs works offline.
     let r = agent_fetch(

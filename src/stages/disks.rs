@@ -9,8 +9,8 @@
 //! filesystems wiped/created in parallel. A failure while partitioning, or an array refused
 //! after partitioning, puts every table back as it was.
 //!
-//! Environment: `AGENT_DEVICE_TIMEOUT_MS` bounds every wait for a device node (default 30 s);
-//! `AGENT_FAILPOINTS` switches on failpoints (see `blockdev::failpoint`).
+//! `--device-timeout` / `agent.device_timeout=` bounds every wait for a device node (default
+//! 30 s); test builds have failpoints (see `blockdev::failpoint`).
 
 use std::fmt;
 use std::fs::File;

@@ -53,8 +53,15 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
         crate::logging::set_stage(stage.name());
         match stage {
             Stage::Fetch => fetch::run(ctx)?,
-            Stage::Disks => disks::run(&load_rendered(ctx)?, ctx)?,
-            Stage::Files => files::run(&load_rendered(ctx)?, ctx)?,
+            // The platform prepares the fetcher of every stage (the fetch stage: in its run).
+            Stage::Disks => {
+                crate::platform::prepare(ctx.platform.as_deref(), ctx.offline)?;
+                disks::run(&load_rendered(ctx)?, ctx)?
+            }
+            Stage::Files => {
+                crate::platform::prepare(ctx.platform.as_deref(), ctx.offline)?;
+                files::run(&load_rendered(ctx)?, ctx)?
+            }
         }
     }
     Ok(())
