@@ -530,13 +530,27 @@ fn by_id_symlink_device_names() {
 
 #[test]
 fn missing_device_times_out_naming_it() {
-    let (s, err) = agent_timeout(
-        serde_json::json!({"disks": [{"device": "/dev/disk/by-id/agent-test-never-there", "partitions": [{"number": 1}]}]}),
-        &[],
-        "0.3",
-    );
+    let storage = serde_json::json!({"disks": [{"device": "/dev/disk/by-id/agent-test-never-there", "partitions": [{"number": 1}]}]});
+    let (s, err) = agent_timeout(storage.clone(), &[], "0.3");
     assert!(!s);
     assert!(err.contains("agent-test-never-there"), "{err}");
+    assert!(err.contains("within 300ms"), "{err}");
+    // The kernel argument agent.device_timeout= sets it too (test builds read the kernel
+    // command line from the file named by the hidden --test-kernel-cmdline-file).
+    let dir = TempDir::new("disks-karg");
+    std::fs::write(dir.0.join("cmdline"), "quiet agent.device_timeout=0.25").unwrap();
+    let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": storage});
+    std::fs::write(dir.0.join("config.json"), cfg.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["run", "--stage", "disks", "--state-dir"])
+        .arg(&dir.0)
+        .arg("--test-kernel-cmdline-file")
+        .arg(dir.0.join("cmdline"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("within 250ms"), "{err}");
 }
 
 #[test]
