@@ -1,7 +1,7 @@
-//! `test-dummy` (test builds only): shows what adding a platform takes — this file and one
-//! row in [`super::PLATFORMS`] — and exercises every hook of [`Provider`]: it needs the
-//! network (refused offline), prepares the fetcher (an S3 region) and returns a config that
-//! names the region its fetcher was prepared with.
+//! `test-dummy` (test builds only): shows what adding a platform takes — this file, plus its
+//! `mod` line and one row in [`super::PLATFORMS`] — and exercises every hook of [`Provider`]:
+//! it needs the network (refused offline), prepares the fetcher (an S3 region) and returns a
+//! config that names the region its fetcher was prepared with.
 
 use anyhow::Result;
 
