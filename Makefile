@@ -20,7 +20,7 @@ STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
 PREFIX      ?= /usr
 DESTDIR     ?=
 
-.PHONY: deny deny-advisories all static check-static deps demo-deps test-deps demo test lint bench bench-config bench-serve fuzz clean
+.PHONY: deny deny-advisories all static check-static check-no-test-hooks deps demo-deps test-deps demo test lint bench bench-config bench-serve fuzz clean
 
 all: static
 
@@ -34,6 +34,17 @@ check-static: static
 	@! readelf -d $(STATIC_BIN) | grep -q 'Dynamic section'
 	@ldd $(STATIC_BIN) 2>&1 | grep -qE 'not a dynamic executable|statically linked'
 	@echo "static: OK, $$(stat -c %s $(STATIC_BIN)) bytes stripped"
+
+# The shipped binary has no test hooks (cargo feature test-hooks: failpoints, the serve fake
+# clock, hidden --test-* flags, the test-dummy platform) and reads none of the environment
+# variables that once pointed it at test doubles: fails if any of their names is in it. The
+# first line checks that `strings` sees the binary's text at all (a name it must contain).
+TEST_HOOK_STRINGS := AGENT_FAILPOINTS|AGENT_SERVE_TEST_CLOCK|AGENT_QEMU_FW_CFG|AGENT_KERNEL_CMDLINE|AGENT_AWS_IMDS_URL|AGENT_S3_ENDPOINT|AGENT_GS_ENDPOINT|AGENT_DEVICE_TIMEOUT_MS|test-kernel-cmdline-file|test-qemu-fw-cfg-dir|test-aws-imds-url|test-gs-endpoint|test-dummy
+check-no-test-hooks: static
+	@strings $(STATIC_BIN) | grep -q 'agent.config.url' || { echo "strings sees nothing in $(STATIC_BIN)" >&2; exit 1; }
+	@if strings $(STATIC_BIN) | grep -E '$(TEST_HOOK_STRINGS)'; then \
+	  echo "$(STATIC_BIN) contains test hooks (above): built with feature test-hooks?" >&2; exit 1; fi
+	@echo "no test hooks: OK"
 
 # Build dependencies (Debian): static C archives and libclang for bindgen.
 deps:
@@ -49,12 +60,16 @@ test-deps:
 demo: demo-deps static
 	examples/demo.sh $(STATIC_BIN)
 
+# The package dev-depends on itself with feature test-hooks: `cargo test` alone builds them.
 test: test-deps
 	cargo test --locked --workspace -- --test-threads=4
 
+# Clippy twice: with every target (tests turn the feature test-hooks on) and for the shipped
+# library and binary alone (without it).
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
+	cargo clippy --locked --workspace -- -D warnings
 
 bench: bench-config
 	@for b in benches/*.sh; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done

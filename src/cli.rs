@@ -65,6 +65,9 @@ pub struct PlanArgs {
     /// Where the fetch stage left the rendered config.
     #[arg(long, default_value = "/run/agent")]
     pub state_dir: PathBuf,
+    /// Longest wait for a device node (seconds, fractions allowed); default 30.
+    #[arg(long, value_name = "SECS", value_parser = crate::platform::endpoints::parse_seconds_arg)]
+    pub device_timeout: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -81,8 +84,7 @@ pub struct RunArgs {
     /// Fetch the user config from this URL.
     #[arg(long, conflicts_with = "config_file")]
     pub config_url: Option<String>,
-    /// Platform the machine runs on (file, metal, qemu, ...).
-    #[arg(long)]
+    #[arg(long, value_name = "NAME", value_parser = crate::platform::NameParser, help = crate::platform::help())]
     pub platform: Option<String>,
     /// Where stages keep their state (the rendered config).
     #[arg(long, default_value = "/run/agent")]
@@ -117,6 +119,17 @@ pub struct RunArgs {
     /// argument agent.refuse_tls_downgrade.
     #[arg(long)]
     pub refuse_tls_downgrade: bool,
+    /// An S3-compatible store for s3:// URLs (path-style: URL/bucket/key) instead of AWS S3;
+    /// also kernel argument agent.s3_endpoint=.
+    #[arg(long, value_name = "URL", value_parser = crate::platform::endpoints::parse_url_arg)]
+    pub s3_endpoint: Option<String>,
+    /// Longest wait for a device node (seconds, fractions allowed); default 30, or kernel
+    /// argument agent.device_timeout=.
+    #[arg(long, value_name = "SECS", value_parser = crate::platform::endpoints::parse_seconds_arg)]
+    pub device_timeout: Option<std::time::Duration>,
+    #[cfg(feature = "test-hooks")]
+    #[command(flatten)]
+    pub test: crate::platform::endpoints::TestArgs,
 }
 
 /// Runs the command; returns the process exit code.
@@ -235,6 +248,11 @@ fn plan(a: PlanArgs) -> anyhow::Result<()> {
                 .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", path.display()))?
         }
     };
+    if let Some(t) = a.device_timeout {
+        let mut e = crate::platform::Endpoints::current();
+        e.device_timeout = t;
+        e.set_current();
+    }
     crate::logging::set_stage("disks");
     let p = stages::disks::plan(&config)?;
     print!("{p}");
@@ -247,8 +265,23 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
     } else {
         a.stages
     };
-    // Kernel arguments set the limits; a flag wins over a kernel argument.
-    let mut limits = crate::limits::Limits::BUILTIN.with_cmdline(&stages::fetch::read_cmdline()?)?;
+    // Kernel arguments set the limits and endpoints; a flag wins over a kernel argument.
+    #[allow(unused_mut)]
+    let mut endpoints = crate::platform::Endpoints::builtin();
+    #[cfg(feature = "test-hooks")]
+    {
+        endpoints = a.test.apply(endpoints);
+    }
+    let cmdline = stages::fetch::read_cmdline(&endpoints.kernel_cmdline)?;
+    let mut endpoints = endpoints.with_cmdline(&cmdline)?;
+    if let Some(u) = a.s3_endpoint {
+        endpoints.s3 = Some(u);
+    }
+    if let Some(t) = a.device_timeout {
+        endpoints.device_timeout = t;
+    }
+    endpoints.set_current();
+    let mut limits = crate::limits::Limits::BUILTIN.with_cmdline(&cmdline)?;
     if let Some(n) = a.max_config_size {
         limits.max_config_size = n;
     }

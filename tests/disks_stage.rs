@@ -169,13 +169,24 @@ const MIB: u64 = 2048;
 
 /// Runs `agent run --stage disks` on `storage`; returns (success, stderr).
 fn agent(storage: Value, env: &[(&str, &str)]) -> (bool, String) {
+    agent_timeout(storage, env, "5")
+}
+
+/// [`agent`] waiting at most `secs` for a device node.
+fn agent_timeout(storage: Value, env: &[(&str, &str)], secs: &str) -> (bool, String) {
     let dir = TempDir::new("disks");
     let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": storage});
     std::fs::write(dir.0.join("config.json"), cfg.to_string()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(["run", "--stage", "disks", "--state-dir"])
+        .args([
+            "run",
+            "--stage",
+            "disks",
+            "--device-timeout",
+            secs,
+            "--state-dir",
+        ])
         .arg(&dir.0)
-        .env("AGENT_DEVICE_TIMEOUT_MS", "5000")
         .envs(env.iter().copied())
         .output()
         .unwrap();
@@ -519,12 +530,27 @@ fn by_id_symlink_device_names() {
 
 #[test]
 fn missing_device_times_out_naming_it() {
-    let (s, err) = agent(
-        serde_json::json!({"disks": [{"device": "/dev/disk/by-id/agent-test-never-there", "partitions": [{"number": 1}]}]}),
-        &[("AGENT_DEVICE_TIMEOUT_MS", "300")],
-    );
+    let storage = serde_json::json!({"disks": [{"device": "/dev/disk/by-id/agent-test-never-there", "partitions": [{"number": 1}]}]});
+    let (s, err) = agent_timeout(storage.clone(), &[], "0.3");
     assert!(!s);
     assert!(err.contains("agent-test-never-there"), "{err}");
+    assert!(err.contains("within 300ms"), "{err}");
+    // The kernel argument agent.device_timeout= sets it too (test builds read the kernel
+    // command line from the file named by the hidden --test-kernel-cmdline-file).
+    let dir = TempDir::new("disks-karg");
+    std::fs::write(dir.0.join("cmdline"), "quiet agent.device_timeout=0.25").unwrap();
+    let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": storage});
+    std::fs::write(dir.0.join("config.json"), cfg.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["run", "--stage", "disks", "--state-dir"])
+        .arg(&dir.0)
+        .arg("--test-kernel-cmdline-file")
+        .arg(dir.0.join("cmdline"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("within 250ms"), "{err}");
 }
 
 #[test]
@@ -904,9 +930,8 @@ fn agent_plan(storage: Value) -> (bool, String, String) {
     std::fs::write(dir.0.join("config.json"), cfg.to_string()).unwrap();
     // The rendered config in the state directory is the default input.
     let out = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(["plan", "--state-dir"])
+        .args(["plan", "--device-timeout", "2", "--state-dir"])
         .arg(&dir.0)
-        .env("AGENT_DEVICE_TIMEOUT_MS", "2000")
         .output()
         .unwrap();
     (
@@ -1307,7 +1332,7 @@ fn swap_and_none_with_a_path_are_made_and_never_mounted() {
         .arg(&state.0)
         .arg("--root")
         .arg(&root.0)
-        .env("AGENT_DEVICE_TIMEOUT_MS", "5000")
+        .args(["--device-timeout", "5"])
         .output()
         .unwrap();
     assert!(

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use agent::config::types::Proxy;
 use agent::fetch::{Fetcher, Options};
+use agent::platform::Endpoints;
 use support::faulty_http::{Behavior, Server, generated};
 use support::{TempDir, free_tcp_port, require, resource, spawn, tftpd, wait_tcp};
 
@@ -197,8 +198,11 @@ fn s3_with_instance_role_and_anonymous_fallback() {
     // No metadata service: anonymous request.
     let dead = format!("http://127.0.0.1:{}", free_tcp_port());
     let anon = Fetcher::new(Options {
-        s3_endpoint: Some(endpoint.clone()),
-        imds_url: Some(dead),
+        endpoints: Endpoints {
+            s3: Some(endpoint.clone()),
+            aws_imds: dead,
+            ..Endpoints::builtin()
+        },
         http_total: Some(10),
         ..Default::default()
     });
@@ -235,8 +239,11 @@ fn s3_with_instance_role_and_anonymous_fallback() {
         vec![Behavior::Ok(b"eu-west-1".to_vec())],
     );
     let signed = Fetcher::new(Options {
-        s3_endpoint: Some(endpoint.clone()),
-        imds_url: Some(imds.url("")),
+        endpoints: Endpoints {
+            s3: Some(endpoint.clone()),
+            aws_imds: imds.url(""),
+            ..Endpoints::builtin()
+        },
         http_total: Some(10),
         ..Default::default()
     });
@@ -259,7 +266,10 @@ fn gs_is_an_anonymous_get() {
         vec![Behavior::Ok(b"gs object".to_vec())],
     );
     let f = Fetcher::new(Options {
-        gs_endpoint: Some(s.url("")),
+        endpoints: Endpoints {
+            gs: s.url(""),
+            ..Endpoints::builtin()
+        },
         ..Default::default()
     });
     assert_eq!(

@@ -49,16 +49,31 @@ impl Run {
     }
 }
 
+/// `agent run --stage fetch ARGS` with the kernel command line "quiet".
 fn agent_fetch(args: &[&str], env: &[(&str, &str)], sysdir: Option<&Path>) -> Run {
+    agent_fetch_cmdline("quiet", args, env, sysdir)
+}
+
+/// `agent run --stage fetch ARGS` with this kernel command line (test builds read it from the
+/// file named by the hidden `--test-kernel-cmdline-file`).
+fn agent_fetch_cmdline(
+    cmdline: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    sysdir: Option<&Path>,
+) -> Run {
     let state = TempDir::new("state");
     let empty = TempDir::new("sysdir");
+    let karg = TempDir::new("cmdline");
+    std::fs::write(karg.join("cmdline"), cmdline).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent"));
     cmd.args(["run", "--stage", "fetch", "--state-dir"])
         .arg(state.path())
         .arg("--system-config-dir")
         .arg(sysdir.unwrap_or(empty.path()))
+        .arg("--test-kernel-cmdline-file")
+        .arg(karg.join("cmdline"))
         .args(args)
-        .env("AGENT_KERNEL_CMDLINE", "quiet")
         .env_remove("AGENT_SYSTEM_CONFIG_DIR");
     for (k, v) in env {
         cmd.env(k, v);
@@ -219,25 +234,19 @@ fn kernel_cmdline_then_platform_then_nothing() {
         http.url("/i.ign"),
         http.url("/k.ign")
     );
-    let r = agent_fetch(
-        &["--platform", "qemu"],
-        &[
-            ("AGENT_KERNEL_CMDLINE", &both),
-            ("AGENT_QEMU_FW_CFG", fwdir),
-        ],
+    let r = agent_fetch_cmdline(
+        &both,
+        &["--platform", "qemu", "--test-qemu-fw-cfg-dir", fwdir],
+        &[],
         None,
     );
     assert_eq!(r.ok().paths(), ["/from-cmdline"]);
     let legacy = format!("ignition.config.url={}", http.url("/i.ign"));
-    let r = agent_fetch(
-        &["--platform", "metal"],
-        &[("AGENT_KERNEL_CMDLINE", &legacy)],
-        None,
-    );
+    let r = agent_fetch_cmdline(&legacy, &["--platform", "metal"], &[], None);
     assert_eq!(r.ok().paths(), ["/from-legacy"]);
     let r = agent_fetch(
-        &["--platform", "qemu"],
-        &[("AGENT_QEMU_FW_CFG", fwdir)],
+        &["--platform", "qemu", "--test-qemu-fw-cfg-dir", fwdir],
+        &[],
         None,
     );
     assert_eq!(r.ok().paths(), ["/from-qemu"]);
@@ -251,11 +260,7 @@ fn kernel_cmdline_then_platform_then_nothing() {
     );
     assert_eq!(r.ok().paths(), ["/from-file"]);
     // --config-url beats the command line.
-    let r = agent_fetch(
-        &["--config-url", &http.url("/i.ign")],
-        &[("AGENT_KERNEL_CMDLINE", &both)],
-        None,
-    );
+    let r = agent_fetch_cmdline(&both, &["--config-url", &http.url("/i.ign")], &[], None);
     assert_eq!(r.ok().paths(), ["/from-legacy"]);
     // Nothing anywhere: an empty config, recorded as such.
     let r = agent_fetch(&["--platform", "metal"], &[], None);
@@ -303,8 +308,10 @@ fn base_configs_merge_under_the_user_config() {
             "qemu",
             "--config-file",
             dir.join("u.ign").to_str().unwrap(),
+            "--test-qemu-fw-cfg-dir",
+            fw.path().to_str().unwrap(),
         ],
-        &[("AGENT_QEMU_FW_CFG", fw.path().to_str().unwrap())],
+        &[],
         Some(sys.path()),
     );
     assert_eq!(
@@ -352,7 +359,7 @@ fn offline_mode_marks_configs_that_need_the_network() {
     );
     // A cmdline URL needs the network too.
     let cmd = format!("agent.config.url={}", http.url("/n.ign"));
-    let r = agent_fetch(&["--offline"], &[("AGENT_KERNEL_CMDLINE", &cmd)], None);
+    let r = agent_fetch_cmdline(&cmd, &["--offline"], &[], None);
     assert_eq!(r.out.status.code(), Some(3));
     // A config that only uses data URLs works offline.
     let r = agent_fetch(
@@ -385,4 +392,112 @@ fn offline_mode_marks_configs_that_need_the_network() {
         assert!(r.state.join("neednet").exists(), "{cfg}");
         assert!(!r.state.join("config.json").exists(), "{cfg}");
     }
+}
+
+#[test]
+fn platform_hooks_through_the_binary_with_the_test_dummy() {
+    // test-dummy (test builds only) prepares the fetcher with an S3 region and returns a
+    // config naming the region its fetcher had: the provider was asked after preparing.
+    let r = agent_fetch(&["--platform", "test-dummy"], &[], None);
+    assert_eq!(
+        r.ok().paths(),
+        [format!(
+            "/test-dummy/{}",
+            agent::platform::test_dummy::REGION
+        )]
+    );
+    assert_eq!(r.record().source, "test-dummy provider");
+    // It needs the network: offline, the stage asks for it instead of calling the provider.
+    let r = agent_fetch(&["--platform", "test-dummy", "--offline"], &[], None);
+    assert_eq!(r.out.status.code(), Some(3), "{}", r.stderr());
+    assert!(r.state.join("neednet").exists());
+    assert!(
+        r.stderr().contains("the config of platform test-dummy"),
+        "{}",
+        r.stderr()
+    );
+}
+
+#[test]
+fn platforms_not_implemented_yet_and_unknown_ones() {
+    let http = Server::start();
+    http.route(
+        "/k.ign",
+        vec![Behavior::Ok(
+            file_cfg("3.4.0", "/from-cmdline", "").into_bytes(),
+        )],
+    );
+    // Accepted: a config named on the kernel command line is used.
+    let cmd = format!("agent.config.url={}", http.url("/k.ign"));
+    let r = agent_fetch_cmdline(&cmd, &["--platform", "aws"], &[], None);
+    assert_eq!(r.ok().paths(), ["/from-cmdline"]);
+    assert_eq!(r.record().platform.as_deref(), Some("aws"));
+    // Without one, the stage fails and says how to give one.
+    let r = agent_fetch(&["--platform", "aws"], &[], None);
+    assert_eq!(r.out.status.code(), Some(1));
+    assert!(
+        r.stderr().contains(
+            "fetching config from platform aws: reading the config from this platform is not implemented yet (implemented: file, metal, qemu): name the config on the kernel command line (agent.config.url= or ignition.config.url=) or with --config-url / --config-file"
+        ),
+        "{}",
+        r.stderr()
+    );
+    // Unknown names are refused while parsing the command line, listing the table.
+    let r = agent_fetch(&["--platform", "bogus"], &[], None);
+    assert_eq!(r.out.status.code(), Some(2));
+    assert!(
+        r.stderr().contains(
+            "invalid value for --platform <NAME>: unsupported platform \"bogus\" (supported: file, metal, qemu; not implemented yet: akamai, aliyun, "
+        ),
+        "{}",
+        r.stderr()
+    );
+}
+
+#[test]
+fn s3_endpoint_from_the_kernel_command_line_and_the_flag() {
+    // A path-style S3-compatible store (anonymous GET /bucket/key); no metadata service, so
+    // no credentials.
+    let s3 = Server::start();
+    s3.route(
+        "/bkt/cfg/u.ign",
+        vec![Behavior::Ok(file_cfg("3.4.0", "/from-s3", "").into_bytes())],
+    );
+    let dead = format!("http://127.0.0.1:{}", support::free_tcp_port());
+    let imds = ["--test-aws-imds-url", &dead];
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = ["--config-url", "s3://bkt/cfg/u.ign"]
+            .iter()
+            .chain(&imds)
+            .map(|s| s.to_string())
+            .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let karg = format!("quiet agent.s3_endpoint={}", s3.url(""));
+    let a = args(&[]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let r = agent_fetch_cmdline(&karg, &a, &[], None);
+    assert_eq!(r.ok().paths(), ["/from-s3"]);
+    assert_eq!(s3.requests("/bkt/cfg/u.ign").len(), 1);
+    // The flag wins over the kernel argument.
+    let wrong = format!("agent.s3_endpoint={dead}");
+    let url = s3.url("");
+    let a = args(&["--s3-endpoint", &url]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let r = agent_fetch_cmdline(&wrong, &a, &[], None);
+    assert_eq!(r.ok().paths(), ["/from-s3"]);
+    assert_eq!(s3.requests("/bkt/cfg/u.ign").len(), 2);
+    // A bad value is an error that names it.
+    let r = agent_fetch_cmdline("agent.s3_endpoint=minio:9000", &a, &[], None);
+    assert_eq!(r.out.status.code(), Some(1));
+    assert!(
+        r.stderr()
+            .contains("kernel argument agent.s3_endpoint: \"minio:9000\": not an endpoint URL"),
+        "{}",
+        r.stderr()
+    );
+    let r = agent_fetch(&["--s3-endpoint", "minio:9000"], &[], None);
+    assert_eq!(r.out.status.code(), Some(2), "{}", r.stderr());
+    assert!(r.stderr().contains("not an endpoint URL"), "{}", r.stderr());
 }

@@ -197,14 +197,12 @@ impl Outcome {
     }
 }
 
-/// The agent binary with `args`; stdin and stdout null, stderr captured, no kernel command
-/// line (unless the test sets one). Started with fork (not vfork: the child's peak RSS would
+/// The agent binary with `args`; stdin and stdout null, stderr captured. Started with fork (not vfork: the child's peak RSS would
 /// then include the test process's) and with its address space bounded at 4 GiB, so a
 /// regression fails the test instead of exhausting the machine.
 fn agent(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_agent"));
     c.args(args)
-        .env("AGENT_KERNEL_CMDLINE", "")
         .env_remove("AGENT_SYSTEM_CONFIG_DIR")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -263,9 +261,18 @@ fn run(mut c: impl std::borrow::BorrowMut<Command>) -> Outcome {
     finish(c.borrow_mut().spawn().expect("starting the agent"))
 }
 
-/// `agent run --stage fetch` with an empty state and system config directory.
+/// `agent run --stage fetch` with an empty state and system config directory and no kernel
+/// command line.
 fn fetch_stage(state: &TempDir, args: &[&str]) -> Command {
+    fetch_stage_cmdline(state, args, "")
+}
+
+/// [`fetch_stage`] with this kernel command line (test builds read it from the file named by
+/// the hidden `--test-kernel-cmdline-file`, here in the state directory).
+fn fetch_stage_cmdline(state: &TempDir, args: &[&str], cmdline: &str) -> Command {
     let sys = state.join("no-system-config");
+    let karg = state.join("kernel-cmdline");
+    std::fs::write(&karg, cmdline).unwrap();
     let mut a = vec![
         "run",
         "--stage",
@@ -274,9 +281,11 @@ fn fetch_stage(state: &TempDir, args: &[&str]) -> Command {
         state.path().to_str().unwrap(),
         "--system-config-dir",
         sys.to_str().unwrap(),
+        "--test-kernel-cmdline-file",
+        karg.to_str().unwrap(),
     ];
     a.extend_from_slice(args);
-    // `a` borrows `sys`, which lives until the command is built.
+    // `a` borrows `sys` and `karg`, which live until the command is built.
     agent(&a)
 }
 
@@ -306,26 +315,33 @@ fn endless_config_body_limit_from_flag_and_kernel_argument() {
     let url = srv.url("/endless.ign");
     // The kernel argument sets the limit...
     let state = TempDir::new("endless-karg");
-    let o = run(fetch_stage(&state, &["--config-url", &url])
-        .env("AGENT_KERNEL_CMDLINE", "quiet agent.max_config_size=4M"));
+    let o = run(fetch_stage_cmdline(
+        &state,
+        &["--config-url", &url],
+        "quiet agent.max_config_size=4M",
+    ));
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     let want = size_error(&format!("config from {url}"), "4 MiB");
     assert!(o.stderr.contains(&want), "want {want:?} in:\n{}", o.stderr);
     o.assert_rss_below(4 * MIB, "endless body, kernel argument 4M");
     // ...and the flag wins over it.
     let state = TempDir::new("endless-flag");
-    let o = run(
-        fetch_stage(&state, &["--config-url", &url, "--max-config-size", "8MiB"])
-            .env("AGENT_KERNEL_CMDLINE", "agent.max_config_size=4M"),
-    );
+    let o = run(fetch_stage_cmdline(
+        &state,
+        &["--config-url", &url, "--max-config-size", "8MiB"],
+        "agent.max_config_size=4M",
+    ));
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     let want = size_error(&format!("config from {url}"), "8 MiB");
     assert!(o.stderr.contains(&want), "want {want:?} in:\n{}", o.stderr);
     o.assert_rss_below(8 * MIB, "endless body, --max-config-size 8MiB");
     // A bad kernel argument is an error that names it.
     let state = TempDir::new("endless-badkarg");
-    let o = run(fetch_stage(&state, &["--config-url", &url])
-        .env("AGENT_KERNEL_CMDLINE", "agent.max_config_size=lots"));
+    let o = run(fetch_stage_cmdline(
+        &state,
+        &["--config-url", &url],
+        "agent.max_config_size=lots",
+    ));
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     assert!(
         o.stderr.contains("agent.max_config_size") && o.stderr.contains("not a size"),
@@ -483,8 +499,11 @@ fn reference_limit_is_exact_and_raisable() {
     );
     let before = srv.hits();
     let state = TempDir::new("fan-karg");
-    let o = run(fetch_stage(&state, &["--config-url", &url])
-        .env("AGENT_KERNEL_CMDLINE", "agent.max_config_refs=109"));
+    let o = run(fetch_stage_cmdline(
+        &state,
+        &["--config-url", &url],
+        "agent.max_config_refs=109",
+    ));
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     assert!(
         o.stderr
@@ -668,6 +687,9 @@ fn sigterm_during_files_stage_leaves_the_old_file() {
         root.path().to_str().unwrap(),
         "--state-dir",
         state.path().to_str().unwrap(),
+        // No kernel command line (the host's could carry agent.* arguments).
+        "--test-kernel-cmdline-file",
+        "/dev/null",
     ])
     .spawn()
     .unwrap();
@@ -755,10 +777,11 @@ fn tls_downgrade_refused_by_kernel_argument_in_the_fetch_stage() {
     );
     http.route("/user.ign", vec![Behavior::Ok(user.into_bytes())]);
     let state = TempDir::new("downgrade-stage");
-    let o = run(
-        fetch_stage(&state, &["--config-url", &http.url("/user.ign")])
-            .env("AGENT_KERNEL_CMDLINE", "agent.refuse_tls_downgrade"),
-    );
+    let o = run(fetch_stage_cmdline(
+        &state,
+        &["--config-url", &http.url("/user.ign")],
+        "agent.refuse_tls_downgrade",
+    ));
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     assert!(o.stderr.contains("refusing the redirect"), "{}", o.stderr);
     assert_eq!(http.requests("/child.ign").len(), 0);

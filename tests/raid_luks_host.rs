@@ -114,9 +114,15 @@ fn run_disks(storage: Value) -> (bool, String) {
     let dir = TempDir::new("raidluks");
     std::fs::write(dir.0.join("config.json"), config(storage).to_string()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(["run", "--stage", "disks", "--state-dir"])
+        .args([
+            "run",
+            "--stage",
+            "disks",
+            "--device-timeout",
+            "3",
+            "--state-dir",
+        ])
         .arg(&dir.0)
-        .env("AGENT_DEVICE_TIMEOUT_MS", "3000")
         .output()
         .unwrap();
     let leftover = dir.0.join("luks");
@@ -135,9 +141,8 @@ fn plan(storage: Value) -> (bool, String, String) {
     let dir = TempDir::new("raidluks");
     std::fs::write(dir.0.join("c.json"), config(storage).to_string()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(["plan", "--config-file"])
+        .args(["plan", "--device-timeout", "3", "--config-file"])
         .arg(dir.0.join("c.json"))
-        .env("AGENT_DEVICE_TIMEOUT_MS", "3000")
         .output()
         .unwrap();
     (

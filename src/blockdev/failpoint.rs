@@ -1,5 +1,6 @@
 //! Named failpoints for failure-injection tests: `AGENT_FAILPOINTS=after-table-write,...`.
-//! The environment is read here and nowhere else.
+//! Test builds only (feature `test-hooks`): in the shipped binary [`hit`] does nothing and
+//! the variable is not read. The environment is read here and nowhere else.
 //!
 //! Names used by the disks stage, in the order they are reached:
 //! - `after-table-write`: the new table is on disk, the kernel not told yet (rolled back);
@@ -8,14 +9,23 @@
 //! - `after-wipe`: a filesystem's old signatures wiped, mkfs not run;
 //! - `after-mkfs`: a filesystem created.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
-/// Fails with "failpoint NAME triggered" when `name` is listed in `AGENT_FAILPOINTS`.
+/// Fails with "failpoint NAME triggered" when `name` is listed in `AGENT_FAILPOINTS` (test
+/// builds only).
+#[cfg(feature = "test-hooks")]
 pub fn hit(name: &str) -> Result<()> {
     if let Ok(list) = std::env::var("AGENT_FAILPOINTS")
         && list.split(',').any(|x| x.trim() == name)
     {
-        bail!("failpoint {name} triggered");
+        anyhow::bail!("failpoint {name} triggered");
     }
+    Ok(())
+}
+
+/// Does nothing: failpoints exist in test builds only.
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub fn hit(_name: &str) -> Result<()> {
     Ok(())
 }

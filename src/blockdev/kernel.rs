@@ -216,13 +216,10 @@ pub fn wait_for(paths: &[PathBuf], timeout: Duration) -> Result<()> {
     }
 }
 
-/// The device timeout: `AGENT_DEVICE_TIMEOUT_MS` or 30 s.
+/// The device timeout: 30 s, or `--device-timeout` / `agent.device_timeout=` (see
+/// [`crate::platform::Endpoints::device_timeout`]).
 pub fn device_timeout() -> Duration {
-    std::env::var("AGENT_DEVICE_TIMEOUT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis)
-        .unwrap_or(Duration::from_secs(30))
+    crate::platform::Endpoints::current().device_timeout
 }
 
 /// Runs `udevadm settle` only when a udev daemon is running (its control socket exists).

@@ -43,6 +43,9 @@ pub struct FetchArgs {
     /// Fail on a redirect from https to http (by default it is followed with a warning).
     #[arg(long)]
     pub refuse_tls_downgrade: bool,
+    /// An S3-compatible store for s3:// URLs (path-style: URL/bucket/key) instead of AWS S3.
+    #[arg(long, value_name = "URL", value_parser = crate::platform::endpoints::parse_url_arg)]
+    pub s3_endpoint: Option<String>,
 }
 
 pub fn main(a: FetchArgs) -> Result<()> {
@@ -66,6 +69,9 @@ pub fn main(a: FetchArgs) -> Result<()> {
         opts.limits.max_config_size = n;
     }
     opts.limits.refuse_tls_downgrade |= a.refuse_tls_downgrade;
+    if let Some(u) = &a.s3_endpoint {
+        opts.endpoints.s3 = Some(u.clone());
+    }
     for f in &a.ca_files {
         opts.ca_pems.push(crate::limits::read_file_bounded(
             f,

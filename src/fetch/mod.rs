@@ -38,12 +38,9 @@ pub struct Options {
     pub proxy: Proxy,
     /// Refuse any fetch that needs the network (fails with [`NeedsNetwork`]).
     pub offline: bool,
-    /// S3 endpoint (path-style), default `$AGENT_S3_ENDPOINT` or AWS.
-    pub s3_endpoint: Option<String>,
-    /// EC2 metadata service, default `$AGENT_AWS_IMDS_URL` or `http://169.254.169.254`.
-    pub imds_url: Option<String>,
-    /// Google Cloud Storage endpoint, default `$AGENT_GS_ENDPOINT` or storage.googleapis.com.
-    pub gs_endpoint: Option<String>,
+    /// Where the services are (S3, GCS, the AWS metadata service, …; default: the
+    /// process-wide values, see [`crate::platform::endpoints`]).
+    pub endpoints: crate::platform::Endpoints,
     /// Size limit of what is fetched into memory, TLS downgrade policy (default: the
     /// process-wide values, see [`crate::limits`]).
     pub limits: Limits,
@@ -65,9 +62,7 @@ impl Options {
     pub fn from_config_with_cas(c: &Config, base: &Options) -> Result<Self> {
         let mut o = Options::from_config(c);
         o.offline = base.offline;
-        o.s3_endpoint.clone_from(&base.s3_endpoint);
-        o.imds_url.clone_from(&base.imds_url);
-        o.gs_endpoint.clone_from(&base.gs_endpoint);
+        o.endpoints.clone_from(&base.endpoints);
         o.ca_pems.clone_from(&base.ca_pems);
         o.limits = base.limits;
         let cas = &c.ignition.security.tls.certificate_authorities;

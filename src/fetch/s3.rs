@@ -1,8 +1,9 @@
 //! Cloud object stores. `s3://bucket/key` and `arn:aws:s3:…` are signed (AWS SigV4) with the
 //! EC2 instance role's credentials from the metadata service, or fetched anonymously when
 //! there are none. `gs://bucket/object` is an anonymous GET from Google Cloud Storage.
-//! Endpoints can be overridden (tests): `AGENT_S3_ENDPOINT`, `AGENT_AWS_IMDS_URL`,
-//! `AGENT_GS_ENDPOINT`, or the matching [`super::Options`] fields.
+//! Endpoints come from [`super::Options::endpoints`] (an S3-compatible store:
+//! `--s3-endpoint` / `agent.s3_endpoint=`); the metadata service is asked through
+//! [`crate::platform::metadata`].
 
 use std::io::Read;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -13,9 +14,8 @@ use sha2::{Digest, Sha256};
 use super::retry::Failure;
 use super::{Fetcher, Scheme, hex};
 use crate::config::types::Resource;
+use crate::platform::metadata::{AWS_IMDSV2, Client};
 
-const DEFAULT_IMDS: &str = "http://169.254.169.254";
-const IMDS_TIMEOUT: Duration = Duration::from_secs(2);
 const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
 /// AWS credentials of the instance role.
@@ -52,13 +52,8 @@ impl Scheme for S3 {
         });
         let region = creds
             .as_ref()
-            .map_or_else(default_region, |c| c.region.clone());
-        let endpoint = f
-            .opts
-            .s3_endpoint
-            .clone()
-            .or_else(|| std::env::var("AGENT_S3_ENDPOINT").ok());
-        let (base, path) = match endpoint {
+            .map_or_else(|| default_region(f), |c| c.region.clone());
+        let (base, path) = match &f.opts.endpoints.s3 {
             Some(e) => (
                 e.trim_end_matches('/').to_string(),
                 format!("/{}/{}", uri_encode(&bucket, true), uri_encode(&key, false)),
@@ -107,12 +102,7 @@ impl Scheme for Gs {
             .split_once('/')
             .filter(|(b, o)| !b.is_empty() && !o.is_empty())
             .ok_or_else(|| Failure::fatal(anyhow!("gs URL needs a bucket and object: {url}")))?;
-        let base = f
-            .opts
-            .gs_endpoint
-            .clone()
-            .or_else(|| std::env::var("AGENT_GS_ENDPOINT").ok())
-            .unwrap_or_else(|| "https://storage.googleapis.com".into());
+        let base = &f.opts.endpoints.gs;
         let full = format!(
             "{}/{}/{}",
             base.trim_end_matches('/'),
@@ -156,7 +146,12 @@ fn parse_s3(url: &str) -> Result<(String, String, Option<(String, String)>)> {
     Ok((b.into(), k.into(), None))
 }
 
-fn default_region() -> String {
+/// The S3 region when the instance role gives none: the platform's hint, `$AWS_REGION`,
+/// `$AWS_DEFAULT_REGION` (the AWS tools' variables), else us-east-1.
+fn default_region(f: &Fetcher) -> String {
+    if let Some(r) = &f.opts.endpoints.s3_region {
+        return r.clone();
+    }
     std::env::var("AWS_REGION")
         .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
         .unwrap_or_else(|_| "us-east-1".into())
@@ -167,38 +162,11 @@ fn authority(url: &str) -> String {
     rest.split('/').next().unwrap_or("").to_string()
 }
 
-/// Credentials of the EC2 instance role (IMDSv2 token, then the role's credentials).
+/// Credentials of the EC2 instance role, from the metadata service (IMDSv2 token handshake,
+/// IMDSv1 without a token).
 fn instance_credentials(f: &Fetcher) -> Result<Credentials> {
-    let base = f
-        .opts
-        .imds_url
-        .clone()
-        .or_else(|| std::env::var("AGENT_AWS_IMDS_URL").ok())
-        .unwrap_or_else(|| DEFAULT_IMDS.into());
-    let base = base.trim_end_matches('/');
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(IMDS_TIMEOUT))
-        .max_redirects(0)
-        .build()
-        .into();
-    let token = agent
-        .put(format!("{base}/latest/api/token"))
-        .header("X-aws-ec2-metadata-token-ttl-seconds", "21600")
-        .send_empty()
-        .ok()
-        .and_then(|mut r| r.body_mut().read_to_string().ok());
-    let get = |path: &str| -> Result<String> {
-        let mut req = agent.get(format!("{base}{path}"));
-        if let Some(t) = &token {
-            req = req.header("X-aws-ec2-metadata-token", t);
-        }
-        let mut resp = req
-            .call()
-            .with_context(|| format!("metadata service {path}"))?;
-        resp.body_mut()
-            .read_to_string()
-            .with_context(|| format!("reading {path}"))
-    };
+    let imds = Client::new(&f.opts.endpoints.aws_imds).with_token_handshake(AWS_IMDSV2);
+    let get = |path: &str| imds.get(path);
     let roles = get("/latest/meta-data/iam/security-credentials/")?;
     let role = roles
         .lines()
@@ -215,7 +183,7 @@ fn instance_credentials(f: &Fetcher) -> Result<Credentials> {
     let region = get("/latest/meta-data/placement/region")
         .ok()
         .filter(|r| !r.is_empty() && r.len() < 40)
-        .unwrap_or_else(default_region);
+        .unwrap_or_else(|| default_region(f));
     Ok(Credentials {
         access_key: s("AccessKeyId").context("credentials without AccessKeyId")?,
         secret_key: s("SecretAccessKey").context("credentials without SecretAccessKey")?,

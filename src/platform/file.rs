@@ -1,5 +1,6 @@
 //! `file`: the config is a local file, `$AGENT_CONFIG_FILE` or `/config.ign` (for tests
-//! and development).
+//! and development; Ignition's `file` platform reads `$IGNITION_CONFIG_FILE` the same way).
+//! Documented in `docs/platforms.md` and `--platform`'s help.
 
 use anyhow::{Context, Result};
 
@@ -11,9 +12,6 @@ pub const DEFAULT_PATH: &str = "/config.ign";
 pub struct File;
 
 impl Provider for File {
-    fn name(&self) -> &'static str {
-        "file"
-    }
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
         let path = std::env::var("AGENT_CONFIG_FILE").unwrap_or_else(|_| DEFAULT_PATH.into());
         let file = match std::fs::File::open(&path) {

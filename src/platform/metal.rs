@@ -9,9 +9,6 @@ use crate::fetch::Fetcher;
 pub struct Metal;
 
 impl Provider for Metal {
-    fn name(&self) -> &'static str {
-        "metal"
-    }
     fn fetch_config(&self, _: &Fetcher) -> Result<Option<Found>> {
         Ok(None)
     }

@@ -1,11 +1,28 @@
 //! Platform providers: where a platform keeps the user config when neither the command line
-//! nor the kernel command line names one. One module per provider behind [`Provider`].
+//! nor the kernel command line names one, and what it needs for fetching.
+//!
+//! [`PLATFORMS`] is the one list of platforms: `--platform` (its help and value check), the
+//! "unsupported platform" error, the table in `docs/platforms.md` (checked by a test) and the
+//! tests read it. Each implemented platform is one module with a type implementing
+//! [`Provider`]; platform ids Ignition knows but the agent does not implement yet are listed
+//! too, so that a machine booted with e.g. `ignition.platform.id=aws` still runs with a config
+//! named on the kernel command line. Adding a platform: see "Add a platform" in
+//! `docs/platforms.md`.
+//!
+//! Shared mechanisms of platforms are modules of their own: [`metadata`] (HTTP metadata
+//! services, with a token handshake), [`endpoints`] (where every service and file is).
 
+pub mod endpoints;
 pub mod file;
+pub mod metadata;
 pub mod metal;
 pub mod qemu;
+#[cfg(any(test, feature = "test-hooks"))]
+pub mod test_dummy;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
+
+pub use endpoints::Endpoints;
 
 use crate::fetch::Fetcher;
 
@@ -15,29 +32,302 @@ pub struct Found {
     pub source: String,
 }
 
+/// What a platform does. Only `fetch_config` is required; the rest have defaults.
 pub trait Provider {
-    fn name(&self) -> &'static str;
     /// The user config, or None when the platform has none.
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>>;
+
+    /// Whether `fetch_config` needs the network: offline (`--offline`) the fetch stage then
+    /// asks for the network (exit 3) instead of calling it. Default: no.
+    fn needs_network(&self) -> bool {
+        false
+    }
+
+    /// Prepares what every fetch of the run uses, before any stage fetches anything (e.g.
+    /// the S3 region on AWS). Called once per stage; must give the same result each time.
+    /// Offline, a provider that would need the network for this returns
+    /// [`crate::fetch::NeedsNetwork`].
+    /// Default: nothing.
+    fn prepare_fetcher(&self, _endpoints: &mut Endpoints, _offline: bool) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// How far a platform is implemented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// Its provider finds the config.
+    Implemented,
+    /// Accepted (base configs, a config named on the kernel command line or by a flag work),
+    /// but its own config source is not read yet: the fetch stage fails if it is needed.
+    NotYet,
+    /// A provider of test builds only (never in the shipped binary or the docs).
+    TestOnly,
+}
+
+/// One row of [`PLATFORMS`].
+pub struct Platform {
+    /// `--platform NAME` (Ignition's `ignition.platform.id`).
+    pub name: &'static str,
+    pub support: Support,
+    /// Where its config comes from, in one line (help, docs).
+    pub description: &'static str,
+    pub new: fn() -> Box<dyn Provider>,
+}
+
+impl Platform {
+    /// The provider.
+    pub fn provider(&self) -> Box<dyn Provider> {
+        (self.new)()
+    }
+}
+
+const fn row(
+    name: &'static str,
+    support: Support,
+    description: &'static str,
+    new: fn() -> Box<dyn Provider>,
+) -> Platform {
+    Platform {
+        name,
+        support,
+        description,
+        new,
+    }
+}
+
+/// A platform not implemented yet (see [`Support::NotYet`]).
+const fn later(name: &'static str, description: &'static str) -> Platform {
+    row(name, Support::NotYet, description, || {
+        Box::new(Unimplemented)
+    })
+}
+
+use Support::*;
+
+/// Every platform, in name order (test-only rows last). One line each.
+#[rustfmt::skip]
+pub const PLATFORMS: &[Platform] = &[
+    later("akamai", "Akamai (Linode): user data from the metadata service"),
+    later("aliyun", "Alibaba Cloud: instance user data"),
+    later("applehv", "Apple Hypervisor: config over a vsock channel"),
+    later("aws", "Amazon EC2: instance user data (IMDSv2)"),
+    later("azure", "Microsoft Azure: custom data (config drive)"),
+    later("azurestack", "Azure Stack Hub: custom data (config drive)"),
+    later("brightbox", "Brightbox: user data (OpenStack metadata)"),
+    later("cloudstack", "Apache CloudStack: user data (metadata service or config drive)"),
+    later("digitalocean", "DigitalOcean: droplet user data"),
+    later("exoscale", "Exoscale: instance user data"),
+    row("file", Implemented, "a local file: $AGENT_CONFIG_FILE, default /config.ign (tests and development)", || Box::new(file::File)),
+    later("gcp", "Google Cloud: instance metadata attribute user-data"),
+    later("hetzner", "Hetzner Cloud: instance user data"),
+    later("hyperv", "Microsoft Hyper-V: KVP pool entries"),
+    later("ibmcloud", "IBM Cloud VPC: user data (config drive)"),
+    later("ionoscloud", "IONOS Cloud: user data on the disk labelled OEM"),
+    later("kubevirt", "KubeVirt: user data (config drive)"),
+    row("metal", Implemented, "bare metal: only the kernel command line (agent.config.url=, ignition.config.url=)", || Box::new(metal::Metal)),
+    later("nutanix", "Nutanix AHV: user data (config drive)"),
+    later("nvidiabluefield", "NVIDIA BlueField DPU: the bootfifo interface"),
+    later("openstack", "OpenStack: user data (config drive or metadata service)"),
+    later("oraclecloud", "Oracle Cloud Infrastructure: user data from the metadata service"),
+    later("packet", "Equinix Metal: user data from the metadata service"),
+    later("powervs", "IBM Power Virtual Server: user data (config drive)"),
+    later("proxmoxve", "Proxmox VE: user data (cloud-init config drive)"),
+    row("qemu", Implemented, "QEMU: fw_cfg entry opt/com.coreos/config (-fw_cfg name=opt/com.coreos/config,file=F)", || Box::new(qemu::Qemu)),
+    later("scaleway", "Scaleway: instance user data"),
+    later("upcloud", "UpCloud: instance user data"),
+    later("virtualbox", "VirtualBox: guest property /Ignition/Config"),
+    later("vmware", "VMware: guestinfo ignition.config.data (or the OVF environment)"),
+    later("vultr", "Vultr: instance user data"),
+    later("zvm", "IBM z/VM: the reader device"),
+    #[cfg(any(test, feature = "test-hooks"))]
+    row("test-dummy", TestOnly, "test builds only: a config naming the S3 region it was prepared with", || Box::new(test_dummy::TestDummy)),
+];
+
+/// The names of the platforms with support `s`, comma-separated.
+pub fn names(s: Support) -> String {
+    let v: Vec<&str> = PLATFORMS
+        .iter()
+        .filter(|p| p.support == s)
+        .map(|p| p.name)
+        .collect();
+    v.join(", ")
+}
+
+/// The platform called `name`.
+pub fn lookup(name: &str) -> Result<&'static Platform> {
+    match PLATFORMS.iter().find(|p| p.name == name) {
+        Some(p) => Ok(p),
+        None => bail!(
+            "unsupported platform {name:?} (supported: {}; not implemented yet: {})",
+            names(Implemented),
+            names(NotYet)
+        ),
+    }
 }
 
 /// The provider for `--platform NAME`.
 pub fn provider(name: &str) -> Result<Box<dyn Provider>> {
-    Ok(match name {
-        "file" => Box::new(file::File),
-        "metal" => Box::new(metal::Metal),
-        "qemu" => Box::new(qemu::Qemu),
-        other => bail!("unsupported platform {other:?} (supported: file, metal, qemu)"),
-    })
+    lookup(name).map(Platform::provider)
+}
+
+/// Runs the platform's [`Provider::prepare_fetcher`] on the process-wide endpoints (every
+/// fetcher made afterwards uses them). Nothing without a platform.
+pub fn prepare(platform: Option<&str>, offline: bool) -> Result<()> {
+    let Some(name) = platform else {
+        return Ok(());
+    };
+    let mut e = Endpoints::current();
+    provider(name)?
+        .prepare_fetcher(&mut e, offline)
+        .with_context(|| format!("preparing the fetcher for platform {name}"))?;
+    e.set_current();
+    Ok(())
+}
+
+/// The `--platform` help, from the table.
+pub fn help() -> String {
+    format!(
+        "Platform the machine runs on (where its config is when neither a flag nor the kernel command line names one): {}; accepted, not implemented yet: {} (docs/platforms.md)",
+        names(Implemented),
+        names(NotYet)
+    )
+}
+
+/// `--platform`'s value parser: a name from the table, else the table's error.
+#[derive(Clone, Copy, Debug)]
+pub struct NameParser;
+
+impl clap::builder::TypedValueParser for NameParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<String, clap::Error> {
+        let v = value.to_string_lossy();
+        match lookup(&v) {
+            Ok(p) => Ok(p.name.to_string()),
+            Err(e) => {
+                let flag = arg.map_or("--platform".into(), |a| a.to_string());
+                Err(clap::Error::raw(
+                    clap::error::ErrorKind::InvalidValue,
+                    format!("invalid value for {flag}: {e:#}\n"),
+                )
+                .with_cmd(cmd))
+            }
+        }
+    }
+}
+
+/// The provider of platforms not implemented yet: asked for a config, it fails and says how
+/// to give one.
+struct Unimplemented;
+
+impl Provider for Unimplemented {
+    fn fetch_config(&self, _: &Fetcher) -> Result<Option<Found>> {
+        bail!(
+            "reading the config from this platform is not implemented yet (implemented: {}): name the config on the kernel command line (agent.config.url= or ignition.config.url=) or with --config-url / --config-file",
+            names(Implemented)
+        )
+    }
+}
+
+/// The markdown table of `docs/platforms.md` (between its markers), from [`PLATFORMS`].
+pub fn docs_table() -> String {
+    let mut s =
+        String::from("| platform | status | where the config comes from |\n|---|---|---|\n");
+    for p in PLATFORMS.iter().filter(|p| p.support != TestOnly) {
+        let status = match p.support {
+            Implemented => "implemented",
+            _ => "not yet",
+        };
+        s.push_str(&format!(
+            "| `{}` | {status} | {} |\n",
+            p.name, p.description
+        ));
+    }
+    s
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn known_platforms() {
-        for p in ["file", "metal", "qemu"] {
-            assert_eq!(super::provider(p).unwrap().name(), p);
+    fn the_table_is_sorted_and_unique() {
+        let names: Vec<&str> = PLATFORMS
+            .iter()
+            .filter(|p| p.support != TestOnly)
+            .map(|p| p.name)
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(names, sorted);
+        for p in PLATFORMS {
+            assert!(
+                !p.description.contains('|'),
+                "{}: breaks the docs table",
+                p.name
+            );
+            assert_eq!(lookup(p.name).unwrap().name, p.name);
         }
-        assert!(super::provider("aws-nope").is_err());
+    }
+
+    #[test]
+    fn unknown_platforms_are_refused_naming_the_table() {
+        let e = provider("aws-nope").err().unwrap();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.starts_with(
+                "unsupported platform \"aws-nope\" (supported: file, metal, qemu; not implemented yet: akamai, aliyun,"
+            ),
+            "{msg}"
+        );
+        assert!(!msg.contains("test-dummy"), "{msg}");
+    }
+
+    #[test]
+    fn platforms_not_implemented_yet_say_how_to_give_a_config() {
+        let f = Fetcher::new(crate::fetch::Options::default());
+        let e = provider("aws").unwrap().fetch_config(&f).err().unwrap();
+        assert!(format!("{e:#}").contains("agent.config.url="), "{e:#}");
+    }
+
+    #[test]
+    fn docs_table_matches_the_code() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/platforms.md"))
+                .unwrap();
+        let begin = "<!-- platforms table: generated from src/platform/mod.rs PLATFORMS -->\n";
+        let end = "<!-- end of platforms table -->";
+        let start = doc.find(begin).expect("begin marker in docs/platforms.md") + begin.len();
+        let stop = doc[start..].find(end).expect("end marker") + start;
+        assert!(
+            doc[start..stop] == docs_table(),
+            "docs/platforms.md is out of date; put this between its markers:\n{}",
+            docs_table()
+        );
+    }
+
+    #[test]
+    fn the_cli_takes_its_platforms_from_the_table() {
+        use clap::Parser;
+        let parse = |p: &str| {
+            crate::cli::Cli::try_parse_from(["agent", "run", "--platform", p, "--stage", "fetch"])
+        };
+        assert!(parse("qemu").is_ok());
+        assert!(parse("aws").is_ok());
+        assert!(parse("test-dummy").is_ok());
+        let e = parse("bogus").unwrap_err().to_string();
+        assert!(
+            e.contains("unsupported platform \"bogus\" (supported: file, metal, qemu;"),
+            "{e}"
+        );
+        let help = help();
+        assert!(help.contains(": file, metal, qemu;"), "{help}");
     }
 }

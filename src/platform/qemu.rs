@@ -1,25 +1,19 @@
 //! `qemu`: the config is the fw_cfg blob `opt/com.coreos/config`
-//! (`-fw_cfg name=opt/com.coreos/config,file=F`), read from sysfs. The sysfs directory can
-//! be overridden with `$AGENT_QEMU_FW_CFG` (tests).
-
-use std::path::PathBuf;
+//! (`-fw_cfg name=opt/com.coreos/config,file=F`), read from sysfs
+//! ([`super::Endpoints::qemu_fw_cfg_dir`]).
 
 use anyhow::{Context, Result};
 
 use super::{Found, Provider};
 use crate::fetch::Fetcher;
 
-pub const FW_CFG_DIR: &str = "/sys/firmware/qemu_fw_cfg";
 pub const FW_CFG_NAME: &str = "opt/com.coreos/config";
 
 pub struct Qemu;
 
 impl Provider for Qemu {
-    fn name(&self) -> &'static str {
-        "qemu"
-    }
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
-        let dir = PathBuf::from(std::env::var("AGENT_QEMU_FW_CFG").unwrap_or(FW_CFG_DIR.into()));
+        let dir = &f.opts.endpoints.qemu_fw_cfg_dir;
         if !dir.exists()
             && crate::util::have_program("modprobe")
             && let Err(e) = crate::util::run("modprobe", &["qemu_fw_cfg"])

@@ -84,10 +84,12 @@ impl Clock for FileClock {
 
 /// The clock the server uses.
 pub fn default_clock() -> Box<dyn Clock> {
-    match std::env::var_os("AGENT_SERVE_TEST_CLOCK") {
-        Some(p) => Box::new(FileClock(p.into())),
-        None => Box::new(SystemClock),
+    // Test builds only (feature `test-hooks`): the shipped binary does not read the variable.
+    #[cfg(feature = "test-hooks")]
+    if let Some(p) = std::env::var_os("AGENT_SERVE_TEST_CLOCK") {
+        return Box::new(FileClock(p.into()));
     }
+    Box::new(SystemClock)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -3,14 +3,15 @@
 //! with a record of what was fetched in `<state-dir>/fetch.json`.
 //!
 //! Where the user config comes from, first match wins: `--config-file`/`--config-url`; the
-//! kernel command line (`agent.config.url=`, then `ignition.config.url=`; `/proc/cmdline`,
-//! or `$AGENT_KERNEL_CMDLINE` for tests); the `--platform` provider. No config at all is an
-//! empty config ("no user config provided").
+//! kernel command line (`agent.config.url=`, then `ignition.config.url=`; `/proc/cmdline`, see
+//! [`crate::platform::Endpoints::kernel_cmdline`]); the `--platform` provider (which also
+//! prepares the fetcher). No config at all is an empty config ("no user config provided").
 //!
 //! Offline mode (`--offline`): any fetch that needs the network fails, the marker
 //! `<state-dir>/neednet` is written and the process exits with [`EXIT_NEEDS_NETWORK`], so
 //! the initramfs brings the network up and runs the stage again only when needed.
 
+use std::path::Path;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
@@ -25,8 +26,6 @@ use crate::limits::{self, REFS_HINT};
 pub const MAX_DEPTH: usize = 10;
 /// Exit code of `agent run --stage fetch --offline` when the config needs the network.
 pub const EXIT_NEEDS_NETWORK: i32 = 3;
-/// Where the kernel command line is read from, unless `$AGENT_KERNEL_CMDLINE` is set.
-pub const PROC_CMDLINE: &str = "/proc/cmdline";
 /// Kernel command line keys naming the config URL, in order of preference.
 pub const CMDLINE_KEYS: &[&str] = &["agent.config.url", "ignition.config.url"];
 
@@ -52,6 +51,7 @@ pub fn run(ctx: &Context) -> Result<()> {
 }
 
 fn run_inner(ctx: &Context) -> Result<()> {
+    crate::platform::prepare(ctx.platform.as_deref(), ctx.offline)?;
     let base_opts = fetch::Options {
         offline: ctx.offline,
         ..Default::default()
@@ -145,11 +145,14 @@ fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Co
         Some((bytes, format!("file {}", path.display())))
     } else if let Some(url) = &ctx.config_url {
         Some((fetch_url(url, opts)?, url.clone()))
-    } else if let Some(url) = cmdline_url(&read_cmdline()?) {
+    } else if let Some(url) = cmdline_url(&read_cmdline(&opts.endpoints.kernel_cmdline)?) {
         info!("config URL from the kernel command line: {}", short(&url));
         Some((fetch_url(&url, opts)?, url))
     } else if let Some(p) = &ctx.platform {
         let provider = crate::platform::provider(p)?;
+        if opts.offline && provider.needs_network() {
+            return Err(NeedsNetwork(format!("the config of platform {p}")).into());
+        }
         provider
             .fetch_config(&Fetcher::new(opts.clone()))
             .with_context(|| format!("fetching config from platform {p}"))?
@@ -180,15 +183,13 @@ fn fetch_url(url: &str, opts: &fetch::Options) -> Result<Vec<u8>> {
     Fetcher::new(opts.clone()).fetch_bytes_as(&res, "config")
 }
 
-/// The kernel command line: `$AGENT_KERNEL_CMDLINE` if set, else `/proc/cmdline`.
-pub fn read_cmdline() -> Result<String> {
-    if let Ok(c) = std::env::var("AGENT_KERNEL_CMDLINE") {
-        return Ok(c);
-    }
-    match std::fs::read_to_string(PROC_CMDLINE) {
+/// The kernel command line from `path` (`/proc/cmdline`: see
+/// [`crate::platform::Endpoints::kernel_cmdline`]); empty when it does not exist.
+pub fn read_cmdline(path: &Path) -> Result<String> {
+    match std::fs::read_to_string(path) {
         Ok(s) => Ok(s),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => Err(e).with_context(|| format!("reading {PROC_CMDLINE}")),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
 }
 

@@ -57,10 +57,15 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
         crate::logging::set_stage(stage.name());
         match stage {
             Stage::Fetch => fetch::run(ctx)?,
+            // The platform prepares the fetcher of every stage (the fetch stage: in its run).
             Stage::Disks => {
+                crate::platform::prepare(ctx.platform.as_deref(), ctx.offline)?;
                 disks::run(&ctx.state().read_rendered()?, ctx)?;
             }
-            Stage::Files => files::run(&ctx.state().read_rendered()?, ctx)?,
+            Stage::Files => {
+                crate::platform::prepare(ctx.platform.as_deref(), ctx.offline)?;
+                files::run(&ctx.state().read_rendered()?, ctx)?
+            }
         }
     }
     Ok(())

@@ -15,8 +15,8 @@
 //! (which node a config device names, also a partition the plan has yet to create) and
 //! `apply.rs` (carrying a plan out, putting tables back on failure).
 //!
-//! Environment: `AGENT_DEVICE_TIMEOUT_MS` bounds every wait for a device node (default 30 s);
-//! `AGENT_FAILPOINTS` switches on failpoints (see `blockdev::failpoint`).
+//! `--device-timeout` / `agent.device_timeout=` bounds every wait for a device node (default
+//! 30 s); test builds have failpoints (see `blockdev::failpoint`).
 
 mod apply;
 mod devices;
