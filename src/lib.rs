@@ -1,6 +1,9 @@
 //! agent: a first-boot provisioning agent for Linux machines (Ignition spec 3.x configs) and
 //! the config server that hands each booting machine its pool's config.
 
+// Outside tests a failure carries context (anyhow) instead of a panic; see clippy.toml.
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 pub use spec::{config, encoding, json};
 
 pub mod blockdev;

@@ -1,3 +1,6 @@
+// Outside tests a failure carries context (anyhow) instead of a panic; see clippy.toml.
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 use clap::Parser;
 
 fn main() {

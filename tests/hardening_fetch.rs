@@ -233,9 +233,10 @@ fn finish(mut child: Child) -> Outcome {
     });
     let pid = child.id() as libc::pid_t;
     let mut status: libc::c_int = 0;
-    // SAFETY: plain syscall on our own child; `status` and `ru` outlive it.
+    // SAFETY: rusage is plain old data: all zeroes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     let r = loop {
+        // SAFETY: plain syscall on our own child; `status` and `ru` outlive it.
         let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
         if r == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
             continue;

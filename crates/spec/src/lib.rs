@@ -9,6 +9,9 @@
 //! Nothing here does I/O: no files, no network, no processes, no clock. The agent, the config
 //! server, the fuzzers and (later) the Butane translator all use this crate.
 
+// Outside tests a failure carries context (anyhow) instead of a panic; see clippy.toml.
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 pub mod config;
 pub mod encoding;
 pub mod json;
