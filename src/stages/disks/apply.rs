@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, anyhow, bail};
 
 use super::Report;
+use super::devices::DiskWork;
 use super::devices::resolve_fs;
-use super::plan::{DiskWork, FsWork, StagePlan, check_free};
+use super::plan::{FsWork, StagePlan, check_free};
 use crate::blockdev::filesystem::{self, FsAction};
 use crate::blockdev::gpt::{self, Table};
 use crate::blockdev::luks::{self, LuksAction};

@@ -7,9 +7,20 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 
-use super::plan::DiskWork;
 use crate::blockdev::kernel;
-use crate::blockdev::plan::Action;
+use crate::blockdev::plan::{Action, DiskPlan};
+
+/// One disk of the plan.
+#[derive(Debug)]
+pub struct DiskWork {
+    /// As named in the config.
+    pub path: String,
+    /// The device node it resolves to.
+    pub dev: PathBuf,
+    /// Kernel name ("loop3").
+    pub name: String,
+    pub plan: DiskPlan,
+}
 
 /// Waits (bounded) for a config device path and resolves it to its node.
 pub(super) fn resolve(path: &str) -> Result<PathBuf> {

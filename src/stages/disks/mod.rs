@@ -31,7 +31,8 @@ use crate::config::Config;
 use crate::fetch::{self, Fetcher};
 
 pub use apply::{apply, apply_with};
-pub use plan::{DiskWork, FsWork, LuksWork, RaidWork, StagePlan, plan};
+pub use devices::DiskWork;
+pub use plan::{FsWork, LuksWork, RaidWork, StagePlan, plan};
 
 /// Times of one run, for the benchmark and the log.
 #[derive(Debug, Default, Clone, Copy)]

@@ -5,11 +5,11 @@
 
 use std::fmt;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context as _, Result, bail};
 
-use super::devices::{resolve, resolve_fs, touched_by_partitioning};
+use super::devices::{DiskWork, resolve, resolve_fs, touched_by_partitioning};
 use crate::blockdev::filesystem::{self, FsAction};
 use crate::blockdev::gpt::{self, OnDisk};
 use crate::blockdev::luks::{self, LuksAction};
@@ -18,18 +18,6 @@ use crate::blockdev::raid::{self, RaidAction};
 use crate::blockdev::{inuse, kernel};
 use crate::config::Config;
 use crate::config::types::{Filesystem, Luks, Raid};
-
-/// One disk of the plan.
-#[derive(Debug)]
-pub struct DiskWork {
-    /// As named in the config.
-    pub path: String,
-    /// The device node it resolves to.
-    pub dev: PathBuf,
-    /// Kernel name ("loop3").
-    pub name: String,
-    pub plan: DiskPlan,
-}
 
 #[derive(Debug)]
 pub struct FsWork {
