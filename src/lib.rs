@@ -8,10 +8,12 @@ pub use spec::{config, encoding, json};
 
 pub mod blockdev;
 pub mod cli;
+pub mod endpoints;
 pub mod fetch;
 pub mod files;
 pub mod limits;
 pub mod logging;
+pub mod metadata;
 pub mod platform;
 pub mod serve;
 pub mod signals;

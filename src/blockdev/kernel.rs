@@ -217,9 +217,9 @@ pub fn wait_for(paths: &[PathBuf], timeout: Duration) -> Result<()> {
 }
 
 /// The device timeout: 30 s, or `--device-timeout` / `agent.device_timeout=` (see
-/// [`crate::platform::Endpoints::device_timeout`]).
+/// [`crate::endpoints::Endpoints::device_timeout`]).
 pub fn device_timeout() -> Duration {
-    crate::platform::Endpoints::current().device_timeout
+    crate::endpoints::Endpoints::current().device_timeout
 }
 
 /// Runs `udevadm settle` only when a udev daemon is running (its control socket exists).

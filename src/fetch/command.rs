@@ -44,7 +44,7 @@ pub struct FetchArgs {
     #[arg(long)]
     pub refuse_tls_downgrade: bool,
     /// An S3-compatible store for s3:// URLs (path-style: URL/bucket/key) instead of AWS S3.
-    #[arg(long, value_name = "URL", value_parser = crate::platform::endpoints::parse_url_arg)]
+    #[arg(long, value_name = "URL", value_parser = crate::endpoints::parse_url_arg)]
     pub s3_endpoint: Option<String>,
 }
 

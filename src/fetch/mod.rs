@@ -39,8 +39,8 @@ pub struct Options {
     /// Refuse any fetch that needs the network (fails with [`NeedsNetwork`]).
     pub offline: bool,
     /// Where the services are (S3, GCS, the AWS metadata service, …; default: the
-    /// process-wide values, see [`crate::platform::endpoints`]).
-    pub endpoints: crate::platform::Endpoints,
+    /// process-wide values, see [`crate::endpoints`]).
+    pub endpoints: crate::endpoints::Endpoints,
     /// Size limit of what is fetched into memory, TLS downgrade policy (default: the
     /// process-wide values, see [`crate::limits`]).
     pub limits: Limits,

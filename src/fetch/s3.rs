@@ -3,7 +3,7 @@
 //! there are none. `gs://bucket/object` is an anonymous GET from Google Cloud Storage.
 //! Endpoints come from [`super::Options::endpoints`] (an S3-compatible store:
 //! `--s3-endpoint` / `agent.s3_endpoint=`); the metadata service is asked through
-//! [`crate::platform::metadata`].
+//! [`crate::metadata`].
 
 use std::io::Read;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use super::retry::Failure;
 use super::{Fetcher, Scheme, hex};
 use crate::config::types::Resource;
-use crate::platform::metadata::{AWS_IMDSV2, Client};
+use crate::metadata::{AWS_IMDSV2, Client};
 
 const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 

@@ -12,9 +12,7 @@
 //! Shared mechanisms of platforms are modules of their own: [`metadata`] (HTTP metadata
 //! services, with a token handshake), [`endpoints`] (where every service and file is).
 
-pub mod endpoints;
 pub mod file;
-pub mod metadata;
 pub mod metal;
 pub mod qemu;
 #[cfg(any(test, feature = "test-hooks"))]
@@ -22,7 +20,10 @@ pub mod test_dummy;
 
 use anyhow::{Context, Result, bail};
 
-pub use endpoints::Endpoints;
+// The endpoints and the metadata client sit below `fetch` (which uses them too); providers
+// and the command line reach them through here as well.
+pub use crate::endpoints::{self, Endpoints};
+pub use crate::metadata;
 
 use crate::fetch::Fetcher;
 
