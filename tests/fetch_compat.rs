@@ -30,7 +30,8 @@ fn child_cfg(path: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-/// `agent run --stage fetch --config-file CFG` with an empty system config dir.
+/// `agent run --stage fetch --config-file CFG` with an empty system config dir. The configs
+/// given set `timeouts.httpTotal`, so a fetcher that retries what it should not still ends.
 fn fetch_stage(cfg: &[u8]) -> (Output, serde_json::Value) {
     let dir = TempDir::new("compat-stage");
     let state = dir.join("state");
@@ -100,7 +101,7 @@ fn self_signed_ca_certificate_served_directly_is_trusted() {
 
     // A config naming the certificate as its CA, merging a child over https.
     let cfg = format!(
-        r#"{{"ignition":{{"version":"3.4.0","security":{{"tls":{{"certificateAuthorities":[{{"source":"{}"}}]}}}},
+        r#"{{"ignition":{{"version":"3.4.0","timeouts":{{"httpTotal":60}},"security":{{"tls":{{"certificateAuthorities":[{{"source":"{}"}}]}}}},
             "config":{{"merge":[{{"source":"{}"}}]}}}}}}"#,
         data_url(&ss.cert),
         s.url("/child.ign")
@@ -197,7 +198,7 @@ fn requests_carry_the_headers_ignition_sends() {
     s.route("/contents", vec![Behavior::Ok(b"asdf\nfdsa".to_vec())]);
     s.route("/overridden", vec![Behavior::Ok(b"x".to_vec())]);
     let cfg = format!(
-        r#"{{"ignition":{{"version":"3.4.0","config":{{"merge":[{{"source":"{}"}}]}}}}}}"#,
+        r#"{{"ignition":{{"version":"3.4.0","timeouts":{{"httpTotal":60}},"config":{{"merge":[{{"source":"{}"}}]}}}}}}"#,
         s.url("/child.ign")
     );
     // A config merge fetched by the fetch stage.
@@ -449,7 +450,7 @@ fn plain_http_goes_to_the_proxy_in_absolute_form() {
 
     // ignition.proxy.httpProxy of a config applies to its references.
     let cfg = format!(
-        r#"{{"ignition":{{"version":"3.4.0","proxy":{{"httpProxy":"{}"}},
+        r#"{{"ignition":{{"version":"3.4.0","timeouts":{{"httpTotal":60}},"proxy":{{"httpProxy":"{}"}},
             "config":{{"merge":[{{"source":"{}"}}]}}}}}}"#,
         proxy.url(""),
         s.url("/child.ign")
