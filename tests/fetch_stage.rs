@@ -501,3 +501,119 @@ fn s3_endpoint_from_the_kernel_command_line_and_the_flag() {
     assert_eq!(r.out.status.code(), Some(2), "{}", r.stderr());
     assert!(r.stderr().contains("not an endpoint URL"), "{}", r.stderr());
 }
+
+/// Ignition: a zero-length user config is no user config; base configs still apply and the
+/// rendered config is the same as with no config at all (blackbox `general.empty`,
+/// `preemption.no.config`).
+#[test]
+fn empty_user_config_is_no_user_config() {
+    let sys = TempDir::new("emptysys");
+    std::fs::create_dir_all(sys.join("base.d")).unwrap();
+    std::fs::write(
+        sys.join("base.d/base.ign"),
+        file_cfg("3.0.0", "/ignition/base", ""),
+    )
+    .unwrap();
+    let dir = TempDir::new("emptyuser");
+    let empty = dir.join("empty.ign");
+    std::fs::write(&empty, b"").unwrap();
+    let empty_arg = empty.to_str().unwrap();
+
+    let r = agent_fetch(&["--config-file", empty_arg], &[], Some(sys.path()));
+    assert_eq!(r.ok().paths(), ["/ignition/base"]);
+    let rec = r.record();
+    assert!(!rec.user_config_provided);
+    assert_eq!(rec.source, "no user config provided");
+    assert!(r.stderr().contains("is empty"), "{}", r.stderr());
+
+    // No base: the same rendered config as when there is no config anywhere.
+    let r = agent_fetch(&["--config-file", empty_arg], &[], None);
+    let none = agent_fetch(&["--platform", "metal"], &[], None);
+    assert_eq!(r.ok().config(), none.ok().config());
+    assert!(!r.record().user_config_provided);
+
+    // Empty from the platform and from an HTTP 200 with no body: the same.
+    let r = agent_fetch(
+        &["--platform", "file"],
+        &[("AGENT_CONFIG_FILE", empty_arg)],
+        Some(sys.path()),
+    );
+    assert_eq!(r.ok().paths(), ["/ignition/base"]);
+    assert!(!r.record().user_config_provided);
+    let http = Server::start();
+    http.route("/empty.ign", vec![Behavior::Ok(Vec::new())]);
+    let r = agent_fetch(
+        &["--config-url", &http.url("/empty.ign")],
+        &[],
+        Some(sys.path()),
+    );
+    assert_eq!(r.ok().paths(), ["/ignition/base"]);
+    assert!(!r.record().user_config_provided);
+
+    // Whitespace is not empty: it is an invalid config, as in Ignition.
+    std::fs::write(dir.join("blank.ign"), b" \n").unwrap();
+    let r = agent_fetch(
+        &["--config-file", dir.join("blank.ign").to_str().unwrap()],
+        &[],
+        None,
+    );
+    assert!(!r.out.status.success());
+}
+
+/// `<system-config-dir>/user.ign` preempts the platform's config; base configs apply under
+/// it (blackbox `preemption.base.user.provider.config`); the kernel command line still wins.
+#[test]
+fn system_user_config_preempts_the_platform() {
+    let sys = TempDir::new("usersys");
+    std::fs::create_dir_all(sys.join("base.d")).unwrap();
+    std::fs::write(
+        sys.join("base.d/base.ign"),
+        file_cfg("3.0.0", "/ignition/base", ""),
+    )
+    .unwrap();
+    std::fs::write(
+        sys.join("user.ign"),
+        file_cfg("3.0.0", "/ignition/user", ""),
+    )
+    .unwrap();
+    let dir = TempDir::new("provider");
+    std::fs::write(
+        dir.join("p.ign"),
+        file_cfg("3.0.0", "/ignition/provider", ""),
+    )
+    .unwrap();
+    let p_ign = dir.join("p.ign");
+    let provider = [("AGENT_CONFIG_FILE", p_ign.to_str().unwrap())];
+    let r = agent_fetch(&["--platform", "file"], &provider, Some(sys.path()));
+    assert_eq!(r.ok().paths(), ["/ignition/base", "/ignition/user"]);
+    let rec = r.record();
+    assert!(rec.user_config_provided);
+    assert!(rec.source.ends_with("user.ign"), "{}", rec.source);
+
+    // Without user.ign the provider's config applies.
+    std::fs::remove_file(sys.join("user.ign")).unwrap();
+    let r = agent_fetch(&["--platform", "file"], &provider, Some(sys.path()));
+    assert_eq!(r.ok().paths(), ["/ignition/base", "/ignition/provider"]);
+
+    // The kernel command line comes before user.ign.
+    std::fs::write(
+        sys.join("user.ign"),
+        file_cfg("3.0.0", "/ignition/user", ""),
+    )
+    .unwrap();
+    let http = Server::start();
+    http.route(
+        "/k.ign",
+        vec![Behavior::Ok(
+            file_cfg("3.0.0", "/ignition/cmdline", "").into_bytes(),
+        )],
+    );
+    let cmdline = format!("ignition.config.url={}", http.url("/k.ign"));
+    let r = agent_fetch_cmdline(
+        &cmdline,
+        &["--platform", "file"],
+        &provider,
+        Some(sys.path()),
+    );
+    assert_eq!(r.ok().paths(), ["/ignition/base", "/ignition/cmdline"]);
+}

@@ -1,23 +1,50 @@
-//! `http` and `https`: ureq with rustls (ring), system roots plus the config's CAs, the
-//! config's proxy, redirects followed by hand so `httpHeaders` are not sent again after one.
+//! `http` and `https`: ureq with rustls (ring) through [`super::tls`] (system roots plus the
+//! config's CAs), the config's proxy ([`super::proxy`]), redirects followed by hand so
+//! `httpHeaders` are not sent again after one.
+//!
+//! Every request carries the headers Ignition sends ([`ACCEPT`], [`ACCEPT_ENCODING`],
+//! [`user_agent`]); a config's `httpHeaders` of the same name replace them.
 
 use std::io::Read;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
+use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::transport::{ConnectProxyConnector, Connector, TcpConnector};
 
+use super::proxy::{AbsoluteFormConnector, ProxyResolver};
 use super::retry::Failure;
+use super::tls::{self, TlsConnector};
 use super::{Fetcher, Scheme, short};
+use crate::config::Version;
 use crate::config::types::{HttpHeader, Resource};
 
-/// System CA bundle (Debian, Fedora layouts).
-const SYSTEM_BUNDLES: &[&str] = &[
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-];
 const MAX_REDIRECTS: usize = 10;
-pub const USER_AGENT: &str = concat!("agent/", env!("CARGO_PKG_VERSION"));
+/// The Ignition release whose fetch behaviour (headers, retries) the agent follows.
+pub const IGNITION_COMPAT_VERSION: &str = "2.26.0";
+/// `User-Agent`: servers written for Ignition look for the `Ignition/` prefix.
+static USER_AGENT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "Ignition/{IGNITION_COMPAT_VERSION} (agent/{})",
+        env!("CARGO_PKG_VERSION")
+    )
+});
+/// `Accept`: the newest config spec we read, then anything. The MachineConfigServer picks
+/// the spec version of the config it serves from this header (no header: spec 2.2).
+pub static ACCEPT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "application/vnd.coreos.ignition+json;version={}, */*;q=0.1",
+        Version::NEWEST
+    )
+});
+/// `Accept-Encoding`: contents are hashed as served, so no transfer compression.
+pub const ACCEPT_ENCODING: &str = "identity";
+
+/// The `User-Agent` the agent sends.
+pub fn user_agent() -> &'static str {
+    &USER_AGENT
+}
 
 pub struct Http;
 
@@ -33,94 +60,110 @@ impl Scheme for Http {
     }
 }
 
-/// The clients of one fetcher: direct and through each configured proxy.
+/// The clients of one fetcher: direct, and through the configured proxies.
 pub struct Agents {
-    tls: TlsConfig,
     direct: ureq::Agent,
-    proxied: Vec<(String, ureq::Agent)>,
+    /// Plain http through `httpProxy` (absolute-form requests to the proxy).
+    http_proxied: Option<ureq::Agent>,
+    /// https through `httpsProxy` (CONNECT tunnel).
+    https_proxied: Option<ureq::Agent>,
 }
 
 impl Agents {
     fn new(f: &Fetcher) -> Result<Self> {
-        let tls = tls_config(&f.opts.ca_pems)?;
-        let direct = agent(&tls, None)?;
-        let mut proxied = Vec::new();
+        let tls = tls::client_config(&f.opts.ca_pems)?;
+        let direct = tunnel_agent(&tls, None);
         let p = &f.opts.proxy;
-        for url in [&p.http_proxy, &p.https_proxy].into_iter().flatten() {
-            if !url.is_empty() && !proxied.iter().any(|(u, _)| u == url) {
+        let http_proxied = match p.http_proxy.as_deref().filter(|u| !u.is_empty()) {
+            Some(url) => Some(http_proxy_agent(&tls, url)?),
+            None => None,
+        };
+        let https_proxied = match p.https_proxy.as_deref().filter(|u| !u.is_empty()) {
+            Some(url) => {
                 let proxy = ureq::Proxy::new(url).with_context(|| format!("proxy {url}"))?;
-                proxied.push((url.clone(), agent(&tls, Some(proxy))?));
+                Some(tunnel_agent(&tls, Some(proxy)))
             }
-        }
+            None => None,
+        };
         Ok(Agents {
-            tls,
             direct,
-            proxied,
+            http_proxied,
+            https_proxied,
         })
     }
 
     fn for_url(&self, f: &Fetcher, url: &str) -> &ureq::Agent {
-        match super::proxy::proxy_for(&f.opts.proxy, url) {
-            Some(p) => self
-                .proxied
-                .iter()
-                .find(|(u, _)| u == p)
-                .map_or(&self.direct, |(_, a)| a),
-            None => &self.direct,
+        if super::proxy::proxy_for(&f.opts.proxy, url).is_none() {
+            return &self.direct;
         }
-    }
-
-    pub fn tls(&self) -> &TlsConfig {
-        &self.tls
+        let https = url
+            .get(..6)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https:"));
+        let proxied = if https {
+            &self.https_proxied
+        } else {
+            &self.http_proxied
+        };
+        proxied.as_ref().unwrap_or(&self.direct)
     }
 }
 
-fn agent(tls: &TlsConfig, proxy: Option<ureq::Proxy>) -> Result<ureq::Agent> {
-    let cfg = ureq::Agent::config_builder()
+fn agent_config(
+    proxy: Option<ureq::Proxy>,
+) -> ureq::config::ConfigBuilder<ureq::typestate::AgentScope> {
+    ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
-        .tls_config(tls.clone())
         .proxy(proxy)
-        .user_agent(USER_AGENT)
-        .accept_encoding("identity")
-        .build();
-    Ok(cfg.new_agent())
+        .user_agent(user_agent())
+        .accept(ACCEPT.as_str())
+        .accept_encoding(ACCEPT_ENCODING)
 }
 
-/// Trusted roots: the system bundle (Mozilla's list if there is none) plus `extra` PEMs.
-pub fn tls_config(extra: &[Vec<u8>]) -> Result<TlsConfig> {
-    let mut certs: Vec<Certificate<'static>> = Vec::new();
-    let mut have_system = false;
-    for path in SYSTEM_BUNDLES {
-        if let Ok(pem) = std::fs::read(path) {
-            certs.extend(parse_certs(&pem).with_context(|| format!("reading {path}"))?);
-            have_system = true;
-            break;
-        }
+/// Direct connections, or https through `proxy` in a CONNECT tunnel.
+fn tunnel_agent(tls: &Arc<rustls::ClientConfig>, proxy: Option<ureq::Proxy>) -> ureq::Agent {
+    let connector =
+        ().chain(ConnectProxyConnector::default())
+            .chain(TcpConnector::default())
+            .chain(TlsConnector::new(tls.clone()));
+    ureq::Agent::with_parts(
+        agent_config(proxy).build(),
+        connector,
+        DefaultResolver::default(),
+    )
+}
+
+/// Plain http through the proxy at `url`: every connection goes to the proxy and carries
+/// one request in absolute form.
+fn http_proxy_agent(tls: &Arc<rustls::ClientConfig>, url: &str) -> Result<ureq::Agent> {
+    let p = ureq::Proxy::new(url).with_context(|| format!("proxy {url}"))?;
+    if p.protocol() != ureq::ProxyProtocol::Http {
+        // Anything but a plain HTTP proxy: ureq's own handling (CONNECT).
+        return Ok(tunnel_agent(tls, Some(p)));
     }
-    let roots = if !have_system && extra.is_empty() {
-        RootCerts::WebPki
+    let host = p.host();
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
     } else {
-        for pem in extra {
-            let c = parse_certs(pem).context("parsing certificate authority")?;
-            if c.is_empty() {
-                anyhow::bail!("certificate authority contains no PEM certificate");
-            }
-            certs.extend(c);
-        }
-        RootCerts::new_with_certs(&certs)
+        host.to_string()
     };
-    Ok(TlsConfig::builder().root_certs(roots).build())
-}
-
-fn parse_certs(pem: &[u8]) -> Result<Vec<Certificate<'static>>> {
-    let mut out = Vec::new();
-    for item in ureq::tls::parse_pem(pem) {
-        if let PemItem::Certificate(c) = item.map_err(|e| anyhow!("{e}"))? {
-            out.push(c);
-        }
-    }
-    Ok(out)
+    let endpoint: ureq::http::Uri = format!("http://{host}:{}", p.port())
+        .parse()
+        .with_context(|| format!("proxy {url}"))?;
+    let connector =
+        ().chain(TcpConnector::default())
+            .chain(AbsoluteFormConnector::new(p.username(), p.password()))
+            .chain(TlsConnector::new(tls.clone()));
+    // One request per connection: the request target is rewritten once per connection.
+    let cfg = agent_config(None)
+        .max_idle_connections(0)
+        .max_idle_connections_per_host(0)
+        .build();
+    Ok(ureq::Agent::with_parts(
+        cfg,
+        connector,
+        ProxyResolver::new(endpoint),
+    ))
 }
 
 /// One attempt at a GET: follows redirects (without `headers` after the first request),
@@ -205,12 +248,23 @@ pub fn get(
 }
 
 fn classify(url: &str, e: ureq::Error) -> Failure {
-    let err = anyhow!("{}: {e}", short(url));
     match e {
         ureq::Error::BadUri(_) | ureq::Error::Http(_) | ureq::Error::InvalidProxyUrl => {
-            Failure::Fatal(err)
+            Failure::fatal(anyhow!("{}: {e}", short(url)))
         }
-        _ => Failure::Retry(err),
+        // Retrying cannot change a certificate verdict: fail now, with what to change.
+        ureq::Error::Rustls(ref r) if tls::is_certificate_error(r) => {
+            let host = super::proxy::scheme_host(url).map_or_else(String::new, |(_, h)| h);
+            Failure::fatal(anyhow!(
+                "{}: TLS certificate of {host} rejected: {}; if the server is meant to be \
+                 trusted, add the CA that issued its certificate (or the certificate itself, if \
+                 self-signed) to ignition.security.tls.certificateAuthorities (agent fetch: \
+                 --ca-file)",
+                short(url),
+                tls::describe(r)
+            ))
+        }
+        _ => Failure::retry(anyhow!("{}: {e}", short(url))),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod proxy;
 pub mod retry;
 pub mod s3;
 pub mod tftp;
+pub mod tls;
 
 use std::cell::Cell;
 use std::fs::File;

@@ -4,8 +4,9 @@
 //!
 //! Where the user config comes from, first match wins: `--config-file`/`--config-url`; the
 //! kernel command line (`agent.config.url=`, then `ignition.config.url=`; `/proc/cmdline`, see
-//! [`crate::platform::Endpoints::kernel_cmdline`]); the `--platform` provider (which also
-//! prepares the fetcher). No config at all is an empty config ("no user config provided").
+//! [`crate::platform::Endpoints::kernel_cmdline`]); `<system-config-dir>/user.ign`; the
+//! `--platform` provider (which also prepares the fetcher). No config at all, or a zero-length
+//! one, is an empty config ("no user config provided"); the base configs still apply.
 //!
 //! Offline mode (`--offline`): any fetch that needs the network fails, the marker
 //! `<state-dir>/neednet` is written and the process exits with [`EXIT_NEEDS_NETWORK`], so
@@ -26,6 +27,8 @@ use crate::limits::{self, REFS_HINT};
 pub const MAX_DEPTH: usize = 10;
 /// Exit code of `agent run --stage fetch --offline` when the config needs the network.
 pub const EXIT_NEEDS_NETWORK: i32 = 3;
+/// The user config installed in the system config directory (preempts the platform's).
+pub const USER_CONFIG_FILE: &str = "user.ign";
 /// Kernel command line keys naming the config URL, in order of preference.
 pub const CMDLINE_KEYS: &[&str] = &["agent.config.url", "ignition.config.url"];
 
@@ -148,6 +151,8 @@ fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Co
     } else if let Some(url) = cmdline_url(&read_cmdline(&opts.endpoints.kernel_cmdline)?) {
         info!("config URL from the kernel command line: {}", short(&url));
         Some((fetch_url(&url, opts)?, url))
+    } else if let Some(found) = system_user_config(ctx)? {
+        Some(found)
     } else if let Some(p) = &ctx.platform {
         let provider = crate::platform::provider(p)?;
         if opts.offline && provider.needs_network() {
@@ -161,6 +166,16 @@ fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Co
         None
     };
     match found {
+        // Like Ignition: a zero-length config is no config (base configs still apply).
+        Some((bytes, source)) if bytes.is_empty() => {
+            info!(
+                "user config from {} is empty: no user config provided",
+                short(&source)
+            );
+            rec.source = "no user config provided".into();
+            rec.configs.push(fetched("user", &source, &bytes));
+            Ok((Config::default(), "no user config provided".into()))
+        }
         Some((bytes, source)) => {
             rec.user_config_provided = true;
             rec.source = short(&source);
@@ -172,6 +187,20 @@ fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Co
             rec.source = "no user config provided".into();
             Ok((Config::default(), "no user config provided".into()))
         }
+    }
+}
+
+/// `<system-config-dir>/user.ign`: a user config installed with the system, which preempts
+/// the platform's (as in Ignition).
+fn system_user_config(ctx: &Context) -> Result<Option<(Vec<u8>, String)>> {
+    let path = ctx.system_config_dir.join(USER_CONFIG_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => {
+            info!("user config from {}", path.display());
+            Ok(Some((b, format!("file {}", path.display()))))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
 }
 

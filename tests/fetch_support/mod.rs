@@ -118,3 +118,84 @@ pub fn tftpd() -> Tftpd {
         _logdir: logdir,
     }
 }
+
+/// Runs `openssl args`, failing the test with its stderr.
+pub fn openssl(args: &[&str]) {
+    require("openssl", "openssl");
+    let o = Command::new("openssl").args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A self-signed certificate made the way `openssl req -x509` makes them (CA:TRUE), for
+/// `san` (e.g. "IP:127.0.0.1"), and its key, as PEM.
+pub struct SelfSigned {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+/// Makes a [`SelfSigned`] in `dir` under `name`; `expired` makes one whose notAfter is a
+/// day before its notBefore (expired at any time after its creation).
+pub fn self_signed(dir: &Path, name: &str, san: &str, expired: bool) -> SelfSigned {
+    let p = |ext: &str| {
+        dir.join(format!("{name}.{ext}"))
+            .to_string_lossy()
+            .into_owned()
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &p("key"),
+        "-out",
+        &p("pem"),
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={name}"),
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        &format!("subjectAltName={san}"),
+    ]);
+    if expired {
+        // Re-sign with notAfter = notBefore - 1 day; the extensions stay.
+        openssl(&[
+            "x509",
+            "-in",
+            &p("pem"),
+            "-key",
+            &p("key"),
+            "-days",
+            "-1",
+            "-out",
+            &p("old.pem"),
+        ]);
+        std::fs::rename(p("old.pem"), p("pem")).unwrap();
+    }
+    SelfSigned {
+        cert: std::fs::read(p("pem")).unwrap(),
+        key: std::fs::read(p("key")).unwrap(),
+    }
+}
+
+/// `s` as a percent-encoded data URL.
+pub fn data_url(s: &[u8]) -> String {
+    let mut out = String::from("data:,");
+    for &b in s {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
