@@ -256,11 +256,6 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         limits.max_config_refs = n;
     }
     limits.refuse_tls_downgrade |= a.refuse_tls_downgrade;
-    limits.set_current();
-    stages::files::set_options(stages::files::Options {
-        kargs_helper: a.kargs_helper,
-        ssh_keys_file: a.ssh_keys_file,
-    });
     let ctx = stages::Context {
         root: a.root,
         state_dir: a.state_dir,
@@ -269,6 +264,11 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         config_url: a.config_url,
         system_config_dir: a.system_config_dir,
         offline: a.offline,
+        limits,
+        files: stages::files::Options {
+            kargs_helper: a.kargs_helper,
+            ssh_keys_file: a.ssh_keys_file,
+        },
     };
     stages::run(&stages, &ctx)
 }

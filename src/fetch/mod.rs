@@ -44,8 +44,8 @@ pub struct Options {
     pub imds_url: Option<String>,
     /// Google Cloud Storage endpoint, default `$AGENT_GS_ENDPOINT` or storage.googleapis.com.
     pub gs_endpoint: Option<String>,
-    /// Size limit of what is fetched into memory, TLS downgrade policy (default: the
-    /// process-wide values, see [`crate::limits`]).
+    /// Size limit of what is fetched into memory, TLS downgrade policy (default: the built-in
+    /// ones; `agent run` passes its own down, see [`crate::limits`]).
     pub limits: Limits,
 }
 

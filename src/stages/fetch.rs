@@ -54,6 +54,7 @@ pub fn run(ctx: &Context) -> Result<()> {
 fn run_inner(ctx: &Context) -> Result<()> {
     let base_opts = fetch::Options {
         offline: ctx.offline,
+        limits: ctx.limits,
         ..Default::default()
     };
     let mut record = Record {
