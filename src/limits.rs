@@ -125,7 +125,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
     Ok(n)
 }
 
-/// [`parse_size`] for clap (`value_parser`).
+/// [`parse_size`] with its error as a string, as command-line value parsers want it.
 pub fn parse_size_arg(s: &str) -> std::result::Result<u64, String> {
     parse_size(s).map_err(|e| format!("{e:#}"))
 }

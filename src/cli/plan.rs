@@ -1,0 +1,48 @@
+//! `agent plan`: print the disks stage's plan without touching any disk.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::stages;
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Config to plan for; default: the rendered config in the state directory.
+    #[arg(long)]
+    pub config_file: Option<PathBuf>,
+    /// Where the fetch stage left the rendered config.
+    #[arg(long, default_value = "/run/agent")]
+    pub state_dir: PathBuf,
+}
+
+fn read_stdin() -> Result<Vec<u8>, String> {
+    let mut b = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut b)
+        .map_err(|e| format!("reading standard input: {e}"))?;
+    Ok(b)
+}
+
+pub fn plan(a: PlanArgs) -> anyhow::Result<()> {
+    // Default: the rendered config the fetch stage leaves in the state directory.
+    let config = match &a.config_file {
+        None => crate::state::StateDir::new(&a.state_dir).read_rendered()?,
+        Some(path) => {
+            let bytes = if path.as_os_str() == "-" {
+                read_stdin().map_err(anyhow::Error::msg)?
+            } else {
+                std::fs::read(path)
+                    .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
+            };
+            crate::config::parse(&bytes)
+                .map(|p| p.config)
+                .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", path.display()))?
+        }
+    };
+    crate::logging::set_stage("disks");
+    let p = stages::disks::plan(&config)?;
+    print!("{p}");
+    Ok(())
+}
