@@ -8,12 +8,13 @@
 //!
 //! Defaults can be raised with command-line flags and, for `agent run`, kernel arguments
 //! (`agent.max_config_size=`, `agent.max_config_refs=`, `agent.refuse_tls_downgrade`); a
-//! flag wins over a kernel argument. The CLI sets the process-wide values once
-//! ([`Limits::set_current`]); `Limits::default()` (and so `fetch::Options::default()`) reads
-//! them.
+//! flag wins over a kernel argument. There is no process-wide setting: the CLI works out one
+//! [`Limits`] value and passes it down (`agent run`: in the stage context,
+//! [`crate::stages::Context::limits`], from which every stage builds its fetch options;
+//! `agent fetch`: in [`crate::fetch::Options::limits`]). `Limits::default()` (and so
+//! `fetch::Options::default()`) is [`Limits::BUILTIN`].
 
 use std::io::{ErrorKind, Read};
-use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
 
@@ -52,16 +53,6 @@ impl Limits {
         refuse_tls_downgrade: false,
     };
 
-    /// The process-wide values (the built-in defaults until [`Limits::set_current`]).
-    pub fn current() -> Limits {
-        *CURRENT.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Sets the process-wide values (the CLI does, once, before any work).
-    pub fn set_current(self) {
-        *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = self;
-    }
-
     /// These limits with the kernel arguments of `cmdline` applied (the last occurrence of
     /// each wins, as in the kernel).
     pub fn with_cmdline(mut self, cmdline: &str) -> Result<Limits> {
@@ -89,13 +80,11 @@ impl Limits {
 }
 
 impl Default for Limits {
-    /// The process-wide values: see [`Limits::current`].
+    /// The built-in defaults, [`Limits::BUILTIN`].
     fn default() -> Self {
-        Limits::current()
+        Limits::BUILTIN
     }
 }
-
-static CURRENT: Mutex<Limits> = Mutex::new(Limits::BUILTIN);
 
 /// The value of kernel argument `key` on `cmdline`: `Some(None)` when it is given bare,
 /// `Some(Some(v))` for `key=v` (quotes removed); the last occurrence wins.
@@ -136,7 +125,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
     Ok(n)
 }
 
-/// [`parse_size`] for clap (`value_parser`).
+/// [`parse_size`] with its error as a string, as command-line value parsers want it.
 pub fn parse_size_arg(s: &str) -> std::result::Result<u64, String> {
     parse_size(s).map_err(|e| format!("{e:#}"))
 }

@@ -1,5 +1,9 @@
 //! One logger for the whole program: every line is tagged with the current stage, goes to
 //! stderr and, in the initramfs (`--log-kmsg`), also to /dev/kmsg so it reaches the journal.
+//!
+//! The stage tag ([`set_stage`]) and the kmsg switch are process-global, like the `log`
+//! facade's logger they belong to: a `log::info!` anywhere has no context argument to carry
+//! them. They only shape log lines, never what the program does.
 
 use std::io::Write;
 use std::sync::Mutex;

@@ -6,6 +6,11 @@
 //! The signal handler only writes the signal number to a pipe; a thread reads it, takes the
 //! registry lock (so no temporary file is being created at that moment, and none can be
 //! created after), removes what is registered and calls `_exit`.
+//!
+//! The registry is process-global state on purpose, the one such exception besides the
+//! logger: a signal handler gets no arguments and can reach only globals, and every
+//! temporary file anywhere in the program must be found by it. Everything else (limits,
+//! stage options) is passed as values.
 
 use std::fs::File;
 use std::io::{ErrorKind, Read};

@@ -1,99 +1,39 @@
 //! `agent fetch URL --output FILE`: fetch one resource with the same fetcher the stages use
-//! (retries, verification, atomic placement). Handy for debugging and for the benchmark.
+//! (retries, verification, atomic placement). Handy for debugging and for the benchmark. The
+//! command line (`crate::cli::fetch`) turns its flags into the resource and options.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 
 use super::{Fetcher, Options};
-use crate::config::types::{HttpHeader, Resource};
+use crate::config::types::Resource;
 
-#[derive(Debug, clap::Args)]
-pub struct FetchArgs {
-    /// URL to fetch (http, https, tftp, s3, arn, gs, data).
-    pub url: String,
-    /// File to write; "-" writes to standard output.
-    #[arg(short, long)]
-    pub output: PathBuf,
-    /// Mode of the written file (octal).
-    #[arg(long, default_value = "644")]
-    pub mode: String,
-    /// Expected hash of the (decompressed) contents, e.g. sha512-<hex>.
-    #[arg(long)]
-    pub hash: Option<String>,
-    /// Compression of the source ("gzip").
-    #[arg(long)]
-    pub compression: Option<String>,
-    /// Extra HTTP header NAME:VALUE (repeatable).
-    #[arg(long = "header")]
-    pub headers: Vec<String>,
-    /// Extra trusted CA bundle (PEM file, repeatable).
-    #[arg(long = "ca-file")]
-    pub ca_files: Vec<PathBuf>,
-    /// Seconds to wait for response headers per try (default 10).
-    #[arg(long)]
-    pub http_response_headers: Option<i64>,
-    /// Seconds the whole fetch may take, retries included (default: no limit).
-    #[arg(long)]
-    pub http_total: Option<i64>,
-    /// Largest CA bundle read into memory (bytes, or with K/M/G: 64M); the fetched file
-    /// itself streams to disk and has no limit. Default 64 MiB.
-    #[arg(long, value_name = "BYTES", value_parser = crate::limits::parse_size_arg)]
-    pub max_config_size: Option<u64>,
-    /// Fail on a redirect from https to http (by default it is followed with a warning).
-    #[arg(long)]
-    pub refuse_tls_downgrade: bool,
-    /// An S3-compatible store for s3:// URLs (path-style: URL/bucket/key) instead of AWS S3.
-    #[arg(long, value_name = "URL", value_parser = crate::endpoints::parse_url_arg)]
-    pub s3_endpoint: Option<String>,
-}
-
-pub fn main(a: FetchArgs) -> Result<()> {
-    let mode = u32::from_str_radix(&a.mode, 8).with_context(|| format!("mode {:?}", a.mode))?;
-    let mut headers = Vec::new();
-    for h in &a.headers {
-        let Some((n, v)) = h.split_once(':') else {
-            bail!("header {h:?} is not NAME:VALUE");
-        };
-        headers.push(HttpHeader {
-            name: n.trim().into(),
-            value: Some(v.trim().into()),
-        });
-    }
-    let mut opts = Options {
-        http_response_headers: a.http_response_headers,
-        http_total: a.http_total,
-        ..Default::default()
-    };
-    if let Some(n) = a.max_config_size {
-        opts.limits.max_config_size = n;
-    }
-    opts.limits.refuse_tls_downgrade |= a.refuse_tls_downgrade;
-    if let Some(u) = &a.s3_endpoint {
-        opts.endpoints.s3 = Some(u.clone());
-    }
-    for f in &a.ca_files {
+/// Fetches `r` to the file `output` ("-": standard output), created with `mode`. The CA
+/// bundles in `ca_files` (each read whole, at most `opts.limits.max_config_size`) are trusted
+/// besides `opts.ca_pems` and the system roots.
+pub fn run(
+    r: &Resource,
+    mut opts: Options,
+    ca_files: &[PathBuf],
+    output: &Path,
+    mode: u32,
+) -> Result<()> {
+    for f in ca_files {
         opts.ca_pems.push(crate::limits::read_file_bounded(
             f,
             opts.limits.max_config_size,
             &format!("CA file {}", f.display()),
         )?);
     }
-    let mut r = Resource {
-        source: Some(a.url.clone()),
-        compression: a.compression.clone(),
-        http_headers: headers,
-        ..Default::default()
-    };
-    r.verification.hash = a.hash.clone();
     let f = Fetcher::new(opts);
-    let n = if a.output.as_os_str() == "-" {
+    let n = if output.as_os_str() == "-" {
         let stdout = std::io::stdout();
         let mut lock = stdout.lock();
-        f.fetch_to(&r, &mut lock)?
+        f.fetch_to(r, &mut lock)?
     } else {
-        f.fetch_to_file(&r, &a.output, mode)?
+        f.fetch_to_file(r, output, mode)?
     };
-    log::info!("fetched {n} bytes to {}", a.output.display());
+    log::info!("fetched {n} bytes to {}", output.display());
     Ok(())
 }

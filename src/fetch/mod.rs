@@ -42,8 +42,8 @@ pub struct Options {
     /// Where the services are (S3, GCS, the AWS metadata service, …; default: the
     /// process-wide values, see [`crate::endpoints`]).
     pub endpoints: crate::endpoints::Endpoints,
-    /// Size limit of what is fetched into memory, TLS downgrade policy (default: the
-    /// process-wide values, see [`crate::limits`]).
+    /// Size limit of what is fetched into memory, TLS downgrade policy (default: the built-in
+    /// ones; `agent run` passes its own down, see [`crate::limits`]).
     pub limits: Limits,
 }
 

@@ -29,7 +29,7 @@ use super::resolve::{elements, logical};
 use crate::config::types::{Group, Passwd, User};
 
 /// Where SSH keys go inside `~/.ssh`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SshKeysFile {
     /// `~/.ssh/authorized_keys.d/ignition`, Ignition's fragment (sshd reads it with an
     /// AuthorizedKeysFile drop-in or a helper that concatenates the fragments).

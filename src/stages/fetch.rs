@@ -57,6 +57,7 @@ fn run_inner(ctx: &Context) -> Result<()> {
     crate::platform::prepare(ctx.platform.as_deref(), ctx.offline)?;
     let base_opts = fetch::Options {
         offline: ctx.offline,
+        limits: ctx.limits,
         ..Default::default()
     };
     let mut record = Record {

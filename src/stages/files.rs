@@ -4,21 +4,21 @@
 //! one `syncfs` per filesystem, and unmount (deepest first, also on failure).
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use anyhow::{Context as _, Result};
 use log::info;
 
 use super::Context;
 use crate::config::Config;
-use crate::fetch::{self, Fetcher};
+use crate::fetch::Fetcher;
 use crate::files::mounts::{MountGuard, mountable};
 use crate::files::nodes::{Attrs, Contents};
 use crate::files::passwd::SshKeysFile;
 use crate::files::resolve::Root;
 use crate::files::{Writer, kargs, result, selinux};
 
-/// Settings of the files stage that come from the command line.
+/// Settings of the files stage that come from the command line (carried in
+/// [`Context::files`]).
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Distro helper that applies kernel argument changes.
@@ -27,24 +27,12 @@ pub struct Options {
     pub ssh_keys_file: SshKeysFile,
 }
 
-static OPTIONS: Mutex<Option<Options>> = Mutex::new(None);
-
-/// Sets the options `run` uses (the CLI calls this before running stages).
-pub fn set_options(o: Options) {
-    if let Ok(mut g) = OPTIONS.lock() {
-        *g = Some(o);
-    }
-}
-
+/// Runs the stage with the options of the context ([`Context::files`]).
 pub fn run(config: &Config, ctx: &Context) -> Result<()> {
-    let opts = OPTIONS
-        .lock()
-        .ok()
-        .and_then(|g| g.clone())
-        .unwrap_or_default();
-    run_with(config, ctx, &opts)
+    run_with(config, ctx, &ctx.files)
 }
 
+/// Runs the stage with `opts` in place of [`Context::files`].
 pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
     // Tools get the root with --root: make it absolute.
     let root_path = std::fs::canonicalize(&ctx.root)
@@ -82,7 +70,7 @@ fn write_all(
     mounted: &[PathBuf],
     mount_dirs: &[String],
 ) -> Result<()> {
-    let fetcher = Fetcher::new(fetch::Options::from_config(config));
+    let fetcher = Fetcher::new(ctx.fetch_options(config));
     let mut w = Writer::new(root, &fetcher);
     w.set_mount_dirs(mount_dirs.to_vec());
     w.write_passwd(&config.passwd, opts.ssh_keys_file)?;

@@ -11,6 +11,9 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
+use crate::config::Config;
+
+use crate::limits::Limits;
 use crate::state::StateDir;
 
 /// Everything a stage needs besides the config.
@@ -25,6 +28,10 @@ pub struct Context {
     pub system_config_dir: PathBuf,
     /// Fail (with the neednet marker) instead of fetching anything over the network.
     pub offline: bool,
+    /// Memory limits and redirect policy of every fetch (flags and kernel arguments).
+    pub limits: Limits,
+    /// Command-line settings of the files stage.
+    pub files: files::Options,
 }
 
 impl Context {
@@ -32,9 +39,18 @@ impl Context {
     pub fn state(&self) -> StateDir<'_> {
         StateDir::new(&self.state_dir)
     }
+
+    /// Fetch options for what a stage fetches for `config`: its timeouts and proxy, and this
+    /// run's [`Context::limits`].
+    pub fn fetch_options(&self, config: &Config) -> crate::fetch::Options {
+        crate::fetch::Options {
+            limits: self.limits,
+            ..crate::fetch::Options::from_config(config)
+        }
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
     Fetch,
     Disks,

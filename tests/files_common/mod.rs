@@ -117,6 +117,8 @@ pub fn ctx(root: &Path, state: &Path) -> Context {
         config_url: None,
         system_config_dir: state.join("no-system-config"),
         offline: false,
+        limits: Default::default(),
+        files: Options::default(),
     }
 }
 

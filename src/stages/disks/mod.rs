@@ -28,7 +28,7 @@ use anyhow::Result;
 
 use super::Context;
 use crate::config::Config;
-use crate::fetch::{self, Fetcher};
+use crate::fetch::Fetcher;
 
 pub use apply::{apply, apply_with};
 pub use devices::DiskWork;
@@ -65,7 +65,7 @@ pub fn run(config: &Config, ctx: &Context) -> Result<Report> {
     for line in p.to_string().lines() {
         log::info!("plan: {line}");
     }
-    let fetcher = Fetcher::new(fetch::Options::from_config(config));
+    let fetcher = Fetcher::new(ctx.fetch_options(config));
     let mut r = apply_with(&p, &ctx.state(), &fetcher)?;
     r.total = t0.elapsed();
     r.planning = planning;

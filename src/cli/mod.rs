@@ -1,0 +1,122 @@
+//! The command line, every clap type of the program in one tree (no other module uses
+//! clap): [`Cli`] and [`Command`] here, each subcommand's flags and handler in its own file
+//! (`validate`, `run`, `plan`, `fetch`, `serve`, `token` for `token` and `pointer`). A
+//! handler turns the flags into plain values (`stages::Context`, `serve::Options`,
+//! `fetch::Options`, ...) and calls the module that does the work.
+
+mod fetch;
+mod plan;
+mod run;
+mod serve;
+mod token;
+mod validate;
+
+use clap::{Parser, Subcommand};
+
+pub use self::fetch::FetchArgs;
+pub use self::plan::PlanArgs;
+pub use self::run::RunArgs;
+pub use self::serve::ServeArgs;
+pub use self::token::{PointerArgs, TokenAction, TokenArgs, TokenStoreArgs};
+pub use self::validate::ValidateArgs;
+use crate::stages;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agent",
+    version,
+    about = "Provision a Linux machine from an Ignition 3.x config, or serve configs to machines"
+)]
+pub struct Cli {
+    /// More output (repeat for trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Also write log lines to /dev/kmsg (in the initramfs).
+    #[arg(long, global = true)]
+    pub log_kmsg: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check a config: prints each error and warning on stderr; exit 0 valid, 1 invalid.
+    Validate(ValidateArgs),
+    /// Run provisioning stages (default: fetch, disks, files).
+    Run(RunArgs),
+    /// Print the plan of the disks stage (partitions, RAID arrays, LUKS volumes, filesystems:
+    /// create, reuse or wipe each) without touching any disk.
+    Plan(PlanArgs),
+    /// Print the versions of the agent and of the libraries it is built with.
+    Info,
+    /// Fetch one resource (URL) to a file, verified, with the provisioning fetcher.
+    Fetch(FetchArgs),
+    /// Serve machine configs to booting machines (the MachineConfigServer).
+    Serve(ServeArgs),
+    /// Show, rotate or revoke the config server's bearer tokens.
+    Token(TokenArgs),
+    /// Print the pointer config a machine boots with (merge URL, bearer header, CA).
+    Pointer(PointerArgs),
+}
+
+/// Runs the command; returns the process exit code.
+pub fn dispatch(cli: Cli) -> i32 {
+    let verbosity = if cli.quiet {
+        -1
+    } else {
+        cli.verbose.min(3) as i8
+    };
+    crate::logging::init(verbosity, cli.log_kmsg);
+    let result = match cli.command {
+        Command::Validate(a) => return validate::validate(a),
+        // SIGINT, SIGTERM and SIGHUP remove temporary files and exit 128+signal.
+        Command::Run(a) => crate::signals::install().and_then(|()| run::run(a)),
+        Command::Plan(a) => plan::plan(a),
+        Command::Info => info(),
+        Command::Fetch(a) => crate::signals::install().and_then(|()| fetch::run(a)),
+        Command::Serve(a) => serve::run(a),
+        Command::Token(a) => token::token_main(a),
+        Command::Pointer(a) => token::pointer_main(a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            log::error!("{e:#}");
+            if e.downcast_ref::<crate::fetch::NeedsNetwork>().is_some() {
+                return stages::fetch::EXIT_NEEDS_NETWORK;
+            }
+            1
+        }
+    }
+}
+
+fn info() -> anyhow::Result<()> {
+    println!("agent {}", env!("CARGO_PKG_VERSION"));
+    println!(
+        "config spec versions: 3.0.0 - {}",
+        crate::config::Version::NEWEST
+    );
+    match libblkid_rs::get_library_version() {
+        Ok((_, version, date)) => println!("libblkid {version} ({date})"),
+        Err(e) => println!("libblkid: version unknown ({e})"),
+    }
+    let selinux = match selinux::kernel_support() {
+        selinux::KernelSupport::Unsupported => "not supported by the running kernel",
+        selinux::KernelSupport::SELinux => "supported by the running kernel",
+        _ => "supported by the running kernel (MLS)",
+    };
+    println!("libselinux: SELinux {selinux}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,56 @@
+//! `agent plan`: print the disks stage's plan without touching any disk.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::stages;
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Config to plan for; default: the rendered config in the state directory.
+    #[arg(long)]
+    pub config_file: Option<PathBuf>,
+    /// Where the fetch stage left the rendered config.
+    #[arg(long, default_value = "/run/agent")]
+    pub state_dir: PathBuf,
+    /// Longest wait for a device node (seconds, fractions allowed); default 30.
+    #[arg(long, value_name = "SECS", value_parser = crate::endpoints::parse_seconds_arg)]
+    pub device_timeout: Option<std::time::Duration>,
+}
+
+fn read_stdin() -> Result<Vec<u8>, String> {
+    let mut b = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut b)
+        .map_err(|e| format!("reading standard input: {e}"))?;
+    Ok(b)
+}
+
+pub fn plan(a: PlanArgs) -> anyhow::Result<()> {
+    // Default: the rendered config the fetch stage leaves in the state directory.
+    let config = match &a.config_file {
+        None => crate::state::StateDir::new(&a.state_dir).read_rendered()?,
+        Some(path) => {
+            let bytes = if path.as_os_str() == "-" {
+                read_stdin().map_err(anyhow::Error::msg)?
+            } else {
+                std::fs::read(path)
+                    .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
+            };
+            crate::config::parse(&bytes)
+                .map(|p| p.config)
+                .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", path.display()))?
+        }
+    };
+    if let Some(t) = a.device_timeout {
+        let mut e = crate::endpoints::Endpoints::current();
+        e.device_timeout = t;
+        e.set_current();
+    }
+    crate::logging::set_stage("disks");
+    let p = stages::disks::plan(&config)?;
+    print!("{p}");
+    Ok(())
+}

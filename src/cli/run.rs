@@ -1,0 +1,150 @@
+//! `agent run`: run provisioning stages with the flags turned into a [`stages::Context`]
+//! (limits from flags and kernel arguments, files-stage options included).
+
+use std::path::PathBuf;
+
+use clap::builder::PossibleValue;
+use clap::{Args, ValueEnum};
+
+use crate::files::passwd::SshKeysFile;
+use crate::stages::{self, Stage};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Stage to run; repeat to run several, in the order given.
+    #[arg(long = "stage", value_enum)]
+    pub stages: Vec<Stage>,
+    /// Root of the system being provisioned.
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// Read the user config from this file ("-" for stdin).
+    #[arg(long)]
+    pub config_file: Option<PathBuf>,
+    /// Fetch the user config from this URL.
+    #[arg(long, conflicts_with = "config_file")]
+    pub config_url: Option<String>,
+    #[arg(long, value_name = "NAME", value_parser = crate::platform::NameParser, help = crate::platform::help())]
+    pub platform: Option<String>,
+    /// Where stages keep their state (the rendered config).
+    #[arg(long, default_value = "/run/agent")]
+    pub state_dir: PathBuf,
+    /// Directory of system base configs (base.d/*.ign, base.platform.d/<platform>/*.ign).
+    #[arg(
+        long,
+        env = "AGENT_SYSTEM_CONFIG_DIR",
+        default_value = "/usr/lib/agent"
+    )]
+    pub system_config_dir: PathBuf,
+    /// Fetch stage: never use the network; if the config needs it, write <state-dir>/neednet
+    /// and exit with code 3.
+    #[arg(long)]
+    pub offline: bool,
+    /// Distro helper for kernel argument changes (files stage); run as
+    /// `HELPER --root R [--should-exist A]... [--should-not-exist B]...`.
+    #[arg(long)]
+    pub kargs_helper: Option<PathBuf>,
+    /// Where users' SSH keys are written (files stage).
+    #[arg(long, value_enum, default_value = "fragment")]
+    pub ssh_keys_file: crate::files::passwd::SshKeysFile,
+    /// Largest config, CA bundle, key file or user data held in memory (bytes, or with K/M/G:
+    /// 64M), after decompression; default 64 MiB, or kernel argument agent.max_config_size=.
+    #[arg(long, value_name = "BYTES", value_parser = crate::limits::parse_size_arg)]
+    pub max_config_size: Option<u64>,
+    /// Most configs fetched through merge/replace references while rendering one config (all
+    /// levels); default 64, or kernel argument agent.max_config_refs=.
+    #[arg(long, value_name = "N")]
+    pub max_config_refs: Option<usize>,
+    /// Fail on a redirect from https to http (default: follow it with a warning); also kernel
+    /// argument agent.refuse_tls_downgrade.
+    #[arg(long)]
+    pub refuse_tls_downgrade: bool,
+    /// An S3-compatible store for s3:// URLs (path-style: URL/bucket/key) instead of AWS S3;
+    /// also kernel argument agent.s3_endpoint=.
+    #[arg(long, value_name = "URL", value_parser = crate::endpoints::parse_url_arg)]
+    pub s3_endpoint: Option<String>,
+    /// Longest wait for a device node (seconds, fractions allowed); default 30, or kernel
+    /// argument agent.device_timeout=.
+    #[arg(long, value_name = "SECS", value_parser = crate::endpoints::parse_seconds_arg)]
+    pub device_timeout: Option<std::time::Duration>,
+    #[cfg(feature = "test-hooks")]
+    #[command(flatten)]
+    pub test: crate::endpoints::TestArgs,
+}
+
+pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    let stages = if a.stages.is_empty() {
+        vec![Stage::Fetch, Stage::Disks, Stage::Files]
+    } else {
+        a.stages
+    };
+    // Kernel arguments set the limits and endpoints; a flag wins over a kernel argument.
+    #[allow(unused_mut)]
+    let mut endpoints = crate::endpoints::Endpoints::builtin();
+    #[cfg(feature = "test-hooks")]
+    {
+        endpoints = a.test.apply(endpoints);
+    }
+    let cmdline = stages::fetch::read_cmdline(&endpoints.kernel_cmdline)?;
+    let mut endpoints = endpoints.with_cmdline(&cmdline)?;
+    if let Some(u) = a.s3_endpoint {
+        endpoints.s3 = Some(u);
+    }
+    if let Some(t) = a.device_timeout {
+        endpoints.device_timeout = t;
+    }
+    endpoints.set_current();
+    let mut limits = crate::limits::Limits::BUILTIN.with_cmdline(&cmdline)?;
+    if let Some(n) = a.max_config_size {
+        limits.max_config_size = n;
+    }
+    if let Some(n) = a.max_config_refs {
+        limits.max_config_refs = n;
+    }
+    limits.refuse_tls_downgrade |= a.refuse_tls_downgrade;
+    let ctx = stages::Context {
+        root: a.root,
+        state_dir: a.state_dir,
+        platform: a.platform,
+        config_file: a.config_file,
+        config_url: a.config_url,
+        system_config_dir: a.system_config_dir,
+        offline: a.offline,
+        limits,
+        files: stages::files::Options {
+            kargs_helper: a.kargs_helper,
+            ssh_keys_file: a.ssh_keys_file,
+        },
+    };
+    stages::run(&stages, &ctx)
+}
+
+// The flag values of domain enums: clap's trait is implemented here so that the domain
+// modules stay free of clap.
+
+impl ValueEnum for Stage {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Stage::Fetch, Stage::Disks, Stage::Files]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.name()))
+    }
+}
+
+impl ValueEnum for SshKeysFile {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[SshKeysFile::Fragment, SshKeysFile::AuthorizedKeys]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            SshKeysFile::Fragment => PossibleValue::new("fragment").help(
+                "`~/.ssh/authorized_keys.d/ignition`, Ignition's fragment (sshd reads it with an \
+                 AuthorizedKeysFile drop-in or a helper that concatenates the fragments)",
+            ),
+            SshKeysFile::AuthorizedKeys => {
+                PossibleValue::new("authorized-keys").help("`~/.ssh/authorized_keys`")
+            }
+        })
+    }
+}

@@ -1,0 +1,140 @@
+//! `agent serve`: its flags, turned into [`crate::serve::Options`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+
+/// Parses a duration: a number with an optional unit `ms`, `s` (default), `m` or `h`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (e.g. 30s, 10m, 11h)"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {s:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    Ok(d)
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Config source directory: pools/<pool>.ign or pools/<pool>/*.ign (plain tree,
+    /// AtomicWriter volume or git-sync link).
+    #[arg(long)]
+    pub source: PathBuf,
+    /// HTTPS listen address [default: 0.0.0.0:22623 when --tls-cert is given]. HTTPS only:
+    /// needs --tls-cert and --tls-key (plain HTTP is --listen-http).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// TLS certificate chain (PEM); reloaded when the file changes.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM); reloaded when the file changes.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Also serve plain HTTP on this address (only when asked).
+    #[arg(long)]
+    pub listen_http: Option<SocketAddr>,
+    /// How long a generation must stay active before it becomes lastKnownGood.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub soak: Duration,
+    /// Token lifetime; tokens rotate after half of it.
+    #[arg(long, default_value = "11h", value_parser = parse_duration)]
+    pub token_ttl: Duration,
+    /// Token state directory shared by replicas (default: SOURCE/tokens).
+    #[arg(long)]
+    pub token_dir: Option<PathBuf>,
+    /// Require a pool's bearer token on /config/<pool> too.
+    #[arg(long)]
+    pub require_token: bool,
+    /// Fallback polling interval for source, token and certificate changes.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+    /// Time from accept (TLS handshake included) until the whole first request head is read,
+    /// and from the first byte of each later head; a silent connection is closed then.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// Idle time between requests before a keep-alive connection is closed; also the time a
+    /// response may make no progress.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Most open connections. At the limit the connection that has waited longest without
+    /// sending a whole request head is closed to make room; when every connection is busy
+    /// with a request, new ones are answered 503 (over TLS after the handshake).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
+    /// Most open connections from one client address (0: no cap). Off by default: behind a
+    /// load balancer every client has the balancer's address.
+    #[arg(long, default_value_t = 0)]
+    pub max_connections_per_address: usize,
+    /// Event-loop threads (default: one per CPU).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub threads: Option<u64>,
+    /// Largest request head in bytes.
+    #[arg(long, default_value_t = 16 * 1024)]
+    pub max_header_bytes: usize,
+    /// Time in-flight requests get to finish on SIGTERM.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Do not write a JSON access-log line per request.
+    #[arg(long)]
+    pub no_access_log: bool,
+}
+
+impl From<ServeArgs> for crate::serve::Options {
+    fn from(a: ServeArgs) -> Self {
+        crate::serve::Options {
+            source: a.source,
+            listen: a.listen,
+            tls_cert: a.tls_cert,
+            tls_key: a.tls_key,
+            listen_http: a.listen_http,
+            soak: a.soak,
+            token_ttl: a.token_ttl,
+            token_dir: a.token_dir,
+            require_token: a.require_token,
+            poll_interval: a.poll_interval,
+            header_timeout: a.header_timeout,
+            idle_timeout: a.idle_timeout,
+            max_connections: usize::try_from(a.max_connections).unwrap_or(usize::MAX),
+            max_connections_per_address: a.max_connections_per_address,
+            // At most 256 (the flag's range).
+            threads: a.threads.map(|n| n as usize),
+            max_header_bytes: a.max_header_bytes,
+            shutdown_grace: a.shutdown_grace,
+            access_log: !a.no_access_log,
+        }
+    }
+}
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    crate::serve::run(&a.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("11h"), Ok(Duration::from_secs(39600)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("x").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+}

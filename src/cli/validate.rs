@@ -1,0 +1,54 @@
+//! `agent validate`: check a config, print its errors and warnings.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Config file to check; "-" or nothing reads standard input.
+    pub file: Option<PathBuf>,
+    /// Largest config read (bytes, or with K/M/G: 64M); default 64 MiB.
+    #[arg(long, value_name = "BYTES", value_parser = crate::limits::parse_size_arg)]
+    pub max_config_size: Option<u64>,
+}
+
+pub fn validate(a: ValidateArgs) -> i32 {
+    let limit = a
+        .max_config_size
+        .unwrap_or(crate::limits::DEFAULT_MAX_CONFIG_SIZE);
+    let bytes = match &a.file {
+        None => read_stdin_bounded(limit),
+        Some(p) if p.as_os_str() == "-" => read_stdin_bounded(limit),
+        Some(p) => {
+            crate::limits::read_file_bounded(p, limit, &format!("config file {}", p.display()))
+                .map_err(|e| format!("{e:#}"))
+        }
+    };
+    let bytes = match bytes {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    match crate::config::parse(&bytes) {
+        Ok(p) => {
+            for w in &p.warnings.diagnostics {
+                eprintln!("{w}");
+            }
+            0
+        }
+        Err(report) => {
+            for d in &report.diagnostics {
+                eprintln!("{d}");
+            }
+            1
+        }
+    }
+}
+
+fn read_stdin_bounded(limit: u64) -> Result<Vec<u8>, String> {
+    crate::limits::read_bounded(std::io::stdin().lock(), limit, "config from standard input")
+        .map_err(|e| format!("{e:#}"))
+}

@@ -1,0 +1,371 @@
+//! The app: what a request gets. [`App`] holds the server's shared state (the active
+//! generation, the status tracker, the token index, metrics) and answers each request
+//! (`/config/<pool>`, `/ignition`, `/healthz`, `/readyz`, `/status`, `/metrics`); the source
+//! watcher ([`super::watch`]) keeps that state current.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use super::Options;
+use super::accept::{self, Negotiated};
+use super::http::{self, Body, Request, Response};
+use super::metrics::Metrics;
+use super::render::Pool;
+use super::source::{self, Generation};
+use super::status::Tracker;
+use super::tokens::{self, Clock};
+use crate::config::Version;
+
+/// Shared state of a running server.
+pub struct App {
+    pub(super) source: PathBuf,
+    pub(super) clock: Box<dyn Clock>,
+    pub metrics: Metrics,
+    pub(super) tracker: Mutex<Tracker>,
+    pub(super) active: RwLock<Option<Arc<Generation>>>,
+    pub(super) token_store: Option<tokens::Store>,
+    pub(super) token_index: RwLock<Option<tokens::Index>>,
+    pub(super) token_error: Mutex<Option<String>>,
+    pub(super) ttl: u64,
+    pub(super) soak: u64,
+    pub(super) require_token: bool,
+    pub(super) access_log: bool,
+    pub(super) conns: Arc<http::ConnStats>,
+    /// The connection and request limits, as shown in /status.
+    pub(super) limits: serde_json::Value,
+}
+
+fn method_ok(req: &Request) -> Option<Response> {
+    if req.method == "GET" || req.method == "HEAD" {
+        None
+    } else {
+        Some(Response::new(405).header("Allow", "GET, HEAD"))
+    }
+}
+
+impl App {
+    /// A server's state before the first generation is loaded: the source, token store and
+    /// request handling of `opts`; `limits` as `/status` shows them.
+    pub fn new(opts: &Options, conns: Arc<http::ConnStats>, limits: &http::Limits) -> App {
+        App {
+            source: opts.source.clone(),
+            clock: tokens::default_clock(),
+            metrics: Metrics::default(),
+            tracker: Mutex::new(Tracker::default()),
+            active: RwLock::new(None),
+            token_store: Some(tokens::Store::new(opts.token_dir())),
+            token_index: RwLock::new(None),
+            token_error: Mutex::new(None),
+            ttl: opts.token_ttl.as_secs(),
+            soak: opts.soak.as_secs(),
+            require_token: opts.require_token,
+            access_log: opts.access_log,
+            conns,
+            limits: limits_json(limits),
+        }
+    }
+
+    pub(super) fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    pub(super) fn active(&self) -> Option<Arc<Generation>> {
+        self.active
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn status_json(&self) -> Vec<u8> {
+        let t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+        let src = t.to_json(&self.source.display().to_string());
+        let tok_err = self
+            .token_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let v = serde_json::json!({
+            "sources": [src],
+            "tokens": {"error": tok_err, "ttlSeconds": self.ttl},
+            "openConnections": self.conns.open.load(Ordering::Relaxed),
+            "limits": self.limits,
+        });
+        let mut b = serde_json::to_vec_pretty(&v).unwrap_or_default();
+        b.push(b'\n');
+        b
+    }
+
+    /// Checks a bearer token; Ok(pool) or the error response.
+    fn authorize(&self, req: &Request) -> Result<String, Response> {
+        let tok = tokens::parse_bearer(req.header_one("authorization")).map_err(|_| {
+            Response::text(401, "missing or malformed Authorization: Bearer <token>")
+                .header("WWW-Authenticate", "Bearer")
+        })?;
+        let idx = self.token_index.read().unwrap_or_else(|e| e.into_inner());
+        let Some(idx) = idx.as_ref() else {
+            return Err(
+                Response::text(503, "tokens are not available yet").header("Retry-After", "5")
+            );
+        };
+        match idx.lookup(tok, self.now()) {
+            Some(p) => Ok(p.to_string()),
+            // Unknown is "not ready yet" for a booting machine: a 5xx makes it retry.
+            None => Err(Response::text(503, "token not known (yet)").header("Retry-After", "5")),
+        }
+    }
+
+    fn config(&self, req: &Request, name: &str) -> Response {
+        if self.require_token {
+            return self.config_with_token(req, name);
+        }
+        if !source::valid_pool_name(name) {
+            return Response::new(404);
+        }
+        let Some(g) = self.active() else {
+            return Response::text(503, "no valid config generation loaded")
+                .header("Retry-After", "5");
+        };
+        let Some(pool) = g.pools.get(name) else {
+            return Response::new(404);
+        };
+        self.serve_pool(req, pool)
+    }
+
+    /// `/config/<pool>` with `--require-token`. The token is checked before the pool is looked
+    /// up, so the answer never tells whether a pool the caller may not read exists: no or a
+    /// malformed `Authorization` → 401, a well-formed unknown token → 503 (machines retry),
+    /// another pool's token → 403, whether the requested pool exists or not.
+    fn config_with_token(&self, req: &Request, name: &str) -> Response {
+        let own = match self.authorize(req) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        if name != own {
+            return Response::text(403, "this token does not grant the requested pool");
+        }
+        let Some(g) = self.active() else {
+            return Response::text(503, "no valid config generation loaded")
+                .header("Retry-After", "5");
+        };
+        match g.pools.get(name) {
+            Some(p) => self.serve_pool(req, p),
+            None => {
+                Response::text(503, "token's pool is not being served").header("Retry-After", "5")
+            }
+        }
+    }
+
+    fn ignition(&self, req: &Request) -> Response {
+        let name = match self.authorize(req) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let pool = self.active().and_then(|g| g.pools.get(&name).cloned());
+        match pool {
+            Some(p) => self.serve_pool(req, &p),
+            None => {
+                Response::text(503, "token's pool is not being served").header("Retry-After", "5")
+            }
+        }
+    }
+
+    fn serve_pool(&self, req: &Request, pool: &Pool) -> Response {
+        let minor = match accept::negotiate(req.header("accept").as_deref()) {
+            Negotiated::BadMajor(m) => {
+                let mut r = Response::text(
+                    400,
+                    format!(
+                        "spec version {m}.x is not served: this server speaks 3.0.0 through {}",
+                        Version::NEWEST
+                    ),
+                );
+                r.pool = pool.name.clone();
+                return r;
+            }
+            Negotiated::Minor(m) => m,
+            Negotiated::Default => pool.min_version.minor,
+        };
+        let mut etcd = None;
+        if pool.name == "master"
+            && let Some(v) = req.query_param("etcd_index")
+        {
+            if v.is_empty() || v.len() > 6 || !v.bytes().all(|b| b.is_ascii_digit()) {
+                let mut r = Response::text(400, "etcd_index must be a small non-negative integer");
+                r.pool = pool.name.clone();
+                return r;
+            }
+            etcd = v.parse().ok();
+        }
+        let mut r = match pool.render(minor, etcd) {
+            Ok(doc) => {
+                let hit = req
+                    .header("if-none-match")
+                    .is_some_and(|v| etag_matches(&v, &doc.etag));
+                let mut r = Response::new(if hit { 304 } else { 200 });
+                if !hit {
+                    r.body = Body::Shared(doc.body.clone());
+                }
+                r.headers.push((
+                    "Content-Type",
+                    format!(
+                        "application/vnd.coreos.ignition+json;version={}",
+                        doc.version
+                    ),
+                ));
+                r.headers.push(("ETag", doc.etag.clone()));
+                r.headers.push(("Vary", "Accept".into()));
+                r
+            }
+            Err(e) => Response::text(406, e),
+        };
+        r.pool = pool.name.clone();
+        r.version = Version::new(minor).to_string();
+        r
+    }
+
+    fn access_log(
+        &self,
+        req: Option<&Request>,
+        resp: &Response,
+        bytes: usize,
+        took: Duration,
+        peer: SocketAddr,
+    ) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        // Never the query string's secrets nor any header: method, path, labels, sizes.
+        let line = serde_json::json!({
+            "time": (now * 1000.0).round() / 1000.0,
+            "remote": peer.to_string(),
+            "method": req.map(|r| r.method.as_str()),
+            "path": req.map(|r| r.path.as_str()),
+            "pool": resp.pool,
+            "status": resp.status,
+            "version": resp.version,
+            "bytes": bytes,
+            "durationMs": (took.as_secs_f64() * 1e6).round() / 1e3,
+        });
+        let mut s = line.to_string();
+        s.push('\n');
+        let _ = std::io::stderr().lock().write_all(s.as_bytes());
+    }
+}
+
+/// `If-None-Match` against our (strong) ETag, with the weak comparison RFC 9110 §13.1.2
+/// prescribes for it: `W/"x"` matches `"x"`; `*` matches any current representation.
+fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').any(|t| {
+        let t = t.trim();
+        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
+    })
+}
+
+/// Limits the metrics labels to pools being served (no label explosion from random paths).
+fn bounded_pool<'a>(app: &App, pool: &'a str) -> &'a str {
+    if pool == "-" {
+        return "-";
+    }
+    match app.active() {
+        Some(g) if g.pools.contains_key(pool) => pool,
+        _ => "-",
+    }
+}
+
+impl http::Handler for App {
+    fn handle(&self, req: &Request) -> Response {
+        let path = req.path.as_str();
+        let known = matches!(
+            path,
+            "/healthz" | "/readyz" | "/status" | "/metrics" | "/ignition"
+        ) || path.starts_with("/config/");
+        if !known {
+            return Response::new(404);
+        }
+        if let Some(r) = method_ok(req) {
+            return r;
+        }
+        match path {
+            "/healthz" => Response::text(200, "ok"),
+            "/readyz" => match self.active() {
+                Some(g) => Response::text(200, format!("ready: generation {}", g.id)),
+                None => Response::text(503, "no valid config generation loaded"),
+            },
+            "/status" => {
+                let mut r = Response::new(200);
+                r.body = Body::Owned(self.status_json());
+                r.header("Content-Type", "application/json")
+            }
+            "/metrics" => {
+                let mut r = Response::new(200);
+                r.body = Body::Owned(self.metrics.render(&self.conns).into_bytes());
+                r.header("Content-Type", "text/plain; version=0.0.4")
+            }
+            "/ignition" => self.ignition(req),
+            p => self.config(req, &p["/config/".len()..]),
+        }
+    }
+
+    fn done(
+        &self,
+        req: Option<&Request>,
+        resp: &Response,
+        bytes: usize,
+        took: Duration,
+        peer: SocketAddr,
+    ) {
+        self.metrics.request(
+            bounded_pool(self, &resp.pool),
+            resp.status,
+            &resp.version,
+            took,
+        );
+        if self.access_log {
+            self.access_log(req, resp, bytes, took, peer);
+        }
+    }
+}
+
+/// The limits as shown in `/status`.
+fn limits_json(l: &http::Limits) -> serde_json::Value {
+    serde_json::json!({
+        "maxConnections": l.max_connections,
+        // 0: no per-address cap.
+        "maxConnectionsPerAddress": l.max_connections_per_address,
+        "headerTimeoutSeconds": l.header_timeout.as_secs_f64(),
+        "idleTimeoutSeconds": l.idle_timeout.as_secs_f64(),
+        "writeTimeoutSeconds": l.write_timeout.as_secs_f64(),
+        "maxHeaderBytes": l.max_header_bytes,
+        "maxHeaders": l.max_headers,
+        // Request bodies are never read: a request with one is answered and the
+        // connection closed.
+        "maxBodyBytes": 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_none_match() {
+        let e = "\"0123abcd\"";
+        for (h, want) in [
+            ("\"0123abcd\"", true),
+            ("W/\"0123abcd\"", true),
+            ("\"other\", W/\"0123abcd\"", true),
+            ("*", true),
+            ("\"other\"", false),
+            ("0123abcd", false),
+            ("w/\"0123abcd\"", false),
+            ("", false),
+        ] {
+            assert_eq!(etag_matches(h, e), want, "{h}");
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The run loop of `agent serve`: checks the options, binds the listeners, starts the
+//! event loops ([`super::http::Server`]) and the source watcher ([`super::watch`]), then
+//! waits for signals: SIGHUP forces a reload, SIGTERM/SIGINT shut down gracefully.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use super::app::App;
+use super::watch::watch_loop;
+use super::{Options, http, tls};
+
+/// Runs the server until SIGTERM or SIGINT: binds the listeners (printing `listening
+/// SCHEME://ADDR` on stdout for each), starts the event loops and the source watcher, turns
+/// SIGHUP into a forced reload, and on shutdown gives in-flight requests
+/// [`Options::shutdown_grace`] to finish.
+pub fn run(opts: &Options) -> Result<()> {
+    crate::logging::set_stage("serve");
+    if let (Some(addr), None) = (opts.listen, &opts.tls_cert) {
+        bail!(
+            "--listen {addr} serves HTTPS and needs --tls-cert and --tls-key; for plain HTTP use --listen-http {addr}"
+        );
+    }
+    if opts.tls_cert.is_none() && opts.listen_http.is_none() {
+        bail!("nothing to listen on: give --tls-cert and --tls-key (HTTPS) and/or --listen-http");
+    }
+    if opts.token_ttl.as_secs() < 2 {
+        bail!("--token-ttl must be at least 2s");
+    }
+    // Signals go to a dedicated thread: block them before any other thread starts.
+    use nix::sys::signal::{SigSet, Signal};
+    let mut sigs = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        sigs.add(s);
+    }
+    sigs.thread_block().context("blocking signals")?;
+
+    let token_dir = opts.token_dir();
+    let limits = http::Limits {
+        max_header_bytes: opts.max_header_bytes,
+        header_timeout: opts.header_timeout,
+        idle_timeout: opts.idle_timeout,
+        write_timeout: opts.idle_timeout,
+        max_connections: opts.max_connections,
+        max_connections_per_address: opts.max_connections_per_address,
+        ..Default::default()
+    };
+    raise_open_files_limit(&limits);
+    let conns = Arc::new(http::ConnStats::default());
+    let app = Arc::new(App::new(opts, conns.clone(), &limits));
+    app.reload(true);
+    app.tick();
+
+    let resolver = match (&opts.tls_cert, &opts.tls_key) {
+        (Some(c), Some(k)) => Some(Arc::new(tls::CertResolver::new(c.clone(), k.clone())?)),
+        _ => None,
+    };
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let server = http::Server::new(limits, app.clone(), conns.clone(), shutdown.clone());
+    let mut plan: Vec<(SocketAddr, Option<Arc<rustls::ServerConfig>>, &str)> = Vec::new();
+    if let Some(r) = &resolver {
+        let addr = opts
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 22623)));
+        plan.push((addr, Some(tls::server_config(r.clone())?), "https"));
+    }
+    if let Some(a) = opts.listen_http {
+        plan.push((a, None, "http"));
+    }
+    let mut listeners = Vec::new();
+    let mut out = std::io::stdout().lock();
+    for (addr, cfg, scheme) in plan {
+        let l = http::bind(addr)?;
+        let local = l.local_addr().context("reading the bound address")?;
+        writeln!(out, "listening {scheme}://{local}").context("writing to stdout")?;
+        log::info!("listening on {scheme}://{local}");
+        listeners.push(http::Listener { sock: l, tls: cfg });
+    }
+    out.flush().ok();
+    drop(out);
+    let threads = match opts.threads {
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(2, |n| n.get()),
+    };
+    let loops = server.start(&listeners, threads)?;
+
+    let hup = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (app, hup, shutdown, resolver) =
+            (app.clone(), hup.clone(), shutdown.clone(), resolver.clone());
+        let poll = opts.poll_interval;
+        let td = token_dir.clone();
+        std::thread::Builder::new()
+            .name("watch".into())
+            .spawn(move || watch_loop(&app, poll, resolver.as_deref(), Some(&td), &hup, &shutdown))
+            .context("starting watcher thread")?
+    };
+
+    loop {
+        match sigs.wait() {
+            Ok(Signal::SIGHUP) => hup.store(true, Ordering::SeqCst),
+            Ok(s) => {
+                log::info!("{s}: shutting down gracefully");
+                break;
+            }
+            Err(e) => bail!("waiting for signals: {e}"),
+        }
+    }
+    shutdown.store(true, Ordering::SeqCst);
+    for l in &listeners {
+        http::stop_listener(&l.sock);
+    }
+    // The event loops finish in-flight requests, then return.
+    let deadline = Instant::now() + opts.shutdown_grace;
+    while loops.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = conns.open.load(Ordering::SeqCst);
+    if loops.iter().any(|t| !t.is_finished()) {
+        log::warn!("{left} connections still open after the grace period");
+    }
+    let _ = watcher.join();
+    log::info!("stopped");
+    Ok(())
+}
+
+/// Raises the soft open-files limit to the hard one (every connection is a descriptor) and
+/// warns when even that is too low for --max-connections.
+fn raise_open_files_limit(l: &http::Limits) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
+        log::warn!("could not raise the open-files limit from {soft} to {hard}");
+    }
+    let have = getrlimit(Resource::RLIMIT_NOFILE).map_or(soft, |(s, _)| s);
+    let need = (l.max_connections + l.reject_budget() + 64) as u64;
+    if have < need {
+        log::warn!(
+            "the open-files limit ({have}) is below --max-connections plus headroom ({need}): raise it (LimitNOFILE= in the unit) or lower --max-connections"
+        );
+    }
+}
