@@ -20,13 +20,27 @@ STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
 PREFIX      ?= /usr
 DESTDIR     ?=
 
-.PHONY: deny deny-advisories all static check-static check-no-test-hooks deps demo-deps test-deps demo test lint bench bench-config bench-serve fuzz clean
+.PHONY: deny deny-advisories all static static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test lint bench bench-config bench-serve fuzz clean
 
 all: static
 
 static:
 	RUSTFLAGS='$(STATIC_RUSTFLAGS)' SELINUX_STATIC=1 cargo build --release --locked --target $(TARGET)
 	@$(STATIC_BIN) --version >/dev/null || { echo "$(STATIC_BIN) does not run" >&2; exit 1; }
+
+# The initramfs build: the same static binary without the config server (`agent serve`,
+# `token`, `pointer`), in its own target directory.
+INITRAMFS_BIN := target/initramfs/$(TARGET)/release/agent
+static-initramfs:
+	RUSTFLAGS='$(STATIC_RUSTFLAGS)' SELINUX_STATIC=1 CARGO_TARGET_DIR=target/initramfs \
+	  cargo build --release --locked --target $(TARGET) --no-default-features
+	@$(INITRAMFS_BIN) --version >/dev/null || { echo "$(INITRAMFS_BIN) does not run" >&2; exit 1; }
+
+# Sizes of the default binary (every subcommand) and of the initramfs build (no server).
+sizes: static static-initramfs
+	@full=$$(stat -c %s $(STATIC_BIN)); small=$$(stat -c %s $(INITRAMFS_BIN)); \
+	  echo "default build (with serve): $$full bytes"; \
+	  echo "initramfs build (no serve): $$small bytes ($$(( (full - small) * 100 / full ))% smaller)"
 
 # Fails unless the binary is fully static (no dynamic section, ldd agrees).
 check-static: static
@@ -70,6 +84,7 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	cargo clippy --locked --workspace -- -D warnings
+	cargo clippy --locked --workspace --no-default-features -- -D warnings
 
 bench: bench-config
 	@for b in benches/*.sh; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done

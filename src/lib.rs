@@ -15,6 +15,7 @@ pub mod limits;
 pub mod logging;
 pub mod metadata;
 pub mod platform;
+#[cfg(feature = "serve")]
 pub mod serve;
 pub mod signals;
 pub mod stages;

@@ -7,7 +7,9 @@
 mod fetch;
 mod plan;
 mod run;
+#[cfg(feature = "serve")]
 mod serve;
+#[cfg(feature = "serve")]
 mod token;
 mod validate;
 
@@ -16,7 +18,9 @@ use clap::{Parser, Subcommand};
 pub use self::fetch::FetchArgs;
 pub use self::plan::PlanArgs;
 pub use self::run::RunArgs;
+#[cfg(feature = "serve")]
 pub use self::serve::ServeArgs;
+#[cfg(feature = "serve")]
 pub use self::token::{PointerArgs, TokenAction, TokenArgs, TokenStoreArgs};
 pub use self::validate::ValidateArgs;
 use crate::stages;
@@ -55,10 +59,13 @@ pub enum Command {
     /// Fetch one resource (URL) to a file, verified, with the provisioning fetcher.
     Fetch(FetchArgs),
     /// Serve machine configs to booting machines (the MachineConfigServer).
+    #[cfg(feature = "serve")]
     Serve(ServeArgs),
     /// Show, rotate or revoke the config server's bearer tokens.
+    #[cfg(feature = "serve")]
     Token(TokenArgs),
     /// Print the pointer config a machine boots with (merge URL, bearer header, CA).
+    #[cfg(feature = "serve")]
     Pointer(PointerArgs),
 }
 
@@ -77,8 +84,11 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Plan(a) => plan::plan(a),
         Command::Info => info(),
         Command::Fetch(a) => crate::signals::install().and_then(|()| fetch::run(a)),
+        #[cfg(feature = "serve")]
         Command::Serve(a) => serve::run(a),
+        #[cfg(feature = "serve")]
         Command::Token(a) => token::token_main(a),
+        #[cfg(feature = "serve")]
         Command::Pointer(a) => token::pointer_main(a),
     };
     match result {
