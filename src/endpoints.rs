@@ -7,14 +7,15 @@
 //! Overrides users need are flags and kernel arguments of `agent run` (a flag wins):
 //! `--s3-endpoint URL` / `agent.s3_endpoint=URL` (an S3-compatible store, path-style requests)
 //! and `--device-timeout SECS` / `agent.device_timeout=SECS`. The others can be changed only
-//! by test builds (feature `test-hooks`: hidden `--test-*` flags, see [`TestArgs`]).
+//! by test builds (feature `test-hooks`: hidden `--test-*` flags, see
+//! [`TestDoubles`]).
 //!
-//! Like [`crate::limits::Limits`], the CLI sets the process-wide value once
-//! ([`Endpoints::set_current`]); `Endpoints::default()` (and so `fetch::Options::default()`)
-//! reads it.
+//! A plain value, no process-wide state: `agent run` builds one (built-in values, test
+//! doubles, kernel arguments, flags) into [`crate::stages::Context::endpoints`], and every
+//! fetch of a stage gets it through [`crate::fetch::Options::endpoints`];
+//! `Endpoints::default()` (and so `fetch::Options::default()`) is [`Endpoints::builtin`].
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -70,20 +71,6 @@ impl Endpoints {
         }
     }
 
-    /// The process-wide values (the built-in ones until [`Endpoints::set_current`]).
-    pub fn current() -> Endpoints {
-        CURRENT
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .unwrap_or_else(Endpoints::builtin)
-    }
-
-    /// Sets the process-wide values (the CLI does, before any work).
-    pub fn set_current(self) {
-        *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = Some(self);
-    }
-
     /// These endpoints with the kernel arguments of `cmdline` applied (the last occurrence
     /// of each wins).
     pub fn with_cmdline(mut self, cmdline: &str) -> Result<Endpoints> {
@@ -101,14 +88,43 @@ impl Endpoints {
     }
 }
 
-impl Default for Endpoints {
-    /// The process-wide values: see [`Endpoints::current`].
-    fn default() -> Self {
-        Endpoints::current()
+/// Test doubles in place of the real services and files (test builds only: the hidden
+/// `--test-*` flags of `agent run`); None keeps the value it would replace.
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, Default)]
+pub struct TestDoubles {
+    pub kernel_cmdline: Option<PathBuf>,
+    pub qemu_fw_cfg_dir: Option<PathBuf>,
+    pub aws_imds: Option<String>,
+    pub gs: Option<String>,
+}
+
+#[cfg(feature = "test-hooks")]
+impl TestDoubles {
+    /// `e` with these test doubles.
+    pub fn apply(self, mut e: Endpoints) -> Endpoints {
+        if let Some(p) = self.kernel_cmdline {
+            e.kernel_cmdline = p;
+        }
+        if let Some(p) = self.qemu_fw_cfg_dir {
+            e.qemu_fw_cfg_dir = p;
+        }
+        if let Some(u) = self.aws_imds {
+            e.aws_imds = u;
+        }
+        if let Some(u) = self.gs {
+            e.gs = u;
+        }
+        e
     }
 }
 
-static CURRENT: Mutex<Option<Endpoints>> = Mutex::new(None);
+impl Default for Endpoints {
+    /// The built-in values ([`Endpoints::builtin`]).
+    fn default() -> Self {
+        Endpoints::builtin()
+    }
+}
 
 /// An endpoint URL: `http://` or `https://` and a host.
 pub fn parse_url(s: &str) -> Result<String> {
@@ -120,11 +136,6 @@ pub fn parse_url(s: &str) -> Result<String> {
         bail!("{s:?}: not an endpoint URL (want http://HOST[:PORT] or https://…)");
     }
     Ok(s.trim_end_matches('/').to_string())
-}
-
-/// [`parse_url`] for clap (`value_parser`).
-pub fn parse_url_arg(s: &str) -> std::result::Result<String, String> {
-    parse_url(s).map_err(|e| format!("{e:#}"))
 }
 
 /// A time-out in seconds, fractions allowed (`30`, `0.5`); more than zero.
@@ -139,50 +150,6 @@ pub fn parse_seconds(s: &str) -> Result<Duration> {
         bail!("{s:?}: the time-out must be more than 0 and at most 86400 seconds");
     }
     Ok(Duration::from_secs_f64(secs))
-}
-
-/// [`parse_seconds`] for clap (`value_parser`).
-pub fn parse_seconds_arg(s: &str) -> std::result::Result<Duration, String> {
-    parse_seconds(s).map_err(|e| format!("{e:#}"))
-}
-
-/// Hidden flags of test builds (feature `test-hooks`) that point the binary at test doubles;
-/// they do not exist in the shipped binary.
-#[cfg(feature = "test-hooks")]
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct TestArgs {
-    /// Test builds only: read the kernel command line from this file.
-    #[arg(long, hide = true, value_name = "FILE")]
-    pub test_kernel_cmdline_file: Option<PathBuf>,
-    /// Test builds only: QEMU's fw_cfg sysfs directory.
-    #[arg(long, hide = true, value_name = "DIR")]
-    pub test_qemu_fw_cfg_dir: Option<PathBuf>,
-    /// Test builds only: the AWS instance metadata service.
-    #[arg(long, hide = true, value_name = "URL")]
-    pub test_aws_imds_url: Option<String>,
-    /// Test builds only: Google Cloud Storage.
-    #[arg(long, hide = true, value_name = "URL")]
-    pub test_gs_endpoint: Option<String>,
-}
-
-#[cfg(feature = "test-hooks")]
-impl TestArgs {
-    /// `e` with the test doubles named on the command line.
-    pub fn apply(&self, mut e: Endpoints) -> Endpoints {
-        if let Some(p) = &self.test_kernel_cmdline_file {
-            e.kernel_cmdline.clone_from(p);
-        }
-        if let Some(p) = &self.test_qemu_fw_cfg_dir {
-            e.qemu_fw_cfg_dir.clone_from(p);
-        }
-        if let Some(u) = &self.test_aws_imds_url {
-            e.aws_imds.clone_from(u);
-        }
-        if let Some(u) = &self.test_gs_endpoint {
-            e.gs.clone_from(u);
-        }
-        e
-    }
 }
 
 #[cfg(test)]

@@ -125,11 +125,6 @@ pub fn parse_size(s: &str) -> Result<u64> {
     Ok(n)
 }
 
-/// [`parse_size`] with its error as a string, as command-line value parsers want it.
-pub fn parse_size_arg(s: &str) -> std::result::Result<u64, String> {
-    parse_size(s).map_err(|e| format!("{e:#}"))
-}
-
 /// A size for messages: "64 MiB", "1536 KiB", "1000 bytes".
 pub fn human(n: u64) -> String {
     match n {

@@ -216,12 +216,6 @@ pub fn wait_for(paths: &[PathBuf], timeout: Duration) -> Result<()> {
     }
 }
 
-/// The device timeout: 30 s, or `--device-timeout` / `agent.device_timeout=` (see
-/// [`crate::endpoints::Endpoints::device_timeout`]).
-pub fn device_timeout() -> Duration {
-    crate::endpoints::Endpoints::current().device_timeout
-}
-
 /// Runs `udevadm settle` only when a udev daemon is running (its control socket exists).
 pub fn udev_settle() {
     if Path::new("/run/udev/control").exists()

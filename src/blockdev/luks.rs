@@ -19,6 +19,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
@@ -403,7 +404,11 @@ pub fn format_and_bind(l: &Luks, p: &Prepared) -> Result<()> {
 /// Carries out a prepared volume: format (and bind) if new, open, wait for /dev/mapper/<name>.
 /// Returns the volume's record for the files stage and the key to keep with it (none for a
 /// volume bound to clevis).
-pub fn apply<'p>(l: &Luks, p: &'p Prepared) -> Result<(LuksRecord, Option<&'p [u8]>)> {
+pub fn apply<'p>(
+    l: &Luks,
+    p: &'p Prepared,
+    timeout: Duration,
+) -> Result<(LuksRecord, Option<&'p [u8]>)> {
     let d = p.dev.display().to_string();
     let mapper = mapper_path(&l.name);
     if p.action != LuksAction::Active {
@@ -431,7 +436,7 @@ pub fn apply<'p>(l: &Luks, p: &'p Prepared) -> Result<(LuksRecord, Option<&'p [u
         LuksAction::AfterPartitioning => bail!("internal: undecided luks volume {}", l.name),
     }
     kernel::udev_settle();
-    kernel::wait_for(std::slice::from_ref(&mapper), kernel::device_timeout())
+    kernel::wait_for(std::slice::from_ref(&mapper), timeout)
         .with_context(|| format!("waiting for luks volume {}", l.name))?;
     let clevis = l.clevis.is_bound();
     let r = LuksRecord {

@@ -14,6 +14,7 @@
 //!   the agent never builds an array over data.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
@@ -314,7 +315,7 @@ pub fn decide_now(r: &Raid) -> Result<RaidAction> {
 }
 
 /// Carries out a decided action and waits for `/dev/md/<name>`.
-pub fn apply(r: &Raid, action: &RaidAction) -> Result<()> {
+pub fn apply(r: &Raid, action: &RaidAction, timeout: Duration) -> Result<()> {
     let path = array_path(&r.name);
     if matches!(action, RaidAction::Assemble(_) | RaidAction::Create) {
         kernel::load_module("md_mod");
@@ -347,7 +348,7 @@ pub fn apply(r: &Raid, action: &RaidAction) -> Result<()> {
         }
     }
     kernel::udev_settle();
-    kernel::wait_for(std::slice::from_ref(&path), kernel::device_timeout())
+    kernel::wait_for(std::slice::from_ref(&path), timeout)
         .with_context(|| format!("waiting for array {}", r.name))
 }
 

@@ -38,13 +38,13 @@ pub struct FetchArgs {
     pub http_total: Option<i64>,
     /// Largest CA bundle read into memory (bytes, or with K/M/G: 64M); the fetched file
     /// itself streams to disk and has no limit. Default 64 MiB.
-    #[arg(long, value_name = "BYTES", value_parser = crate::limits::parse_size_arg)]
+    #[arg(long, value_name = "BYTES", value_parser = super::run::parse_size_arg)]
     pub max_config_size: Option<u64>,
     /// Fail on a redirect from https to http (by default it is followed with a warning).
     #[arg(long)]
     pub refuse_tls_downgrade: bool,
     /// An S3-compatible store for s3:// URLs (path-style: URL/bucket/key) instead of AWS S3.
-    #[arg(long, value_name = "URL", value_parser = crate::endpoints::parse_url_arg)]
+    #[arg(long, value_name = "URL", value_parser = super::run::parse_url_arg)]
     pub s3_endpoint: Option<String>,
 }
 

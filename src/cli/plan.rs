@@ -16,7 +16,7 @@ pub struct PlanArgs {
     #[arg(long, default_value = "/run/agent")]
     pub state_dir: PathBuf,
     /// Longest wait for a device node (seconds, fractions allowed); default 30.
-    #[arg(long, value_name = "SECS", value_parser = crate::endpoints::parse_seconds_arg)]
+    #[arg(long, value_name = "SECS", value_parser = super::run::parse_seconds_arg)]
     pub device_timeout: Option<std::time::Duration>,
 }
 
@@ -44,13 +44,11 @@ pub fn plan(a: PlanArgs) -> anyhow::Result<()> {
                 .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", path.display()))?
         }
     };
-    if let Some(t) = a.device_timeout {
-        let mut e = crate::endpoints::Endpoints::current();
-        e.device_timeout = t;
-        e.set_current();
-    }
+    let timeout = a
+        .device_timeout
+        .unwrap_or(crate::endpoints::DEFAULT_DEVICE_TIMEOUT);
     crate::logging::set_stage("disks");
-    let p = stages::disks::plan(&config)?;
+    let p = stages::disks::plan(&config, timeout)?;
     print!("{p}");
     Ok(())
 }

@@ -1,11 +1,15 @@
 //! `agent run`: run provisioning stages with the flags turned into a [`stages::Context`]
-//! (limits from flags and kernel arguments, files-stage options included).
+//! (limits and endpoints from flags and kernel arguments, files-stage options included).
+//! Also the value parsers of flags that `plan` and `fetch` share with it.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::builder::PossibleValue;
+use clap::builder::{PossibleValue, TypedValueParser};
 use clap::{Args, ValueEnum};
 
+use crate::endpoints::Endpoints;
 use crate::files::passwd::SshKeysFile;
 use crate::stages::{self, Stage};
 
@@ -23,7 +27,7 @@ pub struct RunArgs {
     /// Fetch the user config from this URL.
     #[arg(long, conflicts_with = "config_file")]
     pub config_url: Option<String>,
-    #[arg(long, value_name = "NAME", value_parser = crate::platform::NameParser, help = crate::platform::help())]
+    #[arg(long, value_name = "NAME", value_parser = PlatformName, help = crate::platform::help())]
     pub platform: Option<String>,
     /// Where stages keep their state (the rendered config).
     #[arg(long, default_value = "/run/agent")]
@@ -48,7 +52,7 @@ pub struct RunArgs {
     pub ssh_keys_file: crate::files::passwd::SshKeysFile,
     /// Largest config, CA bundle, key file or user data held in memory (bytes, or with K/M/G:
     /// 64M), after decompression; default 64 MiB, or kernel argument agent.max_config_size=.
-    #[arg(long, value_name = "BYTES", value_parser = crate::limits::parse_size_arg)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size_arg)]
     pub max_config_size: Option<u64>,
     /// Most configs fetched through merge/replace references while rendering one config (all
     /// levels); default 64, or kernel argument agent.max_config_refs=.
@@ -60,15 +64,15 @@ pub struct RunArgs {
     pub refuse_tls_downgrade: bool,
     /// An S3-compatible store for s3:// URLs (path-style: URL/bucket/key) instead of AWS S3;
     /// also kernel argument agent.s3_endpoint=.
-    #[arg(long, value_name = "URL", value_parser = crate::endpoints::parse_url_arg)]
+    #[arg(long, value_name = "URL", value_parser = parse_url_arg)]
     pub s3_endpoint: Option<String>,
     /// Longest wait for a device node (seconds, fractions allowed); default 30, or kernel
     /// argument agent.device_timeout=.
-    #[arg(long, value_name = "SECS", value_parser = crate::endpoints::parse_seconds_arg)]
-    pub device_timeout: Option<std::time::Duration>,
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds_arg)]
+    pub device_timeout: Option<Duration>,
     #[cfg(feature = "test-hooks")]
     #[command(flatten)]
-    pub test: crate::endpoints::TestArgs,
+    pub test: TestArgs,
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
@@ -79,10 +83,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     };
     // Kernel arguments set the limits and endpoints; a flag wins over a kernel argument.
     #[allow(unused_mut)]
-    let mut endpoints = crate::endpoints::Endpoints::builtin();
+    let mut endpoints = Endpoints::builtin();
     #[cfg(feature = "test-hooks")]
     {
-        endpoints = a.test.apply(endpoints);
+        endpoints = a.test.doubles().apply(endpoints);
     }
     let cmdline = stages::fetch::read_cmdline(&endpoints.kernel_cmdline)?;
     let mut endpoints = endpoints.with_cmdline(&cmdline)?;
@@ -92,7 +96,6 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     if let Some(t) = a.device_timeout {
         endpoints.device_timeout = t;
     }
-    endpoints.set_current();
     let mut limits = crate::limits::Limits::BUILTIN.with_cmdline(&cmdline)?;
     if let Some(n) = a.max_config_size {
         limits.max_config_size = n;
@@ -110,12 +113,91 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         system_config_dir: a.system_config_dir,
         offline: a.offline,
         limits,
+        endpoints,
         files: stages::files::Options {
             kargs_helper: a.kargs_helper,
             ssh_keys_file: a.ssh_keys_file,
         },
     };
     stages::run(&stages, &ctx)
+}
+
+/// Hidden flags of test builds (feature `test-hooks`) that point the binary at test doubles
+/// ([`crate::endpoints::TestDoubles`]); they do not exist in the shipped binary.
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, Default, Args)]
+pub struct TestArgs {
+    /// Test builds only: read the kernel command line from this file.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub test_kernel_cmdline_file: Option<PathBuf>,
+    /// Test builds only: QEMU's fw_cfg sysfs directory.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub test_qemu_fw_cfg_dir: Option<PathBuf>,
+    /// Test builds only: the AWS instance metadata service.
+    #[arg(long, hide = true, value_name = "URL")]
+    pub test_aws_imds_url: Option<String>,
+    /// Test builds only: Google Cloud Storage.
+    #[arg(long, hide = true, value_name = "URL")]
+    pub test_gs_endpoint: Option<String>,
+}
+
+#[cfg(feature = "test-hooks")]
+impl TestArgs {
+    /// The test doubles named on the command line.
+    fn doubles(self) -> crate::endpoints::TestDoubles {
+        crate::endpoints::TestDoubles {
+            kernel_cmdline: self.test_kernel_cmdline_file,
+            qemu_fw_cfg_dir: self.test_qemu_fw_cfg_dir,
+            aws_imds: self.test_aws_imds_url,
+            gs: self.test_gs_endpoint,
+        }
+    }
+}
+
+// Value parsers: the domain modules' plain parsers with their errors as clap wants them.
+
+/// [`crate::endpoints::parse_url`] (`--s3-endpoint`).
+pub(super) fn parse_url_arg(s: &str) -> Result<String, String> {
+    crate::endpoints::parse_url(s).map_err(|e| format!("{e:#}"))
+}
+
+/// [`crate::endpoints::parse_seconds`] (`--device-timeout`).
+pub(super) fn parse_seconds_arg(s: &str) -> Result<Duration, String> {
+    crate::endpoints::parse_seconds(s).map_err(|e| format!("{e:#}"))
+}
+
+/// [`crate::limits::parse_size`] (`--max-config-size`).
+pub(super) fn parse_size_arg(s: &str) -> Result<u64, String> {
+    crate::limits::parse_size(s).map_err(|e| format!("{e:#}"))
+}
+
+/// `--platform`'s value parser: a name from [`crate::platform::PLATFORMS`], else the table's
+/// error ([`crate::platform::lookup`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PlatformName;
+
+impl TypedValueParser for PlatformName {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<String, clap::Error> {
+        let v = value.to_string_lossy();
+        match crate::platform::lookup(&v) {
+            Ok(p) => Ok(p.name.to_string()),
+            Err(e) => {
+                let flag = arg.map_or("--platform".into(), |a| a.to_string());
+                Err(clap::Error::raw(
+                    clap::error::ErrorKind::InvalidValue,
+                    format!("invalid value for {flag}: {e:#}\n"),
+                )
+                .with_cmd(cmd))
+            }
+        }
+    }
 }
 
 // The flag values of domain enums: clap's trait is implemented here so that the domain
@@ -146,5 +228,26 @@ impl ValueEnum for SshKeysFile {
                 PossibleValue::new("authorized-keys").help("`~/.ssh/authorized_keys`")
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_cli_takes_its_platforms_from_the_table() {
+        use clap::Parser;
+        let parse = |p: &str| {
+            crate::cli::Cli::try_parse_from(["agent", "run", "--platform", p, "--stage", "fetch"])
+        };
+        assert!(parse("qemu").is_ok());
+        assert!(parse("aws").is_ok());
+        assert!(parse("test-dummy").is_ok());
+        let e = parse("bogus").unwrap_err().to_string();
+        assert!(
+            e.contains("unsupported platform \"bogus\" (supported: file, metal, qemu;"),
+            "{e}"
+        );
+        let help = crate::platform::help();
+        assert!(help.contains(": file, metal, qemu;"), "{help}");
     }
 }

@@ -9,7 +9,7 @@ pub struct ValidateArgs {
     /// Config file to check; "-" or nothing reads standard input.
     pub file: Option<PathBuf>,
     /// Largest config read (bytes, or with K/M/G: 64M); default 64 MiB.
-    #[arg(long, value_name = "BYTES", value_parser = crate::limits::parse_size_arg)]
+    #[arg(long, value_name = "BYTES", value_parser = super::run::parse_size_arg)]
     pub max_config_size: Option<u64>,
 }
 

@@ -39,8 +39,8 @@ pub struct Options {
     pub proxy: Proxy,
     /// Refuse any fetch that needs the network (fails with [`NeedsNetwork`]).
     pub offline: bool,
-    /// Where the services are (S3, GCS, the AWS metadata service, …; default: the
-    /// process-wide values, see [`crate::endpoints`]).
+    /// Where the services are (S3, GCS, the AWS metadata service, …; default: the built-in
+    /// values; `agent run` passes its own down, see [`crate::endpoints`]).
     pub endpoints: crate::endpoints::Endpoints,
     /// Size limit of what is fetched into memory, TLS downgrade policy (default: the built-in
     /// ones; `agent run` passes its own down, see [`crate::limits`]).

@@ -172,18 +172,15 @@ pub fn provider(name: &str) -> Result<Box<dyn Provider>> {
     lookup(name).map(Platform::provider)
 }
 
-/// Runs the platform's [`Provider::prepare_fetcher`] on the process-wide endpoints (every
-/// fetcher made afterwards uses them). Nothing without a platform.
-pub fn prepare(platform: Option<&str>, offline: bool) -> Result<()> {
+/// Runs the platform's [`Provider::prepare_fetcher`] on `endpoints` (the fetches made with
+/// them afterwards use what it prepared). Nothing without a platform.
+pub fn prepare(platform: Option<&str>, offline: bool, endpoints: &mut Endpoints) -> Result<()> {
     let Some(name) = platform else {
         return Ok(());
     };
-    let mut e = Endpoints::current();
     provider(name)?
-        .prepare_fetcher(&mut e, offline)
-        .with_context(|| format!("preparing the fetcher for platform {name}"))?;
-    e.set_current();
-    Ok(())
+        .prepare_fetcher(endpoints, offline)
+        .with_context(|| format!("preparing the fetcher for platform {name}"))
 }
 
 /// The `--platform` help, from the table.
@@ -193,34 +190,6 @@ pub fn help() -> String {
         names(Implemented),
         names(NotYet)
     )
-}
-
-/// `--platform`'s value parser: a name from the table, else the table's error.
-#[derive(Clone, Copy, Debug)]
-pub struct NameParser;
-
-impl clap::builder::TypedValueParser for NameParser {
-    type Value = String;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> std::result::Result<String, clap::Error> {
-        let v = value.to_string_lossy();
-        match lookup(&v) {
-            Ok(p) => Ok(p.name.to_string()),
-            Err(e) => {
-                let flag = arg.map_or("--platform".into(), |a| a.to_string());
-                Err(clap::Error::raw(
-                    clap::error::ErrorKind::InvalidValue,
-                    format!("invalid value for {flag}: {e:#}\n"),
-                )
-                .with_cmd(cmd))
-            }
-        }
-    }
 }
 
 /// The provider of platforms not implemented yet: asked for a config, it fails and says how
@@ -312,23 +281,5 @@ mod tests {
             "docs/platforms.md is out of date; put this between its markers:\n{}",
             docs_table()
         );
-    }
-
-    #[test]
-    fn the_cli_takes_its_platforms_from_the_table() {
-        use clap::Parser;
-        let parse = |p: &str| {
-            crate::cli::Cli::try_parse_from(["agent", "run", "--platform", p, "--stage", "fetch"])
-        };
-        assert!(parse("qemu").is_ok());
-        assert!(parse("aws").is_ok());
-        assert!(parse("test-dummy").is_ok());
-        let e = parse("bogus").unwrap_err().to_string();
-        assert!(
-            e.contains("unsupported platform \"bogus\" (supported: file, metal, qemu;"),
-            "{e}"
-        );
-        let help = help();
-        assert!(help.contains(": file, metal, qemu;"), "{help}");
     }
 }

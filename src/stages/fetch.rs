@@ -54,10 +54,11 @@ pub fn run(ctx: &Context) -> Result<()> {
 }
 
 fn run_inner(ctx: &Context) -> Result<()> {
-    crate::platform::prepare(ctx.platform.as_deref(), ctx.offline)?;
+    let ctx = &ctx.prepared()?;
     let base_opts = fetch::Options {
         offline: ctx.offline,
         limits: ctx.limits,
+        endpoints: ctx.endpoints.clone(),
         ..Default::default()
     };
     let mut record = Record {

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::config::Config;
-
+use crate::endpoints::Endpoints;
 use crate::limits::Limits;
 use crate::state::StateDir;
 
@@ -30,6 +30,10 @@ pub struct Context {
     pub offline: bool,
     /// Memory limits and redirect policy of every fetch (flags and kernel arguments).
     pub limits: Limits,
+    /// Where the services and files are, and the device time-out (built-in values, kernel
+    /// arguments, flags); a stage fetches with them as its platform prepared them
+    /// ([`Context::prepared`]).
+    pub endpoints: Endpoints,
     /// Command-line settings of the files stage.
     pub files: files::Options,
 }
@@ -41,12 +45,21 @@ impl Context {
     }
 
     /// Fetch options for what a stage fetches for `config`: its timeouts and proxy, and this
-    /// run's [`Context::limits`].
+    /// run's [`Context::limits`] and [`Context::endpoints`].
     pub fn fetch_options(&self, config: &Config) -> crate::fetch::Options {
         crate::fetch::Options {
             limits: self.limits,
+            endpoints: self.endpoints.clone(),
             ..crate::fetch::Options::from_config(config)
         }
+    }
+
+    /// This context with its endpoints prepared by the platform
+    /// ([`crate::platform::prepare`]), as every stage fetches with them.
+    pub fn prepared(&self) -> Result<Context> {
+        let mut c = self.clone();
+        crate::platform::prepare(self.platform.as_deref(), self.offline, &mut c.endpoints)?;
+        Ok(c)
     }
 }
 
@@ -75,12 +88,12 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
             Stage::Fetch => fetch::run(ctx)?,
             // The platform prepares the fetcher of every stage (the fetch stage: in its run).
             Stage::Disks => {
-                crate::platform::prepare(ctx.platform.as_deref(), ctx.offline)?;
-                disks::run(&ctx.state().read_rendered()?, ctx)?;
+                let ctx = ctx.prepared()?;
+                disks::run(&ctx.state().read_rendered()?, &ctx)?;
             }
             Stage::Files => {
-                crate::platform::prepare(ctx.platform.as_deref(), ctx.offline)?;
-                files::run(&ctx.state().read_rendered()?, ctx)?
+                let ctx = ctx.prepared()?;
+                files::run(&ctx.state().read_rendered()?, &ctx)?
             }
         }
     }

@@ -118,6 +118,7 @@ pub fn ctx(root: &Path, state: &Path) -> Context {
         system_config_dir: state.join("no-system-config"),
         offline: false,
         limits: Default::default(),
+        endpoints: Default::default(),
         files: Options::default(),
     }
 }

@@ -63,17 +63,17 @@ impl Drop for TableGuard {
 
 /// Makes sure the kernel has nodes for an unchanged table (a kernel that does not parse tables
 /// has none for partitions made before this boot).
-fn refresh_nodes(d: &DiskWork) -> Result<()> {
+fn refresh_nodes(d: &DiskWork, timeout: Duration) -> Result<()> {
     let dev = &d.dev;
     let file = File::open(dev).with_context(|| format!("opening {}", dev.display()))?;
     let g = d.plan.geometry;
     check_free(&d.name, &d.plan)?;
     let nodes = kernel::sync_partitions(&file, &d.name, &g, &d.plan.new)
         .with_context(|| format!("updating partition nodes of {}", dev.display()))?;
-    kernel::wait_for(&nodes, kernel::device_timeout())
+    kernel::wait_for(&nodes, timeout)
 }
 
-fn partition(d: &DiskWork, table_io: &mut Duration) -> Result<TableGuard> {
+fn partition(d: &DiskWork, table_io: &mut Duration, timeout: Duration) -> Result<TableGuard> {
     let dev = &d.dev;
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -107,7 +107,7 @@ fn partition(d: &DiskWork, table_io: &mut Duration) -> Result<TableGuard> {
         .with_context(|| format!("updating partition nodes of {}", dev.display()))?;
     failpoint::hit("after-partition-nodes")?;
     kernel::udev_settle();
-    kernel::wait_for(&nodes, kernel::device_timeout())?;
+    kernel::wait_for(&nodes, timeout)?;
     Ok(guard)
 }
 
@@ -129,11 +129,12 @@ pub fn apply_with(p: &StagePlan, state: &StateDir, fetcher: &Fetcher) -> Result<
     let t0 = Instant::now();
     let mut guards = Vec::new();
     let mut table_io = Duration::ZERO;
+    let timeout = p.device_timeout;
     for d in &p.disks {
         if d.plan.changes() {
-            guards.push(partition(d, &mut table_io)?);
+            guards.push(partition(d, &mut table_io, timeout)?);
         } else {
-            refresh_nodes(d)?;
+            refresh_nodes(d, timeout)?;
         }
     }
     failpoint::hit("after-partitioning")?;
@@ -149,7 +150,7 @@ pub fn apply_with(p: &StagePlan, state: &StateDir, fetcher: &Fetcher) -> Result<
             r.devices = r
                 .devices
                 .iter()
-                .map(|d| resolve_fs(&p.disks, d).map(|n| n.display().to_string()))
+                .map(|d| resolve_fs(&p.disks, d, timeout).map(|n| n.display().to_string()))
                 .collect::<Result<_>>()
                 .with_context(|| format!("array {}", r.name))?;
             let a = match &w.action {
@@ -165,7 +166,7 @@ pub fn apply_with(p: &StagePlan, state: &StateDir, fetcher: &Fetcher) -> Result<
     let partitioning = t0.elapsed();
 
     for (r, a) in &raids {
-        raid::apply(r, a)?;
+        raid::apply(r, a, timeout)?;
     }
     failpoint::hit("after-raid")?;
     // Volumes: every one decided, keyed and checked before any is formatted or opened.
@@ -175,7 +176,8 @@ pub fn apply_with(p: &StagePlan, state: &StateDir, fetcher: &Fetcher) -> Result<
         .map(|w| {
             let mut l = w.luks.clone();
             let d = l.device.clone().unwrap_or_default();
-            let node = resolve_fs(&p.disks, &d).with_context(|| format!("luks {}", l.name))?;
+            let node =
+                resolve_fs(&p.disks, &d, timeout).with_context(|| format!("luks {}", l.name))?;
             l.device = Some(node.display().to_string());
             let a = match &w.action {
                 LuksAction::AfterPartitioning => luks::decide_now(&l)?,
@@ -185,7 +187,7 @@ pub fn apply_with(p: &StagePlan, state: &StateDir, fetcher: &Fetcher) -> Result<
         })
         .collect::<Result<Vec<_>>>()?;
     for (pr, l) in &prepared {
-        let (record, key) = luks::apply(l, pr)?;
+        let (record, key) = luks::apply(l, pr, timeout)?;
         state.save_luks(&record, key)?;
     }
     failpoint::hit("after-luks")?;
@@ -197,7 +199,7 @@ pub fn apply_with(p: &StagePlan, state: &StateDir, fetcher: &Fetcher) -> Result<
         let hs: Vec<_> = p
             .filesystems
             .iter()
-            .map(|w| s.spawn(move || decide_now(&p.disks, w)))
+            .map(|w| s.spawn(move || decide_now(&p.disks, w, timeout)))
             .collect();
         hs.into_iter()
             .map(|h| {
@@ -249,8 +251,12 @@ pub fn apply_with(p: &StagePlan, state: &StateDir, fetcher: &Fetcher) -> Result<
 }
 
 /// Resolves, probes (if not done at plan time) and checks one filesystem's device.
-fn decide_now(disks: &[DiskWork], w: &FsWork) -> Result<(Filesystem, PathBuf, FsAction)> {
-    let dev = resolve_fs(disks, &w.fs.device)?;
+fn decide_now(
+    disks: &[DiskWork],
+    w: &FsWork,
+    timeout: Duration,
+) -> Result<(Filesystem, PathBuf, FsAction)> {
+    let dev = resolve_fs(disks, &w.fs.device, timeout)?;
     let action = match &w.action {
         FsAction::AfterPartitioning => filesystem::decide_after_partitioning(&w.fs, &dev)?,
         a => a.clone(),

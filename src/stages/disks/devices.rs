@@ -4,6 +4,7 @@
 //! udev needed), and whether the partitioning touches it.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
@@ -22,10 +23,10 @@ pub struct DiskWork {
     pub plan: DiskPlan,
 }
 
-/// Waits (bounded) for a config device path and resolves it to its node.
-pub(super) fn resolve(path: &str) -> Result<PathBuf> {
+/// Waits (at most `timeout`) for a config device path and resolves it to its node.
+pub(super) fn resolve(path: &str, timeout: Duration) -> Result<PathBuf> {
     let p = PathBuf::from(path);
-    kernel::wait_for(std::slice::from_ref(&p), kernel::device_timeout())?;
+    kernel::wait_for(std::slice::from_ref(&p), timeout)?;
     std::fs::canonicalize(&p).with_context(|| format!("resolving {path}"))
 }
 
@@ -84,15 +85,16 @@ pub(super) fn touched_by_partitioning(disks: &[DiskWork], device: &str) -> bool 
         .is_some_and(|(node, changed)| changed || !Path::new(device).exists() || !node.exists())
 }
 
-/// Resolves a filesystem device: an existing path, else a planned partition's node, else waits.
-pub(super) fn resolve_fs(disks: &[DiskWork], device: &str) -> Result<PathBuf> {
+/// Resolves a filesystem device: an existing path, else a planned partition's node, else waits
+/// (at most `timeout`).
+pub(super) fn resolve_fs(disks: &[DiskWork], device: &str, timeout: Duration) -> Result<PathBuf> {
     if !Path::new(device).exists()
         && let Some((node, _)) = planned_partition(disks, device)
     {
-        kernel::wait_for(std::slice::from_ref(&node), kernel::device_timeout())?;
+        kernel::wait_for(std::slice::from_ref(&node), timeout)?;
         return Ok(node);
     }
-    resolve(device)
+    resolve(device, timeout)
 }
 
 #[cfg(test)]

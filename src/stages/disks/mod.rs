@@ -56,7 +56,7 @@ pub struct Report {
 /// when there is nothing to do).
 pub fn run(config: &Config, ctx: &Context) -> Result<Report> {
     let t0 = Instant::now();
-    let p = plan(config)?;
+    let p = plan(config, ctx.endpoints.device_timeout)?;
     let planning = t0.elapsed();
     if p.disks.is_empty() && p.raids.is_empty() && p.luks.is_empty() && p.filesystems.is_empty() {
         log::info!("nothing to do");

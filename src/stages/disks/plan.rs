@@ -6,6 +6,7 @@
 use std::fmt;
 use std::fs::File;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
@@ -38,20 +39,30 @@ pub struct LuksWork {
 }
 
 /// The whole plan of the stage.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StagePlan {
+    /// Longest wait for a device node, planning and carrying the plan out
+    /// (`--device-timeout`, `agent.device_timeout=`).
+    pub device_timeout: Duration,
     pub disks: Vec<DiskWork>,
     pub raids: Vec<RaidWork>,
     pub luks: Vec<LuksWork>,
     pub filesystems: Vec<FsWork>,
 }
 
-/// Computes the plan of the stage; reads devices, writes nothing.
-pub fn plan(config: &Config) -> Result<StagePlan> {
+/// Computes the plan of the stage; reads devices, writes nothing. Every wait for a device
+/// node, now and when the plan is carried out, lasts at most `device_timeout`.
+pub fn plan(config: &Config, device_timeout: Duration) -> Result<StagePlan> {
     let st = &config.storage;
-    let mut out = StagePlan::default();
+    let mut out = StagePlan {
+        device_timeout,
+        disks: Vec::new(),
+        raids: Vec::new(),
+        luks: Vec::new(),
+        filesystems: Vec::new(),
+    };
     for d in &st.disks {
-        let dev = resolve(&d.device)?;
+        let dev = resolve(&d.device, device_timeout)?;
         if let Some(other) = out.disks.iter().find(|o| o.dev == dev) {
             bail!(
                 "disks {} and {} are the same device {}",
@@ -144,7 +155,7 @@ pub fn plan(config: &Config) -> Result<StagePlan> {
             filesystem::decide(fs, None)?; // checks the format now
             FsAction::AfterPartitioning
         } else {
-            let dev = resolve_fs(&out.disks, &fs.device)?;
+            let dev = resolve_fs(&out.disks, &fs.device, device_timeout)?;
             filesystem::decide_now(fs, &dev)?
         };
         out.filesystems.push(FsWork {
