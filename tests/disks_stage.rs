@@ -8,88 +8,47 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-mod common;
-use common::TempDir;
+mod support;
+use support::TempDir;
+use support::root::{Loop, must_be_root};
 
 // ---------- fixtures ----------
 
 fn need(tool: &str) {
-    assert!(
-        agent::util::have_program(tool),
-        "{tool} is missing: install the packages in .ci/packages/disks.apt"
-    );
+    support::need(tool, "disks.apt");
 }
 
 fn sh(program: &str, args: &[&str]) -> String {
     need(program);
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A sparse image attached to a loop device (partscan off); partition nodes removed and the
-/// device detached on drop.
-struct Loop {
-    _dir: TempDir,
-    img: PathBuf,
-    dev: PathBuf,
+    support::sh(program, args, None)
 }
 
 impl Loop {
-    /// `setup` (an sfdisk script) is written to the image before it is attached.
-    fn new(size_mib: u64, sector: u32, setup: Option<&str>) -> Loop {
+    /// A blank image of `size_mib` MiB with `sector`-byte sectors; `setup` (an sfdisk script)
+    /// is written to the image before it is attached.
+    fn disk(size_mib: u64, sector: u32, setup: Option<&str>) -> Loop {
         Loop::with_bytes(size_mib << 20, sector, setup)
     }
     fn with_bytes(bytes: u64, sector: u32, setup: Option<&str>) -> Loop {
-        need("losetup");
-        let dir = TempDir::new("disks");
-        let img = dir.0.join("disk.img");
-        File::create(&img).unwrap().set_len(bytes).unwrap();
-        if let Some(script) = setup {
-            need("sfdisk");
-            let mut c = Command::new("sfdisk");
-            assert_eq!(sector, 512, "sfdisk fixtures are for 512-byte sectors");
-            c.arg("-q").arg(&img);
-            let out = run_stdin(c, script);
-            assert!(
-                out.status.success(),
-                "sfdisk: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let dev = sh(
-            "losetup",
-            &[
-                "-f",
-                "--show",
-                "-b",
-                &sector.to_string(),
-                img.to_str().unwrap(),
-            ],
-        );
-        Loop {
-            _dir: dir,
-            img,
-            dev: PathBuf::from(dev.trim()),
-        }
-    }
-    fn dev(&self) -> &str {
-        self.dev.to_str().unwrap()
+        Loop::with(bytes, sector, |img| {
+            if let Some(script) = setup {
+                need("sfdisk");
+                assert_eq!(sector, 512, "sfdisk fixtures are for 512-byte sectors");
+                support::sh(
+                    "sfdisk",
+                    &["-q", img.to_str().unwrap()],
+                    Some(script.as_bytes()),
+                );
+            }
+        })
     }
     fn part(&self, n: u32) -> String {
         format!("{}p{n}", self.dev())
     }
-    fn name(&self) -> String {
-        self.dev.file_name().unwrap().to_string_lossy().into_owned()
-    }
     /// Partitions as sfdisk reads them: (number, start, size, name, uuid, type).
     fn table(&self) -> Vec<Part> {
         // Read the image file: the kernel does not parse tables here anyway.
-        sync_dev(&self.dev);
+        sync_dev(Path::new(&self.dev));
         let out = Command::new("sfdisk")
             .arg("--json")
             .arg(&self.img)
@@ -123,36 +82,10 @@ impl Loop {
     }
 }
 
-impl Drop for Loop {
-    fn drop(&mut self) {
-        if let Ok(f) = File::open(&self.dev) {
-            let _ = agent::blockdev::kernel::remove_partitions(&f, &self.name());
-        }
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
-    }
-}
-
 fn sync_dev(dev: &Path) {
     if let Ok(f) = File::open(dev) {
         let _ = f.sync_all();
     }
-}
-
-fn run_stdin(mut c: Command, input: &str) -> std::process::Output {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut ch = c
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    ch.stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    ch.wait_with_output().unwrap()
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -235,7 +168,7 @@ const TWO: &str = "label: gpt\nstart=2048, size=20480, name=one, uuid=11111111-1
 
 #[test]
 fn row_absent_should_not_exist_does_nothing() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     ok(disk(
         &l,
@@ -246,7 +179,7 @@ fn row_absent_should_not_exist_does_nothing() {
 
 #[test]
 fn row_absent_should_exist_creates() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
         serde_json::json!([{"number": 3, "label": "three", "sizeMiB": 5, "typeGuid": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "guid": "33333333-3333-4333-8333-333333333333"}]),
@@ -264,7 +197,7 @@ fn row_absent_should_exist_creates() {
 
 #[test]
 fn row_present_should_not_exist_no_wipe_fails() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     fails(
         disk(&l, serde_json::json!([{"number": 2, "shouldExist": false}])),
@@ -275,7 +208,7 @@ fn row_present_should_not_exist_no_wipe_fails() {
 
 #[test]
 fn row_present_should_not_exist_wipe_deletes() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
         serde_json::json!([{"number": 2, "shouldExist": false, "wipePartitionEntry": true}]),
@@ -288,7 +221,7 @@ fn row_present_should_not_exist_wipe_deletes() {
 #[test]
 fn row_present_matching_is_kept_with_and_without_wipe() {
     for wipe in [false, true] {
-        let l = Loop::new(64, 512, Some(TWO));
+        let l = Loop::disk(64, 512, Some(TWO));
         let before = l.table();
         ok(disk(
             &l,
@@ -300,7 +233,7 @@ fn row_present_matching_is_kept_with_and_without_wipe() {
 
 #[test]
 fn row_present_mismatch_without_wipe_fails() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     fails(
         disk(&l, serde_json::json!([{"number": 1, "label": "other"}])),
@@ -311,7 +244,7 @@ fn row_present_mismatch_without_wipe_fails() {
 
 #[test]
 fn row_present_mismatch_with_wipe_recreates() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
         serde_json::json!([{"number": 1, "label": "other", "startMiB": 1, "sizeMiB": 15, "wipePartitionEntry": true}]),
@@ -330,7 +263,7 @@ fn row_present_mismatch_with_wipe_recreates() {
 
 #[test]
 fn each_mismatching_attribute_fails() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     for (attr, val) in [
         ("startMiB", serde_json::json!(2)),
@@ -362,7 +295,7 @@ fn each_mismatching_attribute_fails() {
 
 #[test]
 fn zero_start_and_size_use_largest_free_block() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
         serde_json::json!([{"number": 3, "startMiB": 0, "sizeMiB": 0}]),
@@ -374,7 +307,7 @@ fn zero_start_and_size_use_largest_free_block() {
 
 #[test]
 fn zero_size_with_start_outside_largest_block_fails() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     fails(
         disk(
@@ -389,7 +322,7 @@ fn zero_size_with_start_outside_largest_block_fails() {
 #[test]
 fn zero_values_compare_against_layout_after_deletion() {
     // One partition filling the disk matches 0/0 (as if deleted and recreated).
-    let l = Loop::new(
+    let l = Loop::disk(
         32,
         512,
         Some("label: gpt\nstart=2048, size=63455, name=all\n"),
@@ -404,7 +337,7 @@ fn zero_values_compare_against_layout_after_deletion() {
 
 #[test]
 fn number_zero_goes_after_numbered_partitions() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
         serde_json::json!([{"label": "a", "sizeMiB": 4}, {"number": 5, "label": "five", "sizeMiB": 4}, {"label": "b", "sizeMiB": 4}]),
@@ -420,7 +353,7 @@ fn number_zero_goes_after_numbered_partitions() {
 
 #[test]
 fn resize_grows_in_place_and_keeps_data() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     // Data inside partition 2 (kernel node created by a first, no-op run).
     ok(disk(&l, serde_json::json!([{"number": 2}])));
     let f = std::fs::OpenOptions::new()
@@ -458,7 +391,7 @@ fn resize_grows_in_place_and_keeps_data() {
 
 #[test]
 fn wipe_table_over_garbage() {
-    let l = Loop::new(32, 512, Some(TWO.replace("20480", "2048").as_str()));
+    let l = Loop::disk(32, 512, Some(TWO.replace("20480", "2048").as_str()));
     // Corrupt both headers: not a missing table, a broken one.
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -481,7 +414,7 @@ fn wipe_table_over_garbage() {
 
 #[test]
 fn sector_size_4096() {
-    let l = Loop::new(64, 4096, None);
+    let l = Loop::disk(64, 4096, None);
     ok(disk(
         &l,
         serde_json::json!([{"number": 1, "label": "a", "sizeMiB": 8}, {"label": "b"}]),
@@ -507,7 +440,7 @@ fn gpt_is_valid(dev: &str) {
 
 #[test]
 fn by_id_symlink_device_names() {
-    let l = Loop::new(32, 512, None);
+    let l = Loop::disk(32, 512, None);
     std::fs::create_dir_all("/dev/disk/by-id").unwrap();
     let link = PathBuf::from(format!(
         "/dev/disk/by-id/agent-test-{}",
@@ -555,7 +488,7 @@ fn missing_device_times_out_naming_it() {
 
 #[test]
 fn plan_prints_and_touches_nothing() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = std::fs::read(&l.img).unwrap();
     let dir = TempDir::new("disks");
     let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": {"disks": [{"device": l.dev(), "partitions": [
@@ -600,7 +533,7 @@ fn fs_disk(l: &Loop, fss: Value) -> Value {
 #[test]
 fn filesystem_create_reuse_keeps_data_and_mismatch_fails() {
     need("mount");
-    let l = Loop::new(64, 512, None);
+    let l = Loop::disk(64, 512, None);
     let p1 = l.part(1);
     ok(fs_disk(
         &l,
@@ -655,7 +588,7 @@ fn filesystem_create_reuse_keeps_data_and_mismatch_fails() {
 
 #[test]
 fn filesystem_wipe_recreates_with_label_uuid_options() {
-    let l = Loop::new(64, 512, None);
+    let l = Loop::disk(64, 512, None);
     let p1 = l.part(1);
     ok(fs_disk(
         &l,
@@ -692,7 +625,7 @@ fn filesystem_wipe_recreates_with_label_uuid_options() {
 
 #[test]
 fn filesystems_xfs_btrfs_vfat_in_parallel() {
-    let l = Loop::new(700, 512, None);
+    let l = Loop::disk(700, 512, None);
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [
         {"number": 1, "sizeMiB": 64}, {"number": 2, "sizeMiB": 130}, {"number": 3, "sizeMiB": 330}]}],
@@ -721,7 +654,7 @@ fn filesystems_xfs_btrfs_vfat_in_parallel() {
 
 #[test]
 fn refuses_to_delete_a_mounted_partition() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
         "filesystems": [{"device": l.part(1), "format": "ext4"}]}),
@@ -760,7 +693,7 @@ fn refuses_to_delete_a_mounted_partition() {
 
 #[test]
 fn refuses_to_change_an_active_swap() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(&l, serde_json::json!([{"number": 2}])));
     sh("mkswap", &[&l.part(2)]);
     sh("swapon", &[&l.part(2)]);
@@ -800,7 +733,7 @@ fn failpoints_leave_the_disk_as_before_or_as_planned() {
             .collect()
     };
     // The planned layout, from an undisturbed run.
-    let reference = Loop::new(64, 512, Some(TWO));
+    let reference = Loop::disk(64, 512, Some(TWO));
     ok(storage(&reference));
     let planned = shape(&reference.table());
     drop(reference);
@@ -811,7 +744,7 @@ fn failpoints_leave_the_disk_as_before_or_as_planned() {
         "after-wipe",
         "after-mkfs",
     ] {
-        let l = Loop::new(64, 512, Some(TWO));
+        let l = Loop::disk(64, 512, Some(TWO));
         let before = shape(&l.table());
         let (s, err) = agent(storage(&l), &[("AGENT_FAILPOINTS", fp)]);
         let now = shape(&l.table());
@@ -842,7 +775,7 @@ fn failpoints_leave_the_disk_as_before_or_as_planned() {
 #[test]
 fn failpoints_in_the_filesystem_phase_keep_the_table_as_planned() {
     for fp in ["after-wipe", "after-mkfs"] {
-        let l = Loop::new(64, 512, Some(TWO));
+        let l = Loop::disk(64, 512, Some(TWO));
         ok(
             serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
             "filesystems": [{"device": l.part(1), "format": "swap", "label": "old"}]}),
@@ -874,7 +807,7 @@ impl Drop for RmLink {
 
 #[test]
 fn late_device_is_waited_for() {
-    let l = Loop::new(32, 512, None);
+    let l = Loop::disk(32, 512, None);
     std::fs::create_dir_all("/dev/disk/by-id").unwrap();
     let link = PathBuf::from(format!(
         "/dev/disk/by-id/agent-test-late-{}",
@@ -895,7 +828,7 @@ fn late_device_is_waited_for() {
 
 #[test]
 fn by_partlabel_and_partuuid_resolve_without_udev() {
-    let l = Loop::new(64, 512, None);
+    let l = Loop::disk(64, 512, None);
     let pu = "44444444-4444-4444-8444-444444444444";
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [
@@ -911,7 +844,7 @@ fn by_partlabel_and_partuuid_resolve_without_udev() {
 
 #[test]
 fn mbr_table_is_not_overwritten_without_wipe_table() {
-    let l = Loop::new(
+    let l = Loop::disk(
         32,
         512,
         Some("label: dos\nstart=2048, size=4096, type=83\n"),
@@ -943,7 +876,7 @@ fn agent_plan(storage: Value) -> (bool, String, String) {
 
 #[test]
 fn plan_shows_filesystem_reuse_wipe_and_mismatch() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
         "filesystems": [{"device": l.part(1), "format": "ext4", "label": "L"}]}),
@@ -967,7 +900,7 @@ fn plan_shows_filesystem_reuse_wipe_and_mismatch() {
 
 #[test]
 fn unspecified_start_size_keep_existing_unless_wipe() {
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     // Not specified, no wipe: the existing extent counts as matching.
     ok(disk(&l, serde_json::json!([{"number": 2, "label": "two"}])));
@@ -990,7 +923,7 @@ fn unspecified_start_size_keep_existing_unless_wipe() {
 
 #[test]
 fn two_names_for_one_filesystem_device_are_refused() {
-    let l = Loop::new(32, 512, None);
+    let l = Loop::disk(32, 512, None);
     std::fs::create_dir_all("/dev/disk/by-id").unwrap();
     let link = PathBuf::from(format!(
         "/dev/disk/by-id/agent-test-{}",
@@ -1195,10 +1128,10 @@ fn ignition_partition_match_recreate_delete_add() {
 #[test]
 fn ignition_partition_no_op_nonexistent() {
     // "partition.no-op.nonexistent": numbers that are not there, 999 beyond any table.
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = std::fs::read(&l.img).unwrap();
     // And a blank 1 MiB disk, as small as the suite's: no table is written on it.
-    let tiny = Loop::new(1, 512, None);
+    let tiny = Loop::disk(1, 512, None);
     ok(serde_json::json!({"disks": [
         {"device": l.dev(), "partitions": [
             {"number": 10, "shouldExist": false}, {"number": 11, "shouldExist": false},
@@ -1242,7 +1175,7 @@ fn stale_zfs_labels(dev: &str) {
 fn ambivalent_ext4_with_stale_zfs_labels_is_reused_like_ignition() {
     // "filesystem.reuse.ambivalent": ext4 plus stale ZFS labels; the config keeps that ext4.
     need("mount");
-    let l = Loop::new(96, 512, None);
+    let l = Loop::disk(96, 512, None);
     let p1 = l.part(1);
     let (label, uuid) = ("some-label", "f63bf118-f6d7-40a3-b64c-a92b05a7f9ee");
     let fs = serde_json::json!({"device": p1, "format": "ext4", "label": label, "uuid": uuid});
@@ -1309,7 +1242,7 @@ fn ambivalent_ext4_with_stale_zfs_labels_is_reused_like_ignition() {
 fn swap_and_none_with_a_path_are_made_and_never_mounted() {
     // "filesystem.create.swap.wipe" and the erase-a-block-device cases: a path on a swap or
     // none filesystem is valid and ignored when mounting.
-    let l = Loop::new(64, 512, None);
+    let l = Loop::disk(64, 512, None);
     let (p1, p2) = (l.part(1), l.part(2));
     let state = TempDir::new("disks");
     let root = TempDir::new("disks");
@@ -1348,5 +1281,5 @@ fn swap_and_none_with_a_path_are_made_and_never_mounted() {
     assert!(!blkid(&p2).contains_key("TYPE"), "partition 2 erased");
     assert!(root.0.join("etc/marker").exists());
     assert!(!root.0.join("tmp0").exists() && !root.0.join("tmp1").exists());
-    assert!(!common::mounted_under(&root.0));
+    assert!(!support::mounted_under(&root.0));
 }

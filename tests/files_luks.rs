@@ -4,12 +4,12 @@
 //! files are written here by hand in their documented format (`agent::state`), so the test
 //! also pins that format. (Making and opening the volumes needs dm-crypt: vm-tests 08/09.)
 
-mod files_common;
+mod support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
 
-use files_common::*;
+use support::files::*;
 
 fn empty() -> agent::config::Config {
     config(r#"{"ignition":{"version":"3.4.0"}}"#)

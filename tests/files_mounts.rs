@@ -1,11 +1,11 @@
 //! Mounting config filesystems under the root (real ext4 on loop devices), confinement of
 //! symlinks to a non-root filesystem, and unmounting also on failure.
 
-mod files_common;
+mod support;
 
 use std::os::unix::fs::symlink;
 
-use files_common::*;
+use support::files::*;
 
 fn fs_cfg(dev: &str, path: &str, opts: &str, storage_rest: &str) -> agent::config::Config {
     config(&format!(

@@ -1,10 +1,10 @@
 //! Files, directories and links in a temporary target root: REFERENCE §4 rule by rule.
 
-mod files_common;
+mod support;
 
 use std::os::unix::fs::{MetadataExt, symlink};
 
-use files_common::*;
+use support::files::*;
 
 fn cfg(storage: &str) -> agent::config::Config {
     config(&format!(

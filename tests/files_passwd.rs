@@ -2,11 +2,11 @@
 //! databases (passwd, group, shadow, gshadow, login.defs), using shadow-utils with `--root`;
 //! the options the tools get; SSH keys; homes that are mount points.
 
-mod files_common;
+mod support;
 
 use std::os::unix::fs::MetadataExt;
 
-use files_common::*;
+use support::files::*;
 
 fn skeleton(tag: &str) -> TempDir {
     let root = TempDir::new(tag);

@@ -2,11 +2,11 @@
 //! root that is an ext4 filesystem on a loop device (security.selinux xattrs work there even
 //! with no SELinux LSM active).
 
-mod files_common;
+mod support;
 
 use std::path::Path;
 
-use files_common::*;
+use support::files::*;
 
 const POLICY: &str = "/etc/selinux/default/contexts/files";
 

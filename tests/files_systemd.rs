@@ -1,12 +1,12 @@
 //! systemd units, presets, masks; kernel argument helper; the `agent run --stage files`
 //! command line.
 
-mod files_common;
+mod support;
 
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
-use files_common::*;
+use support::files::*;
 
 const PRESETS: &str = "/etc/systemd/system-preset/20-ignition.preset";
 const COMPAT_PRESETS: &str = "/etc/systemd/system-preset/20-agent.preset";

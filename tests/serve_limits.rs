@@ -4,7 +4,7 @@
 //! when every connection is busy, the per-address cap, prompt 400s for malformed request
 //! lines, and `--require-token` answers that do not reveal which pools exist.
 
-mod serve_util;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serve_util::*;
+use support::serve::*;
 
 /// The floods each hold ~10,500 descriptors in this process: one at a time.
 static FLOOD: Mutex<()> = Mutex::new(());

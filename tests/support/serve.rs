@@ -1,16 +1,14 @@
-//! Helpers for the `agent serve` integration tests: temp dirs, a server child process
+//! Helpers for the `agent serve` integration tests: a server child process
 //! (killed on drop), a raw HTTP/1.1 client.
 
 #![allow(dead_code)]
 
+pub use super::TempDir;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-#[path = "../common/mod.rs"]
-mod common;
-pub use common::TempDir;
 
 pub const AGENT: &str = env!("CARGO_BIN_EXE_agent");
 
