@@ -167,7 +167,9 @@ const TWO: &str = "label: gpt\nstart=2048, size=20480, name=one, uuid=11111111-1
 // ---------- the action table ----------
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_absent_should_not_exist_does_nothing() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     ok(disk(
@@ -178,7 +180,9 @@ fn row_absent_should_not_exist_does_nothing() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_absent_should_exist_creates() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
@@ -196,7 +200,9 @@ fn row_absent_should_exist_creates() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_present_should_not_exist_no_wipe_fails() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     fails(
@@ -207,7 +213,9 @@ fn row_present_should_not_exist_no_wipe_fails() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_present_should_not_exist_wipe_deletes() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
@@ -219,7 +227,9 @@ fn row_present_should_not_exist_wipe_deletes() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_present_matching_is_kept_with_and_without_wipe() {
+    must_be_root();
     for wipe in [false, true] {
         let l = Loop::disk(64, 512, Some(TWO));
         let before = l.table();
@@ -232,7 +242,9 @@ fn row_present_matching_is_kept_with_and_without_wipe() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_present_mismatch_without_wipe_fails() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     fails(
@@ -243,7 +255,9 @@ fn row_present_mismatch_without_wipe_fails() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_present_mismatch_with_wipe_recreates() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
@@ -262,7 +276,9 @@ fn row_present_mismatch_with_wipe_recreates() {
 // ---------- matching on each attribute ----------
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn each_mismatching_attribute_fails() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     for (attr, val) in [
@@ -294,7 +310,9 @@ fn each_mismatching_attribute_fails() {
 // ---------- the 0 rules, number 0, resize, wipeTable ----------
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn zero_start_and_size_use_largest_free_block() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
@@ -306,7 +324,9 @@ fn zero_start_and_size_use_largest_free_block() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn zero_size_with_start_outside_largest_block_fails() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     fails(
@@ -320,7 +340,9 @@ fn zero_size_with_start_outside_largest_block_fails() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn zero_values_compare_against_layout_after_deletion() {
+    must_be_root();
     // One partition filling the disk matches 0/0 (as if deleted and recreated).
     let l = Loop::disk(
         32,
@@ -336,7 +358,9 @@ fn zero_values_compare_against_layout_after_deletion() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn number_zero_goes_after_numbered_partitions() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
@@ -352,7 +376,9 @@ fn number_zero_goes_after_numbered_partitions() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn resize_grows_in_place_and_keeps_data() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     // Data inside partition 2 (kernel node created by a first, no-op run).
     ok(disk(&l, serde_json::json!([{"number": 2}])));
@@ -390,7 +416,9 @@ fn resize_grows_in_place_and_keeps_data() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn wipe_table_over_garbage() {
+    must_be_root();
     let l = Loop::disk(32, 512, Some(TWO.replace("20480", "2048").as_str()));
     // Corrupt both headers: not a missing table, a broken one.
     let f = std::fs::OpenOptions::new()
@@ -413,7 +441,9 @@ fn wipe_table_over_garbage() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn sector_size_4096() {
+    must_be_root();
     let l = Loop::disk(64, 4096, None);
     ok(disk(
         &l,
@@ -439,7 +469,9 @@ fn gpt_is_valid(dev: &str) {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn by_id_symlink_device_names() {
+    must_be_root();
     let l = Loop::disk(32, 512, None);
     std::fs::create_dir_all("/dev/disk/by-id").unwrap();
     let link = PathBuf::from(format!(
@@ -487,7 +519,9 @@ fn missing_device_times_out_naming_it() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn plan_prints_and_touches_nothing() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     let before = std::fs::read(&l.img).unwrap();
     let dir = TempDir::new("disks");
@@ -531,7 +565,9 @@ fn fs_disk(l: &Loop, fss: Value) -> Value {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn filesystem_create_reuse_keeps_data_and_mismatch_fails() {
+    must_be_root();
     need("mount");
     let l = Loop::disk(64, 512, None);
     let p1 = l.part(1);
@@ -587,7 +623,9 @@ fn filesystem_create_reuse_keeps_data_and_mismatch_fails() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn filesystem_wipe_recreates_with_label_uuid_options() {
+    must_be_root();
     let l = Loop::disk(64, 512, None);
     let p1 = l.part(1);
     ok(fs_disk(
@@ -624,7 +662,9 @@ fn filesystem_wipe_recreates_with_label_uuid_options() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn filesystems_xfs_btrfs_vfat_in_parallel() {
+    must_be_root();
     let l = Loop::disk(700, 512, None);
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [
@@ -653,7 +693,9 @@ fn filesystems_xfs_btrfs_vfat_in_parallel() {
 // ---------- refusals ----------
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn refuses_to_delete_a_mounted_partition() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
@@ -692,7 +734,9 @@ fn refuses_to_delete_a_mounted_partition() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn refuses_to_change_an_active_swap() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(&l, serde_json::json!([{"number": 2}])));
     sh("mkswap", &[&l.part(2)]);
@@ -719,7 +763,9 @@ fn refuses_to_change_an_active_swap() {
 // ---------- failure injection ----------
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn failpoints_leave_the_disk_as_before_or_as_planned() {
+    must_be_root();
     let storage = |l: &Loop| {
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [
             {"number": 1, "label": "one", "wipePartitionEntry": true, "sizeMiB": 8},
@@ -773,7 +819,9 @@ fn failpoints_leave_the_disk_as_before_or_as_planned() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn failpoints_in_the_filesystem_phase_keep_the_table_as_planned() {
+    must_be_root();
     for fp in ["after-wipe", "after-mkfs"] {
         let l = Loop::disk(64, 512, Some(TWO));
         ok(
@@ -806,7 +854,9 @@ impl Drop for RmLink {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn late_device_is_waited_for() {
+    must_be_root();
     let l = Loop::disk(32, 512, None);
     std::fs::create_dir_all("/dev/disk/by-id").unwrap();
     let link = PathBuf::from(format!(
@@ -827,7 +877,9 @@ fn late_device_is_waited_for() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn by_partlabel_and_partuuid_resolve_without_udev() {
+    must_be_root();
     let l = Loop::disk(64, 512, None);
     let pu = "44444444-4444-4444-8444-444444444444";
     ok(
@@ -843,7 +895,9 @@ fn by_partlabel_and_partuuid_resolve_without_udev() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn mbr_table_is_not_overwritten_without_wipe_table() {
+    must_be_root();
     let l = Loop::disk(
         32,
         512,
@@ -875,7 +929,9 @@ fn agent_plan(storage: Value) -> (bool, String, String) {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn plan_shows_filesystem_reuse_wipe_and_mismatch() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
@@ -899,7 +955,9 @@ fn plan_shows_filesystem_reuse_wipe_and_mismatch() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn unspecified_start_size_keep_existing_unless_wipe() {
+    must_be_root();
     let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     // Not specified, no wipe: the existing extent counts as matching.
@@ -922,7 +980,9 @@ fn unspecified_start_size_keep_existing_unless_wipe() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn two_names_for_one_filesystem_device_are_refused() {
+    must_be_root();
     let l = Loop::disk(32, 512, None);
     std::fs::create_dir_all("/dev/disk/by-id").unwrap();
     let link = PathBuf::from(format!(
@@ -964,7 +1024,9 @@ fn part(t: &[Part], n: u32) -> Part {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn ignition_partitions_complex() {
+    must_be_root();
     // "partitions.complex": 1 recreated smaller, 2 kept, 3 and 4 deleted and 3 recreated in the
     // largest block they leave, 5 untouched. 3 is placed over where 4 was, and 4 comes later in
     // the list: Ignition deletes everything first, then creates.
@@ -1068,7 +1130,9 @@ fn ignition_partitions_complex() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn ignition_partition_match_recreate_delete_add() {
+    must_be_root();
     // "partition.match.recreate.delete.add": 1 kept, 2 recreated twice as large over 3, which is
     // deleted further down the list, 4 added.
     let l = ignition_disk(
@@ -1126,7 +1190,9 @@ fn ignition_partition_match_recreate_delete_add() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn ignition_partition_no_op_nonexistent() {
+    must_be_root();
     // "partition.no-op.nonexistent": numbers that are not there, 999 beyond any table.
     let l = Loop::disk(64, 512, Some(TWO));
     let before = std::fs::read(&l.img).unwrap();
@@ -1172,7 +1238,9 @@ fn stale_zfs_labels(dev: &str) {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn ambivalent_ext4_with_stale_zfs_labels_is_reused_like_ignition() {
+    must_be_root();
     // "filesystem.reuse.ambivalent": ext4 plus stale ZFS labels; the config keeps that ext4.
     need("mount");
     let l = Loop::disk(96, 512, None);
@@ -1239,7 +1307,9 @@ fn ambivalent_ext4_with_stale_zfs_labels_is_reused_like_ignition() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn swap_and_none_with_a_path_are_made_and_never_mounted() {
+    must_be_root();
     // "filesystem.create.swap.wipe" and the erase-a-block-device cases: a path on a swap or
     // none filesystem is valid and ignored when mounting.
     let l = Loop::disk(64, 512, None);

@@ -62,6 +62,7 @@ fn config_ca_resource_is_fetched_and_used_for_references() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn tftp_fetches_from_tftpd_hpa() {
     let t = tftpd();
     let body = generated(700_001);

@@ -111,6 +111,7 @@ fn data_url(s: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn merge_and_replace_chains_across_http_data_and_tftp() {
     let t = tftpd();
     let http = Server::start();

@@ -40,6 +40,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn relabels_what_the_stage_wrote_with_the_target_policy() {
     must_be_root();
     assert!(
@@ -95,6 +96,7 @@ fn relabels_what_the_stage_wrote_with_the_target_policy() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn a_target_without_selinux_is_relabelled_nothing() {
     must_be_root();
     let lo = Loop::ext4(16, None);

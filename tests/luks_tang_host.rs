@@ -96,7 +96,9 @@ fn fast() -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn tang_binding_against_a_real_tang_server() {
+    must_be_root();
     need("clevis");
     need("cryptsetup");
     let tang = TangServer::start();

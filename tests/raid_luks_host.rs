@@ -96,7 +96,9 @@ fn plan(storage: Value) -> (bool, String, String) {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn plan_shows_luks_reuse_and_create() {
+    must_be_root();
     need("cryptsetup");
     let (a, b) = (Loop::new(32), Loop::new(32));
     a.luks(b"right", "vol");
@@ -132,7 +134,9 @@ fn plan_shows_luks_reuse_and_create() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn plan_shows_raid_create() {
+    must_be_root();
     let (a, b) = (Loop::new(16), Loop::new(16));
     let (ok, out, err) = plan(json!({
         "raid": [{"name": "md0test", "level": "raid1", "devices": [a.dev, b.dev]}],
@@ -153,7 +157,9 @@ fn plan_shows_raid_create() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn luks_over_data_without_wipe_is_refused() {
+    must_be_root();
     need("cryptsetup");
     let l = Loop::new(32);
     l.mkfs_ext4();
@@ -168,7 +174,9 @@ fn luks_over_data_without_wipe_is_refused() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn luks_existing_volume_refusals_touch_nothing() {
+    must_be_root();
     need("cryptsetup");
     let l = Loop::new(32);
     l.luks(b"right", "vol");
@@ -191,7 +199,9 @@ fn luks_existing_volume_refusals_touch_nothing() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn raid_over_data_is_refused() {
+    must_be_root();
     need("mdadm");
     let (a, b) = (Loop::new(16), Loop::new(16));
     a.mkfs_ext4();
@@ -208,7 +218,9 @@ fn raid_over_data_is_refused() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn raid_spares_refused_for_raid0() {
+    must_be_root();
     let (a, b) = (Loop::new(16), Loop::new(16));
     let (ok, _, err) = plan(json!({"raid": [{"name": "t", "level": "raid0", "spares": 1,
         "devices": [a.dev, b.dev]}]}));
@@ -220,7 +232,9 @@ fn raid_spares_refused_for_raid0() {
 /// and options is written (format only: opening needs dm-crypt, which the host lacks), and the
 /// configured key file opens it.
 #[test]
+#[ignore = "needs root: make test-root"]
 fn luks_wipe_volume_formats_with_label_uuid_and_options() {
+    must_be_root();
     use agent::blockdev::luks::{self, LuksAction};
     use agent::config::types::{Luks, Resource};
     need("cryptsetup");
@@ -282,7 +296,9 @@ fn luks_wipe_volume_formats_with_label_uuid_and_options() {
 /// exist here: no udev): decided after partitioning on the partition's node and formatted there.
 /// (Opening needs dm-crypt, which the host kernel lacks: the run stops at `cryptsetup open`.)
 #[test]
+#[ignore = "needs root: make test-root"]
 fn luks_on_a_new_partition_by_partlabel() {
+    must_be_root();
     need("cryptsetup");
     let l = Loop::new(48);
     let label = format!("lk{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);

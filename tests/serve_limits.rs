@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use support::root::must_be_root;
 use support::serve::*;
 
 /// The floods each hold ~10,500 descriptors in this process: one at a time.
@@ -139,7 +140,9 @@ fn flood_while_fetching(herd_addr: SocketAddr, fetch: impl Fn() -> u16) -> (Vec<
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn silent_flood_on_the_plain_port() {
+    must_be_root();
     let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
     let t = TempDir::new("flood-plain");
     let src = source(&t);
@@ -183,7 +186,9 @@ fn silent_flood_on_the_plain_port() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn silent_flood_on_the_tls_port() {
+    must_be_root();
     let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
     let t = TempDir::new("flood-tls");
     let src = source(&t);

@@ -164,6 +164,9 @@ pub struct Tftpd {
 }
 
 pub fn tftpd() -> Tftpd {
+    // in.tftpd -s chroots and -u root switches user: both need root (as non-root the
+    // daemon exits and a fetch from it would retry forever).
+    super::root::must_be_root();
     require("in.tftpd", "tftpd-hpa");
     let root = TempDir::new("tftproot");
     std::fs::set_permissions(

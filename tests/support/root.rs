@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::{TempDir, need, sh};
 
 /// Fails the test unless it runs as root.
+#[track_caller]
 pub fn must_be_root() {
     assert!(
         nix::unistd::geteuid().is_root(),
@@ -26,12 +27,14 @@ pub struct Loop {
 
 impl Loop {
     /// A blank image of `mib` MiB, 512-byte sectors.
+    #[track_caller]
     pub fn new(mib: u64) -> Loop {
         Loop::with(mib << 20, 512, |_| {})
     }
 
     /// An image of `bytes` bytes with `sector`-byte logical sectors; `prepare` may write to
     /// the image file before it is attached.
+    #[track_caller]
     pub fn with(bytes: u64, sector: u32, prepare: impl FnOnce(&Path)) -> Loop {
         must_be_root();
         need("losetup", "disks.apt");
