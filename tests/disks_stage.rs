@@ -75,7 +75,7 @@ impl Loop {
             .collect()
     }
     fn kernel_nodes(&self) -> Vec<u32> {
-        agent::blockdev::kernel::kernel_partitions(&self.name())
+        agent::blockdev::kernel::kernel_partitions(self.name())
             .into_iter()
             .map(|x| x.0)
             .collect()
