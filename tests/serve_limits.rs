@@ -303,7 +303,10 @@ fn busy_server_refuses_in_the_listeners_protocol() {
     assert_eq!(s.status()["limits"]["maxConnections"], 2);
     // Two clients that pipeline requests for a big config and never read: the server's
     // writes block, so both connections are busy with a request and cannot be evicted.
-    let pipelined = "GET /config/big HTTP/1.1\r\nHost: x\r\n\r\n".repeat(16);
+    // 64 x 256 KiB, four times the most a loopback socket buffers (tcp_wmem max 4 MiB): with
+    // 16 the server could write every response into the buffers, finish, and the then idle
+    // connection was evicted (seen once under load: the probe got a 200).
+    let pipelined = "GET /config/big HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
     let blockers: Vec<TcpStream> = (0..2)
         .map(|_| {
             let mut c = connect_with(None, Some(4096), plain);
