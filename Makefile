@@ -2,7 +2,9 @@
 #
 #   make            static x86_64 binary: target/x86_64-unknown-linux-gnu/release/agent
 #   make demo       install what the demo needs, build, run the product on example configs
-#   make test       install test dependencies, run every test
+#   make test       install test dependencies, run every test (as root)
+#   make test-pure  the tests any user can run (plain `cargo test`)
+#   make test-root  only the tests that need root
 #   make bench      run the benchmarks (ratios against references measured in the same run)
 
 SHELL       := /bin/bash
@@ -20,7 +22,7 @@ STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
 PREFIX      ?= /usr
 DESTDIR     ?=
 
-.PHONY: deny deny-advisories all static static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test lint bench bench-config bench-serve fuzz clean
+.PHONY: deny deny-advisories all static static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root lint bench bench-config bench-serve fuzz clean
 
 all: static
 
@@ -75,8 +77,18 @@ demo: demo-deps static
 	examples/demo.sh $(STATIC_BIN)
 
 # The package dev-depends on itself with feature test-hooks: `cargo test` alone builds them.
+# Tests that need root (loop devices, mount, chown to other users, device nodes, SELinux
+# labels, tftpd's chroot, an open-files hard limit above the usual one) are marked
+# #[ignore = "needs root: make test-root"]: plain `cargo test` skips them, --include-ignored
+# (test) and --ignored (test-root) run them, and run as non-root they fail, never skip.
 test: test-deps
-	cargo test --locked --workspace -- --test-threads=4
+	cargo test --locked --workspace -- --include-ignored --test-threads=4
+
+test-pure:
+	cargo test --locked --workspace
+
+test-root: test-deps
+	cargo test --locked --workspace -- --ignored --test-threads=4
 
 # Clippy twice: with every target (tests turn the feature test-hooks on) and for the shipped
 # library and binary alone (without it).

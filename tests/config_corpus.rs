@@ -2,10 +2,12 @@
 //! its declared version and survives a round trip; every invalid config fails with an error at
 //! the exact JSON path its `.expect` file names.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use agent::config::{self, Version};
+use support::run_agent;
 
 fn corpus(dir: &str) -> Vec<PathBuf> {
     let d = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -152,32 +154,12 @@ fn hostile_input_gives_errors_not_panics() {
     }
 }
 
-fn agent(args: &[&str], stdin: Option<&[u8]>) -> (i32, String) {
-    use std::io::Write;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent"));
-    cmd.args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let input = stdin.unwrap_or(b"").to_vec();
-    let mut pipe = child.stdin.take().unwrap();
-    std::thread::spawn(move || {
-        let _ = pipe.write_all(&input);
-    });
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn validate_command_exit_codes() {
     let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/configs/valid/full-3.6.0.ign");
-    let (code, err) = agent(&["validate", valid.to_str().unwrap()], None);
+    let (code, err) = run_agent(&["validate", valid.to_str().unwrap()], None);
     assert_eq!((code, err.as_str()), (0, ""));
-    let (code, err) = agent(
+    let (code, err) = run_agent(
         &["validate", "-"],
         Some(
             br#"{"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "a", "x": 1}]}}"#,
@@ -198,11 +180,11 @@ fn validate_command_exit_codes() {
             .any(|l| l.starts_with("warning at $.storage.files.0.x")),
         "{err}"
     );
-    let (code, _) = agent(&["validate", "--no-such-flag"], None);
+    let (code, _) = run_agent(&["validate", "--no-such-flag"], None);
     assert_eq!(code, 2);
-    let (code, _) = agent(&["validate", "/nonexistent/config.ign"], None);
+    let (code, _) = run_agent(&["validate", "/nonexistent/config.ign"], None);
     assert_eq!(code, 2);
-    let (code, _) = agent(
+    let (code, _) = run_agent(
         &["validate"],
         Some(br#"{"ignition": {"version": "3.0.0"}}"#),
     );
@@ -224,7 +206,7 @@ fn run_fetch_renders_data_url_chain_and_refuses_deep_chains() {
     let cfg = dir.join("parent.ign");
     std::fs::write(&cfg, parent).unwrap();
     let state = dir.join("state");
-    let (code, err) = agent(
+    let (code, err) = run_agent(
         &[
             "run",
             "--stage",
@@ -267,7 +249,7 @@ fn run_fetch_renders_data_url_chain_and_refuses_deep_chains() {
     }
     let f = dir.join("deep.ign");
     std::fs::write(&f, doc).unwrap();
-    let (code, err) = agent(
+    let (code, err) = run_agent(
         &[
             "run",
             "--stage",

@@ -1,16 +1,15 @@
 //! Cross-check of the partition planner's placement rules (start/size 0, alignment, largest free
 //! block) against sgdisk, the tool Ignition drives, on image files (no root-only devices needed).
 
+mod support;
+
 use std::process::Command;
 
 use agent::blockdev::gpt::{self, Geometry, OnDisk};
 use agent::blockdev::plan::{Action, Spec, plan};
 
 fn need(tool: &str) {
-    assert!(
-        agent::util::have_program(tool),
-        "{tool} is missing: install the packages in .ci/packages/disks.apt"
-    );
+    support::need(tool, "disks.apt");
 }
 
 /// (first, last) sector of partition 3 as sgdisk would create it with `-n 3:START:END`.

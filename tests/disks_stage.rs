@@ -8,88 +8,47 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-mod common;
-use common::TempDir;
+mod support;
+use support::TempDir;
+use support::root::{Loop, must_be_root};
 
 // ---------- fixtures ----------
 
 fn need(tool: &str) {
-    assert!(
-        agent::util::have_program(tool),
-        "{tool} is missing: install the packages in .ci/packages/disks.apt"
-    );
+    support::need(tool, "disks.apt");
 }
 
 fn sh(program: &str, args: &[&str]) -> String {
     need(program);
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A sparse image attached to a loop device (partscan off); partition nodes removed and the
-/// device detached on drop.
-struct Loop {
-    _dir: TempDir,
-    img: PathBuf,
-    dev: PathBuf,
+    support::sh(program, args, None)
 }
 
 impl Loop {
-    /// `setup` (an sfdisk script) is written to the image before it is attached.
-    fn new(size_mib: u64, sector: u32, setup: Option<&str>) -> Loop {
+    /// A blank image of `size_mib` MiB with `sector`-byte sectors; `setup` (an sfdisk script)
+    /// is written to the image before it is attached.
+    fn disk(size_mib: u64, sector: u32, setup: Option<&str>) -> Loop {
         Loop::with_bytes(size_mib << 20, sector, setup)
     }
     fn with_bytes(bytes: u64, sector: u32, setup: Option<&str>) -> Loop {
-        need("losetup");
-        let dir = TempDir::new("disks");
-        let img = dir.0.join("disk.img");
-        File::create(&img).unwrap().set_len(bytes).unwrap();
-        if let Some(script) = setup {
-            need("sfdisk");
-            let mut c = Command::new("sfdisk");
-            assert_eq!(sector, 512, "sfdisk fixtures are for 512-byte sectors");
-            c.arg("-q").arg(&img);
-            let out = run_stdin(c, script);
-            assert!(
-                out.status.success(),
-                "sfdisk: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let dev = sh(
-            "losetup",
-            &[
-                "-f",
-                "--show",
-                "-b",
-                &sector.to_string(),
-                img.to_str().unwrap(),
-            ],
-        );
-        Loop {
-            _dir: dir,
-            img,
-            dev: PathBuf::from(dev.trim()),
-        }
-    }
-    fn dev(&self) -> &str {
-        self.dev.to_str().unwrap()
+        Loop::with(bytes, sector, |img| {
+            if let Some(script) = setup {
+                need("sfdisk");
+                assert_eq!(sector, 512, "sfdisk fixtures are for 512-byte sectors");
+                support::sh(
+                    "sfdisk",
+                    &["-q", img.to_str().unwrap()],
+                    Some(script.as_bytes()),
+                );
+            }
+        })
     }
     fn part(&self, n: u32) -> String {
         format!("{}p{n}", self.dev())
     }
-    fn name(&self) -> String {
-        self.dev.file_name().unwrap().to_string_lossy().into_owned()
-    }
     /// Partitions as sfdisk reads them: (number, start, size, name, uuid, type).
     fn table(&self) -> Vec<Part> {
         // Read the image file: the kernel does not parse tables here anyway.
-        sync_dev(&self.dev);
+        sync_dev(Path::new(&self.dev));
         let out = Command::new("sfdisk")
             .arg("--json")
             .arg(&self.img)
@@ -116,19 +75,10 @@ impl Loop {
             .collect()
     }
     fn kernel_nodes(&self) -> Vec<u32> {
-        agent::blockdev::kernel::kernel_partitions(&self.name())
+        agent::blockdev::kernel::kernel_partitions(self.name())
             .into_iter()
             .map(|x| x.0)
             .collect()
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        if let Ok(f) = File::open(&self.dev) {
-            let _ = agent::blockdev::kernel::remove_partitions(&f, &self.name());
-        }
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
     }
 }
 
@@ -136,23 +86,6 @@ fn sync_dev(dev: &Path) {
     if let Ok(f) = File::open(dev) {
         let _ = f.sync_all();
     }
-}
-
-fn run_stdin(mut c: Command, input: &str) -> std::process::Output {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut ch = c
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    ch.stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    ch.wait_with_output().unwrap()
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -234,8 +167,10 @@ const TWO: &str = "label: gpt\nstart=2048, size=20480, name=one, uuid=11111111-1
 // ---------- the action table ----------
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_absent_should_not_exist_does_nothing() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     ok(disk(
         &l,
@@ -245,8 +180,10 @@ fn row_absent_should_not_exist_does_nothing() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_absent_should_exist_creates() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
         serde_json::json!([{"number": 3, "label": "three", "sizeMiB": 5, "typeGuid": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "guid": "33333333-3333-4333-8333-333333333333"}]),
@@ -263,8 +200,10 @@ fn row_absent_should_exist_creates() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_present_should_not_exist_no_wipe_fails() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     fails(
         disk(&l, serde_json::json!([{"number": 2, "shouldExist": false}])),
@@ -274,8 +213,10 @@ fn row_present_should_not_exist_no_wipe_fails() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_present_should_not_exist_wipe_deletes() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
         serde_json::json!([{"number": 2, "shouldExist": false, "wipePartitionEntry": true}]),
@@ -286,9 +227,11 @@ fn row_present_should_not_exist_wipe_deletes() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_present_matching_is_kept_with_and_without_wipe() {
+    must_be_root();
     for wipe in [false, true] {
-        let l = Loop::new(64, 512, Some(TWO));
+        let l = Loop::disk(64, 512, Some(TWO));
         let before = l.table();
         ok(disk(
             &l,
@@ -299,8 +242,10 @@ fn row_present_matching_is_kept_with_and_without_wipe() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_present_mismatch_without_wipe_fails() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     fails(
         disk(&l, serde_json::json!([{"number": 1, "label": "other"}])),
@@ -310,8 +255,10 @@ fn row_present_mismatch_without_wipe_fails() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn row_present_mismatch_with_wipe_recreates() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
         serde_json::json!([{"number": 1, "label": "other", "startMiB": 1, "sizeMiB": 15, "wipePartitionEntry": true}]),
@@ -329,8 +276,10 @@ fn row_present_mismatch_with_wipe_recreates() {
 // ---------- matching on each attribute ----------
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn each_mismatching_attribute_fails() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     for (attr, val) in [
         ("startMiB", serde_json::json!(2)),
@@ -361,8 +310,10 @@ fn each_mismatching_attribute_fails() {
 // ---------- the 0 rules, number 0, resize, wipeTable ----------
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn zero_start_and_size_use_largest_free_block() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
         serde_json::json!([{"number": 3, "startMiB": 0, "sizeMiB": 0}]),
@@ -373,8 +324,10 @@ fn zero_start_and_size_use_largest_free_block() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn zero_size_with_start_outside_largest_block_fails() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     fails(
         disk(
@@ -387,9 +340,11 @@ fn zero_size_with_start_outside_largest_block_fails() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn zero_values_compare_against_layout_after_deletion() {
+    must_be_root();
     // One partition filling the disk matches 0/0 (as if deleted and recreated).
-    let l = Loop::new(
+    let l = Loop::disk(
         32,
         512,
         Some("label: gpt\nstart=2048, size=63455, name=all\n"),
@@ -403,8 +358,10 @@ fn zero_values_compare_against_layout_after_deletion() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn number_zero_goes_after_numbered_partitions() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(
         &l,
         serde_json::json!([{"label": "a", "sizeMiB": 4}, {"number": 5, "label": "five", "sizeMiB": 4}, {"label": "b", "sizeMiB": 4}]),
@@ -419,8 +376,10 @@ fn number_zero_goes_after_numbered_partitions() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn resize_grows_in_place_and_keeps_data() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     // Data inside partition 2 (kernel node created by a first, no-op run).
     ok(disk(&l, serde_json::json!([{"number": 2}])));
     let f = std::fs::OpenOptions::new()
@@ -457,8 +416,10 @@ fn resize_grows_in_place_and_keeps_data() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn wipe_table_over_garbage() {
-    let l = Loop::new(32, 512, Some(TWO.replace("20480", "2048").as_str()));
+    must_be_root();
+    let l = Loop::disk(32, 512, Some(TWO.replace("20480", "2048").as_str()));
     // Corrupt both headers: not a missing table, a broken one.
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -480,8 +441,10 @@ fn wipe_table_over_garbage() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn sector_size_4096() {
-    let l = Loop::new(64, 4096, None);
+    must_be_root();
+    let l = Loop::disk(64, 4096, None);
     ok(disk(
         &l,
         serde_json::json!([{"number": 1, "label": "a", "sizeMiB": 8}, {"label": "b"}]),
@@ -506,8 +469,10 @@ fn gpt_is_valid(dev: &str) {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn by_id_symlink_device_names() {
-    let l = Loop::new(32, 512, None);
+    must_be_root();
+    let l = Loop::disk(32, 512, None);
     std::fs::create_dir_all("/dev/disk/by-id").unwrap();
     let link = PathBuf::from(format!(
         "/dev/disk/by-id/agent-test-{}",
@@ -554,8 +519,10 @@ fn missing_device_times_out_naming_it() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn plan_prints_and_touches_nothing() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = std::fs::read(&l.img).unwrap();
     let dir = TempDir::new("disks");
     let cfg = serde_json::json!({"ignition": {"version": "3.4.0"}, "storage": {"disks": [{"device": l.dev(), "partitions": [
@@ -598,9 +565,11 @@ fn fs_disk(l: &Loop, fss: Value) -> Value {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn filesystem_create_reuse_keeps_data_and_mismatch_fails() {
+    must_be_root();
     need("mount");
-    let l = Loop::new(64, 512, None);
+    let l = Loop::disk(64, 512, None);
     let p1 = l.part(1);
     ok(fs_disk(
         &l,
@@ -654,8 +623,10 @@ fn filesystem_create_reuse_keeps_data_and_mismatch_fails() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn filesystem_wipe_recreates_with_label_uuid_options() {
-    let l = Loop::new(64, 512, None);
+    must_be_root();
+    let l = Loop::disk(64, 512, None);
     let p1 = l.part(1);
     ok(fs_disk(
         &l,
@@ -691,8 +662,10 @@ fn filesystem_wipe_recreates_with_label_uuid_options() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn filesystems_xfs_btrfs_vfat_in_parallel() {
-    let l = Loop::new(700, 512, None);
+    must_be_root();
+    let l = Loop::disk(700, 512, None);
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [
         {"number": 1, "sizeMiB": 64}, {"number": 2, "sizeMiB": 130}, {"number": 3, "sizeMiB": 330}]}],
@@ -720,8 +693,10 @@ fn filesystems_xfs_btrfs_vfat_in_parallel() {
 // ---------- refusals ----------
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn refuses_to_delete_a_mounted_partition() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
         "filesystems": [{"device": l.part(1), "format": "ext4"}]}),
@@ -759,8 +734,10 @@ fn refuses_to_delete_a_mounted_partition() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn refuses_to_change_an_active_swap() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(disk(&l, serde_json::json!([{"number": 2}])));
     sh("mkswap", &[&l.part(2)]);
     sh("swapon", &[&l.part(2)]);
@@ -786,7 +763,9 @@ fn refuses_to_change_an_active_swap() {
 // ---------- failure injection ----------
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn failpoints_leave_the_disk_as_before_or_as_planned() {
+    must_be_root();
     let storage = |l: &Loop| {
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [
             {"number": 1, "label": "one", "wipePartitionEntry": true, "sizeMiB": 8},
@@ -800,7 +779,7 @@ fn failpoints_leave_the_disk_as_before_or_as_planned() {
             .collect()
     };
     // The planned layout, from an undisturbed run.
-    let reference = Loop::new(64, 512, Some(TWO));
+    let reference = Loop::disk(64, 512, Some(TWO));
     ok(storage(&reference));
     let planned = shape(&reference.table());
     drop(reference);
@@ -811,7 +790,7 @@ fn failpoints_leave_the_disk_as_before_or_as_planned() {
         "after-wipe",
         "after-mkfs",
     ] {
-        let l = Loop::new(64, 512, Some(TWO));
+        let l = Loop::disk(64, 512, Some(TWO));
         let before = shape(&l.table());
         let (s, err) = agent(storage(&l), &[("AGENT_FAILPOINTS", fp)]);
         let now = shape(&l.table());
@@ -840,9 +819,11 @@ fn failpoints_leave_the_disk_as_before_or_as_planned() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn failpoints_in_the_filesystem_phase_keep_the_table_as_planned() {
+    must_be_root();
     for fp in ["after-wipe", "after-mkfs"] {
-        let l = Loop::new(64, 512, Some(TWO));
+        let l = Loop::disk(64, 512, Some(TWO));
         ok(
             serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
             "filesystems": [{"device": l.part(1), "format": "swap", "label": "old"}]}),
@@ -873,8 +854,10 @@ impl Drop for RmLink {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn late_device_is_waited_for() {
-    let l = Loop::new(32, 512, None);
+    must_be_root();
+    let l = Loop::disk(32, 512, None);
     std::fs::create_dir_all("/dev/disk/by-id").unwrap();
     let link = PathBuf::from(format!(
         "/dev/disk/by-id/agent-test-late-{}",
@@ -894,8 +877,10 @@ fn late_device_is_waited_for() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn by_partlabel_and_partuuid_resolve_without_udev() {
-    let l = Loop::new(64, 512, None);
+    must_be_root();
+    let l = Loop::disk(64, 512, None);
     let pu = "44444444-4444-4444-8444-444444444444";
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [
@@ -910,8 +895,10 @@ fn by_partlabel_and_partuuid_resolve_without_udev() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn mbr_table_is_not_overwritten_without_wipe_table() {
-    let l = Loop::new(
+    must_be_root();
+    let l = Loop::disk(
         32,
         512,
         Some("label: dos\nstart=2048, size=4096, type=83\n"),
@@ -942,8 +929,10 @@ fn agent_plan(storage: Value) -> (bool, String, String) {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn plan_shows_filesystem_reuse_wipe_and_mismatch() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     ok(
         serde_json::json!({"disks": [{"device": l.dev(), "partitions": [{"number": 1}]}],
         "filesystems": [{"device": l.part(1), "format": "ext4", "label": "L"}]}),
@@ -966,8 +955,10 @@ fn plan_shows_filesystem_reuse_wipe_and_mismatch() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn unspecified_start_size_keep_existing_unless_wipe() {
-    let l = Loop::new(64, 512, Some(TWO));
+    must_be_root();
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = l.table();
     // Not specified, no wipe: the existing extent counts as matching.
     ok(disk(&l, serde_json::json!([{"number": 2, "label": "two"}])));
@@ -989,8 +980,10 @@ fn unspecified_start_size_keep_existing_unless_wipe() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn two_names_for_one_filesystem_device_are_refused() {
-    let l = Loop::new(32, 512, None);
+    must_be_root();
+    let l = Loop::disk(32, 512, None);
     std::fs::create_dir_all("/dev/disk/by-id").unwrap();
     let link = PathBuf::from(format!(
         "/dev/disk/by-id/agent-test-{}",
@@ -1031,7 +1024,9 @@ fn part(t: &[Part], n: u32) -> Part {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn ignition_partitions_complex() {
+    must_be_root();
     // "partitions.complex": 1 recreated smaller, 2 kept, 3 and 4 deleted and 3 recreated in the
     // largest block they leave, 5 untouched. 3 is placed over where 4 was, and 4 comes later in
     // the list: Ignition deletes everything first, then creates.
@@ -1135,7 +1130,9 @@ fn ignition_partitions_complex() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn ignition_partition_match_recreate_delete_add() {
+    must_be_root();
     // "partition.match.recreate.delete.add": 1 kept, 2 recreated twice as large over 3, which is
     // deleted further down the list, 4 added.
     let l = ignition_disk(
@@ -1193,12 +1190,14 @@ fn ignition_partition_match_recreate_delete_add() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn ignition_partition_no_op_nonexistent() {
+    must_be_root();
     // "partition.no-op.nonexistent": numbers that are not there, 999 beyond any table.
-    let l = Loop::new(64, 512, Some(TWO));
+    let l = Loop::disk(64, 512, Some(TWO));
     let before = std::fs::read(&l.img).unwrap();
     // And a blank 1 MiB disk, as small as the suite's: no table is written on it.
-    let tiny = Loop::new(1, 512, None);
+    let tiny = Loop::disk(1, 512, None);
     ok(serde_json::json!({"disks": [
         {"device": l.dev(), "partitions": [
             {"number": 10, "shouldExist": false}, {"number": 11, "shouldExist": false},
@@ -1239,10 +1238,12 @@ fn stale_zfs_labels(dev: &str) {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn ambivalent_ext4_with_stale_zfs_labels_is_reused_like_ignition() {
+    must_be_root();
     // "filesystem.reuse.ambivalent": ext4 plus stale ZFS labels; the config keeps that ext4.
     need("mount");
-    let l = Loop::new(96, 512, None);
+    let l = Loop::disk(96, 512, None);
     let p1 = l.part(1);
     let (label, uuid) = ("some-label", "f63bf118-f6d7-40a3-b64c-a92b05a7f9ee");
     let fs = serde_json::json!({"device": p1, "format": "ext4", "label": label, "uuid": uuid});
@@ -1306,10 +1307,12 @@ fn ambivalent_ext4_with_stale_zfs_labels_is_reused_like_ignition() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn swap_and_none_with_a_path_are_made_and_never_mounted() {
+    must_be_root();
     // "filesystem.create.swap.wipe" and the erase-a-block-device cases: a path on a swap or
     // none filesystem is valid and ignored when mounting.
-    let l = Loop::new(64, 512, None);
+    let l = Loop::disk(64, 512, None);
     let (p1, p2) = (l.part(1), l.part(2));
     let state = TempDir::new("disks");
     let root = TempDir::new("disks");
@@ -1348,5 +1351,5 @@ fn swap_and_none_with_a_path_are_made_and_never_mounted() {
     assert!(!blkid(&p2).contains_key("TYPE"), "partition 2 erased");
     assert!(root.0.join("etc/marker").exists());
     assert!(!root.0.join("tmp0").exists() && !root.0.join("tmp1").exists());
-    assert!(!common::mounted_under(&root.0));
+    assert!(!support::mounted_under(&root.0));
 }

@@ -6,8 +6,7 @@
 //! - plain http through an HTTP proxy in absolute form (a proxy written here that refuses
 //!   CONNECT), https through it in a CONNECT tunnel, `noProxy` bypassing it.
 
-mod fetch_support;
-use fetch_support as support;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -20,7 +19,8 @@ use std::time::Duration;
 use agent::config::types::{HttpHeader, Proxy};
 use agent::fetch::{Fetcher, Options};
 use support::faulty_http::{Behavior, Request, Server};
-use support::{TempDir, data_url, resource, self_signed};
+use support::TempDir;
+use support::fetch::{data_url, resource, self_signed};
 
 /// The Accept header Ignition (spec 3.6.0 stable) sends, written out.
 const IGNITION_ACCEPT: &str = "application/vnd.coreos.ignition+json;version=3.6.0, */*;q=0.1";

@@ -1,15 +1,15 @@
 //! The HTTP fetcher against a fault-injecting server on 127.0.0.1: retry schedule, final
 //! statuses, header time-outs, resets and short bodies, redirects, atomic placement.
 
-mod fetch_support;
-use fetch_support as support;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use agent::config::types::HttpHeader;
 use agent::fetch::{Fetcher, Options};
+use support::TempDir;
 use support::faulty_http::{Behavior, Server, generated};
-use support::{TempDir, resource};
+use support::fetch::resource;
 
 fn opts(headers: Option<i64>, total: Option<i64>) -> Options {
     Options {

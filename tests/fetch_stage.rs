@@ -2,14 +2,14 @@
 //! platform), merge/replace chains across http, data and tftp (with an older-spec child),
 //! loops and depth, base configs, fetch.json, and offline mode.
 
-mod fetch_support;
-use fetch_support as support;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
+use support::TempDir;
 use support::faulty_http::{Behavior, Server};
-use support::{TempDir, tftpd};
+use support::fetch::tftpd;
 
 struct Run {
     out: Output,
@@ -111,6 +111,7 @@ fn data_url(s: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn merge_and_replace_chains_across_http_data_and_tftp() {
     let t = tftpd();
     let http = Server::start();
@@ -463,7 +464,7 @@ fn s3_endpoint_from_the_kernel_command_line_and_the_flag() {
         "/bkt/cfg/u.ign",
         vec![Behavior::Ok(file_cfg("3.4.0", "/from-s3", "").into_bytes())],
     );
-    let dead = format!("http://127.0.0.1:{}", support::free_tcp_port());
+    let dead = format!("http://127.0.0.1:{}", support::fetch::free_tcp_port());
     let imds = ["--test-aws-imds-url", &dead];
     let args = |extra: &[&str]| -> Vec<String> {
         let mut v: Vec<String> = ["--config-url", "s3://bkt/cfg/u.ign"]

@@ -4,12 +4,12 @@
 //! files are written here by hand in their documented format (`agent::state`), so the test
 //! also pins that format. (Making and opening the volumes needs dm-crypt: vm-tests 08/09.)
 
-mod files_common;
+mod support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
 
-use files_common::*;
+use support::files::*;
 
 fn empty() -> agent::config::Config {
     config(r#"{"ignition":{"version":"3.4.0"}}"#)
@@ -56,6 +56,7 @@ fn dot_files(dir: &Path) -> Vec<String> {
 const KEY: &[u8] = &[0, 1, 2, 255, b'\n', b'k'];
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn key_files_and_crypttab_are_written_byte_for_byte() {
     must_be_root();
     let (root, state) = (TempDir::new("luks-root"), TempDir::new("luks-state"));
@@ -105,6 +106,7 @@ fn key_files_and_crypttab_are_written_byte_for_byte() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn a_new_root_gets_crypttab_only_for_recorded_volumes() {
     must_be_root();
     let (root, state) = (TempDir::new("luks-root"), TempDir::new("luks-state"));
@@ -124,6 +126,7 @@ fn a_new_root_gets_crypttab_only_for_recorded_volumes() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn paths_resolve_inside_the_root() {
     must_be_root();
     let (root, state) = (TempDir::new("luks-root"), TempDir::new("luks-state"));
@@ -147,6 +150,7 @@ fn paths_resolve_inside_the_root() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn links_and_directories_in_place_of_the_files_are_refused() {
     must_be_root();
     let state = TempDir::new("luks-state");
@@ -233,6 +237,7 @@ fn label(p: &Path) -> Option<String> {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn key_files_and_crypttab_are_relabelled() {
     must_be_root();
     assert!(

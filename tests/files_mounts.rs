@@ -1,11 +1,11 @@
 //! Mounting config filesystems under the root (real ext4 on loop devices), confinement of
 //! symlinks to a non-root filesystem, and unmounting also on failure.
 
-mod files_common;
+mod support;
 
 use std::os::unix::fs::symlink;
 
-use files_common::*;
+use support::files::*;
 
 fn fs_cfg(dev: &str, path: &str, opts: &str, storage_rest: &str) -> agent::config::Config {
     config(&format!(
@@ -16,6 +16,7 @@ fn fs_cfg(dev: &str, path: &str, opts: &str, storage_rest: &str) -> agent::confi
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn writes_onto_a_mounted_filesystem_and_unmounts() {
     must_be_root();
     let seed = TempDir::new("seed");
@@ -51,6 +52,7 @@ fn writes_onto_a_mounted_filesystem_and_unmounts() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn a_link_leaving_a_non_root_filesystem_fails_and_still_unmounts() {
     must_be_root();
     let seed = TempDir::new("seed2");
@@ -77,6 +79,7 @@ fn a_link_leaving_a_non_root_filesystem_fails_and_still_unmounts() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn a_mount_path_through_a_symlink_or_a_file_is_an_error() {
     must_be_root();
     let lo = Loop::ext4(16, None);
@@ -93,6 +96,7 @@ fn a_mount_path_through_a_symlink_or_a_file_is_an_error() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn nested_mounts_shallowest_first() {
     must_be_root();
     let outer = Loop::ext4(16, None);

@@ -2,11 +2,11 @@
 //! databases (passwd, group, shadow, gshadow, login.defs), using shadow-utils with `--root`;
 //! the options the tools get; SSH keys; homes that are mount points.
 
-mod files_common;
+mod support;
 
 use std::os::unix::fs::MetadataExt;
 
-use files_common::*;
+use support::files::*;
 
 fn skeleton(tag: &str) -> TempDir {
     let root = TempDir::new(tag);
@@ -51,6 +51,7 @@ fn line<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn groups_then_users_created_modified_deleted_with_keys() {
     must_be_root();
     assert!(
@@ -163,6 +164,7 @@ fn groups_then_users_created_modified_deleted_with_keys() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn keys_can_go_to_authorized_keys() {
     must_be_root();
     let root = skeleton("passwd-ak");
@@ -219,6 +221,7 @@ fn recording_tools(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn the_tools_get_ignitions_long_options() {
     must_be_root();
     let root = skeleton("passwd-argv");
@@ -289,6 +292,7 @@ fn the_tools_get_ignitions_long_options() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn ids_that_chown_would_read_as_minus_one_are_refused() {
     must_be_root();
     let root = skeleton("passwd-minus-one");
@@ -310,6 +314,7 @@ fn ids_that_chown_would_read_as_minus_one_are_refused() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn a_home_that_is_a_mount_point_belongs_to_the_user() {
     must_be_root();
     let root = skeleton("passwd-mnt");

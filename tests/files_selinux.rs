@@ -2,11 +2,11 @@
 //! root that is an ext4 filesystem on a loop device (security.selinux xattrs work there even
 //! with no SELinux LSM active).
 
-mod files_common;
+mod support;
 
 use std::path::Path;
 
-use files_common::*;
+use support::files::*;
 
 const POLICY: &str = "/etc/selinux/default/contexts/files";
 
@@ -40,6 +40,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn relabels_what_the_stage_wrote_with_the_target_policy() {
     must_be_root();
     assert!(
@@ -95,6 +96,7 @@ fn relabels_what_the_stage_wrote_with_the_target_policy() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn a_target_without_selinux_is_relabelled_nothing() {
     must_be_root();
     let lo = Loop::ext4(16, None);

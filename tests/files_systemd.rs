@@ -1,17 +1,18 @@
 //! systemd units, presets, masks; kernel argument helper; the `agent run --stage files`
 //! command line.
 
-mod files_common;
+mod support;
 
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
-use files_common::*;
+use support::files::*;
 
 const PRESETS: &str = "/etc/systemd/system-preset/20-ignition.preset";
 const COMPAT_PRESETS: &str = "/etc/systemd/system-preset/20-agent.preset";
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn units_dropins_presets_and_masks() {
     must_be_root();
     let root = TempDir::new("units");
@@ -92,6 +93,7 @@ fn units_dropins_presets_and_masks() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn a_fresh_root_gets_exactly_ignitions_preset_file_and_a_rerun_converges() {
     must_be_root();
     let root = TempDir::new("units-fresh");
@@ -124,6 +126,7 @@ fn a_fresh_root_gets_exactly_ignitions_preset_file_and_a_rerun_converges() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn kernel_arguments_go_to_the_helper() {
     must_be_root();
     let root = TempDir::new("kargs");
@@ -162,6 +165,7 @@ fn kernel_arguments_go_to_the_helper() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn the_command_line_runs_the_files_stage() {
     must_be_root();
     let root = TempDir::new("cli");

@@ -5,8 +5,7 @@
 //! measured with wait4(2); SIGTERM/SIGHUP/SIGINT during a download (temporary files removed,
 //! target as it was, exit 128+signal); https -> http redirects (warned, refused on request).
 
-mod fetch_support;
-use fetch_support as support;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,6 +20,8 @@ use std::time::{Duration, Instant};
 use nix::libc;
 use support::TempDir;
 use support::faulty_http::{Behavior, Server};
+use support::fetch::make_pki;
+use support::files::base64;
 
 const MIB: u64 = 1 << 20;
 /// How far above a size limit the agent's peak RSS may go (the brief: limit + 16 MiB).
@@ -664,6 +665,7 @@ fn sigint_during_fetch_removes_the_partial_download() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn sigterm_during_files_stage_leaves_the_old_file() {
     assert!(
         nix::unistd::geteuid().is_root(),
@@ -798,103 +800,4 @@ fn tls_downgrade_refused_by_kernel_argument_in_the_fetch_stage() {
         "{}",
         o.stderr
     );
-}
-
-/// A CA and a leaf for 127.0.0.1 signed by it (rustls rejects a self-signed leaf).
-struct Pki {
-    _dir: TempDir,
-    ca: Vec<u8>,
-    chain: Vec<u8>,
-    key: Vec<u8>,
-}
-
-fn make_pki() -> Pki {
-    support::require("openssl", "openssl");
-    let d = TempDir::new("pki");
-    let p = |f: &str| d.join(f).to_string_lossy().into_owned();
-    let openssl = |args: &[&str]| {
-        let o = Command::new("openssl").args(args).output().unwrap();
-        assert!(
-            o.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        &p("ca.key"),
-        "-out",
-        &p("ca.pem"),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=agent test CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        &p("leaf.key"),
-        "-out",
-        &p("leaf.csr"),
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    std::fs::write(
-        d.join("ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        &p("leaf.csr"),
-        "-CA",
-        &p("ca.pem"),
-        "-CAkey",
-        &p("ca.key"),
-        "-CAcreateserial",
-        "-out",
-        &p("leaf.pem"),
-        "-days",
-        "2",
-        "-extfile",
-        &p("ext"),
-    ]);
-    Pki {
-        ca: std::fs::read(d.join("ca.pem")).unwrap(),
-        chain: std::fs::read(d.join("leaf.pem")).unwrap(),
-        key: std::fs::read(d.join("leaf.key")).unwrap(),
-        _dir: d,
-    }
-}
-
-fn base64(b: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut s = String::new();
-    for c in b.chunks(3) {
-        let v = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
-        for i in 0..4 {
-            if i <= c.len() {
-                s.push(T[(v >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                s.push('=');
-            }
-        }
-    }
-    s
 }

@@ -4,6 +4,8 @@
 //! volume's passphrase (`clevis luks pass`) and checking that it opens the header; the planner
 //! then reuses the bound volume only when the config asks for clevis.
 
+mod support;
+
 use std::io::Write;
 use std::net::TcpListener;
 use std::os::fd::OwnedFd;
@@ -16,15 +18,13 @@ use std::time::Duration;
 use agent::blockdev::luks::{self, LuksAction};
 use agent::config::types::{Luks, Resource, Tang};
 use agent::fetch::{self, Fetcher};
+use support::root::{Loop, must_be_root};
 
 const TANGD: &str = "/usr/libexec/tangd";
 const TANGD_KEYGEN: &str = "/usr/libexec/tangd-keygen";
 
-fn need(path: &str) {
-    assert!(
-        Path::new(path).exists() || agent::util::have_program(path),
-        "{path} is missing: install the packages in .ci/packages/raid.apt (tang, clevis-luks)"
-    );
+fn need(tool: &str) {
+    support::need(tool, "raid.apt (tang, clevis-luks)");
 }
 
 /// tangd (an inetd-style program: one HTTP exchange on stdin/stdout) behind a listener on a
@@ -89,36 +89,6 @@ impl Drop for TangServer {
     }
 }
 
-struct Loop {
-    img: PathBuf,
-    dev: String,
-}
-impl Loop {
-    fn new(mib: u64) -> Loop {
-        let img = std::env::temp_dir().join(format!("agent-tang-{}.img", uuid::Uuid::new_v4()));
-        std::fs::File::create(&img)
-            .unwrap()
-            .set_len(mib << 20)
-            .unwrap();
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(&img)
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        Loop {
-            img,
-            dev: String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        }
-    }
-}
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-        let _ = std::fs::remove_file(&self.img);
-    }
-}
-
 fn fast() -> Vec<String> {
     ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]
         .map(String::from)
@@ -126,7 +96,9 @@ fn fast() -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn tang_binding_against_a_real_tang_server() {
+    must_be_root();
     need("clevis");
     need("cryptsetup");
     let tang = TangServer::start();

@@ -2,25 +2,15 @@
 //! empty file (also over an existing link, as Ignition's `links.sym.writeover` cases do), and a
 //! tang entry that carries its advertisement does not make the offline pass ask for the network.
 
-mod common;
+mod support;
 
-use std::process::Command;
-
-use common::TempDir;
-
-fn agent(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(args)
-        .output()
-        .expect("running agent");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use support::root::must_be_root;
+use support::{TempDir, run_agent};
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn empty_source_writes_an_empty_file_over_a_link() {
+    must_be_root();
     let t = TempDir::new("parity-empty-source");
     let root = t.join("root");
     std::fs::create_dir_all(root.join("etc")).unwrap();
@@ -41,21 +31,24 @@ fn empty_source_writes_an_empty_file_over_a_link() {
     let state = t.join("state");
     let sys = t.join("sys");
     std::fs::create_dir_all(&sys).unwrap();
-    let (rc, err) = agent(&[
-        "run",
-        "--stage",
-        "fetch",
-        "--stage",
-        "files",
-        "--root",
-        root.to_str().unwrap(),
-        "--config-file",
-        cfg.to_str().unwrap(),
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--system-config-dir",
-        sys.to_str().unwrap(),
-    ]);
+    let (rc, err) = run_agent(
+        &[
+            "run",
+            "--stage",
+            "fetch",
+            "--stage",
+            "files",
+            "--root",
+            root.to_str().unwrap(),
+            "--config-file",
+            cfg.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--system-config-dir",
+            sys.to_str().unwrap(),
+        ],
+        None,
+    );
     assert_eq!(rc, 0, "{err}");
     let link = root.join("etc/link");
     let meta = std::fs::symlink_metadata(&link).unwrap();
@@ -80,21 +73,24 @@ fn empty_source_writes_an_empty_file_over_a_link() {
         ]}}"#,
     )
     .unwrap();
-    let (rc, err) = agent(&[
-        "run",
-        "--stage",
-        "fetch",
-        "--stage",
-        "files",
-        "--root",
-        root.to_str().unwrap(),
-        "--config-file",
-        cfg.to_str().unwrap(),
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--system-config-dir",
-        sys.to_str().unwrap(),
-    ]);
+    let (rc, err) = run_agent(
+        &[
+            "run",
+            "--stage",
+            "fetch",
+            "--stage",
+            "files",
+            "--root",
+            root.to_str().unwrap(),
+            "--config-file",
+            cfg.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--system-config-dir",
+            sys.to_str().unwrap(),
+        ],
+        None,
+    );
     assert_ne!(rc, 0, "a wrong hash of empty contents must fail");
     assert!(err.contains("hash"), "{err}");
     assert!(!root.join("etc/badhash").exists());
@@ -116,18 +112,21 @@ fn tang_with_advertisement_needs_no_network_offline() {
         )
         .unwrap();
         let state = t.join(&format!("state-{}", tang.len()));
-        agent(&[
-            "run",
-            "--stage",
-            "fetch",
-            "--offline",
-            "--config-file",
-            cfg.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--system-config-dir",
-            sys.to_str().unwrap(),
-        ])
+        run_agent(
+            &[
+                "run",
+                "--stage",
+                "fetch",
+                "--offline",
+                "--config-file",
+                cfg.to_str().unwrap(),
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--system-config-dir",
+                sys.to_str().unwrap(),
+            ],
+            None,
+        )
     };
     let adv = r#"{"url": "http://tang.example.com", "thumbprint": "x", "advertisement": "{\"payload\": \"e30\", \"protected\": \"e30\", \"signature\": \"AA\"}"}"#;
     let (rc, err) = run(adv);

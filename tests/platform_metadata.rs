@@ -2,10 +2,10 @@
 //! server on 127.0.0.1: the token handshake (AWS IMDSv2 and a strict one), the IMDSv1
 //! fallback, fixed headers, and errors.
 
-mod fetch_support;
+mod support;
 
 use agent::platform::metadata::{AWS_IMDSV2, Client, TokenHandshake};
-use fetch_support::faulty_http::{Behavior, Server};
+use support::faulty_http::{Behavior, Server};
 
 fn ok(body: &str) -> Vec<Behavior> {
     vec![Behavior::Ok(body.as_bytes().to_vec())]
@@ -96,6 +96,6 @@ fn errors_name_the_path() {
         "{e}"
     );
     // Nothing listening: an error, quickly (bounded by the client's time limit).
-    let dead = format!("http://127.0.0.1:{}", fetch_support::free_tcp_port());
+    let dead = format!("http://127.0.0.1:{}", support::fetch::free_tcp_port());
     assert!(Client::new(&dead).get("/x").is_err());
 }

@@ -6,72 +6,24 @@
 //! Creating, assembling and opening for real is tested in the VM (vm-tests/scenarios/07-raid1,
 //! 08-luks).
 
-use std::fs::File;
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::{Value, json};
-mod common;
-use common::TempDir;
+mod support;
+use support::TempDir;
+use support::root::{Loop, must_be_root};
 
 fn need(tool: &str) {
-    assert!(
-        agent::util::have_program(tool),
-        "{tool} is missing: install the packages in .ci/packages/raid.apt"
-    );
+    support::need(tool, "raid.apt");
 }
 
 fn sh(program: &str, args: &[&str], stdin: Option<&[u8]>) -> String {
     need(program);
-    let mut c = Command::new(program);
-    c.args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    if let Some(b) = stdin {
-        child.stdin.take().unwrap().write_all(b).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    support::sh(program, args, stdin)
 }
 
-/// A blank sparse image on a loop device, detached on drop.
-struct Loop {
-    _dir: TempDir,
-    img: PathBuf,
-    dev: String,
-}
 impl Loop {
-    fn new(size_mib: u64) -> Loop {
-        let dir = TempDir::new("raidluks");
-        let img = dir.0.join("disk.img");
-        File::create(&img).unwrap().set_len(size_mib << 20).unwrap();
-        let dev = sh("losetup", &["-f", "--show", img.to_str().unwrap()], None)
-            .trim()
-            .to_string();
-        Loop {
-            _dir: dir,
-            img,
-            dev,
-        }
-    }
-    fn bytes(&self) -> Vec<u8> {
-        let _ = File::open(&self.dev).and_then(|f| f.sync_all());
-        std::fs::read(&self.img).unwrap()
-    }
-    fn ext4(&self) {
-        need("mkfs.ext4");
+    fn mkfs_ext4(&self) {
         sh("mkfs.ext4", &["-q", "-F", "-L", "old", &self.dev], None);
     }
     fn luks(&self, key: &[u8], label: &str) {
@@ -93,15 +45,6 @@ impl Loop {
             ],
             Some(key),
         );
-    }
-}
-impl Drop for Loop {
-    fn drop(&mut self) {
-        if let Ok(f) = File::open(&self.dev) {
-            let name = self.dev.trim_start_matches("/dev/");
-            let _ = agent::blockdev::kernel::remove_partitions(&f, name);
-        }
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
     }
 }
 
@@ -153,7 +96,9 @@ fn plan(storage: Value) -> (bool, String, String) {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn plan_shows_luks_reuse_and_create() {
+    must_be_root();
     need("cryptsetup");
     let (a, b) = (Loop::new(32), Loop::new(32));
     a.luks(b"right", "vol");
@@ -189,7 +134,9 @@ fn plan_shows_luks_reuse_and_create() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn plan_shows_raid_create() {
+    must_be_root();
     let (a, b) = (Loop::new(16), Loop::new(16));
     let (ok, out, err) = plan(json!({
         "raid": [{"name": "md0test", "level": "raid1", "devices": [a.dev, b.dev]}],
@@ -210,10 +157,12 @@ fn plan_shows_raid_create() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn luks_over_data_without_wipe_is_refused() {
+    must_be_root();
     need("cryptsetup");
     let l = Loop::new(32);
-    l.ext4();
+    l.mkfs_ext4();
     let before = l.bytes();
     let (ok, err) = run_disks(json!({"luks": [{"name": "x", "device": l.dev}]}));
     assert!(!ok);
@@ -225,7 +174,9 @@ fn luks_over_data_without_wipe_is_refused() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn luks_existing_volume_refusals_touch_nothing() {
+    must_be_root();
     need("cryptsetup");
     let l = Loop::new(32);
     l.luks(b"right", "vol");
@@ -248,10 +199,12 @@ fn luks_existing_volume_refusals_touch_nothing() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn raid_over_data_is_refused() {
+    must_be_root();
     need("mdadm");
     let (a, b) = (Loop::new(16), Loop::new(16));
-    a.ext4();
+    a.mkfs_ext4();
     let (before_a, before_b) = (a.bytes(), b.bytes());
     let (ok, err) = run_disks(json!({"raid": [{"name": "t", "level": "raid1",
         "devices": [b.dev, a.dev]}]}));
@@ -265,7 +218,9 @@ fn raid_over_data_is_refused() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn raid_spares_refused_for_raid0() {
+    must_be_root();
     let (a, b) = (Loop::new(16), Loop::new(16));
     let (ok, _, err) = plan(json!({"raid": [{"name": "t", "level": "raid0", "spares": 1,
         "devices": [a.dev, b.dev]}]}));
@@ -277,13 +232,15 @@ fn raid_spares_refused_for_raid0() {
 /// and options is written (format only: opening needs dm-crypt, which the host lacks), and the
 /// configured key file opens it.
 #[test]
+#[ignore = "needs root: make test-root"]
 fn luks_wipe_volume_formats_with_label_uuid_and_options() {
+    must_be_root();
     use agent::blockdev::luks::{self, LuksAction};
     use agent::config::types::{Luks, Resource};
     need("cryptsetup");
     need("wipefs");
     let l = Loop::new(32);
-    l.ext4();
+    l.mkfs_ext4();
     let uuid = "6b7f1c2e-1111-4000-8000-00000000abcd";
     let cfg = Luks {
         name: "w".into(),
@@ -339,7 +296,9 @@ fn luks_wipe_volume_formats_with_label_uuid_and_options() {
 /// exist here: no udev): decided after partitioning on the partition's node and formatted there.
 /// (Opening needs dm-crypt, which the host kernel lacks: the run stops at `cryptsetup open`.)
 #[test]
+#[ignore = "needs root: make test-root"]
 fn luks_on_a_new_partition_by_partlabel() {
+    must_be_root();
     need("cryptsetup");
     let l = Loop::new(48);
     let label = format!("lk{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);

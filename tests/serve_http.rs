@@ -1,7 +1,7 @@
 //! `agent serve` over real HTTP on 127.0.0.1: endpoints, Accept negotiation, etcd_index,
 //! determinism, AtomicWriter updates under load, broken generations, hostile input.
 
-mod serve_util;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent::config;
-use serve_util::*;
+use support::serve::*;
 
 const IGN: &str = "application/vnd.coreos.ignition+json";
 

@@ -4,7 +4,7 @@
 //! when every connection is busy, the per-address cap, prompt 400s for malformed request
 //! lines, and `--require-token` answers that do not reveal which pools exist.
 
-mod serve_util;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serve_util::*;
+use support::root::must_be_root;
+use support::serve::*;
 
 /// The floods each hold ~10,500 descriptors in this process: one at a time.
 static FLOOD: Mutex<()> = Mutex::new(());
@@ -139,7 +140,9 @@ fn flood_while_fetching(herd_addr: SocketAddr, fetch: impl Fn() -> u16) -> (Vec<
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn silent_flood_on_the_plain_port() {
+    must_be_root();
     let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
     let t = TempDir::new("flood-plain");
     let src = source(&t);
@@ -183,7 +186,9 @@ fn silent_flood_on_the_plain_port() {
 }
 
 #[test]
+#[ignore = "needs root: make test-root"]
 fn silent_flood_on_the_tls_port() {
+    must_be_root();
     let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
     let t = TempDir::new("flood-tls");
     let src = source(&t);
@@ -298,7 +303,10 @@ fn busy_server_refuses_in_the_listeners_protocol() {
     assert_eq!(s.status()["limits"]["maxConnections"], 2);
     // Two clients that pipeline requests for a big config and never read: the server's
     // writes block, so both connections are busy with a request and cannot be evicted.
-    let pipelined = "GET /config/big HTTP/1.1\r\nHost: x\r\n\r\n".repeat(16);
+    // 64 x 256 KiB, four times the most a loopback socket buffers (tcp_wmem max 4 MiB): with
+    // 16 the server could write every response into the buffers, finish, and the then idle
+    // connection was evicted (seen once under load: the probe got a 200).
+    let pipelined = "GET /config/big HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
     let blockers: Vec<TcpStream> = (0..2)
         .map(|_| {
             let mut c = connect_with(None, Some(4096), plain);

@@ -1,13 +1,13 @@
 //! `agent serve` over HTTPS (rustls): a CA-signed leaf generated with openssl, TLS 1.2+,
 //! certificate reload when the files change.
 
-mod serve_util;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serve_util::*;
+use support::serve::*;
 
 fn served_serial(addr: std::net::SocketAddr, dir: &Path) -> String {
     let out = Command::new("openssl")

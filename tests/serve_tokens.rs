@@ -2,13 +2,13 @@
 //! rotation at TTL/2, overlap, expiry, revocation, shared state between replicas, the
 //! `agent token` and `agent pointer` commands.
 
-mod serve_util;
+mod support;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use serve_util::*;
+use support::serve::*;
 
 fn agent(args: &[&str], clock: &Path) -> String {
     let out = Command::new(AGENT)

@@ -1,51 +1,29 @@
-//! Helpers shared by the files-stage integration tests: temporary roots, loop devices, data
-//! URLs and running the stage.
+//! Helpers shared by the files-stage integration tests: ext4 loop devices, mounts, data URLs,
+//! hashes and running the stage.
 #![allow(dead_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+pub use super::root::{Loop, must_be_root};
+pub use super::{TempDir, mounted_under};
 use agent::config::Config;
 use agent::stages::Context;
 use agent::stages::files::Options;
 use sha2::Digest;
-#[path = "../common/mod.rs"]
-mod common;
-#[allow(unused_imports)]
-pub use common::{TempDir, mounted_under};
-
-/// A sparse image attached to a loop device, detached on drop.
-pub struct Loop {
-    pub dev: String,
-    _img: TempDir,
-}
 
 impl Loop {
     /// An ext4 filesystem of `mib` MiB, populated from `from` if given (mkfs.ext4 -d).
     pub fn ext4(mib: u64, from: Option<&Path>) -> Loop {
-        let img = TempDir::new("img");
-        let f = img.join("disk.img");
-        std::fs::File::create(&f)
-            .unwrap()
-            .set_len(mib << 20)
-            .unwrap();
-        let mut args: Vec<String> = vec!["-q".into(), "-F".into()];
-        if let Some(d) = from {
-            args.push("-d".into());
-            args.push(d.to_string_lossy().into());
-        }
-        args.push(f.to_string_lossy().into());
-        agent::util::run("mkfs.ext4", &args).expect("mkfs.ext4 (install e2fsprogs)");
-        let out =
-            agent::util::run("losetup", &["-f", "--show", f.to_str().unwrap()]).expect("losetup");
-        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        Loop { dev, _img: img }
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = agent::util::run("losetup", &["-d", self.dev.as_str()]);
+        Loop::with(mib << 20, 512, |img| {
+            let mut args: Vec<String> = vec!["-q".into(), "-F".into()];
+            if let Some(d) = from {
+                args.push("-d".into());
+                args.push(d.to_string_lossy().into());
+            }
+            args.push(img.to_string_lossy().into());
+            agent::util::run("mkfs.ext4", &args).expect("mkfs.ext4 (install e2fsprogs)");
+        })
     }
 }
 
@@ -136,11 +114,4 @@ pub fn run_opts(cfg: &Config, root: &Path, opts: &Options) -> anyhow::Result<()>
 pub fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::MetadataExt;
     std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
-}
-
-pub fn must_be_root() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "the files-stage tests must run as root (they chown, mount and use loop devices)"
-    );
 }

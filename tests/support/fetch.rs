@@ -1,15 +1,11 @@
-//! Shared test support: the fault-injecting HTTP(S) server, temp dirs, external daemons.
+//! Fetch test support: external daemons (tftpd), free ports, the test PKI.
 
 #![allow(dead_code)]
 
-pub mod faulty_http;
-
+pub use super::TempDir;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-#[path = "../common/mod.rs"]
-mod common;
-pub use common::TempDir;
 
 /// A daemon started by a test, killed on drop.
 pub struct Daemon(pub Child, pub &'static str);
@@ -78,6 +74,87 @@ pub fn resource(url: &str) -> agent::config::types::Resource {
     }
 }
 
+/// A CA and a leaf for 127.0.0.1 signed by it (rustls rejects a self-signed leaf).
+pub struct Pki {
+    _dir: TempDir,
+    pub ca: Vec<u8>,
+    pub chain: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+pub fn make_pki() -> Pki {
+    require("openssl", "openssl");
+    let d = TempDir::new("pki");
+    let p = |f: &str| d.join(f).to_string_lossy().into_owned();
+    let run = |args: &[&str]| {
+        let o = Command::new("openssl").args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &p("ca.key"),
+        "-out",
+        &p("ca.pem"),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=agent test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &p("leaf.key"),
+        "-out",
+        &p("leaf.csr"),
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        d.join("ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &p("leaf.csr"),
+        "-CA",
+        &p("ca.pem"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-out",
+        &p("leaf.pem"),
+        "-days",
+        "2",
+        "-extfile",
+        &p("ext"),
+    ]);
+    Pki {
+        ca: std::fs::read(d.join("ca.pem")).unwrap(),
+        chain: std::fs::read(d.join("leaf.pem")).unwrap(),
+        key: std::fs::read(d.join("leaf.key")).unwrap(),
+        _dir: d,
+    }
+}
+
 /// tftpd-hpa on a free port serving a temp root; stopped on drop.
 pub struct Tftpd {
     _d: Daemon,
@@ -87,6 +164,9 @@ pub struct Tftpd {
 }
 
 pub fn tftpd() -> Tftpd {
+    // in.tftpd -s chroots and -u root switches user: both need root (as non-root the
+    // daemon exits and a fetch from it would retry forever).
+    super::root::must_be_root();
     require("in.tftpd", "tftpd-hpa");
     let root = TempDir::new("tftproot");
     std::fs::set_permissions(

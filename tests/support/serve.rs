@@ -1,16 +1,14 @@
-//! Helpers for the `agent serve` integration tests: temp dirs, a server child process
+//! Helpers for the `agent serve` integration tests: a server child process
 //! (killed on drop), a raw HTTP/1.1 client.
 
 #![allow(dead_code)]
 
+pub use super::TempDir;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-#[path = "../common/mod.rs"]
-mod common;
-pub use common::TempDir;
 
 pub const AGENT: &str = env!("CARGO_BIN_EXE_agent");
 
@@ -480,10 +478,14 @@ pub fn tls_request_on(
     TlsOutcome::Response(parse_response(&out, raw.starts_with("HEAD")))
 }
 
-/// Raises this process's open-files limit towards `want` (children inherit it); returns the
-/// soft limit now in force.
+/// Raises this process's open-files limit towards `want` (children inherit it): the hard
+/// limit too when it is lower, which only root may do; returns the soft limit now in force.
 pub fn raise_nofile(want: u64) -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if hard < want {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, want, want);
+    }
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
     let target = want.min(hard);
     if soft < target {

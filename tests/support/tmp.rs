@@ -1,5 +1,4 @@
-//! Test support shared by every integration test: temporary directories.
-#![allow(dead_code)]
+//! Temporary directories.
 
 use std::path::{Path, PathBuf};
 
