@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use agent::config::types::{HttpHeader, Proxy};
 use agent::fetch::{Fetcher, Options};
-use support::faulty_http::{Behavior, Request, Server};
 use support::TempDir;
+use support::faulty_http::{Behavior, Request, Server};
 use support::fetch::{data_url, resource, self_signed};
 
 /// The Accept header Ignition (spec 3.6.0 stable) sends, written out.

@@ -1,4 +1,4 @@
-//! Spec version negotiation from the `Accept` header (REFERENCE §5).
+//! Spec version negotiation from the `Accept` header (docs/serve.md, "Endpoints").
 //!
 //! Entries are sorted by q-value (stable, so equal q keeps header order; q=0 entries are
 //! dropped). The first `application/vnd.coreos.ignition+json` entry carrying a `version`

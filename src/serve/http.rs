@@ -8,7 +8,7 @@
 //! handler (which never blocks on the network), and writes the response as far as the socket
 //! takes it, finishing later on `EPOLLOUT`. Keep-alive and pipelining are supported.
 //!
-//! Limits (issue 17):
+//! Limits (documented in docs/serve.md):
 //! - `header_timeout` runs from accept (TLS handshake included) until the whole first head is
 //!   read, and from the first byte of each later head; a silent connection is closed then, a
 //!   partial head is answered 408.

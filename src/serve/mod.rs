@@ -1,4 +1,4 @@
-//! `agent serve`: the machine config server (REFERENCE §5).
+//! `agent serve`: the machine config server (docs/serve.md).
 //!
 //! - `app`: what a request gets (the router and its handlers, over the server's shared state);
 //! - `watch`: the source watcher (generations, the inotify/poll loop, status updates, token

@@ -1,4 +1,4 @@
-//! Merging a child config into its parent (REFERENCE §1 "Merging"): a pure function. Each
+//! Merging a child config into its parent: a pure function. Each
 //! declared field (`types`, see `spec`) names its rule, one of the functions below:
 //!
 //! - `opt` (scalars): a value the child sets replaces the parent's; unset keeps the parent's;

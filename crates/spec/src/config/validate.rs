@@ -1,4 +1,5 @@
-//! Semantic rules every config must satisfy, whatever its version (REFERENCE §1).
+//! Semantic rules every config must satisfy, whatever its version: Ignition's rules
+//! (README.md, "Where the agent differs from Ignition" lists where we are stricter).
 
 use std::collections::{HashMap, HashSet};
 
