@@ -12,12 +12,6 @@
 //! Shared mechanisms of platforms are modules of their own: [`metadata`] (HTTP metadata
 //! services, with a token handshake), [`endpoints`] (where every service and file is).
 
-pub mod file;
-pub mod metal;
-pub mod qemu;
-#[cfg(any(test, feature = "test-hooks"))]
-pub mod test_dummy;
-
 use anyhow::{Context, Result, bail};
 
 // The endpoints and the metadata client sit below `fetch` (which uses them too); providers
@@ -106,44 +100,73 @@ const fn later(name: &'static str, description: &'static str) -> Platform {
 
 use Support::*;
 
-/// Every platform, in name order (test-only rows last). One line each.
+/// Declares, from one line per platform, the provider module (for a platform that has one)
+/// and the platform's row of [`PLATFORMS`]:
+/// `"name" => module::Type, Support, "description";` or, for a platform not implemented
+/// yet, `"name", "description";`. Adding a platform is one new file and one line here.
+macro_rules! platforms {
+    (
+        $( $name:literal $(=> $module:ident :: $ty:ident, $support:ident)?, $desc:literal; )*
+        test { $( $tname:literal => $tmodule:ident :: $tty:ident, $tdesc:literal; )* }
+    ) => {
+        $( $( pub mod $module; )? )*
+        $( #[cfg(any(test, feature = "test-hooks"))] pub mod $tmodule; )*
+        /// Every platform, in name order (test-only rows last).
+        pub const PLATFORMS: &[Platform] = &[
+            $( platforms!(@row $name $(=> $module::$ty, $support)?, $desc), )*
+            $(
+                #[cfg(any(test, feature = "test-hooks"))]
+                row($tname, TestOnly, $tdesc, || Box::new($tmodule::$tty)),
+            )*
+        ];
+    };
+    (@row $name:literal => $module:ident :: $ty:ident, $support:ident, $desc:literal) => {
+        row($name, $support, $desc, || Box::new($module::$ty))
+    };
+    (@row $name:literal, $desc:literal) => {
+        later($name, $desc)
+    };
+}
+
 #[rustfmt::skip]
-pub const PLATFORMS: &[Platform] = &[
-    later("akamai", "Akamai (Linode): user data from the metadata service"),
-    later("aliyun", "Alibaba Cloud: instance user data"),
-    later("applehv", "Apple Hypervisor: config over a vsock channel"),
-    later("aws", "Amazon EC2: instance user data (IMDSv2)"),
-    later("azure", "Microsoft Azure: custom data (config drive)"),
-    later("azurestack", "Azure Stack Hub: custom data (config drive)"),
-    later("brightbox", "Brightbox: user data (OpenStack metadata)"),
-    later("cloudstack", "Apache CloudStack: user data (metadata service or config drive)"),
-    later("digitalocean", "DigitalOcean: droplet user data"),
-    later("exoscale", "Exoscale: instance user data"),
-    row("file", Implemented, "a local file: $AGENT_CONFIG_FILE, default /config.ign (tests and development)", || Box::new(file::File)),
-    later("gcp", "Google Cloud: instance metadata attribute user-data"),
-    later("hetzner", "Hetzner Cloud: instance user data"),
-    later("hyperv", "Microsoft Hyper-V: KVP pool entries"),
-    later("ibmcloud", "IBM Cloud VPC: user data (config drive)"),
-    later("ionoscloud", "IONOS Cloud: user data on the disk labelled OEM"),
-    later("kubevirt", "KubeVirt: user data (config drive)"),
-    row("metal", Implemented, "bare metal: only the kernel command line (agent.config.url=, ignition.config.url=)", || Box::new(metal::Metal)),
-    later("nutanix", "Nutanix AHV: user data (config drive)"),
-    later("nvidiabluefield", "NVIDIA BlueField DPU: the bootfifo interface"),
-    later("openstack", "OpenStack: user data (config drive or metadata service)"),
-    later("oraclecloud", "Oracle Cloud Infrastructure: user data from the metadata service"),
-    later("packet", "Equinix Metal: user data from the metadata service"),
-    later("powervs", "IBM Power Virtual Server: user data (config drive)"),
-    later("proxmoxve", "Proxmox VE: user data (cloud-init config drive)"),
-    row("qemu", Implemented, "QEMU: fw_cfg entry opt/com.coreos/config (-fw_cfg name=opt/com.coreos/config,file=F)", || Box::new(qemu::Qemu)),
-    later("scaleway", "Scaleway: instance user data"),
-    later("upcloud", "UpCloud: instance user data"),
-    later("virtualbox", "VirtualBox: guest property /Ignition/Config"),
-    later("vmware", "VMware: guestinfo ignition.config.data (or the OVF environment)"),
-    later("vultr", "Vultr: instance user data"),
-    later("zvm", "IBM z/VM: the reader device"),
-    #[cfg(any(test, feature = "test-hooks"))]
-    row("test-dummy", TestOnly, "test builds only: a config naming the S3 region it was prepared with", || Box::new(test_dummy::TestDummy)),
-];
+platforms! {
+    "akamai", "Akamai (Linode): user data from the metadata service";
+    "aliyun", "Alibaba Cloud: instance user data";
+    "applehv", "Apple Hypervisor: config over a vsock channel";
+    "aws", "Amazon EC2: instance user data (IMDSv2)";
+    "azure", "Microsoft Azure: custom data (config drive)";
+    "azurestack", "Azure Stack Hub: custom data (config drive)";
+    "brightbox", "Brightbox: user data (OpenStack metadata)";
+    "cloudstack", "Apache CloudStack: user data (metadata service or config drive)";
+    "digitalocean", "DigitalOcean: droplet user data";
+    "exoscale", "Exoscale: instance user data";
+    "file" => file::File, Implemented, "a local file: $AGENT_CONFIG_FILE, default /config.ign (tests and development)";
+    "gcp", "Google Cloud: instance metadata attribute user-data";
+    "hetzner", "Hetzner Cloud: instance user data";
+    "hyperv", "Microsoft Hyper-V: KVP pool entries";
+    "ibmcloud", "IBM Cloud VPC: user data (config drive)";
+    "ionoscloud", "IONOS Cloud: user data on the disk labelled OEM";
+    "kubevirt", "KubeVirt: user data (config drive)";
+    "metal" => metal::Metal, Implemented, "bare metal: only the kernel command line (agent.config.url=, ignition.config.url=)";
+    "nutanix", "Nutanix AHV: user data (config drive)";
+    "nvidiabluefield", "NVIDIA BlueField DPU: the bootfifo interface";
+    "openstack", "OpenStack: user data (config drive or metadata service)";
+    "oraclecloud", "Oracle Cloud Infrastructure: user data from the metadata service";
+    "packet", "Equinix Metal: user data from the metadata service";
+    "powervs", "IBM Power Virtual Server: user data (config drive)";
+    "proxmoxve", "Proxmox VE: user data (cloud-init config drive)";
+    "qemu" => qemu::Qemu, Implemented, "QEMU: fw_cfg entry opt/com.coreos/config (-fw_cfg name=opt/com.coreos/config,file=F)";
+    "scaleway", "Scaleway: instance user data";
+    "upcloud", "UpCloud: instance user data";
+    "virtualbox", "VirtualBox: guest property /Ignition/Config";
+    "vmware", "VMware: guestinfo ignition.config.data (or the OVF environment)";
+    "vultr", "Vultr: instance user data";
+    "zvm", "IBM z/VM: the reader device";
+    // Test builds only (never in the shipped binary or the docs).
+    test {
+        "test-dummy" => test_dummy::TestDummy, "test builds only: a config naming the S3 region it was prepared with";
+    }
+}
 
 /// The names of the platforms with support `s`, comma-separated.
 pub fn names(s: Support) -> String {
