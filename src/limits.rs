@@ -185,6 +185,21 @@ pub fn read_file_bounded(path: &std::path::Path, limit: u64, what: &str) -> Resu
     read_bounded(f, limit, what)
 }
 
+/// [`read_file_bounded`], with `None` when the file does not exist (an optional config:
+/// a platform's user data, `<system-config-dir>/user.ign`).
+pub fn read_optional_file_bounded(
+    path: &std::path::Path,
+    limit: u64,
+    what: &str,
+) -> Result<Option<Vec<u8>>> {
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {what}")),
+    };
+    read_bounded(f, limit, what).map(Some)
+}
+
 /// Whether `e` (or what it wraps) is a "not found" I/O error.
 pub fn is_not_found(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

@@ -36,14 +36,18 @@ pub struct Output {
     pub stderr: Vec<u8>,
 }
 
-/// Spawns `cmd`, retrying a bounded number of times while the program is "text file busy"
-/// (ETXTBSY): a program written just before, e.g. a helper script, can still be open for writing
-/// in a child another thread forked at that moment, until that child execs.
-fn spawn_retrying_busy(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+/// Runs `op`, trying again (at most 50 times, 20 ms apart: about a second) while it fails with
+/// the transient `errno`. A descriptor that a child another thread forked at that moment
+/// inherited keeps a just-written program "text file busy" (ETXTBSY) or a filesystem busy
+/// (EBUSY) until that child execs.
+pub fn retry_while_errno<T>(
+    errno: i32,
+    mut op: impl FnMut() -> std::io::Result<T>,
+) -> std::io::Result<T> {
     let mut tries = 0;
     loop {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) && tries < 50 => {
+        match op() {
+            Err(e) if e.raw_os_error() == Some(errno) && tries < 50 => {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -80,7 +84,8 @@ pub fn run_with_stdin<S: AsRef<OsStr>>(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = spawn_retrying_busy(&mut cmd).with_context(|| format!("starting {program}"))?;
+    let mut child = retry_while_errno(nix::libc::ETXTBSY, || cmd.spawn())
+        .with_context(|| format!("starting {program}"))?;
     if let Some(input) = stdin {
         let mut pipe = child.stdin.take().context("stdin pipe")?;
         let data = input.to_vec();

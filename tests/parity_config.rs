@@ -31,24 +31,28 @@ fn empty_source_writes_an_empty_file_over_a_link() {
     let state = t.join("state");
     let sys = t.join("sys");
     std::fs::create_dir_all(&sys).unwrap();
-    let (rc, err) = run_agent(
-        &[
-            "run",
-            "--stage",
-            "fetch",
-            "--stage",
-            "files",
-            "--root",
-            root.to_str().unwrap(),
-            "--config-file",
-            cfg.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--system-config-dir",
-            sys.to_str().unwrap(),
-        ],
-        None,
-    );
+    // The fetch and files stages on the config file, into the root.
+    let provision = || {
+        run_agent(
+            &[
+                "run",
+                "--stage",
+                "fetch",
+                "--stage",
+                "files",
+                "--root",
+                root.to_str().unwrap(),
+                "--config-file",
+                cfg.to_str().unwrap(),
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--system-config-dir",
+                sys.to_str().unwrap(),
+            ],
+            None,
+        )
+    };
+    let (rc, err) = provision();
     assert_eq!(rc, 0, "{err}");
     let link = root.join("etc/link");
     let meta = std::fs::symlink_metadata(&link).unwrap();
@@ -73,24 +77,7 @@ fn empty_source_writes_an_empty_file_over_a_link() {
         ]}}"#,
     )
     .unwrap();
-    let (rc, err) = run_agent(
-        &[
-            "run",
-            "--stage",
-            "fetch",
-            "--stage",
-            "files",
-            "--root",
-            root.to_str().unwrap(),
-            "--config-file",
-            cfg.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--system-config-dir",
-            sys.to_str().unwrap(),
-        ],
-        None,
-    );
+    let (rc, err) = provision();
     assert_ne!(rc, 0, "a wrong hash of empty contents must fail");
     assert!(err.contains("hash"), "{err}");
     assert!(!root.join("etc/badhash").exists());

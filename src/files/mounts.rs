@@ -152,29 +152,17 @@ impl MountGuard {
     fn unmount_all(&mut self) -> Result<()> {
         let mut first: Option<anyhow::Error> = None;
         while let Some(p) = self.mounted.pop() {
-            if let Err(e) = unmount_retrying_busy(&p) {
+            // A probe (blkid) or a child forked elsewhere can hold it busy for a moment.
+            let r = crate::util::retry_while_errno(nix::libc::EBUSY, || {
+                sys_mount::unmount(&p, UnmountFlags::empty())
+            });
+            if let Err(e) = r {
                 let err = anyhow::anyhow!("unmounting {}: {e}", p.display());
                 warn!("{err}");
                 first.get_or_insert(err);
             }
         }
         first.map_or(Ok(()), Err)
-    }
-}
-
-/// Unmounts `p`, retrying a bounded number of times while it is busy (EBUSY): a child that
-/// another thread forked at that moment can hold a descriptor inside until it execs, and a
-/// probe (blkid, udev) can hold the filesystem for a moment.
-fn unmount_retrying_busy(p: &std::path::Path) -> std::io::Result<()> {
-    let mut tries = 0;
-    loop {
-        match sys_mount::unmount(p, UnmountFlags::empty()) {
-            Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && tries < 50 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            r => return r,
-        }
     }
 }
 

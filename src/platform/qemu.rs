@@ -2,10 +2,11 @@
 //! (`-fw_cfg name=opt/com.coreos/config,file=F`), read from sysfs
 //! ([`super::Endpoints::qemu_fw_cfg_dir`]).
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::{Found, Provider};
 use crate::fetch::Fetcher;
+use crate::limits::read_optional_file_bounded;
 
 pub const FW_CFG_NAME: &str = "opt/com.coreos/config";
 
@@ -21,20 +22,13 @@ impl Provider for Qemu {
             log::warn!("loading qemu_fw_cfg: {e:#}");
         }
         let raw = dir.join("by_name").join(FW_CFG_NAME).join("raw");
-        let file = match std::fs::File::open(&raw) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                log::info!("qemu: no fw_cfg entry {FW_CFG_NAME}");
-                return Ok(None);
-            }
-            Err(e) => return Err(e).with_context(|| format!("reading {}", raw.display())),
-        };
         let source = format!("qemu fw_cfg {FW_CFG_NAME}");
-        let bytes = crate::limits::read_bounded(
-            file,
-            f.opts.limits.max_config_size,
-            &format!("config from {source}"),
-        )?;
+        let what = format!("config from {source}");
+        let Some(bytes) = read_optional_file_bounded(&raw, f.opts.limits.max_config_size, &what)?
+        else {
+            log::info!("qemu: no fw_cfg entry {FW_CFG_NAME}");
+            return Ok(None);
+        };
         Ok(Some(Found { bytes, source }))
     }
 }

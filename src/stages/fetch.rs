@@ -153,7 +153,7 @@ fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Co
     } else if let Some(url) = cmdline_url(&read_cmdline(&opts.endpoints.kernel_cmdline)?) {
         info!("config URL from the kernel command line: {}", short(&url));
         Some((fetch_url(&url, opts)?, url))
-    } else if let Some(found) = system_user_config(ctx)? {
+    } else if let Some(found) = system_user_config(ctx, limit)? {
         Some(found)
     } else if let Some(p) = &ctx.platform {
         let provider = crate::platform::provider(p)?;
@@ -194,16 +194,14 @@ fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Co
 
 /// `<system-config-dir>/user.ign`: a user config installed with the system, which preempts
 /// the platform's (as in Ignition).
-fn system_user_config(ctx: &Context) -> Result<Option<(Vec<u8>, String)>> {
+fn system_user_config(ctx: &Context, limit: u64) -> Result<Option<(Vec<u8>, String)>> {
     let path = ctx.system_config_dir.join(USER_CONFIG_FILE);
-    match std::fs::read(&path) {
-        Ok(b) => {
-            info!("user config from {}", path.display());
-            Ok(Some((b, format!("file {}", path.display()))))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    let source = format!("file {}", path.display());
+    let found = limits::read_optional_file_bounded(&path, limit, &format!("config {source}"))?;
+    if found.is_some() {
+        info!("user config from {}", path.display());
     }
+    Ok(found.map(|b| (b, source)))
 }
 
 fn fetch_url(url: &str, opts: &fetch::Options) -> Result<Vec<u8>> {

@@ -202,12 +202,7 @@ pub fn tftpd() -> Tftpd {
 /// Runs `openssl args`, failing the test with its stderr.
 pub fn openssl(args: &[&str]) {
     require("openssl", "openssl");
-    let o = Command::new("openssl").args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    super::sh("openssl", args, None);
 }
 
 /// A self-signed certificate made the way `openssl req -x509` makes them (CA:TRUE), for
