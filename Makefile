@@ -46,7 +46,8 @@ sizes: static static-initramfs
 
 # Fails unless the binary is fully static (no dynamic section, ldd agrees).
 check-static: static
-	@file $(STATIC_BIN) | tee /dev/stderr | grep -q 'statically linked'
+	@file $(STATIC_BIN)
+	@file $(STATIC_BIN) | grep -q 'statically linked'
 	@! readelf -d $(STATIC_BIN) | grep -q 'Dynamic section'
 	@ldd $(STATIC_BIN) 2>&1 | grep -qE 'not a dynamic executable|statically linked'
 	@echo "static: OK, $$(stat -c %s $(STATIC_BIN)) bytes stripped"
