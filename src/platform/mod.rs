@@ -67,6 +67,9 @@ pub struct Platform {
     pub support: Support,
     /// Where its config comes from, in one line (help, docs).
     pub description: &'static str,
+    /// How it is tested here, in one line (docs): "VM scenario NAME", "host test NAME
+    /// against a local server", "unit tests only (why)".
+    pub tested: &'static str,
     pub new: fn() -> Box<dyn Provider>,
 }
 
@@ -75,25 +78,32 @@ impl Platform {
     pub fn provider(&self) -> Box<dyn Provider> {
         (self.new)()
     }
+
+    /// Whether its provider needs the network for the config ([`Provider::needs_network`]).
+    pub fn needs_network(&self) -> bool {
+        self.provider().needs_network()
+    }
 }
 
 const fn row(
     name: &'static str,
     support: Support,
     description: &'static str,
+    tested: &'static str,
     new: fn() -> Box<dyn Provider>,
 ) -> Platform {
     Platform {
         name,
         support,
         description,
+        tested,
         new,
     }
 }
 
 /// A platform not implemented yet (see [`Support::NotYet`]).
 const fn later(name: &'static str, description: &'static str) -> Platform {
-    row(name, Support::NotYet, description, || {
+    row(name, Support::NotYet, description, "", || {
         Box::new(Unimplemented)
     })
 }
@@ -102,26 +112,27 @@ use Support::*;
 
 /// Declares, from one line per platform, the provider module (for a platform that has one)
 /// and the platform's row of [`PLATFORMS`]:
-/// `"name" => module::Type, Support, "description";` or, for a platform not implemented
-/// yet, `"name", "description";`. Adding a platform is one new file and one line here.
+/// `"name" => module::Type, "description", tested "how it is tested";` or, for a platform
+/// not implemented yet, `"name", "description";`. Adding a platform is one new file and one
+/// line here.
 macro_rules! platforms {
     (
-        $( $name:literal $(=> $module:ident :: $ty:ident, $support:ident)?, $desc:literal; )*
+        $( $name:literal $(=> $module:ident :: $ty:ident)?, $desc:literal $(, tested $tested:literal)?; )*
         test { $( $tname:literal => $tmodule:ident :: $tty:ident, $tdesc:literal; )* }
     ) => {
         $( $( pub mod $module; )? )*
         $( #[cfg(any(test, feature = "test-hooks"))] pub mod $tmodule; )*
         /// Every platform, in name order (test-only rows last).
         pub const PLATFORMS: &[Platform] = &[
-            $( platforms!(@row $name $(=> $module::$ty, $support)?, $desc), )*
+            $( platforms!(@row $name $(=> $module::$ty)?, $desc $(, $tested)?), )*
             $(
                 #[cfg(any(test, feature = "test-hooks"))]
-                row($tname, TestOnly, $tdesc, || Box::new($tmodule::$tty)),
+                row($tname, TestOnly, $tdesc, "", || Box::new($tmodule::$tty)),
             )*
         ];
     };
-    (@row $name:literal => $module:ident :: $ty:ident, $support:ident, $desc:literal) => {
-        row($name, $support, $desc, || Box::new($module::$ty))
+    (@row $name:literal => $module:ident :: $ty:ident, $desc:literal, $tested:literal) => {
+        row($name, Implemented, $desc, $tested, || Box::new($module::$ty))
     };
     (@row $name:literal, $desc:literal) => {
         later($name, $desc)
@@ -140,14 +151,14 @@ platforms! {
     "cloudstack", "Apache CloudStack: user data (metadata service or config drive)";
     "digitalocean", "DigitalOcean: droplet user data";
     "exoscale", "Exoscale: instance user data";
-    "file" => file::File, Implemented, "a local file: $AGENT_CONFIG_FILE, default /config.ign (tests and development)";
+    "file" => file::File, "a local file: $AGENT_CONFIG_FILE, default /config.ign (tests and development)", tested "host tests (tests/fetch_stage.rs)";
     "gcp", "Google Cloud: instance metadata attribute user-data";
     "hetzner", "Hetzner Cloud: instance user data";
     "hyperv", "Microsoft Hyper-V: KVP pool entries";
     "ibmcloud", "IBM Cloud VPC: user data (config drive)";
     "ionoscloud", "IONOS Cloud: user data on the disk labelled OEM";
     "kubevirt", "KubeVirt: user data (config drive)";
-    "metal" => metal::Metal, Implemented, "bare metal: only the kernel command line (agent.config.url=, ignition.config.url=)";
+    "metal" => metal::Metal, "bare metal: only the kernel command line (agent.config.url=, ignition.config.url=)", tested "VM scenario 02-metal-url; host tests (tests/fetch_stage.rs)";
     "nutanix", "Nutanix AHV: user data (config drive)";
     "nvidiabluefield", "NVIDIA BlueField DPU: the bootfifo interface";
     "openstack", "OpenStack: user data (config drive or metadata service)";
@@ -155,7 +166,7 @@ platforms! {
     "packet", "Equinix Metal: user data from the metadata service";
     "powervs", "IBM Power Virtual Server: user data (config drive)";
     "proxmoxve", "Proxmox VE: user data (cloud-init config drive)";
-    "qemu" => qemu::Qemu, Implemented, "QEMU: fw_cfg entry opt/com.coreos/config (-fw_cfg name=opt/com.coreos/config,file=F)";
+    "qemu" => qemu::Qemu, "QEMU: fw_cfg entry opt/com.coreos/config (-fw_cfg name=opt/com.coreos/config,file=F)", tested "VM scenarios 01-qemu-fwcfg and others; host tests with a fw_cfg directory (tests/fetch_stage.rs)";
     "scaleway", "Scaleway: instance user data";
     "upcloud", "UpCloud: instance user data";
     "virtualbox", "VirtualBox: guest property /Ignition/Config";
@@ -230,16 +241,17 @@ impl Provider for Unimplemented {
 
 /// The markdown table of `docs/platforms.md` (between its markers), from [`PLATFORMS`].
 pub fn docs_table() -> String {
-    let mut s =
-        String::from("| platform | status | where the config comes from |\n|---|---|---|\n");
+    let mut s = String::from(
+        "| platform | status | where the config comes from | network | how it is tested here |\n|---|---|---|---|---|\n",
+    );
     for p in PLATFORMS.iter().filter(|p| p.support != TestOnly) {
-        let status = match p.support {
-            Implemented => "implemented",
-            _ => "not yet",
+        let (status, network) = match p.support {
+            Implemented => ("implemented", if p.needs_network() { "yes" } else { "no" }),
+            _ => ("not yet", "—"),
         };
         s.push_str(&format!(
-            "| `{}` | {status} | {} |\n",
-            p.name, p.description
+            "| `{}` | {status} | {} | {network} | {} |\n",
+            p.name, p.description, p.tested
         ));
     }
     s
@@ -262,8 +274,13 @@ mod tests {
         assert_eq!(names, sorted);
         for p in PLATFORMS {
             assert!(
-                !p.description.contains('|'),
+                !p.description.contains('|') && !p.tested.contains('|'),
                 "{}: breaks the docs table",
+                p.name
+            );
+            assert!(
+                (p.support == Implemented) == !p.tested.is_empty() || p.support == TestOnly,
+                "{}: an implemented platform says how it is tested",
                 p.name
             );
             assert_eq!(lookup(p.name).unwrap().name, p.name);
