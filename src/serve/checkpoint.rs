@@ -120,6 +120,8 @@ pub struct Checkpoint {
     _lock: nix::fcntl::Flock<std::fs::File>,
     /// The bytes last written per record file (None: removed), to write only on change.
     written: Mutex<BTreeMap<&'static str, Option<Vec<u8>>>>,
+    /// Config files known to match their names (checked or written by this process).
+    good_configs: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -221,6 +223,7 @@ impl Checkpoint {
             dir: dir.to_path_buf(),
             _lock: lock,
             written: Mutex::new(BTreeMap::new()),
+            good_configs: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -392,13 +395,26 @@ impl Checkpoint {
         }
         let mut dirty = false;
         let mut cdirty = false;
+        let mut good = self.good_configs.lock().unwrap_or_else(|e| e.into_inner());
+        good.retain(|h| wanted.contains_key(h));
         for (hash, pool) in &wanted {
+            if good.contains(hash) {
+                continue;
+            }
+            // A file of that name may be left from before, even corrupt: trust it only when
+            // it hashes to its name.
             let p = cdir.join(format!("{hash}.json"));
-            if !p.exists() {
+            let intact = read_bounded(&p, MAX_CONFIG_BYTES)
+                .ok()
+                .flatten()
+                .is_some_and(|b| &hex(&Sha256::digest(&b)) == hash);
+            if !intact {
                 write_private(&p, &pool.canonical()?)?;
                 cdirty = true;
             }
+            good.insert(hash.clone());
         }
+        drop(good);
         if cdirty {
             sync_dir(&cdir)?;
         }
