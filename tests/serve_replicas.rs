@@ -317,7 +317,11 @@ fn three_replicas_agree_on_tokens_through_a_ttl() {
     let new2 = env.token("worker");
     for r in &rs {
         assert_eq!(ign(r, &old).status, 503);
-        assert_eq!(ign(r, &new).status, 503, "new was made in the same epoch as old");
+        assert_eq!(
+            ign(r, &new).status,
+            503,
+            "new was made in the same epoch as old"
+        );
         assert_eq!(marker(&ign(r, &new2)), "w2");
     }
     wait_all(&rs, "the old payload pruned", |st| {

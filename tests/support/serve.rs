@@ -43,7 +43,10 @@ impl Server {
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let state = (!args.contains(&"--state-dir")).then(|| TempDir::new("serve-state"));
+        let given = args
+            .iter()
+            .any(|a| *a == "--state-dir" || a.starts_with("--state-dir="));
+        let state = (!given).then(|| TempDir::new("serve-state"));
         if let Some(d) = &state {
             cmd.arg("--state-dir").arg(d.path().join("state"));
         }
