@@ -227,7 +227,66 @@ fn three_replicas_agree_on_tokens_through_a_ttl() {
         assert_eq!(a.header("ETag"), first.header("ETag"));
         assert_eq!(marker(&ign(r, &m1)), "m1");
     }
+    // `agent pointer` computes the same token from the key.
+    let (ok, ptr, err) = env.agent(&[
+        "pointer",
+        "--pool",
+        "worker",
+        "--url",
+        "https://mcs.example:22623/ignition",
+        "--source",
+        env.src.to_str().unwrap(),
+        "--token-key",
+        env.key.to_str().unwrap(),
+        "--token-ttl",
+        TTL,
+    ]);
+    assert!(ok, "agent pointer: {err}");
+    let p = agent::config::parse(ptr.as_bytes()).unwrap();
+    assert_eq!(
+        p.config.ignition.config.merge[0].http_headers[0].value,
+        Some(format!("Bearer {w1}"))
+    );
+    // `agent token rotate|revoke` have nothing to change with derived tokens, and say why.
+    let (ok, _, err) = env.agent(&[
+        "token",
+        "revoke",
+        "--source",
+        env.src.to_str().unwrap(),
+        "--token-key",
+        env.key.to_str().unwrap(),
+        "--pool",
+        "worker",
+    ]);
+    assert!(
+        !ok && err.contains("remove the pool from the source"),
+        "{err}"
+    );
     // A token from another key is unknown everywhere (5xx so a machine retries).
+    let other_key = env.t.path().join("other.key");
+    write(&other_key, "another-key-another-key-another-key-0123456789");
+    let (ok, out, err) = env.agent(&[
+        "token",
+        "show",
+        "--source",
+        env.src.to_str().unwrap(),
+        "--token-key",
+        other_key.to_str().unwrap(),
+        "--token-ttl",
+        TTL,
+        "--reveal",
+    ]);
+    assert!(ok, "{err}");
+    let foreign = out
+        .lines()
+        .find_map(|l| l.strip_prefix("worker\ttoken\t"))
+        .unwrap()
+        .to_string();
+    assert_ne!(foreign, w1);
+    for r in &rs {
+        assert_eq!(ign(r, &foreign).status, 503);
+    }
+    // A missing key file is a clear error.
     let (ok, _, err) = env.agent(&[
         "token",
         "show",
