@@ -54,9 +54,23 @@ pub struct ServeArgs {
     /// Token lifetime; tokens rotate after half of it.
     #[arg(long, default_value = "11h", value_parser = parse_duration)]
     pub token_ttl: Duration,
-    /// Token state directory shared by replicas (default: SOURCE/tokens).
-    #[arg(long)]
+    /// Token state directory shared by replicas (default: SOURCE/tokens). Legacy: without
+    /// --token-key only.
+    #[arg(long, conflicts_with = "token_key")]
     pub token_dir: Option<PathBuf>,
+    /// Derive every token from this secret key file (at least 32 bytes; e.g. a Kubernetes
+    /// Secret volume): tokens per pool, config and rotation epoch, the same on every replica
+    /// with the same key and source, nothing stored.
+    #[arg(long)]
+    pub token_key: Option<PathBuf>,
+    /// With --token-key: how early the next rotation's token is accepted, for clocks that
+    /// differ between hosts (at most TTL/2).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub token_clock_skew: Duration,
+    /// Checkpoint directory (lastKnownGood, active, payloads that valid tokens still name):
+    /// private to this server.
+    #[arg(long, default_value = "/var/lib/agent-serve")]
+    pub state_dir: PathBuf,
     /// Require a pool's bearer token on /config/<pool> too.
     #[arg(long)]
     pub require_token: bool,
@@ -105,6 +119,9 @@ impl From<ServeArgs> for crate::serve::Options {
             soak: a.soak,
             token_ttl: a.token_ttl,
             token_dir: a.token_dir,
+            token_key: a.token_key,
+            token_clock_skew: a.token_clock_skew,
+            state_dir: Some(a.state_dir),
             require_token: a.require_token,
             poll_interval: a.poll_interval,
             header_timeout: a.header_timeout,

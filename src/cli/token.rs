@@ -18,27 +18,41 @@ pub struct TokenArgs {
 
 #[derive(Debug, Args)]
 pub struct TokenStoreArgs {
-    /// Config source directory (tokens in SOURCE/tokens).
+    /// Config source directory (the pools; legacy store: tokens in SOURCE/tokens).
     #[arg(long, required_unless_present = "token_dir")]
     pub source: Option<PathBuf>,
-    /// Token state directory (overrides SOURCE/tokens).
-    #[arg(long)]
+    /// Legacy token state directory (overrides SOURCE/tokens).
+    #[arg(long, conflicts_with = "token_key")]
     pub token_dir: Option<PathBuf>,
+    /// The servers' --token-key: tokens are computed from it and the source's configs.
+    #[arg(long, requires = "source")]
+    pub token_key: Option<PathBuf>,
+    /// The servers' --token-ttl (with --token-key; it sets the rotation epochs).
+    #[arg(long, default_value = "11h", value_parser = parse_duration)]
+    pub token_ttl: Duration,
 }
 
 impl TokenStoreArgs {
-    fn store(&self) -> Result<tokens::Store> {
-        match (&self.token_dir, &self.source) {
-            (Some(d), _) => Ok(tokens::Store::new(d)),
-            (None, Some(s)) => Ok(tokens::Store::new(s.join("tokens"))),
-            (None, None) => bail!("give --source or --token-dir"),
+    fn tokens(&self) -> Result<tokens_cmd::Tokens> {
+        match (&self.token_key, &self.token_dir, &self.source) {
+            (Some(k), _, Some(s)) => Ok(tokens_cmd::Tokens::Derived {
+                key: Box::new(tokens::Key::from_file(k)?),
+                // The skew only widens what servers accept; it does not change tokens.
+                schedule: tokens::Schedule::new(self.token_ttl.as_secs(), 0),
+                source: s.clone(),
+            }),
+            (_, Some(d), _) => Ok(tokens_cmd::Tokens::Store(tokens::Store::new(d))),
+            (None, None, Some(s)) => Ok(tokens_cmd::Tokens::Store(tokens::Store::new(
+                s.join("tokens"),
+            ))),
+            _ => bail!("give --source (with --token-key) or --token-dir"),
         }
     }
 }
 
 #[derive(Debug, Subcommand)]
 pub enum TokenAction {
-    /// List tokens (hash prefix, created, expires); --reveal prints current plaintext tokens.
+    /// List tokens (hash prefix, config, created, expires); --reveal prints current tokens.
     Show {
         #[command(flatten)]
         store: TokenStoreArgs,
@@ -90,13 +104,19 @@ pub fn token_main(a: TokenArgs) -> Result<()> {
             store,
             pool,
             reveal,
-        } => tokens_cmd::show(&store.store()?, pool.as_deref(), reveal),
-        TokenAction::Rotate { store, pool, ttl } => tokens_cmd::rotate(&store.store()?, &pool, ttl),
-        TokenAction::Revoke { store, pool } => tokens_cmd::revoke(&store.store()?, &pool),
+        } => tokens_cmd::show_tokens(&store.tokens()?, pool.as_deref(), reveal),
+        TokenAction::Rotate { store, pool, ttl } => {
+            let t = store.tokens()?;
+            tokens_cmd::rotate(tokens_cmd::store_only(&t, "rotate")?, &pool, ttl)
+        }
+        TokenAction::Revoke { store, pool } => {
+            let t = store.tokens()?;
+            tokens_cmd::revoke(tokens_cmd::store_only(&t, "revoke")?, &pool)
+        }
     }
 }
 
 /// `agent pointer ...`
 pub fn pointer_main(a: PointerArgs) -> Result<()> {
-    pointer::print(&a.store.store()?, &a.pool, &a.url, a.ca.as_deref())
+    pointer::print(&a.store.tokens()?, &a.pool, &a.url, a.ca.as_deref())
 }

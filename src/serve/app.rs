@@ -3,15 +3,17 @@
 //! (`/config/<pool>`, `/ignition`, `/healthz`, `/readyz`, `/status`, `/metrics`); the source
 //! watcher ([`super::watch`]) keeps that state current.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::Options;
 use super::accept::{self, Negotiated};
+use super::checkpoint::{Checkpoint, Retained};
 use super::http::{self, Body, Request, Response};
 use super::metrics::Metrics;
 use super::render::Pool;
@@ -27,9 +29,23 @@ pub struct App {
     pub metrics: Metrics,
     pub(super) tracker: Mutex<Tracker>,
     pub(super) active: RwLock<Option<Arc<Generation>>>,
+    /// Legacy mode: the shared token directory.
     pub(super) token_store: Option<tokens::Store>,
+    /// Derived mode: the key file and the key read from it.
+    pub(super) token_key_file: Option<PathBuf>,
+    pub(super) token_key: RwLock<Option<tokens::Key>>,
+    pub(super) schedule: tokens::Schedule,
+    /// Derived mode: the epoch the rotation counter last saw.
+    pub(super) seen_epoch: AtomicU64,
     pub(super) token_index: RwLock<Option<tokens::Index>>,
     pub(super) token_error: Mutex<Option<String>>,
+    /// Old configs that still-valid derived tokens name, by (pool, config hash).
+    pub(super) retained: RwLock<BTreeMap<(String, String), Retained>>,
+    pub(super) checkpoint: Option<Checkpoint>,
+    /// Why a checkpoint was refused at start, or the last failed checkpoint write.
+    pub(super) checkpoint_errors: Mutex<Vec<String>>,
+    /// What the checkpoint gave back at start (for /status).
+    pub(super) restored: Mutex<serde_json::Value>,
     pub(super) ttl: u64,
     pub(super) soak: u64,
     pub(super) require_token: bool,
@@ -48,25 +64,75 @@ fn method_ok(req: &Request) -> Option<Response> {
 }
 
 impl App {
-    /// A server's state before the first generation is loaded: the source, token store and
-    /// request handling of `opts`; `limits` as `/status` shows them.
-    pub fn new(opts: &Options, conns: Arc<http::ConnStats>, limits: &http::Limits) -> App {
-        App {
+    /// A server's state before the first generation is loaded: the source, tokens,
+    /// checkpoint and request handling of `opts`; `limits` as `/status` shows them. Fails
+    /// when the token key cannot be read (a server that cannot check tokens must not start);
+    /// a checkpoint directory that cannot be used is reported, and the server goes on
+    /// without it.
+    pub fn new(
+        opts: &Options,
+        conns: Arc<http::ConnStats>,
+        limits: &http::Limits,
+    ) -> anyhow::Result<App> {
+        let key = match &opts.token_key {
+            Some(p) => Some(tokens::Key::from_file(p)?),
+            None => None,
+        };
+        let mut checkpoint_errors = Vec::new();
+        let checkpoint = match &opts.state_dir {
+            Some(d) => match Checkpoint::open(d) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    let msg = format!(
+                        "checkpoint directory unusable, running without checkpoints: {e:#}"
+                    );
+                    log::error!("{msg}");
+                    checkpoint_errors.push(msg);
+                    None
+                }
+            },
+            None => None,
+        };
+        if let Some(k) = &key {
+            log::info!(
+                "tokens derived from the key in {} (key id {})",
+                opts.token_key
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string()),
+                k.id()
+            );
+        }
+        let schedule =
+            tokens::Schedule::new(opts.token_ttl.as_secs(), opts.token_clock_skew.as_secs());
+        Ok(App {
             source: opts.source.clone(),
             clock: tokens::default_clock(),
             metrics: Metrics::default(),
             tracker: Mutex::new(Tracker::default()),
             active: RwLock::new(None),
-            token_store: Some(tokens::Store::new(opts.token_dir())),
+            token_store: key.is_none().then(|| tokens::Store::new(opts.token_dir())),
+            token_key_file: opts.token_key.clone(),
+            token_key: RwLock::new(key),
+            schedule,
+            seen_epoch: AtomicU64::new(0),
             token_index: RwLock::new(None),
             token_error: Mutex::new(None),
+            retained: RwLock::new(BTreeMap::new()),
+            checkpoint,
+            checkpoint_errors: Mutex::new(checkpoint_errors),
+            restored: Mutex::new(serde_json::Value::Null),
             ttl: opts.token_ttl.as_secs(),
             soak: opts.soak.as_secs(),
             require_token: opts.require_token,
             access_log: opts.access_log,
             conns,
             limits: limits_json(limits),
-        }
+        })
+    }
+
+    /// Whether tokens are derived from a key (else the legacy store).
+    pub(super) fn derived(&self) -> bool {
+        self.token_key_file.is_some()
     }
 
     pub(super) fn now(&self) -> u64 {
@@ -88,9 +154,45 @@ impl App {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        drop(t);
+        let retained: Vec<serde_json::Value> = self
+            .retained
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|r| {
+                serde_json::json!({"pool": r.pool.name, "config": r.pool.config_name,
+                    "tokensExpire": self.schedule.expires(r.last_epoch)})
+            })
+            .collect();
+        let tokens = if self.derived() {
+            let key_id = self
+                .token_key
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|k| k.id().to_string());
+            serde_json::json!({"mode": "derived", "error": tok_err, "ttlSeconds": self.ttl,
+                "rotationSeconds": self.schedule.period(),
+                "clockSkewSeconds": self.schedule.skew, "keyId": key_id,
+                "retainedPayloads": retained})
+        } else {
+            serde_json::json!({"mode": "store", "error": tok_err, "ttlSeconds": self.ttl})
+        };
+        let errors = self
+            .checkpoint_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let checkpoint = serde_json::json!({
+            "dir": self.checkpoint.as_ref().map(|c| c.dir.display().to_string()),
+            "errors": errors,
+            "restored": *self.restored.lock().unwrap_or_else(|e| e.into_inner()),
+        });
         let v = serde_json::json!({
             "sources": [src],
-            "tokens": {"error": tok_err, "ttlSeconds": self.ttl},
+            "tokens": tokens,
+            "checkpoint": checkpoint,
             "openConnections": self.conns.open.load(Ordering::Relaxed),
             "limits": self.limits,
         });
@@ -99,23 +201,54 @@ impl App {
         b
     }
 
-    /// Checks a bearer token; Ok(pool) or the error response.
-    fn authorize(&self, req: &Request) -> Result<String, Response> {
+    /// Checks a bearer token; Ok(what it grants) or the error response.
+    fn authorize(&self, req: &Request) -> Result<tokens::Grant, Response> {
         let tok = tokens::parse_bearer(req.header_one("authorization")).map_err(|_| {
             Response::text(401, "missing or malformed Authorization: Bearer <token>")
                 .header("WWW-Authenticate", "Bearer")
         })?;
+        let now = self.now();
+        if self.derived() {
+            // The index covers the epochs around the one it was built in; past that (the
+            // watcher has not ticked yet) rebuild it first.
+            let stale = self
+                .token_index
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_some_and(|i| self.schedule.epoch(now) > i.epoch + 1);
+            if stale {
+                self.rebuild_index();
+            }
+        }
         let idx = self.token_index.read().unwrap_or_else(|e| e.into_inner());
         let Some(idx) = idx.as_ref() else {
             return Err(
                 Response::text(503, "tokens are not available yet").header("Retry-After", "5")
             );
         };
-        match idx.lookup(tok, self.now()) {
-            Some(p) => Ok(p.to_string()),
+        match idx.lookup(tok, now) {
+            Some(g) => Ok(g.clone()),
             // Unknown is "not ready yet" for a booting machine: a 5xx makes it retry.
             None => Err(Response::text(503, "token not known (yet)").header("Retry-After", "5")),
         }
+    }
+
+    /// The payload a token names: a store token its pool's current config; a derived token
+    /// its own config, current or retained. None once the pool left the source (revoked).
+    fn granted_pool(&self, g: &tokens::Grant) -> Option<Arc<Pool>> {
+        let cur = self.active().and_then(|a| a.pools.get(&g.pool).cloned())?;
+        let Some(cfg) = &g.config else {
+            return Some(cur);
+        };
+        if &cur.config_hash == cfg {
+            return Some(cur);
+        }
+        self.retained
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(g.pool.clone(), cfg.clone()))
+            .map(|r| r.pool.clone())
     }
 
     fn config(&self, req: &Request, name: &str) -> Response {
@@ -140,19 +273,19 @@ impl App {
     /// malformed `Authorization` → 401, a well-formed unknown token → 503 (machines retry),
     /// another pool's token → 403, whether the requested pool exists or not.
     fn config_with_token(&self, req: &Request, name: &str) -> Response {
-        let own = match self.authorize(req) {
-            Ok(p) => p,
+        let grant = match self.authorize(req) {
+            Ok(g) => g,
             Err(r) => return r,
         };
-        if name != own {
+        if name != grant.pool {
             return Response::text(403, "this token does not grant the requested pool");
         }
-        let Some(g) = self.active() else {
+        if self.active().is_none() {
             return Response::text(503, "no valid config generation loaded")
                 .header("Retry-After", "5");
-        };
-        match g.pools.get(name) {
-            Some(p) => self.serve_pool(req, p),
+        }
+        match self.granted_pool(&grant) {
+            Some(p) => self.serve_pool(req, &p),
             None => {
                 Response::text(503, "token's pool is not being served").header("Retry-After", "5")
             }
@@ -160,12 +293,11 @@ impl App {
     }
 
     fn ignition(&self, req: &Request) -> Response {
-        let name = match self.authorize(req) {
-            Ok(p) => p,
+        let grant = match self.authorize(req) {
+            Ok(g) => g,
             Err(r) => return r,
         };
-        let pool = self.active().and_then(|g| g.pools.get(&name).cloned());
-        match pool {
+        match self.granted_pool(&grant) {
             Some(p) => self.serve_pool(req, &p),
             None => {
                 Response::text(503, "token's pool is not being served").header("Retry-After", "5")

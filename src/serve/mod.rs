@@ -8,7 +8,9 @@
 //! - `source`: generation loading from a plain tree, an AtomicWriter volume or a git-sync link;
 //! - `render`: etcd index templating, the node-agent file, per-version documents;
 //! - `accept`: spec version negotiation; `status`: assigned/active/lastKnownGood/error;
-//! - `tokens`: bearer tokens with rotation; `http`: the HTTP/1.1 server; `tls`: rustls with
+//! - `tokens`: bearer tokens (derived from a key per pool+config+epoch, or the legacy store);
+//! - `checkpoint`: the `--state-dir` checkpoints (assigned/active/lastKnownGood, old payloads);
+//! - `http`: the HTTP/1.1 server; `tls`: rustls with
 //!   certificate reload; `metrics`: Prometheus text;
 //! - `tokens_cmd`: `agent token` (show, rotate, revoke); `pointer`: `agent pointer`.
 //!
@@ -18,6 +20,7 @@
 
 pub mod accept;
 pub mod app;
+pub mod checkpoint;
 pub mod http;
 pub mod metrics;
 pub mod pointer;
@@ -57,8 +60,15 @@ pub struct Options {
     pub soak: Duration,
     /// Token lifetime; tokens rotate after half of it.
     pub token_ttl: Duration,
-    /// Token state directory shared by replicas (default: SOURCE/tokens).
+    /// Token state directory shared by replicas (default: SOURCE/tokens); store mode only.
     pub token_dir: Option<PathBuf>,
+    /// Key file tokens are derived from (per pool, config and epoch); when set, no token
+    /// state is stored anywhere.
+    pub token_key: Option<PathBuf>,
+    /// How early a derived token of the next epoch is accepted (clock skew between hosts).
+    pub token_clock_skew: Duration,
+    /// Checkpoint directory (lastKnownGood, active, old payloads); None: none.
+    pub state_dir: Option<PathBuf>,
     /// Require a pool's bearer token on `/config/<pool>` too.
     pub require_token: bool,
     /// Fallback polling interval for source, token and certificate changes.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::tokens;
+use super::tokens_cmd::Tokens;
 use crate::config::{self, Config, Version};
 
 /// The pointer config a machine boots with: merge the server's /ignition with the bearer
@@ -45,18 +45,14 @@ pub fn pointer_config(url: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<V
     config::to_json_pretty(&c, v).map_err(|e| anyhow::anyhow!(e))
 }
 
-/// Prints on stdout the pointer config for `pool` (its current token from `store`) and the
+/// Prints on stdout the pointer config for `pool` (its current token from `tokens`) and the
 /// server's `/ignition` at `url`, trusting the CA certificate in the file `ca` if given.
-pub fn print(store: &tokens::Store, pool: &str, url: &str, ca: Option<&Path>) -> Result<()> {
+pub fn print(tokens: &Tokens, pool: &str, url: &str, ca: Option<&Path>) -> Result<()> {
     if !(url.starts_with("https://") || url.starts_with("http://")) {
         bail!("--url must be an http(s) URL, got {url:?}");
     }
-    let s = store.read()?;
-    let Some(tok) = s.plaintext.get(pool) else {
-        bail!(
-            "no token for pool {pool:?} yet (start `agent serve` or run `agent token rotate --pool {pool}`)"
-        );
-    };
+    let tok = tokens.current(pool)?;
+    let tok = &tok;
     let ca = match ca {
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,

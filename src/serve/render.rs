@@ -44,6 +44,9 @@ pub struct Pool {
     pub config: Config,
     /// `<pool>-<content hash>`: the name the node agent records as current/desired config.
     pub config_name: String,
+    /// Hex SHA-256 of the canonical config (newest spec version, templates not filled in):
+    /// what derived tokens are bound to and the checkpoint's name for the config.
+    pub config_hash: String,
     /// The oldest spec version that can express the served config.
     pub min_version: Version,
     /// Pre-rendered documents by minor version; Err says why the version cannot express it.
@@ -54,7 +57,9 @@ impl Pool {
     pub fn new(name: &str, config: Config) -> Result<Self> {
         let canonical =
             config::to_json(&config, Version::NEWEST).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let config_name = format!("{name}-{}", hex(&Sha256::digest(&canonical)[..8]));
+        let digest = Sha256::digest(&canonical);
+        let config_name = format!("{name}-{}", hex(&digest[..8]));
+        let config_hash = hex(&digest);
         let served = with_node_file(&config, &config_name);
         let min_version = version::minimum(&served);
         let by_minor = (0..=version::NEWEST_MINOR)
@@ -67,9 +72,16 @@ impl Pool {
             name: name.to_string(),
             config,
             config_name,
+            config_hash,
             min_version,
             by_minor,
         })
+    }
+
+    /// The canonical config (newest spec version, templates not filled in): the bytes
+    /// [`Pool::config_hash`] is the SHA-256 of.
+    pub fn canonical(&self) -> Result<Vec<u8>> {
+        config::to_json(&self.config, Version::NEWEST).map_err(|e| anyhow::anyhow!("{e}"))
     }
 
     /// The document for spec minor `minor`, with `etcd_index` filled in when given.

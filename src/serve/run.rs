@@ -39,7 +39,15 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     sigs.thread_block().context("blocking signals")?;
 
-    let token_dir = opts.token_dir();
+    // Watched for changes: the token store, or the directory of the key file (a Secret
+    // volume swaps it by rename).
+    let token_dir = match &opts.token_key {
+        Some(k) => k
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| std::path::PathBuf::from("."), |p| p.to_path_buf()),
+        None => opts.token_dir(),
+    };
     let limits = http::Limits {
         max_header_bytes: opts.max_header_bytes,
         header_timeout: opts.header_timeout,
@@ -51,7 +59,8 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     raise_open_files_limit(&limits);
     let conns = Arc::new(http::ConnStats::default());
-    let app = Arc::new(App::new(opts, conns.clone(), &limits));
+    let app = Arc::new(App::new(opts, conns.clone(), &limits)?);
+    app.restore();
     app.reload(true);
     app.tick();
 

@@ -2,7 +2,14 @@
 //! `active` (being served), `lastKnownGood` (the active generation once it has soaked), `error`.
 //!
 //! A generation that fails to load or validate is never served: the server rolls back to
-//! lastKnownGood when there is one, else keeps what it was serving, and reports why.
+//! lastKnownGood when there is one, else keeps what it was serving, and reports why. A valid
+//! generation without any pool (the source reset to empty) resets lastKnownGood at once, and is
+//! never promoted: like a node's local defaults, "nothing" needs no fallback.
+//!
+//! The checkpoint directory (`super::checkpoint`) keeps assigned, active and lastKnownGood
+//! across restarts: [`Tracker::restore`] puts them back before the first load, so a restart
+//! on a broken or missing source serves lastKnownGood (or the last active generation when
+//! none has soaked yet), and a soak goes on from its recorded start.
 
 use std::sync::Arc;
 
@@ -60,6 +67,11 @@ impl Tracker {
         if self.assigned.as_ref().is_none_or(|a| a.generation != g.id) {
             self.assigned = Some(gref(&g, now));
         }
+        if g.pools.is_empty() {
+            // Reset to empty: lastKnownGood is reset with it.
+            self.lkg = None;
+            self.lkg_ref = None;
+        }
         if self.active.as_ref().is_some_and(|a| a.id == g.id) {
             return Change::None;
         }
@@ -106,7 +118,7 @@ impl Tracker {
         if assigned.generation != active.id || self.error.is_some() {
             return false;
         }
-        if self.lkg.as_ref().is_some_and(|l| l.id == active.id) {
+        if self.lkg.as_ref().is_some_and(|l| l.id == active.id) || active.pools.is_empty() {
             return false;
         }
         if now.saturating_sub(assigned.since) < soak {
@@ -115,6 +127,31 @@ impl Tracker {
         self.lkg = Some(active.clone());
         self.lkg_ref = Some(gref(active, now));
         true
+    }
+
+    /// Puts back what the checkpoint kept, before the first load. Without an active record
+    /// lastKnownGood is served.
+    pub fn restore(
+        &mut self,
+        assigned: Option<GenRef>,
+        active: Option<(Arc<Generation>, GenRef)>,
+        lkg: Option<(Arc<Generation>, GenRef)>,
+    ) {
+        self.assigned = assigned;
+        if let Some((g, r)) = lkg {
+            self.lkg = Some(g);
+            self.lkg_ref = Some(r);
+        }
+        match active {
+            Some((g, r)) => {
+                self.active = Some(g);
+                self.active_ref = Some(r);
+            }
+            None => {
+                self.active = self.lkg.clone();
+                self.active_ref = self.lkg_ref.clone();
+            }
+        }
     }
 
     pub fn to_json(&self, source: &str) -> serde_json::Value {
@@ -137,7 +174,25 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
+    /// A generation with one pool (an empty one is the source reset to empty).
     fn g(id: &str) -> Generation {
+        let mut e = empty(id);
+        e.pools.insert(
+            "worker".into(),
+            Arc::new(
+                crate::serve::render::Pool::new(
+                    "worker",
+                    crate::config::parse(br#"{"ignition":{"version":"3.0.0"}}"#)
+                        .unwrap()
+                        .config,
+                )
+                .unwrap(),
+            ),
+        );
+        e
+    }
+
+    fn empty(id: &str) -> Generation {
         Generation {
             id: id.into(),
             dir: format!("/src/..{id}").into(),
@@ -175,6 +230,29 @@ mod tests {
         assert!(!t.tick(1599, 600));
         assert!(t.tick(1600, 600));
         assert_eq!(t.lkg.as_ref().unwrap().id, "d");
+    }
+
+    #[test]
+    fn empty_source_resets_last_known_good_and_restore() {
+        let mut t = Tracker::default();
+        t.observe_ok(g("a"), 0);
+        assert!(t.tick(600, 600));
+        assert!(t.lkg.is_some());
+        t.observe_ok(empty("empty"), 700);
+        assert!(t.lkg.is_none(), "reset to empty resets lastKnownGood");
+        assert!(
+            !t.tick(10_000, 600),
+            "an empty generation is never promoted"
+        );
+
+        // Restore: no active record → lastKnownGood is served; the soak start is kept.
+        let mut r = Tracker::default();
+        let l = Arc::new(g("l"));
+        let lref = gref(&l, 5);
+        r.restore(Some(lref.clone()), None, Some((l.clone(), lref.clone())));
+        assert_eq!(r.active.as_ref().unwrap().id, "l");
+        assert_eq!(r.observe_ok(g("l"), 50), Change::None);
+        assert_eq!(r.assigned.as_ref().unwrap().since, 5);
     }
 
     #[test]

@@ -1,14 +1,25 @@
 //! Bearer tokens for `/ignition` (seed: ignition-server-tokens.txt).
 //!
-//! One token per pool. A token is rotated once it has lived TTL/2; the previous one stays
-//! valid until its own TTL, so two coexist for TTL/2. Expired tokens are removed, and a
-//! pool's tokens are revoked at once when the pool leaves the source.
+//! Two modes.
 //!
-//! State lives in a directory every replica sees (default `SOURCE/tokens`), written with the
-//! AtomicWriter protocol (`..data` → `..<stamp>` swapped by rename) under an flock:
-//! `state.json` holds only SHA-256 hashes with creation and expiry times; `<pool>.token`
-//! (mode 0600) holds the plaintext of the pool's current token, for `agent pointer` only.
-//! The server verifies against hashes, in constant time, and never logs a token.
+//! **Derived** (`--token-key FILE`, the multi-replica mode): a token is bound to a
+//! (pool, config) pair and computed, never stored:
+//! `base64url(HMAC-SHA256(key, "agent-serve-token/v1" ‖ pool ‖ config-hash ‖ period ‖ epoch))`
+//! with `epoch = floor(now / period)`, `period = TTL/2`. Every replica (and `agent token` /
+//! `agent pointer`) with the same key file and the same source computes the same tokens, so
+//! nothing is written or replicated. The token of epoch `k` is handed out during
+//! `[k·period, (k+1)·period)` (rotation after TTL/2) and accepted during
+//! `[k·period − skew, k·period + TTL)` (the previous token stays valid until its own TTL; the
+//! next one is accepted `skew` early for replicas whose clocks run behind). See [`Schedule`].
+//!
+//! **Store** (legacy, without `--token-key`): one random token per pool, kept in a directory
+//! every replica sees (default `SOURCE/tokens`), written with the AtomicWriter protocol
+//! (`..data` → `..<stamp>` swapped by rename) under an flock: `state.json` holds only SHA-256
+//! hashes with creation and expiry times; `<pool>.token` (mode 0600) holds the plaintext of the
+//! pool's current token. Such a token names a pool, not a config.
+//!
+//! Either way the server checks requests against SHA-256 digests in constant time and never
+//! logs a token.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -239,33 +250,239 @@ impl Stored {
         for (p, list) in &self.state.pools {
             for e in list {
                 if let Some(h) = unhex(&e.hash) {
-                    entries.push((p.clone(), h, e.expires));
+                    entries.push(Entry {
+                        digest: h,
+                        grant: Grant {
+                            pool: p.clone(),
+                            config: None,
+                        },
+                        not_before: 0,
+                        expires: e.expires,
+                    });
                 }
             }
         }
-        Index { entries }
+        Index { entries, epoch: 0 }
     }
 }
 
-/// Hashes of every live token, for request checks.
+/// What a valid token grants: a pool and, for a derived token, the config (hex SHA-256 of its
+/// canonical JSON) whose payload it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub pool: String,
+    /// None for a store token: it names the pool's current config, whatever it is.
+    pub config: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    digest: [u8; 32],
+    grant: Grant,
+    not_before: u64,
+    expires: u64,
+}
+
+/// Digests of every token that is or may become valid, for request checks.
 #[derive(Debug, Default, Clone)]
 pub struct Index {
-    entries: Vec<(String, [u8; 32], u64)>,
+    entries: Vec<Entry>,
+    /// For a derived index: the epoch it was built in (it covers the epochs around it).
+    pub epoch: u64,
 }
 
 impl Index {
-    /// The pool a token belongs to, if it is known and not expired. Compares against every
-    /// entry (no early exit) so timing does not reveal which prefix matched.
-    pub fn lookup(&self, token: &str, now: u64) -> Option<&str> {
+    /// What a token grants, if it is known and valid at `now`. Compares against every entry
+    /// (no early exit) so timing does not reveal which prefix matched.
+    pub fn lookup(&self, token: &str, now: u64) -> Option<&Grant> {
         let h = hash_token(token);
         let mut found = None;
-        for (p, eh, exp) in &self.entries {
-            if ct_eq(&h, eh) && *exp > now {
-                found = Some(p.as_str());
+        for e in &self.entries {
+            if ct_eq(&h, &e.digest) && e.not_before <= now && now < e.expires {
+                found = Some(&e.grant);
             }
         }
         found
     }
+
+    /// How many token digests it holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Shortest token key, in bytes (after trailing whitespace is trimmed).
+pub const MIN_KEY_BYTES: usize = 32;
+/// Longest token key file, in bytes.
+pub const MAX_KEY_BYTES: usize = 4096;
+/// Default clock-skew tolerance between replicas (and `agent token`): 5 minutes.
+pub const DEFAULT_SKEW: u64 = 300;
+
+/// The secret every replica derives tokens from (a file, e.g. a Kubernetes Secret volume).
+/// Its bytes never leave this value: `Debug` shows only the key id.
+#[derive(Clone)]
+pub struct Key {
+    hmac: ring::hmac::Key,
+    /// Public fingerprint: the first 8 bytes of HMAC(key, "agent-serve-key-id"), hex. Equal
+    /// on two replicas exactly when their keys are equal; reveals nothing about the key.
+    id: String,
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Key({})", self.id)
+    }
+}
+
+impl Key {
+    /// A key from its bytes; trailing whitespace (a newline from `echo` or an editor) is not
+    /// part of it.
+    pub fn from_bytes(b: &[u8]) -> Result<Key> {
+        let b = b.trim_ascii_end();
+        if b.len() < MIN_KEY_BYTES {
+            bail!(
+                "the token key has {} bytes, fewer than {MIN_KEY_BYTES}: make one with `head -c 32 /dev/urandom | base64 -w0 > FILE`",
+                b.len()
+            );
+        }
+        let hmac = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b);
+        let tag = ring::hmac::sign(&hmac, b"agent-serve-key-id");
+        Ok(Key {
+            hmac,
+            id: hex(&tag.as_ref()[..8]),
+        })
+    }
+
+    /// Reads the key file (at most [`MAX_KEY_BYTES`]).
+    pub fn from_file(p: &Path) -> Result<Key> {
+        let f = std::fs::File::open(p).with_context(|| {
+            format!(
+                "reading the token key {} (--token-key): create it, e.g. `head -c 32 /dev/urandom | base64 -w0 > {}`, or mount the Secret that holds it",
+                p.display(),
+                p.display()
+            )
+        })?;
+        let mut b = Vec::new();
+        f.take(MAX_KEY_BYTES as u64 + 1)
+            .read_to_end(&mut b)
+            .with_context(|| format!("reading the token key {}", p.display()))?;
+        if b.len() > MAX_KEY_BYTES {
+            bail!(
+                "the token key {} is larger than {MAX_KEY_BYTES} bytes: is it the right file?",
+                p.display()
+            );
+        }
+        Key::from_bytes(&b).with_context(|| format!("token key {}", p.display()))
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The token of (`pool`, `config`) for `epoch` of `period` seconds.
+    pub fn token(&self, pool: &str, config: &str, period: u64, epoch: u64) -> String {
+        let mut ctx = ring::hmac::Context::with_key(&self.hmac);
+        ctx.update(b"agent-serve-token/v1\0");
+        for part in [pool.as_bytes(), config.as_bytes()] {
+            ctx.update(&(part.len() as u64).to_be_bytes());
+            ctx.update(part);
+        }
+        ctx.update(&period.to_be_bytes());
+        ctx.update(&epoch.to_be_bytes());
+        let tag = ctx.sign();
+        crate::encoding::data_url::base64_encode(tag.as_ref())
+            .trim_end_matches('=')
+            .replace('+', "-")
+            .replace('/', "_")
+    }
+}
+
+/// When derived tokens are handed out and accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    /// Token lifetime (at least 2 s).
+    pub ttl: u64,
+    /// Clock-skew tolerance: the next epoch's token is accepted this early. At most one
+    /// period, so at any time only epochs e-1, e and (within the skew) e+1 are accepted.
+    pub skew: u64,
+}
+
+impl Schedule {
+    pub fn new(ttl: u64, skew: u64) -> Schedule {
+        let ttl = ttl.max(2);
+        Schedule {
+            ttl,
+            skew: skew.min(ttl / 2),
+        }
+    }
+
+    /// The rotation period, TTL/2.
+    pub fn period(&self) -> u64 {
+        (self.ttl / 2).max(1)
+    }
+
+    /// The epoch whose token is current at `now`.
+    pub fn epoch(&self, now: u64) -> u64 {
+        now / self.period()
+    }
+
+    /// When the token of `epoch` becomes current.
+    pub fn issued(&self, epoch: u64) -> u64 {
+        epoch.saturating_mul(self.period())
+    }
+
+    /// The first second the token of `epoch` is accepted.
+    pub fn not_before(&self, epoch: u64) -> u64 {
+        self.issued(epoch).saturating_sub(self.skew)
+    }
+
+    /// The first second the token of `epoch` is refused again.
+    pub fn expires(&self, epoch: u64) -> u64 {
+        self.issued(epoch).saturating_add(self.ttl)
+    }
+
+    pub fn valid(&self, epoch: u64, now: u64) -> bool {
+        self.not_before(epoch) <= now && now < self.expires(epoch)
+    }
+}
+
+/// A (pool, config) pair tokens are derived for; `last_epoch` bounds a retired config (its
+/// tokens of later epochs were never handed out and are refused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub pool: String,
+    pub config: String,
+    pub last_epoch: Option<u64>,
+}
+
+/// The index of every derived token that can be valid from `now` until the next epoch
+/// starts (epochs e-2 ..= e+2 around `now`'s epoch e, each checked against its own window
+/// at lookup time).
+pub fn derived_index(key: &Key, sch: &Schedule, targets: &[Target], now: u64) -> Index {
+    let e = sch.epoch(now);
+    let mut entries = Vec::new();
+    for t in targets {
+        for k in e.saturating_sub(2)..=e + 2 {
+            if t.last_epoch.is_some_and(|l| k > l) || sch.expires(k) <= now {
+                continue;
+            }
+            let tok = key.token(&t.pool, &t.config, sch.period(), k);
+            entries.push(Entry {
+                digest: hash_token(&tok),
+                grant: Grant {
+                    pool: t.pool.clone(),
+                    config: Some(t.config.clone()),
+                },
+                not_before: sch.not_before(k),
+                expires: sch.expires(k),
+            });
+        }
+    }
+    Index { entries, epoch: e }
 }
 
 /// Why an `Authorization` header was refused.
@@ -476,8 +693,16 @@ mod tests {
         let r = s.reconcile(&pools, clock.now(), ttl).unwrap();
         assert_eq!(r.created, 2);
         let t1 = s.plaintext["worker"].clone();
-        assert_eq!(s.index().lookup(&t1, clock.now()), Some("worker"));
-        assert_eq!(s.index().lookup("not-a-known-token-xx", clock.now()), None);
+        assert_eq!(
+            s.index().lookup(&t1, clock.now()).map(|g| g.pool.as_str()),
+            Some("worker")
+        );
+        assert_eq!(
+            s.index()
+                .lookup("not-a-known-token-xx", clock.now())
+                .map(|g| g.pool.as_str()),
+            None
+        );
 
         // Just before TTL/2: nothing happens.
         clock.advance(ttl / 2 - 1);
@@ -490,28 +715,145 @@ mod tests {
         assert_ne!(t1, t2);
         assert_eq!(s.state.pools["worker"].len(), 2);
         let idx = s.index();
-        assert_eq!(idx.lookup(&t1, clock.now()), Some("worker"));
-        assert_eq!(idx.lookup(&t2, clock.now()), Some("worker"));
+        assert_eq!(
+            idx.lookup(&t1, clock.now()).map(|g| g.pool.as_str()),
+            Some("worker")
+        );
+        assert_eq!(
+            idx.lookup(&t2, clock.now()).map(|g| g.pool.as_str()),
+            Some("worker")
+        );
         // t1 is still valid until its own TTL.
         clock.advance(ttl / 2 - 1);
-        assert_eq!(s.index().lookup(&t1, clock.now()), Some("worker"));
+        assert_eq!(
+            s.index().lookup(&t1, clock.now()).map(|g| g.pool.as_str()),
+            Some("worker")
+        );
         // At TTL: t1 expires (even before a reconcile removes it), t2 rotates.
         clock.advance(1);
-        assert_eq!(s.index().lookup(&t1, clock.now()), None);
+        assert_eq!(
+            s.index().lookup(&t1, clock.now()).map(|g| g.pool.as_str()),
+            None
+        );
         let r = s.reconcile(&pools, clock.now(), ttl).unwrap();
         assert_eq!(r.expired, 2);
         assert_eq!(r.rotated, 2);
         let t3 = s.plaintext["worker"].clone();
         assert_eq!(s.state.pools["worker"].len(), 2);
-        assert_eq!(s.index().lookup(&t2, clock.now()), Some("worker"));
-        assert_eq!(s.index().lookup(&t3, clock.now()), Some("worker"));
+        assert_eq!(
+            s.index().lookup(&t2, clock.now()).map(|g| g.pool.as_str()),
+            Some("worker")
+        );
+        assert_eq!(
+            s.index().lookup(&t3, clock.now()).map(|g| g.pool.as_str()),
+            Some("worker")
+        );
         // Pool removed from the source: its tokens are revoked at once.
         let r = s
             .reconcile(&["master".to_string()], clock.now(), ttl)
             .unwrap();
         assert_eq!(r.revoked, 2);
-        assert_eq!(s.index().lookup(&t3, clock.now()), None);
+        assert_eq!(
+            s.index().lookup(&t3, clock.now()).map(|g| g.pool.as_str()),
+            None
+        );
         assert!(!s.plaintext.contains_key("worker"));
+    }
+
+    fn key() -> Key {
+        Key::from_bytes(b"0123456789abcdef0123456789abcdef\n").unwrap()
+    }
+
+    #[test]
+    fn key_checks() {
+        let e = Key::from_bytes(b"short\n").unwrap_err().to_string();
+        assert!(e.contains("fewer than 32"), "{e}");
+        let k = key();
+        let dbg = format!("{k:?}");
+        assert!(!dbg.contains("0123456789"), "{dbg}");
+        assert_eq!(k.id().len(), 16);
+        // Trailing whitespace is not part of the key.
+        let k2 = Key::from_bytes(b"0123456789abcdef0123456789abcdef").unwrap();
+        assert_eq!(k.id(), k2.id());
+        assert_eq!(k.token("w", "c", 50, 1), k2.token("w", "c", 50, 1));
+        let other = Key::from_bytes(b"0123456789abcdef0123456789abcdeX").unwrap();
+        assert_ne!(k.id(), other.id());
+        assert_ne!(k.token("w", "c", 50, 1), other.token("w", "c", 50, 1));
+        let missing = Key::from_file(Path::new("/nonexistent/agent-key")).unwrap_err();
+        assert!(
+            format!("{missing:#}").contains("--token-key"),
+            "{missing:#}"
+        );
+    }
+
+    #[test]
+    fn derived_tokens_bind_pool_config_and_epoch() {
+        let k = key();
+        let t = k.token("worker", "aa", 50, 7);
+        assert_eq!(t.len(), 43);
+        assert!(parse_bearer(Some(&format!("Bearer {t}"))).is_ok());
+        for other in [
+            k.token("master", "aa", 50, 7),
+            k.token("worker", "ab", 50, 7),
+            k.token("worker", "aa", 50, 8),
+            k.token("worker", "aa", 51, 7),
+            // Length-prefixed parts: moving a byte between pool and config changes the token.
+            k.token("worke", "raa", 50, 7),
+        ] {
+            assert_ne!(t, other);
+        }
+    }
+
+    #[test]
+    fn derived_schedule_through_a_full_ttl() {
+        let k = key();
+        let sch = Schedule::new(100, 10);
+        assert_eq!(sch.period(), 50);
+        let targets = vec![Target {
+            pool: "worker".into(),
+            config: "c1".into(),
+            last_epoch: None,
+        }];
+        let t0 = 1_000_000; // epoch 20000 starts here
+        let e = sch.epoch(t0);
+        let tok = |k_: u64| k.token("worker", "c1", 50, k_);
+        let idx = derived_index(&k, &sch, &targets, t0);
+        let g = |idx: &Index, t: &str, now| idx.lookup(t, now).map(|g| g.config.clone());
+        assert_eq!(g(&idx, &tok(e), t0), Some(Some("c1".into())));
+        assert_eq!(
+            g(&idx, &tok(e - 1), t0),
+            Some(Some("c1".into())),
+            "previous"
+        );
+        assert_eq!(g(&idx, &tok(e - 2), t0), None, "expired at its TTL");
+        assert_eq!(
+            g(&idx, &tok(e + 1), t0),
+            None,
+            "next epoch, beyond the skew"
+        );
+        assert_eq!(
+            g(&idx, &tok(e + 1), t0 + 40),
+            Some(Some("c1".into())),
+            "skew"
+        );
+        // The same index answers correctly through the next epoch.
+        assert_eq!(g(&idx, &tok(e - 1), t0 + 49), Some(Some("c1".into())));
+        assert_eq!(g(&idx, &tok(e - 1), t0 + 50), None);
+        assert_eq!(g(&idx, &tok(e), t0 + 99), Some(Some("c1".into())));
+        assert_eq!(g(&idx, &tok(e), t0 + 100), None);
+        // A retired config: tokens after its last epoch are refused.
+        let retired = vec![Target {
+            last_epoch: Some(e),
+            ..targets[0].clone()
+        }];
+        let idx = derived_index(&k, &sch, &retired, t0 + 60);
+        assert_eq!(g(&idx, &tok(e), t0 + 60), Some(Some("c1".into())));
+        assert_eq!(g(&idx, &tok(e + 1), t0 + 60), None);
+        // Another key's tokens are unknown.
+        let other = Key::from_bytes(&[b'x'; 32]).unwrap();
+        assert_eq!(g(&idx, &other.token("worker", "c1", 50, e), t0), None);
+        // Skew is at most one period.
+        assert_eq!(Schedule::new(100, 1000).skew, 50);
     }
 
     #[test]

@@ -5,21 +5,70 @@
 //! source, its parent, `pools/`, the token directory), on SIGHUP and, as the fallback, every
 //! poll interval.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
 use super::app::App;
-use super::source::{self, LoadError};
+use super::checkpoint::{MAX_RETAINED_PER_POOL, Retained, Snapshot};
+use super::source::{self, Generation, LoadError};
 use super::status::Change;
 use super::{tls, tokens};
 
 impl App {
+    /// Puts back what the checkpoint directory kept (before the first load): assigned,
+    /// active, lastKnownGood and the old payloads that valid tokens may still name. Records
+    /// that cannot be trusted are refused one by one, logged and shown in `/status`.
+    pub fn restore(&self) {
+        let Some(c) = &self.checkpoint else {
+            return;
+        };
+        let now = self.now();
+        let r = c.load();
+        for e in &r.errors {
+            log::error!("{e}");
+        }
+        let info = serde_json::json!({
+            "active": r.active.as_ref().map(|(g, _)| g.id.clone()),
+            "lastKnownGood": r.lkg.as_ref().map(|(g, _)| g.id.clone()),
+            "retainedPayloads": r.retained.len(),
+        });
+        if r.active.is_some() || r.lkg.is_some() {
+            log::info!("restored from checkpoint {}: {info}", c.dir.display());
+        }
+        *self.restored.lock().unwrap_or_else(|e| e.into_inner()) = info;
+        self.checkpoint_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(r.errors);
+        if self.derived() {
+            let mut ret = self.retained.write().unwrap_or_else(|e| e.into_inner());
+            for x in r.retained {
+                if self.schedule.expires(x.last_epoch) > now {
+                    ret.insert((x.pool.name.clone(), x.pool.config_hash.clone()), x);
+                }
+            }
+        }
+        let mut t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+        t.restore(r.assigned, r.active, r.lkg);
+        *self.active.write().unwrap_or_else(|e| e.into_inner()) = t.active.clone();
+        drop(t);
+        self.rebuild_index();
+    }
+
     /// Reads the source and updates status; a new valid generation becomes active.
     pub fn reload(&self, force: bool) {
         let now = self.now();
+        let before = self.active();
+        self.load(force, now);
+        self.after_change(before, now);
+    }
+
+    fn load(&self, force: bool, now: u64) {
         let raw = match source::read(&self.source) {
             Ok(r) => r,
             Err(e) => {
@@ -77,6 +126,150 @@ impl App {
         *self.active.write().unwrap_or_else(|e| e.into_inner()) = t.active.clone();
     }
 
+    /// After a load: when the active generation changed, keep the configs it replaced for
+    /// the tokens that name them and drop those of pools that left (revoked); refresh the
+    /// token index; checkpoint.
+    fn after_change(&self, before: Option<Arc<Generation>>, now: u64) {
+        let after = self.active();
+        let changed = match (&before, &after) {
+            (Some(b), Some(a)) => !Arc::ptr_eq(b, a),
+            (None, None) => false,
+            _ => true,
+        };
+        if changed && self.derived() {
+            self.retire(before.as_deref(), after.as_deref(), now);
+        }
+        if changed {
+            self.rebuild_index();
+        }
+        self.save_checkpoint();
+    }
+
+    /// Derived tokens: a pool whose config changed keeps its old config (and payload) for the
+    /// tokens handed out for it until this epoch; a pool that left the source loses all of
+    /// them at once.
+    fn retire(&self, before: Option<&Generation>, after: Option<&Generation>, now: u64) {
+        let epoch = self.schedule.epoch(now);
+        let mut r = self.retained.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = before {
+            for (name, old) in &b.pools {
+                let new = after.and_then(|a| a.pools.get(name));
+                if new.is_some_and(|n| n.config_hash != old.config_hash) {
+                    let e = r
+                        .entry((name.clone(), old.config_hash.clone()))
+                        .or_insert_with(|| Retained {
+                            pool: old.clone(),
+                            last_epoch: epoch,
+                        });
+                    e.last_epoch = e.last_epoch.max(epoch);
+                    log::info!(
+                        "pool {name}: config {} replaced by {}; its tokens keep their payload until they expire",
+                        old.config_name,
+                        new.map_or("", |n| n.config_name.as_str())
+                    );
+                }
+            }
+        }
+        let before_n = r.len();
+        r.retain(|(pool, hash), _| {
+            after.is_some_and(|a| a.pools.get(pool).is_some_and(|p| &p.config_hash != hash))
+        });
+        if r.len() < before_n {
+            log::info!(
+                "tokens: {} retained payload(s) dropped (pool left the source, or config current again)",
+                before_n - r.len()
+            );
+        }
+        cap_retained(&mut r);
+    }
+
+    /// Rebuilds the derived-token index from the key, the active generation and the
+    /// retained configs.
+    pub(super) fn rebuild_index(&self) {
+        if !self.derived() {
+            return;
+        }
+        let now = self.now();
+        let Some(key) = self
+            .token_key
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return;
+        };
+        let mut targets = Vec::new();
+        if let Some(g) = self.active() {
+            for (name, p) in &g.pools {
+                targets.push(tokens::Target {
+                    pool: name.clone(),
+                    config: p.config_hash.clone(),
+                    last_epoch: None,
+                });
+            }
+        }
+        for r in self
+            .retained
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            targets.push(tokens::Target {
+                pool: r.pool.name.clone(),
+                config: r.pool.config_hash.clone(),
+                last_epoch: Some(r.last_epoch),
+            });
+        }
+        let idx = tokens::derived_index(&key, &self.schedule, &targets, now);
+        *self.token_index.write().unwrap_or_else(|e| e.into_inner()) = Some(idx);
+    }
+
+    /// Writes the checkpoint (only what changed); a failure is logged and shown in /status,
+    /// and serving goes on.
+    pub(super) fn save_checkpoint(&self) {
+        let Some(c) = &self.checkpoint else {
+            return;
+        };
+        let t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+        let (assigned, active, active_ref, lkg, lkg_ref) = (
+            t.assigned.clone(),
+            t.active.clone(),
+            t.active_ref.clone(),
+            t.lkg.clone(),
+            t.lkg_ref.clone(),
+        );
+        drop(t);
+        let retained: Vec<Retained> = self
+            .retained
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let snap = Snapshot {
+            assigned: assigned.as_ref(),
+            active: active.as_deref().zip(active_ref.as_ref()),
+            lkg: lkg.as_deref().zip(lkg_ref.as_ref()),
+            retained,
+        };
+        const WRITE: &str = "checkpoint write failed";
+        let mut errs = self
+            .checkpoint_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match c.save(&snap) {
+            Ok(()) => errs.retain(|e| !e.starts_with(WRITE)),
+            Err(e) => {
+                let msg = format!("{WRITE} (serving goes on): {e:#}");
+                if !errs.contains(&msg) {
+                    log::error!("{msg}");
+                    errs.retain(|e| !e.starts_with(WRITE));
+                    errs.push(msg);
+                }
+            }
+        }
+    }
+
     /// Soak promotion, token rotation and the token index refresh.
     pub fn tick(&self) {
         let now = self.now();
@@ -88,6 +281,12 @@ impl App {
                 log::info!("generation {} is now lastKnownGood", l.id);
             }
         }
+        if self.derived() {
+            self.tick_derived(now);
+            self.save_checkpoint();
+            return;
+        }
+        self.save_checkpoint();
         let Some(store) = &self.token_store else {
             return;
         };
@@ -128,6 +327,80 @@ impl App {
                 }
                 *err = Some(msg);
             }
+        }
+    }
+
+    /// Derived tokens: re-read the key (a changed key revokes every token of the old one; an
+    /// unreadable one keeps the old key and is reported), count rotations, prune retained
+    /// configs whose tokens have all expired, rebuild the index.
+    fn tick_derived(&self, now: u64) {
+        if let Some(path) = &self.token_key_file {
+            let mut err = self.token_error.lock().unwrap_or_else(|e| e.into_inner());
+            match tokens::Key::from_file(path) {
+                Ok(k) => {
+                    let mut cur = self.token_key.write().unwrap_or_else(|e| e.into_inner());
+                    if cur.as_ref().is_none_or(|c| c.id() != k.id()) {
+                        log::warn!(
+                            "token key {} changed (key id {}): tokens derived from the old key are no longer accepted",
+                            path.display(),
+                            k.id()
+                        );
+                        *cur = Some(k);
+                    }
+                    *err = None;
+                }
+                Err(e) => {
+                    let msg = format!("{e:#} (keeping the key read before)");
+                    if err.as_deref() != Some(msg.as_str()) {
+                        log::error!("{msg}");
+                    }
+                    *err = Some(msg);
+                }
+            }
+        }
+        let epoch = self.schedule.epoch(now);
+        let seen = self.seen_epoch.swap(epoch, Ordering::Relaxed);
+        if seen != 0 && epoch > seen {
+            let pools = self.active().map_or(0, |g| g.pools.len()) as u64;
+            self.metrics
+                .token_rotations
+                .fetch_add(pools * (epoch - seen).min(2), Ordering::Relaxed);
+        }
+        {
+            let mut r = self.retained.write().unwrap_or_else(|e| e.into_inner());
+            let n = r.len();
+            r.retain(|_, x| self.schedule.expires(x.last_epoch) > now);
+            if r.len() < n {
+                log::info!(
+                    "tokens: {} retained payload(s) pruned (all their tokens expired)",
+                    n - r.len()
+                );
+            }
+        }
+        self.rebuild_index();
+    }
+}
+
+/// Keeps at most [`MAX_RETAINED_PER_POOL`] old configs per pool, the newest.
+fn cap_retained(r: &mut BTreeMap<(String, String), Retained>) {
+    let mut per_pool: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
+    for ((pool, hash), x) in r.iter() {
+        per_pool
+            .entry(pool.clone())
+            .or_default()
+            .push((x.last_epoch, hash.clone()));
+    }
+    for (pool, mut list) in per_pool {
+        if list.len() <= MAX_RETAINED_PER_POOL {
+            continue;
+        }
+        list.sort();
+        let drop_n = list.len() - MAX_RETAINED_PER_POOL;
+        for (_, hash) in list.into_iter().take(drop_n) {
+            log::warn!(
+                "pool {pool}: more than {MAX_RETAINED_PER_POOL} old configs with valid tokens; dropping the oldest ({hash:.16})"
+            );
+            r.remove(&(pool.clone(), hash));
         }
     }
 }

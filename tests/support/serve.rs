@@ -24,6 +24,9 @@ pub struct Server {
     pub scheme: String,
     /// Every listener: (scheme, address), in the order the server reports them.
     pub listeners: Vec<(String, SocketAddr)>,
+    /// A private checkpoint directory, when the test did not give --state-dir (never the
+    /// default /var/lib/agent-serve, which tests running in parallel would share).
+    pub state: Option<TempDir>,
 }
 
 impl Server {
@@ -40,6 +43,13 @@ impl Server {
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
+        let given = args
+            .iter()
+            .any(|a| *a == "--state-dir" || a.starts_with("--state-dir="));
+        let state = (!given).then(|| TempDir::new("serve-state"));
+        if let Some(d) = &state {
+            cmd.arg("--state-dir").arg(d.path().join("state"));
+        }
         if std::env::var_os("SERVE_TEST_LOG").is_some() {
             cmd.stderr(Stdio::inherit());
         }
@@ -81,6 +91,7 @@ impl Server {
             addr: listeners[0].1,
             scheme: listeners[0].0.clone(),
             listeners,
+            state,
         }
     }
 
