@@ -489,12 +489,47 @@ const CHUNK: usize = 256 * 1024;
 /// whatever the size of the download.
 const HASH_QUEUE: usize = 4;
 
+thread_local! {
+    /// Chunk buffers kept between downloads (a files stage makes thousands of small ones).
+    static CHUNKS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn take_chunk() -> Vec<u8> {
+    CHUNKS
+        .with(|c| c.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0u8; CHUNK])
+}
+
+fn keep_chunk(b: Vec<u8>) {
+    CHUNKS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() < HASH_QUEUE + 2 {
+            c.push(b);
+        }
+    });
+}
+
+/// Where the hash of a download is computed: on this thread for the first chunk, on a
+/// thread of its own once the body is longer than one chunk (hashing then overlaps with
+/// reading and writing).
+enum Hashing<'scope> {
+    None,
+    Inline(Expected),
+    Thread {
+        to_hash: std::sync::mpsc::SyncSender<(Vec<u8>, usize)>,
+        reuse: std::sync::mpsc::Receiver<Vec<u8>>,
+        digest: std::thread::ScopedJoinHandle<'scope, String>,
+        func: String,
+        want: String,
+    },
+}
+
 /// Streams one attempt's body through decompression and hashing into `out`.
 ///
-/// With a hash to check, hashing runs on a second thread: this thread reads (network,
-/// decompression) and writes each chunk, then hands it over through a bounded queue, so
-/// that hashing overlaps with the download instead of following it. The hash is checked
-/// before `Ok` is returned; the caller commits nothing before that.
+/// Each chunk is read (network, decompression), written, then hashed. With a hash to check
+/// and a body of more than one chunk, hashing moves to a second thread fed through a
+/// bounded queue, so that it overlaps with the download instead of following it. The hash
+/// is checked before `Ok` is returned; the caller commits nothing before that.
 fn copy_verified(
     url: &str,
     r: &Resource,
@@ -527,89 +562,78 @@ fn copy_verified(
     };
     let expected = hasher_for(r).map_err(Failure::Fatal)?;
     std::thread::scope(|scope| {
-        // The hashing thread: chunks in, emptied chunks back for reuse, the digest at the end.
-        let (to_hash, hash_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(HASH_QUEUE);
-        let (give_back, reuse) = std::sync::mpsc::channel::<Vec<u8>>();
-        let mut to_hash = Some(to_hash);
-        let hashing = expected.map(|e| {
-            let Expected {
-                mut hasher,
-                func,
-                want,
-            } = e;
-            let t = std::thread::Builder::new()
-                .name("hash".into())
-                .spawn_scoped(scope, move || {
-                    for chunk in hash_rx {
-                        hasher.update(&chunk);
-                        // The reader may be gone (an error): the chunk is then dropped.
-                        let _ = give_back.send(chunk);
-                    }
-                    hasher.finish_hex()
-                });
-            (t, func, want)
-        });
-        let hashing = match hashing {
-            None => {
-                to_hash = None;
-                None
-            }
-            Some((Ok(t), func, want)) => Some((t, func, want)),
-            Some((Err(e), ..)) => {
-                return Err(Failure::fatal(
-                    anyhow!(e).context("starting the hashing thread"),
-                ));
-            }
+        let mut hashing = match expected {
+            Some(e) => Hashing::Inline(e),
+            None => Hashing::None,
         };
         let mut n: u64 = 0;
         let start = Instant::now();
         let mut next_report = start + PROGRESS_EVERY;
-        let mut spare: Option<Vec<u8>> = None;
-        loop {
-            let mut buf = spare
-                .take()
-                .or_else(|| reuse.try_recv().ok())
-                .unwrap_or_default();
-            buf.resize(CHUNK, 0);
-            // Fill the chunk (fewer hand-overs), stopping at the end of the body.
+        let mut buf = take_chunk();
+        let result = loop {
+            // Fill the chunk (fewer writes and hand-overs), stopping at the end of the body.
             let mut k = 0;
+            let mut err = None;
             while k < CHUNK {
                 match reader.read(&mut buf[k..]) {
                     Ok(0) => break,
                     Ok(m) => k += m,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) if over.get() => return Err(too_large()),
+                    Err(_) if over.get() => {
+                        err = Some(too_large());
+                        break;
+                    }
                     Err(e) if failed.get() => {
-                        return Err(Failure::retry(
-                            anyhow!(e)
-                                .context(format!("reading body after {} bytes", n + k as u64)),
+                        let at = n + k as u64;
+                        err = Some(Failure::retry(
+                            anyhow!(e).context(format!("reading body after {at} bytes")),
                         ));
+                        break;
                     }
                     Err(e) => {
-                        return Err(Failure::fatal(
+                        err = Some(Failure::fatal(
                             anyhow!(e).context("decompressing gzip data"),
                         ));
+                        break;
                     }
                 }
+            }
+            if let Some(e) = err {
+                break Err(e);
             }
             if k == 0 {
-                break;
+                break Ok(());
             }
             if limit.is_some_and(|l| n + k as u64 > l) {
-                return Err(too_large());
+                break Err(too_large());
             }
-            buf.truncate(k);
-            out.write_all(&buf)
-                .context("writing fetched data")
-                .map_err(Failure::Fatal)?;
+            if let Err(e) = out.write_all(&buf[..k]).context("writing fetched data") {
+                break Err(Failure::Fatal(e));
+            }
             n += k as u64;
-            match &to_hash {
-                Some(tx) => {
-                    if tx.send(buf).is_err() {
-                        return Err(Failure::fatal(anyhow!("the hashing thread stopped")));
+            match &mut hashing {
+                Hashing::None => {}
+                Hashing::Inline(e) if n == k as u64 && k < CHUNK => {
+                    // The whole body in one chunk: no thread for it.
+                    e.hasher.update(&buf[..k]);
+                }
+                Hashing::Inline(_) => {
+                    let Hashing::Inline(e) = std::mem::replace(&mut hashing, Hashing::None) else {
+                        unreachable!("matched above")
+                    };
+                    match start_hashing(scope, e) {
+                        Ok(h) => hashing = h,
+                        Err(e) => break Err(e),
                     }
                 }
-                None => spare = Some(buf),
+                Hashing::Thread { .. } => {}
+            }
+            if let Hashing::Thread { to_hash, reuse, .. } = &hashing {
+                let next = reuse.try_recv().unwrap_or_else(|_| take_chunk());
+                let full = std::mem::replace(&mut buf, next);
+                if to_hash.send((full, k)).is_err() {
+                    break Err(Failure::fatal(anyhow!("the hashing thread stopped")));
+                }
             }
             let now = Instant::now();
             if now >= next_report {
@@ -622,23 +646,76 @@ fn copy_verified(
                 );
                 next_report = now + PROGRESS_EVERY;
             }
-        }
-        // End of the body: the hashing thread drains its queue and gives the digest.
-        drop(to_hash);
-        if let Some((t, func, want)) = hashing {
-            let got = t
-                .join()
-                .map_err(|_| Failure::fatal(anyhow!("the hashing thread panicked")))?;
-            if !got.eq_ignore_ascii_case(&want) {
-                return Err(Failure::fatal(anyhow!(
-                    "hash mismatch: expected {func}-{want}, got {func}-{got}"
-                )));
+        };
+        keep_chunk(buf);
+        // The end of the body (or an error): the hashing thread drains its queue and gives
+        // the digest; its buffers are kept for the next download.
+        let got = match hashing {
+            Hashing::None => None,
+            Hashing::Inline(e) => Some((e.hasher.finish_hex(), e.func, e.want)),
+            Hashing::Thread {
+                to_hash,
+                reuse,
+                digest,
+                func,
+                want,
+            } => {
+                drop(to_hash);
+                let d = digest.join();
+                for b in reuse.try_iter() {
+                    keep_chunk(b);
+                }
+                match d {
+                    Ok(d) => Some((d, func, want)),
+                    Err(_) => return Err(Failure::fatal(anyhow!("the hashing thread panicked"))),
+                }
             }
+        };
+        result?;
+        if let Some((got, func, want)) = got
+            && !got.eq_ignore_ascii_case(&want)
+        {
+            return Err(Failure::fatal(anyhow!(
+                "hash mismatch: expected {func}-{want}, got {func}-{got}"
+            )));
         }
         out.flush()
             .context("flushing fetched data")
             .map_err(Failure::Fatal)?;
         Ok(n)
+    })
+}
+
+/// Moves hashing to a thread of its own: chunks in, emptied chunks back for reuse, the digest
+/// at the end.
+fn start_hashing<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    e: Expected,
+) -> Result<Hashing<'scope>, Failure> {
+    let Expected {
+        mut hasher,
+        func,
+        want,
+    } = e;
+    let (to_hash, chunks) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(HASH_QUEUE);
+    let (give_back, reuse) = std::sync::mpsc::channel::<Vec<u8>>();
+    let digest = std::thread::Builder::new()
+        .name("hash".into())
+        .spawn_scoped(scope, move || {
+            for (chunk, k) in chunks {
+                hasher.update(&chunk[..k]);
+                // The reader may be gone (an error): the chunk is then dropped.
+                let _ = give_back.send(chunk);
+            }
+            hasher.finish_hex()
+        })
+        .map_err(|e| Failure::fatal(anyhow!(e).context("starting the hashing thread")))?;
+    Ok(Hashing::Thread {
+        to_hash,
+        reuse,
+        digest,
+        func,
+        want,
     })
 }
 
