@@ -54,6 +54,7 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+[ -n "${KEEP_WORK:-}" ] && trap - EXIT && echo "work: $WORK"
 fresh_fs() { # $1: mount point, $2: image
     mountpoint -q "$1" && umount "$1"
     rm -f "$2"

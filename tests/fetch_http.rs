@@ -253,12 +253,13 @@ fn cli_logs_every_retry_with_reason_and_delay() {
 
 #[test]
 fn fetch_to_a_plain_writer_cannot_retry_after_writing() {
-    let body = generated(300_000);
+    // Contents are written in chunks of 256 KiB: the reset comes after the first was written.
+    let body = generated(600_000);
     let s = Server::start();
     s.route(
         "/w",
         vec![
-            Behavior::ResetMidBody(body.clone(), 200_000),
+            Behavior::ResetMidBody(body.clone(), 400_000),
             Behavior::Ok(body.clone()),
         ],
     );

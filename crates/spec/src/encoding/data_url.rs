@@ -182,9 +182,10 @@ pub fn parse(url: &str) -> Result<DataUrl<'_>> {
     }
     let data = &rest[i + 1..];
     if base64 {
-        if let Some(p) = data
-            .bytes()
-            .position(|c| B64[c as usize] >= 64 && c != b'=')
+        if !all_in(data.as_bytes(), true)
+            && let Some(p) = data
+                .bytes()
+                .position(|c| B64[c as usize] >= 64 && c != b'=')
         {
             bail!(
                 "invalid data URL: character {:?} at offset {p} of the base64 data (only A-Za-z0-9+/= are allowed; no %-escapes, no URL-safe alphabet)",
@@ -258,7 +259,9 @@ fn base64_shape(input: &[u8]) -> Result<usize> {
         .take_while(|&&c| c == b'=')
         .count();
     let body = &input[..input.len() - pad];
-    if let Some(p) = body.iter().position(|&c| B64[c as usize] >= 64) {
+    if !all_in(body, false)
+        && let Some(p) = body.iter().position(|&c| B64[c as usize] >= 64)
+    {
         bail!(
             "invalid base64: {:?} at offset {p} (only A-Za-z0-9+/ and '=' padding at the end)",
             body[p] as char
@@ -320,18 +323,40 @@ static B64: [u8; 256] = {
 
 /// Standard base64 with `=` padding (RFC 4648 §4), as Go's `base64.StdEncoding` decodes it.
 pub fn base64_decode(input: &[u8]) -> Result<Vec<u8>> {
-    let pad = base64_shape(input)?;
-    let mut out = Vec::with_capacity(input.len() / 4 * 3);
+    if !input.len().is_multiple_of(4) {
+        // base64_shape names the problem.
+        base64_shape(input)?;
+    }
+    let pad = input
+        .iter()
+        .rev()
+        .take(2)
+        .take_while(|&&c| c == b'=')
+        .count();
     let body = &input[..input.len() - pad];
     let whole = body.len() / 4 * 4;
-    for q in body[..whole].chunks_exact(4) {
-        let v = (u32::from(B64[q[0] as usize]) << 18)
-            | (u32::from(B64[q[1] as usize]) << 12)
-            | (u32::from(B64[q[2] as usize]) << 6)
-            | u32::from(B64[q[3] as usize]);
-        out.extend_from_slice(&v.to_be_bytes()[1..]);
+    // One pass: decode every group into its place, OR-ing the symbol values together; an
+    // invalid symbol (0xFF) sets the high bits, and the slow path then says which one.
+    let mut out = vec![0u8; whole / 4 * 3];
+    let mut seen = 0u8;
+    for (q, o) in body[..whole].chunks_exact(4).zip(out.chunks_exact_mut(3)) {
+        let (a, b, c, d) = (
+            B64[q[0] as usize],
+            B64[q[1] as usize],
+            B64[q[2] as usize],
+            B64[q[3] as usize],
+        );
+        seen |= a | b | c | d;
+        let v = (u32::from(a) << 18) | (u32::from(b) << 12) | (u32::from(c) << 6) | u32::from(d);
+        o.copy_from_slice(&v.to_be_bytes()[1..]);
     }
     let tail = &body[whole..];
+    for &c in tail {
+        seen |= B64[c as usize];
+    }
+    if seen >= 64 {
+        base64_shape(input)?;
+    }
     match tail.len() {
         0 => {}
         2 | 3 => {
@@ -345,6 +370,24 @@ pub fn base64_decode(input: &[u8]) -> Result<Vec<u8>> {
     }
     Ok(out)
 }
+
+/// Whether every byte of `data` is a base64 symbol (or `=`, with `pad`): range checks
+/// without a branch per byte, which the compiler turns into vector code; the callers look for
+/// the first bad byte only when this fails.
+fn all_in(data: &[u8], pad: bool) -> bool {
+    let bad = |c: u8| {
+        let ok = (c.wrapping_sub(b'A') < 26)
+            | (c.wrapping_sub(b'a') < 26)
+            | (c.wrapping_sub(b'0') < 10)
+            | (c == b'+')
+            | (c == b'/')
+            | (pad & (c == b'='));
+        u8::from(!ok)
+    };
+    data.chunks(4096)
+        .all(|c| c.iter().fold(0u8, |a, &x| a | bad(x)) == 0)
+}
+
 /// Standard base64 with padding.
 pub fn base64_encode(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
