@@ -203,6 +203,22 @@ mod tests {
     }
 
     #[test]
+    fn metadata_services() {
+        let mut e = Endpoints::builtin();
+        assert_eq!(
+            e.metadata_base("gcp", "http://169.254.169.254"),
+            "http://169.254.169.254"
+        );
+        e.metadata.push(("gcp".into(), "http://127.0.0.1:1".into()));
+        e.metadata.push(("gcp".into(), "http://127.0.0.1:2".into()));
+        e.aws_imds = "http://127.0.0.1:3".into();
+        // The last override wins; AWS's is aws_imds; others keep their own.
+        assert_eq!(e.metadata_base("gcp", "x"), "http://127.0.0.1:2");
+        assert_eq!(e.metadata_base("aws", "x"), "http://127.0.0.1:3");
+        assert_eq!(e.metadata_base("vultr", "http://v"), "http://v");
+    }
+
+    #[test]
     fn seconds() {
         assert_eq!(parse_seconds("30").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_seconds(" 0.3 ").unwrap(), Duration::from_millis(300));
