@@ -1,5 +1,5 @@
 //! Where the agent finds the services and files of the machine it runs on: the AWS instance
-//! metadata service, S3 and Google Cloud Storage, QEMU's fw_cfg directory, the kernel command
+//! metadata service (and, for tests, the other platforms' metadata services), S3 and Google Cloud Storage, QEMU's fw_cfg directory, the kernel command
 //! line, and how long it waits for a device node. One typed value, [`Endpoints`]: tests build
 //! one and pass it in (in [`crate::fetch::Options`]); the shipped binary reads no environment
 //! variable for any of these.
@@ -55,6 +55,10 @@ pub struct Endpoints {
     pub kernel_cmdline: PathBuf,
     /// Longest wait for a device node to appear (disks stage, `plan`).
     pub device_timeout: Duration,
+    /// Base URLs of platforms' metadata services that replace the built-in ones, as
+    /// (platform, URL) (test builds: `--test-metadata-url NAME=URL`); empty: each platform's
+    /// own address (`src/platform/NAME.rs`). AWS's is [`Endpoints::aws_imds`].
+    pub metadata: Vec<(String, String)>,
 }
 
 impl Endpoints {
@@ -68,7 +72,21 @@ impl Endpoints {
             qemu_fw_cfg_dir: DEFAULT_QEMU_FW_CFG_DIR.into(),
             kernel_cmdline: DEFAULT_KERNEL_CMDLINE.into(),
             device_timeout: DEFAULT_DEVICE_TIMEOUT,
+            metadata: Vec::new(),
         }
+    }
+
+    /// The base URL of `platform`'s metadata service: an override, else `builtin`
+    /// ([`Endpoints::aws_imds`] for `aws`).
+    pub fn metadata_base(&self, platform: &str, builtin: &str) -> String {
+        if platform == "aws" {
+            return self.aws_imds.clone();
+        }
+        self.metadata
+            .iter()
+            .rev()
+            .find(|(p, _)| p == platform)
+            .map_or_else(|| builtin.to_string(), |(_, u)| u.clone())
     }
 
     /// These endpoints with the kernel arguments of `cmdline` applied (the last occurrence
@@ -97,6 +115,8 @@ pub struct TestDoubles {
     pub qemu_fw_cfg_dir: Option<PathBuf>,
     pub aws_imds: Option<String>,
     pub gs: Option<String>,
+    /// (platform, base URL) of metadata services.
+    pub metadata: Vec<(String, String)>,
 }
 
 #[cfg(feature = "test-hooks")]
@@ -115,6 +135,7 @@ impl TestDoubles {
         if let Some(u) = self.gs {
             e.gs = u;
         }
+        e.metadata.extend(self.metadata);
         e
     }
 }
@@ -179,6 +200,22 @@ mod tests {
                 "{e:#}"
             );
         }
+    }
+
+    #[test]
+    fn metadata_services() {
+        let mut e = Endpoints::builtin();
+        assert_eq!(
+            e.metadata_base("gcp", "http://169.254.169.254"),
+            "http://169.254.169.254"
+        );
+        e.metadata.push(("gcp".into(), "http://127.0.0.1:1".into()));
+        e.metadata.push(("gcp".into(), "http://127.0.0.1:2".into()));
+        e.aws_imds = "http://127.0.0.1:3".into();
+        // The last override wins; AWS's is aws_imds; others keep their own.
+        assert_eq!(e.metadata_base("gcp", "x"), "http://127.0.0.1:2");
+        assert_eq!(e.metadata_base("aws", "x"), "http://127.0.0.1:3");
+        assert_eq!(e.metadata_base("vultr", "http://v"), "http://v");
     }
 
     #[test]

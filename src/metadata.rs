@@ -1,24 +1,39 @@
-//! A client for the HTTP metadata services of clouds (a link-local web server that answers
-//! the instance about itself), independent of any one platform.
+//! The HTTP metadata services of clouds (a web server on a link-local or private address that
+//! answers the instance about itself), independent of any one platform: every platform that
+//! gets its config from one describes its service in a [`Service`] and calls
+//! [`fetch_user_data`].
 //!
-//! Some services first hand out a session token, which every later request must carry: a
-//! [`TokenHandshake`] says how to ask for it (method, path, headers) and in which header to
-//! send it. [`AWS_IMDSV2`] is the AWS instance metadata service's (PUT `/latest/api/token`,
-//! then `X-aws-ec2-metadata-token`), used today for the instance role credentials of S3;
-//! with `fallback_without_token` a service that answers no token is asked without one
-//! (IMDSv1). Services that want a fixed header instead (`Metadata-Flavor: Google`) use
-//! [`Client::with_header`].
+//! A [`Service`] says where the user data is (base URL and path), which fixed headers every
+//! request carries (`Metadata-Flavor: Google`, `Authorization: Bearer Oracle`), whether a
+//! session token must be asked for first ([`TokenHandshake`]: AWS IMDSv2 with its IMDSv1
+//! fallback, Akamai), which statuses mean "no user data" (an empty config, never an error or a
+//! retry loop), which 4xx statuses are retried, and how the user data is encoded (base64,
+//! gzip).
 //!
-//! Requests are bounded (2 s each, no redirects): a machine that is not on the platform must
-//! not wait for a service that is not there.
+//! [`fetch_user_data`] goes through the fetcher: its HTTP client ([`crate::fetch::http::send`]:
+//! each attempt bounded by the header time-out, `timeouts.httpResponseHeaders`, 10 s) and its
+//! retry policy ([`crate::fetch::retry::run`]: connection errors, time-outs and 5xx retried
+//! with a back-off of 100 ms doubling to 5 s, each retry logged). The token request is retried
+//! the same way.
+//!
+//! [`Client`] is a small client for other metadata (the S3 instance role credentials, the AWS
+//! region): best effort, each request bounded (2 s, no redirects, no retries), so that a
+//! machine that is not on the platform does not wait for a service that is not there.
 
+use std::io::Read;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow, bail};
 
-/// Per-request time limit (connect, headers and body).
+use crate::fetch::http::{self, Reply};
+use crate::fetch::retry::{self, Failure};
+use crate::fetch::{Fetcher, NeedsNetwork};
+
+/// Per-request time limit of [`Client`] (connect, headers and body).
 pub const TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest session token accepted (AWS's are 56 bytes, Akamai's 64).
+pub const MAX_TOKEN_LEN: usize = 4096;
 
 /// How a metadata service issues its session token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,23 +46,302 @@ pub struct TokenHandshake {
     pub headers: &'static [(&'static str, &'static str)],
     /// Header every later request carries the token in.
     pub send_as: &'static str,
-    /// When no token is handed out (old service, or the handshake fails), ask without one
-    /// instead of failing.
-    pub fallback_without_token: bool,
+    /// Statuses of the token request that mean the service hands out no tokens: the later
+    /// requests go without one (AWS: IMDSv1). Empty: a token is required.
+    pub without_token_on: &'static [u16],
 }
 
 /// AWS instance metadata service v2: PUT `/latest/api/token` for a token valid 6 hours,
-/// then send it in `X-aws-ec2-metadata-token`; without a token, IMDSv1 (no header).
+/// then send it in `X-aws-ec2-metadata-token`. A 404 (Ignition's rule), 403 or 405 (the AWS
+/// SDKs' rule) means no IMDSv2: IMDSv1, without a token.
 pub const AWS_IMDSV2: TokenHandshake = TokenHandshake {
     method: "PUT",
     path: "/latest/api/token",
     headers: &[("X-aws-ec2-metadata-token-ttl-seconds", "21600")],
     send_as: "X-aws-ec2-metadata-token",
-    fallback_without_token: true,
+    without_token_on: &[403, 404, 405],
 };
 
-/// A metadata service at one base URL. The token (if any) is asked for once, on the first
-/// request, and reused.
+/// Akamai (Linode) metadata service: PUT `/v1/token` for a token valid 300 s, then
+/// `Metadata-Token`. No fallback.
+pub const AKAMAI_TOKEN: TokenHandshake = TokenHandshake {
+    method: "PUT",
+    path: "/v1/token",
+    headers: &[
+        ("Accept", "text/plain"),
+        ("Metadata-Token-Expiry-Seconds", "300"),
+    ],
+    send_as: "Metadata-Token",
+    without_token_on: &[],
+};
+
+/// How a service encodes the user data it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// As uploaded.
+    Plain,
+    /// Standard base64, padded or not, whitespace ignored (Oracle Cloud).
+    Base64,
+    /// Base64, and then gzip when the decoded bytes start with gzip's magic (Akamai).
+    Base64MaybeGzip,
+}
+
+/// One platform's metadata service and its user data.
+#[derive(Debug, Clone, Copy)]
+pub struct Service {
+    /// The platform id (errors, logs, the test override in
+    /// [`crate::endpoints::Endpoints::metadata`]).
+    pub platform: &'static str,
+    /// Built-in base URL (`http://169.254.169.254`).
+    pub base: &'static str,
+    /// Path of the user data, from the base URL.
+    pub user_data: &'static str,
+    /// Headers every request carries.
+    pub headers: &'static [(&'static str, &'static str)],
+    /// The session token handshake, if the service has one.
+    pub handshake: Option<TokenHandshake>,
+    /// Statuses of the user-data request that mean "no user data" (an empty config).
+    pub absent_on: &'static [u16],
+    /// 4xx statuses retried like 5xx (Oracle: 429).
+    pub retry_on: &'static [u16],
+    pub encoding: Encoding,
+    /// Connect from a privileged source port, 1–1023 (Scaleway); needs root.
+    pub low_source_port: bool,
+    /// The service's IPv6 base URL, asked in parallel with `base` (Scaleway, as Ignition's
+    /// dual-stack fetch): the first answer wins (user data or "none"), an error only when
+    /// both fail. Its test override is platform `NAME/ipv6`.
+    pub ipv6_base: Option<&'static str>,
+}
+
+impl Service {
+    /// A service at `base` serving plain user data at `path`; 404 means none.
+    pub const fn new(platform: &'static str, base: &'static str, path: &'static str) -> Service {
+        Service {
+            platform,
+            base,
+            user_data: path,
+            headers: &[],
+            handshake: None,
+            absent_on: &[404],
+            retry_on: &[],
+            encoding: Encoding::Plain,
+            low_source_port: false,
+            ipv6_base: None,
+        }
+    }
+}
+
+/// The user data of `svc` (None: the service says there is none), decoded, through `f`'s
+/// HTTP client and retry policy. Offline, [`NeedsNetwork`].
+pub fn fetch_user_data(f: &Fetcher, svc: &Service) -> Result<Option<Vec<u8>>> {
+    let base = f.opts.endpoints.metadata_base(svc.platform, svc.base);
+    if f.opts.offline {
+        return Err(NeedsNetwork(format!("{base}{}", svc.user_data)).into());
+    }
+    let Some(v6) = svc.ipv6_base else {
+        return fetch_from(f, svc, &base);
+    };
+    let v6 = f
+        .opts
+        .endpoints
+        .metadata_base(&format!("{}/ipv6", svc.platform), v6);
+    // Both at once, each with its own retries; the first answer wins. The loser is told to
+    // stop at its next attempt (and dies with the process at the latest).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    for b in [base, v6] {
+        let (f, svc, tx, stop) = (f.fork(), *svc, tx.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let r = fetch_from_until(&f, &svc, &b, &stop);
+            let _ = tx.send((b, r));
+        });
+    }
+    drop(tx);
+    let mut last = None;
+    for (b, r) in rx {
+        match r {
+            Ok(v) => {
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                log::info!("{}: answer from {b}", svc.platform);
+                return Ok(v);
+            }
+            Err(e) => {
+                log::warn!("{}: {b}: {e:#}", svc.platform);
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow!("{}: no answer", svc.platform)))
+}
+
+fn fetch_from(f: &Fetcher, svc: &Service, base: &str) -> Result<Option<Vec<u8>>> {
+    fetch_from_until(f, svc, base, &std::sync::atomic::AtomicBool::new(false))
+}
+
+/// [`fetch_user_data`] from the service at `base`; gives up at the next attempt once `stop`
+/// is set.
+fn fetch_from_until(
+    f: &Fetcher,
+    svc: &Service,
+    base: &str,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<Option<Vec<u8>>> {
+    let base = base.trim_end_matches('/');
+    let url = format!("{base}{}", svc.user_data);
+    let mut headers: Vec<(String, String)> = svc
+        .headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if let Some(h) = svc.handshake {
+        match session_token(f, svc, base, &h)? {
+            Some(t) => headers.push((h.send_as.to_string(), t)),
+            None => log::info!(
+                "{} metadata service: no session token ({} {}{} is not offered); asking without one",
+                svc.platform,
+                h.method,
+                base,
+                h.path
+            ),
+        }
+    }
+    let limit = f.opts.limits.max_config_size;
+    let raw = retry::run(&url, f.opts.total_timeout(), f.clock(), |left| {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Failure::fatal(anyhow!(
+                "{url}: another address answered first"
+            )));
+        }
+        let r = http::send(f, "GET", &url, &headers, svc.low_source_port, left)?;
+        match r.status {
+            200..=299 => read_body(r, limit).map(Some),
+            s if svc.absent_on.contains(&s) => {
+                log::info!("{}: HTTP {s}: no user data", svc.platform);
+                Ok(None)
+            }
+            s if (500..=599).contains(&s) || svc.retry_on.contains(&s) => {
+                Err(Failure::retry(anyhow!("{}", r.describe())))
+            }
+            _ => Err(Failure::fatal(anyhow!("{}", r.describe()))),
+        }
+    })
+    .with_context(|| format!("{} metadata service: user data", svc.platform))?;
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    decode(&raw, svc.encoding, limit)
+        .with_context(|| format!("{} metadata service: user data from {url}", svc.platform))
+        .map(Some)
+}
+
+/// Asks for a session token as `h` says: Some(token), or None when the service answers one
+/// of `h.without_token_on`. Connection errors and 5xx are retried; any other answer, an empty
+/// token or one that cannot be a header value is an error.
+fn session_token(
+    f: &Fetcher,
+    svc: &Service,
+    base: &str,
+    h: &TokenHandshake,
+) -> Result<Option<String>> {
+    let url = format!("{base}{}", h.path);
+    // The service's fixed headers, unless the handshake sets its own (Akamai's Accept).
+    let headers: Vec<(String, String)> = svc
+        .headers
+        .iter()
+        .filter(|(k, _)| !h.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(k)))
+        .chain(h.headers)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let what = format!("{} {url}", h.method);
+    retry::run(&what, f.opts.total_timeout(), f.clock(), |left| {
+        let r = http::send(f, h.method, &url, &headers, svc.low_source_port, left)?;
+        match r.status {
+            200..=299 => {
+                let body = read_body(r, MAX_TOKEN_LEN as u64)?;
+                check_token(&body).map(Some).map_err(Failure::Fatal)
+            }
+            s if h.without_token_on.contains(&s) => Ok(None),
+            500..=599 => Err(Failure::retry(anyhow!("{}", r.describe()))),
+            _ => Err(Failure::fatal(anyhow!("{}", r.describe()))),
+        }
+    })
+    .with_context(|| format!("{} metadata service: session token ({what})", svc.platform))
+}
+
+/// A session token as the service sent it: trimmed, non-empty, printable ASCII (it goes into
+/// a header).
+pub fn check_token(body: &[u8]) -> Result<String> {
+    let t = body.trim_ascii();
+    if t.is_empty() {
+        bail!("the service answered an empty token");
+    }
+    if let Some(bad) = t.iter().position(|b| !(0x21..=0x7e).contains(b)) {
+        bail!(
+            "the service answered a malformed token ({} bytes; byte {bad} is {:#04x}, a token is printable ASCII without spaces)",
+            t.len(),
+            t[bad]
+        );
+    }
+    Ok(String::from_utf8_lossy(t).into_owned())
+}
+
+/// Reads a 2xx body, at most `limit` bytes: a transport error is retried, more than `limit`
+/// is final.
+fn read_body(r: Reply, limit: u64) -> Result<Vec<u8>, Failure> {
+    let mut v = Vec::new();
+    let n = r
+        .body
+        .take(limit + 1)
+        .read_to_end(&mut v)
+        .map_err(|e| Failure::retry(anyhow!("{}: reading the body: {e}", r.url)))?;
+    if n as u64 > limit {
+        return Err(Failure::fatal(crate::limits::TooLarge {
+            what: format!("answer of {}", r.url),
+            limit,
+        }));
+    }
+    Ok(v)
+}
+
+/// Decodes user data as `enc` says; gzip output is bounded by `limit`.
+pub fn decode(raw: &[u8], enc: Encoding, limit: u64) -> Result<Vec<u8>> {
+    match enc {
+        Encoding::Plain => Ok(raw.to_vec()),
+        Encoding::Base64 => base64_lenient(raw),
+        Encoding::Base64MaybeGzip => maybe_gunzip(base64_lenient(raw)?, limit),
+    }
+}
+
+/// Standard base64 with or without `=` padding; ASCII whitespace (line breaks) ignored.
+pub fn base64_lenient(raw: &[u8]) -> Result<Vec<u8>> {
+    let mut s: Vec<u8> = raw
+        .iter()
+        .copied()
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect();
+    if !s.ends_with(b"=") {
+        match s.len() % 4 {
+            2 => s.extend_from_slice(b"=="),
+            3 => s.push(b'='),
+            _ => {}
+        }
+    }
+    crate::encoding::data_url::base64_decode(&s).context("decoding base64")
+}
+
+/// `data` gunzipped when it starts with gzip's magic bytes, else as it is.
+pub fn maybe_gunzip(data: Vec<u8>, limit: u64) -> Result<Vec<u8>> {
+    if !data.starts_with(&[0x1f, 0x8b]) {
+        return Ok(data);
+    }
+    let r = flate2::read::MultiGzDecoder::new(&data[..]);
+    crate::limits::read_bounded(r, limit, "gzip-compressed user data").context("decompressing gzip")
+}
+
+/// A metadata service at one base URL, for metadata other than the user data (S3 instance
+/// role credentials, the AWS region): each request bounded by [`TIMEOUT`], not retried. The
+/// token (if any) is asked for once, on the first request, and reused; when the handshake
+/// allows going without one, any failure of the token request means no token.
 pub struct Client {
     base: String,
     agent: ureq::Agent,
@@ -105,14 +399,10 @@ impl Client {
                 .body(&b""[..])
                 .map_err(anyhow::Error::from)
                 .and_then(|r| Ok(self.agent.run(r)?))
-                .and_then(|mut r| Ok(r.body_mut().read_to_string()?))
-                .map(|t| t.trim().to_string());
+                .and_then(|mut r| Ok(r.body_mut().read_to_vec()?))
+                .and_then(|b| check_token(&b));
             match got {
-                Ok(t) if !t.is_empty() => Some(t),
-                Ok(_) => {
-                    log::debug!("metadata service {url}: empty token");
-                    None
-                }
+                Ok(t) => Some(t),
                 Err(e) => {
                     log::debug!("metadata service {url}: no token ({e:#})");
                     None
@@ -121,8 +411,8 @@ impl Client {
         });
         match token {
             Some(t) => Ok(Some(t)),
-            None if h.fallback_without_token => Ok(None),
-            None => anyhow::bail!(
+            None if !h.without_token_on.is_empty() => Ok(None),
+            None => bail!(
                 "metadata service {}: no session token from {} {}",
                 self.base,
                 h.method,
@@ -147,5 +437,58 @@ impl Client {
         resp.body_mut()
             .read_to_string()
             .with_context(|| format!("reading {path}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn base64_padded_or_not() {
+        let plain = br#"{"ignition":{"version":"3.4.0"}}"#;
+        let padded = crate::encoding::data_url::base64_encode(plain);
+        assert!(padded.ends_with('='), "{padded}");
+        assert_eq!(base64_lenient(padded.as_bytes()).unwrap(), plain);
+        let bare = padded.trim_end_matches('=');
+        assert_eq!(base64_lenient(bare.as_bytes()).unwrap(), plain);
+        let wrapped = format!("{}\n{}\n", &padded[..10], &padded[10..]);
+        assert_eq!(base64_lenient(wrapped.as_bytes()).unwrap(), plain);
+        assert!(base64_lenient(b"not base64!").is_err());
+        assert!(base64_lenient(b"").unwrap().is_empty());
+    }
+
+    #[test]
+    fn gzip_only_when_it_is_gzip() {
+        let plain = b"{}".to_vec();
+        assert_eq!(maybe_gunzip(plain.clone(), 100).unwrap(), plain);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&[b'x'; 1000]).unwrap();
+        let z = gz.finish().unwrap();
+        assert_eq!(maybe_gunzip(z.clone(), 1000).unwrap(), vec![b'x'; 1000]);
+        let e = maybe_gunzip(z.clone(), 999).unwrap_err();
+        assert!(format!("{e:#}").contains("limit"), "{e:#}");
+        let b64 = crate::encoding::data_url::base64_encode(&z);
+        assert_eq!(
+            decode(b64.as_bytes(), Encoding::Base64MaybeGzip, 1000).unwrap(),
+            vec![b'x'; 1000]
+        );
+        // Base64 alone leaves gzip alone.
+        assert_eq!(decode(b64.as_bytes(), Encoding::Base64, 1000).unwrap(), z);
+    }
+
+    #[test]
+    fn tokens() {
+        assert_eq!(check_token(b" AQAEA-x_y==\n").unwrap(), "AQAEA-x_y==");
+        let e = check_token(b"\n").unwrap_err();
+        assert_eq!(e.to_string(), "the service answered an empty token");
+        let e = check_token(b"abc\x00def").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the service answered a malformed token (7 bytes; byte 3 is 0x00, a token is printable ASCII without spaces)"
+        );
+        assert!(check_token("tökén".as_bytes()).is_err());
+        assert!(check_token(b"two words").is_err());
     }
 }

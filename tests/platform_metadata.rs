@@ -53,7 +53,7 @@ const STRICT: TokenHandshake = TokenHandshake {
     path: "/v1/token",
     headers: &[("Metadata-Token-Expiry-Seconds", "3600")],
     send_as: "Metadata-Token",
-    fallback_without_token: false,
+    without_token_on: &[],
 };
 
 #[test]

@@ -23,7 +23,11 @@
 #                  TIMEOUT, EXTRA_DISKS (sizes in MiB of more blank virtio disks: vdb, vdc, ...;
 #                  their images are $DISK2, $DISK3, ... in prepare/before/check scripts),
 #                  TANG=1 (MODE=url: a tang server, Debian's tangd run per connection by
-#                  guestfwd, at 10.0.2.101:80 as the guest sees it; keys in $WORK/tang)
+#                  guestfwd, at 10.0.2.101:80 as the guest sees it; keys in $WORK/tang),
+#                  NET (MODE=url: the user network's prefix, QEMU's net=, default
+#                  10.0.2.0/24), GUEST_SERVER (MODE=url: the address:port at which the guest
+#                  reaches the server, inside NET; default 10.0.2.100:8080), e.g. NET=
+#                  169.254.169.0/24 GUEST_SERVER=169.254.169.254:80 for a metadata service
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
 #   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...)
@@ -118,6 +122,7 @@ pool_token() { # SOURCE_DIR POOL: the plaintext token the server published for t
 }
 
 # --- one boot ----------------------------------------------------------------------------------
+# Where the guest reaches the config server (a scenario may set GUEST_SERVER and NET).
 guest_server=10.0.2.100:8080
 boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed out)
     local disk=$1 cfg=$2 console=$3
@@ -140,7 +145,8 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
     if [[ $MODE == url ]]; then
         # guestfwd with cmd: runs one socat per guest connection, so several requests work and
         # the server closing its end closes the guest's (a tcp: chardev is a single stream).
-        local netdev="user,id=n0,restrict=on,guestfwd=tcp:$guest_server-cmd:socat - TCP:127.0.0.1:$server_port"
+        local netdev="user,id=n0,restrict=on${NET:+,net=$NET}"
+        netdev+=",guestfwd=tcp:$guest_server-cmd:socat - TCP:127.0.0.1:$server_port"
         if [[ -n ${TANG:-} ]]; then
             netdev+=",guestfwd=tcp:10.0.2.101:80-cmd:$WORK/tangd.sh"
         fi
@@ -169,9 +175,11 @@ run_scenario() {
         set -a
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
         NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG=
+        NET= GUEST_SERVER=10.0.2.100:8080
         # shellcheck disable=SC1091
         source "$sdir/scenario.conf"
         set +a
+        guest_server=$GUEST_SERVER
         export DISK=$work/disk.img WORK=$work SCENARIO=$sdir
         truncate -s "${DISK_MIB}M" "$DISK"
         i=2

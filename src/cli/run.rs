@@ -139,6 +139,9 @@ pub struct TestArgs {
     /// Test builds only: Google Cloud Storage.
     #[arg(long, hide = true, value_name = "URL")]
     pub test_gs_endpoint: Option<String>,
+    /// Test builds only: a platform's metadata service (repeatable).
+    #[arg(long, hide = true, value_name = "PLATFORM=URL", value_parser = parse_metadata_arg)]
+    pub test_metadata_url: Vec<(String, String)>,
 }
 
 #[cfg(feature = "test-hooks")]
@@ -150,8 +153,18 @@ impl TestArgs {
             qemu_fw_cfg_dir: self.test_qemu_fw_cfg_dir,
             aws_imds: self.test_aws_imds_url,
             gs: self.test_gs_endpoint,
+            metadata: self.test_metadata_url,
         }
     }
+}
+
+/// `--test-metadata-url PLATFORM=URL`.
+#[cfg(feature = "test-hooks")]
+fn parse_metadata_arg(s: &str) -> Result<(String, String), String> {
+    let (p, u) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: want PLATFORM=URL"))?;
+    Ok((p.to_string(), parse_url_arg(u)?))
 }
 
 // Value parsers: the domain modules' plain parsers with their errors as clap wants them.
@@ -243,11 +256,15 @@ mod tests {
         assert!(parse("aws").is_ok());
         assert!(parse("test-dummy").is_ok());
         let e = parse("bogus").unwrap_err().to_string();
+        let supported = crate::platform::names(crate::platform::Support::Implemented);
+        assert!(supported.contains("aws") && supported.contains("qemu"));
         assert!(
-            e.contains("unsupported platform \"bogus\" (supported: file, metal, qemu;"),
+            e.contains(&format!(
+                "unsupported platform \"bogus\" (supported: {supported};"
+            )),
             "{e}"
         );
         let help = crate::platform::help();
-        assert!(help.contains(": file, metal, qemu;"), "{help}");
+        assert!(help.contains(&format!(": {supported};")), "{help}");
     }
 }

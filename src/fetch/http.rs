@@ -67,6 +67,8 @@ pub struct Agents {
     http_proxied: Option<ureq::Agent>,
     /// https through `httpsProxy` (CONNECT tunnel).
     https_proxied: Option<ureq::Agent>,
+    /// Plain http from a privileged source port ([`super::lowport`]).
+    low_port: ureq::Agent,
 }
 
 impl Agents {
@@ -85,10 +87,19 @@ impl Agents {
             }
             None => None,
         };
+        let low_port = ureq::Agent::with_parts(
+            agent_config(None)
+                .max_idle_connections(0)
+                .max_idle_connections_per_host(0)
+                .build(),
+            ().chain(super::lowport::LowPortConnector),
+            DefaultResolver::default(),
+        );
         Ok(Agents {
             direct,
             http_proxied,
             https_proxied,
+            low_port,
         })
     }
 
@@ -176,6 +187,51 @@ pub fn get(
     extra: &[(String, String)],
     left: Option<Duration>,
 ) -> Result<Box<dyn Read>, Failure> {
+    let mut all = extra.to_vec();
+    all.extend(
+        headers
+            .iter()
+            .filter_map(|h| h.value.as_ref().map(|v| (h.name.clone(), v.clone()))),
+    );
+    let r = send(f, "GET", url, &all, false, left)?;
+    match r.status {
+        200..=299 => Ok(r.body),
+        500..=599 => Err(Failure::retry(anyhow!("{}", r.describe()))),
+        _ => Err(Failure::fatal(anyhow!("{}", r.describe()))),
+    }
+}
+
+/// The final answer to one [`send`]: the URL that gave it (after redirects), its status and
+/// its body (unread).
+pub struct Reply {
+    pub url: String,
+    pub status: u16,
+    pub reason: &'static str,
+    pub body: Box<dyn Read>,
+}
+
+impl Reply {
+    /// "URL: HTTP 404 Not Found", for errors.
+    pub fn describe(&self) -> String {
+        format!("{}: HTTP {} {}", short(&self.url), self.status, self.reason)
+    }
+}
+
+/// One attempt at `method url` without a body (a PUT carries `Content-Length: 0`), with
+/// `headers` on the first request only. A GET follows redirects; any other final status is
+/// returned as it is, for the caller to judge. Transport errors: connection errors and
+/// time-outs ask for a retry, a bad URL or a rejected certificate is final. Each request is
+/// bounded by the fetcher's header time-out (`timeouts.httpResponseHeaders`, 10 s by default)
+/// and by `left`. `low_port`: connect from a privileged source port, directly (plain http
+/// only; [`super::lowport`]).
+pub fn send(
+    f: &Fetcher,
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+    low_port: bool,
+    left: Option<Duration>,
+) -> Result<Reply, Failure> {
     let agents = f
         .agents
         .get_or_init(|| Agents::new(f).map_err(|e| format!("{e:#}")))
@@ -186,29 +242,48 @@ pub fn get(
     let left = left.map(|d| d.max(Duration::from_millis(1)));
     let mut url = url.to_string();
     for hop in 0..=MAX_REDIRECTS {
-        let mut req = agents.for_url(f, &url).get(&url);
-        if hop == 0 {
-            for (k, v) in extra {
-                req = req.header(k, v);
-            }
-            for h in headers {
-                if let Some(v) = &h.value {
-                    req = req.header(&h.name, v);
+        let agent = if low_port {
+            &agents.low_port
+        } else {
+            agents.for_url(f, &url)
+        };
+        let resp = if method == "GET" {
+            let mut req = agent.get(&url);
+            if hop == 0 {
+                for (k, v) in headers {
+                    req = req.header(k, v);
                 }
             }
+            req.config()
+                .timeout_global(left)
+                .timeout_connect(hdr_timeout)
+                .timeout_recv_response(hdr_timeout)
+                .timeout_per_read(hdr_timeout.map(|t| t.max(Duration::from_secs(30))))
+                .build()
+                .call()
+        } else if method == "PUT" {
+            let mut req = agent.put(&url);
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            req.config()
+                .timeout_global(left)
+                .timeout_connect(hdr_timeout)
+                .timeout_recv_response(hdr_timeout)
+                .timeout_per_read(hdr_timeout.map(|t| t.max(Duration::from_secs(30))))
+                .build()
+                .send_empty()
+        } else {
+            return Err(Failure::fatal(anyhow!(
+                "{}: unsupported HTTP method {method}",
+                short(&url)
+            )));
         }
-        let req = req
-            .config()
-            .timeout_global(left)
-            .timeout_connect(hdr_timeout)
-            .timeout_recv_response(hdr_timeout)
-            .timeout_per_read(hdr_timeout.map(|t| t.max(Duration::from_secs(30))))
-            .build();
-        let resp = req.call().map_err(|e| classify(&url, e))?;
+        .map_err(|e| classify(&url, e))?;
         let status = resp.status().as_u16();
+        let reason = resp.status().canonical_reason().unwrap_or("");
         match status {
-            200..=299 => return Ok(Box::new(resp.into_body().into_reader())),
-            301 | 302 | 303 | 307 | 308 => {
+            301 | 302 | 303 | 307 | 308 if method == "GET" => {
                 let loc = resp
                     .headers()
                     .get("location")
@@ -225,19 +300,13 @@ pub fn get(
                 );
                 url = next;
             }
-            500..=599 => {
-                return Err(Failure::retry(anyhow!(
-                    "{}: HTTP {status} {}",
-                    short(&url),
-                    resp.status().canonical_reason().unwrap_or("")
-                )));
-            }
             _ => {
-                return Err(Failure::fatal(anyhow!(
-                    "{}: HTTP {status} {}",
-                    short(&url),
-                    resp.status().canonical_reason().unwrap_or("")
-                )));
+                return Ok(Reply {
+                    url,
+                    status,
+                    reason,
+                    body: Box::new(resp.into_body().into_reader()),
+                });
             }
         }
     }

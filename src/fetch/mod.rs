@@ -4,6 +4,7 @@
 
 pub mod command;
 pub mod http;
+pub mod lowport;
 pub mod proxy;
 pub mod retry;
 pub mod s3;
@@ -188,6 +189,17 @@ impl Fetcher {
             agents: OnceLock::new(),
             aws_creds: OnceLock::new(),
         }
+    }
+
+    /// A fetcher with the same options and clock, for another thread (its clients are its
+    /// own).
+    pub fn fork(&self) -> Fetcher {
+        Self::with_clock(self.opts.clone(), self.clock.clone())
+    }
+
+    /// The clock of the retry back-off (the metadata client retries with it too).
+    pub fn clock(&self) -> &(dyn Clock + Send + Sync) {
+        &*self.clock
     }
 
     /// Fetches a resource into memory: decompressed and verified. For configs, CAs and key

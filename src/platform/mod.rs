@@ -110,6 +110,29 @@ const fn later(name: &'static str, description: &'static str) -> Platform {
 
 use Support::*;
 
+/// A provider whose config is the user data of one metadata service (`$svc`, a
+/// [`metadata::Service`]): it needs the network. Used by the platforms' modules:
+/// `super::metadata_provider!(Gcp, SERVICE);`.
+macro_rules! metadata_provider {
+    ($ty:ident, $svc:expr) => {
+        pub struct $ty;
+
+        impl $crate::platform::Provider for $ty {
+            fn fetch_config(
+                &self,
+                f: &$crate::fetch::Fetcher,
+            ) -> anyhow::Result<Option<$crate::platform::Found>> {
+                $crate::platform::from_metadata(f, &$svc)
+            }
+
+            fn needs_network(&self) -> bool {
+                true
+            }
+        }
+    };
+}
+use metadata_provider;
+
 /// Declares, from one line per platform, the provider module (for a platform that has one)
 /// and the platform's row of [`PLATFORMS`]:
 /// `"name" => module::Type, "description", tested "how it is tested";` or, for a platform
@@ -141,19 +164,19 @@ macro_rules! platforms {
 
 #[rustfmt::skip]
 platforms! {
-    "akamai", "Akamai (Linode): user data from the metadata service";
-    "aliyun", "Alibaba Cloud: instance user data";
+    "akamai" => akamai::Akamai, "Akamai (Linode): user data (base64, maybe gzip) from the metadata service at 169.254.169.254 after a token PUT", tested "host tests in a network namespace (tests/platform_http.rs)";
+    "aliyun" => aliyun::Aliyun, "Alibaba Cloud: user data from the metadata service at 100.100.100.200", tested "host tests in a network namespace (tests/platform_http.rs)";
     "applehv", "Apple Hypervisor: config over a vsock channel";
-    "aws", "Amazon EC2: instance user data (IMDSv2)";
+    "aws" => aws::Aws, "Amazon EC2: user data from the instance metadata service at 169.254.169.254 (IMDSv2 token, IMDSv1 fallback)", tested "host tests in a network namespace (tests/platform_http.rs); VM scenario 10-aws-imdsv2";
     "azure", "Microsoft Azure: custom data (config drive)";
     "azurestack", "Azure Stack Hub: custom data (config drive)";
     "brightbox", "Brightbox: user data (OpenStack metadata)";
     "cloudstack", "Apache CloudStack: user data (metadata service or config drive)";
-    "digitalocean", "DigitalOcean: droplet user data";
-    "exoscale", "Exoscale: instance user data";
+    "digitalocean" => digitalocean::DigitalOcean, "DigitalOcean: droplet user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
+    "exoscale" => exoscale::Exoscale, "Exoscale: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
     "file" => file::File, "a local file: $AGENT_CONFIG_FILE, default /config.ign (tests and development)", tested "host tests (tests/fetch_stage.rs)";
-    "gcp", "Google Cloud: instance metadata attribute user-data";
-    "hetzner", "Hetzner Cloud: instance user data";
+    "gcp" => gcp::Gcp, "Google Cloud: instance attribute user-data from the metadata service at 169.254.169.254 (Metadata-Flavor: Google)", tested "host tests in a network namespace (tests/platform_http.rs); VM scenario 11-gcp-metadata";
+    "hetzner" => hetzner::Hetzner, "Hetzner Cloud: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
     "hyperv", "Microsoft Hyper-V: KVP pool entries";
     "ibmcloud", "IBM Cloud VPC: user data (config drive)";
     "ionoscloud", "IONOS Cloud: user data on the disk labelled OEM";
@@ -162,21 +185,34 @@ platforms! {
     "nutanix", "Nutanix AHV: user data (config drive)";
     "nvidiabluefield", "NVIDIA BlueField DPU: the bootfifo interface";
     "openstack", "OpenStack: user data (config drive or metadata service)";
-    "oraclecloud", "Oracle Cloud Infrastructure: user data from the metadata service";
-    "packet", "Equinix Metal: user data from the metadata service";
+    "oraclecloud" => oraclecloud::OracleCloud, "Oracle Cloud Infrastructure: user data (base64) from the metadata service v2 at 169.254.169.254 (Authorization: Bearer Oracle)", tested "host tests in a network namespace (tests/platform_http.rs)";
+    "packet" => packet::Packet, "Equinix Metal: user data from https://metadata.packet.net/userdata", tested "host tests against a local server on 127.0.0.1 (tests/platform_http.rs; the name and TLS are replaced by a test flag)";
     "powervs", "IBM Power Virtual Server: user data (config drive)";
     "proxmoxve", "Proxmox VE: user data (cloud-init config drive)";
     "qemu" => qemu::Qemu, "QEMU: fw_cfg entry opt/com.coreos/config (-fw_cfg name=opt/com.coreos/config,file=F)", tested "VM scenarios 01-qemu-fwcfg and others; host tests with a fw_cfg directory (tests/fetch_stage.rs)";
-    "scaleway", "Scaleway: instance user data";
-    "upcloud", "UpCloud: instance user data";
+    "scaleway" => scaleway::Scaleway, "Scaleway: user data from the metadata service at 169.254.42.42 and [fd00:42::42] (in parallel), from a privileged source port", tested "host tests in a network namespace (tests/platform_http.rs)";
+    "upcloud" => upcloud::UpCloud, "UpCloud: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
     "virtualbox", "VirtualBox: guest property /Ignition/Config";
     "vmware", "VMware: guestinfo ignition.config.data (or the OVF environment)";
-    "vultr", "Vultr: instance user data";
+    "vultr" => vultr::Vultr, "Vultr: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
     "zvm", "IBM z/VM: the reader device";
     // Test builds only (never in the shipped binary or the docs).
     test {
         "test-dummy" => test_dummy::TestDummy, "test builds only: a config naming the S3 region it was prepared with";
     }
+}
+
+/// The user config from a platform's metadata service ([`metadata::fetch_user_data`]: the
+/// fetcher's HTTP client and retry policy); None when the service says there is none.
+pub fn from_metadata(f: &Fetcher, svc: &metadata::Service) -> Result<Option<Found>> {
+    let base = f.opts.endpoints.metadata_base(svc.platform, svc.base);
+    let source = format!(
+        "{} metadata service {}{}",
+        svc.platform,
+        base.trim_end_matches('/'),
+        svc.user_data
+    );
+    Ok(metadata::fetch_user_data(f, svc)?.map(|bytes| Found { bytes, source }))
 }
 
 /// The names of the platforms with support `s`, comma-separated.
@@ -291,20 +327,38 @@ mod tests {
     fn unknown_platforms_are_refused_naming_the_table() {
         let e = provider("aws-nope").err().unwrap();
         let msg = format!("{e:#}");
-        assert!(
-            msg.starts_with(
-                "unsupported platform \"aws-nope\" (supported: file, metal, qemu; not implemented yet: akamai, aliyun,"
-            ),
-            "{msg}"
+        assert_eq!(
+            msg,
+            format!(
+                "unsupported platform \"aws-nope\" (supported: {}; not implemented yet: {})",
+                names(Implemented),
+                names(NotYet)
+            )
         );
+        assert!(msg.contains("supported: akamai, aliyun, aws,"), "{msg}");
         assert!(!msg.contains("test-dummy"), "{msg}");
     }
 
     #[test]
     fn platforms_not_implemented_yet_say_how_to_give_a_config() {
         let f = Fetcher::new(crate::fetch::Options::default());
-        let e = provider("aws").unwrap().fetch_config(&f).err().unwrap();
+        // Any platform still to come (none, once every one is implemented).
+        for p in PLATFORMS.iter().filter(|p| p.support == NotYet) {
+            let e = p.provider().fetch_config(&f).err().unwrap();
+            assert!(format!("{e:#}").contains("agent.config.url="), "{e:#}");
+        }
+        let e = Unimplemented.fetch_config(&f).err().unwrap();
         assert!(format!("{e:#}").contains("agent.config.url="), "{e:#}");
+    }
+
+    #[test]
+    fn metadata_platforms_need_the_network() {
+        for name in ["aws", "gcp"] {
+            assert!(lookup(name).unwrap().needs_network(), "{name}");
+        }
+        for name in ["file", "metal", "qemu"] {
+            assert!(!lookup(name).unwrap().needs_network(), "{name}");
+        }
     }
 
     #[test]

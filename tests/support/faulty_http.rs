@@ -32,6 +32,8 @@ pub enum Behavior {
 
 #[derive(Clone, Debug)]
 pub struct Request {
+    /// The client's address.
+    pub peer: SocketAddr,
     pub path: String,
     pub method: String,
     pub headers: Vec<(String, String)>,
@@ -87,7 +89,16 @@ impl Server {
     }
 
     fn start_inner(tls: Option<Arc<rustls::ServerConfig>>) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        Self::on_listener(TcpListener::bind("127.0.0.1:0").expect("bind"), tls)
+    }
+
+    /// A plain HTTP server on `listener` (e.g. bound inside a network namespace, see
+    /// `support::netns`).
+    pub fn on(listener: TcpListener) -> Server {
+        Self::on_listener(listener, None)
+    }
+
+    fn on_listener(listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>) -> Server {
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let routes: Routes = Arc::default();
@@ -98,11 +109,11 @@ impl Server {
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
-                    Ok((stream, _)) => {
+                    Ok((stream, peer)) => {
                         stream.set_nonblocking(false).unwrap();
                         let (r, l, s, tls) = (r.clone(), l.clone(), s.clone(), tls.clone());
                         std::thread::spawn(move || {
-                            let _ = handle(stream, tls, &r, &l, &s);
+                            let _ = handle(stream, peer, tls, &r, &l, &s);
                         });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -128,6 +139,11 @@ impl Server {
     pub fn url(&self, path: &str) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://{}{path}", self.addr)
+    }
+
+    /// Every request so far, in order.
+    pub fn all_requests(&self) -> Vec<Request> {
+        self.log.lock().unwrap().clone()
     }
 
     pub fn requests(&self, path: &str) -> Vec<Request> {
@@ -171,6 +187,7 @@ impl Stream for rustls::StreamOwned<rustls::ServerConnection, TcpStream> {
 
 fn handle(
     stream: TcpStream,
+    peer: SocketAddr,
     tls: Option<Arc<rustls::ServerConfig>>,
     routes: &Routes,
     log: &Mutex<Vec<Request>>,
@@ -210,6 +227,7 @@ fn handle(
         })
         .collect();
     log.lock().unwrap().push(Request {
+        peer,
         path: path.clone(),
         method,
         headers,

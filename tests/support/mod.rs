@@ -4,6 +4,7 @@
 //! - [`root`]: what the tests that need root share: [`root::must_be_root`], [`root::Loop`];
 //! - [`fetch`], [`faulty_http`]: daemons, TFTP, test PKI, the fault-injecting HTTP(S) server;
 //! - [`files`]: running the files stage on a temporary root, data URLs, hashes;
+//! - [`netns`]: a network namespace of the test's own, for servers on a platform's real address;
 //! - [`serve`]: an `agent serve` child, a raw HTTP/1.1 client, TLS.
 //!
 //! Tests that need root are `#[ignore = "needs root: make test-root"]`: `cargo test` (and
@@ -15,6 +16,7 @@
 pub mod faulty_http;
 pub mod fetch;
 pub mod files;
+pub mod netns;
 pub mod root;
 pub mod serve;
 pub mod tmp;
