@@ -244,10 +244,13 @@ mod tests {
         assert!(parse("test-dummy").is_ok());
         let e = parse("bogus").unwrap_err().to_string();
         assert!(
-            e.contains("unsupported platform \"bogus\" (supported: file, metal, qemu;"),
+            e.contains(&format!(
+                "unsupported platform \"bogus\" (supported: {};",
+                crate::platform::names(crate::platform::Support::Implemented)
+            )),
             "{e}"
         );
         let help = crate::platform::help();
-        assert!(help.contains(": file, metal, qemu;"), "{help}");
+        assert!(help.contains(", metal, "), "{help}");
     }
 }
