@@ -184,7 +184,9 @@ fn a_broken_config_names_platform_device_and_path() {
     )
     .unwrap()
     .unwrap();
-    let e = agent::stages::fetch::parse_logged(&found.bytes, &found.source).unwrap_err();
+    // As the fetch stage logs it (sources are shortened there: not this one).
+    let source = agent::fetch::short(&found.source);
+    let e = agent::stages::fetch::parse_logged(&found.bytes, &source).unwrap_err();
     let msg = format!("{e:#}");
     assert!(
         msg.contains(&format!("config from openstack config drive {} (ext4, label config-2), file openstack/latest/user_data is invalid", d.dev())),

@@ -23,7 +23,9 @@
 #                  TIMEOUT, EXTRA_DISKS (sizes in MiB of more blank virtio disks: vdb, vdc, ...;
 #                  their images are $DISK2, $DISK3, ... in prepare/before/check scripts),
 #                  TANG=1 (MODE=url: a tang server, Debian's tangd run per connection by
-#                  guestfwd, at 10.0.2.101:80 as the guest sees it; keys in $WORK/tang)
+#                  guestfwd, at 10.0.2.101:80 as the guest sees it; keys in $WORK/tang),
+#                  CDROM (an image attached read-only as an IDE CD-ROM, /dev/sr0: a path, relative
+#                  ones in $WORK; prepare.sh or beforeN.sh makes it, e.g. a config drive ISO)
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
 #   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...)
@@ -134,6 +136,11 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
         args+=(-drive "file=${disk%.img}$i.img,if=virtio,format=raw,cache=unsafe")
         i=$((i + 1))
     done
+    if [[ -n ${CDROM:-} ]]; then
+        local cd=$CDROM
+        [[ $cd == /* ]] || cd=$WORK/$cd
+        args+=(-drive "file=$cd,if=ide,media=cdrom,readonly=on,format=raw")
+    fi
     if [[ ($MODE == fwcfg || -n $FWCFG) && -n $cfg ]]; then
         args+=(-fw_cfg "name=opt/com.coreos/config,file=$cfg")
     fi
@@ -168,7 +175,7 @@ run_scenario() {
         trap stop_server EXIT
         set -a
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
-        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG=
+        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG= CDROM=
         # shellcheck disable=SC1091
         source "$sdir/scenario.conf"
         set +a
