@@ -211,6 +211,9 @@ fn openstack_offline_without_a_drive_needs_the_network() {
         format!("{e:#}").contains("no config drive labelled config-2 or CONFIG-2 within 0.5s"),
         "{e:#}"
     );
+    // The fetch stage adds its context and still sees the request for the network (exit 3).
+    let e = e.context("fetching config from platform openstack");
+    assert!(e.downcast_ref::<NeedsNetwork>().is_some(), "{e:#}");
 }
 
 #[test]

@@ -546,7 +546,7 @@ pub fn service_user_data(
         answered |= status.is_some();
         let msg = match status {
             Some(s) => format!("{url}: HTTP {s}"),
-            None => format!("{url}: {err:#}"),
+            None => format!("{url}: {}", err.root_cause()),
         };
         let delay = crate::fetch::retry::backoff(n);
         n += 1;
