@@ -443,6 +443,20 @@ fn proxmoxve_skips_cloud_init_documents_for_vendor_data() {
             .unwrap()
             .is_none()
     );
+    // A broken config is taken (Ignition would skip it): the fetch stage then names it.
+    let broken = drive("cidata", &[("user-data", b"{\"ignition\": ")]);
+    let r = roots(&[&broken], &[]);
+    let found = proxmoxve::fetch(&proxmoxve::DRIVE, &r.roots, 1 << 20)
+        .unwrap()
+        .unwrap();
+    let e = agent::stages::fetch::parse_logged(&found.bytes, &found.source).unwrap_err();
+    assert!(
+        format!("{e:#}").contains(&format!(
+            "config from proxmoxve cloud-init drive {} (ext4, label cidata), file user-data is invalid",
+            broken.dev()
+        )),
+        "{e:#}"
+    );
 }
 
 #[test]
