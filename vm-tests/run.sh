@@ -27,7 +27,9 @@
 #                  NET (MODE=url: the user network's prefix, QEMU's net=, default
 #                  10.0.2.0/24), GUEST_SERVER (MODE=url: the address:port at which the guest
 #                  reaches the server, inside NET; default 10.0.2.100:8080), e.g. NET=
-#                  169.254.169.0/24 GUEST_SERVER=169.254.169.254:80 for a metadata service
+#                  169.254.169.0/24 GUEST_SERVER=169.254.169.254:80 for a metadata service,
+#                  CDROM (an image attached read-only as an IDE CD-ROM, /dev/sr0: a path, relative
+#                  ones in $WORK; prepare.sh or beforeN.sh makes it, e.g. a config drive ISO)
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
 #   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...)
@@ -139,6 +141,11 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
         args+=(-drive "file=${disk%.img}$i.img,if=virtio,format=raw,cache=unsafe")
         i=$((i + 1))
     done
+    if [[ -n ${CDROM:-} ]]; then
+        local cd=$CDROM
+        [[ $cd == /* ]] || cd=$WORK/$cd
+        args+=(-drive "file=$cd,if=ide,media=cdrom,readonly=on,format=raw")
+    fi
     if [[ ($MODE == fwcfg || -n $FWCFG) && -n $cfg ]]; then
         args+=(-fw_cfg "name=opt/com.coreos/config,file=$cfg")
     fi
@@ -174,7 +181,7 @@ run_scenario() {
         trap stop_server EXIT
         set -a
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
-        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG=
+        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG= CDROM=
         NET= GUEST_SERVER=10.0.2.100:8080
         # shellcheck disable=SC1091
         source "$sdir/scenario.conf"

@@ -31,7 +31,8 @@ fi
 
 pkgs_main="dracut-core udev kmod cpio lz4 zstd e2fsprogs dosfstools xfsprogs btrfs-progs
     util-linux fdisk gdisk passwd policycoreutils file mtools socat
-    mdadm cryptsetup-bin clevis clevis-luks jose curl tang libpwquality-tools cracklib-runtime"
+    mdadm cryptsetup-bin clevis clevis-luks jose curl tang libpwquality-tools cracklib-runtime
+    xorriso genisoimage"
 missing=()
 for p in $pkgs_main; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -19,6 +19,10 @@ installkernel() {
     hostonly='' instmods -c qemu_fw_cfg
     hostonly='' instmods ext4 xfs btrfs vfat nls_cp437 nls_iso8859-1 nls_ascii \
         md_mod raid0 raid1 raid10 raid456 dm_crypt virtio_net
+    # Config drives and seed disks (platform/drive.rs): their filesystems and the CD-ROM stack
+    # (IDE and virtio-scsi CD-ROMs).
+    hostonly='' instmods iso9660 isofs udf vfat nls_utf8 nls_cp437 nls_iso8859-1 sr_mod cdrom \
+        ata_piix virtio_scsi
     # LUKS2: dm-crypt's default cipher (aes-xts-plain64) and the kernel crypto API cryptsetup uses.
     hostonly='' instmods dm_mod xts aesni_intel algif_skcipher af_alg
 }

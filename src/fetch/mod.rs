@@ -755,9 +755,11 @@ pub fn sha512_hex(data: &[u8]) -> String {
     hex(&sha2::Sha512::digest(data))
 }
 
-/// Long URLs (data URLs) are shortened in logs and errors.
+/// Long URLs (data URLs) are shortened in logs and errors; other sources (a file, a
+/// platform's drive: "openstack config drive /dev/sr0 (…), file …") are kept whole, their
+/// end names the file.
 pub fn short(src: &str) -> String {
-    if src.len() > 80 {
+    if src.len() > 80 && (src.contains("://") || src.starts_with("data:")) {
         format!("{}…", &src[..src.floor_char_boundary(77)])
     } else {
         src.to_string()

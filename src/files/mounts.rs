@@ -133,6 +133,40 @@ impl MountGuard {
         Ok(())
     }
 
+    /// Mounts `device` (filesystem type `fstype`, filesystem options `data`) read-only at the
+    /// existing directory `target`, e.g. a platform's config drive
+    /// ([`crate::platform::drive`]); unmounted on close or drop like the rest.
+    pub fn mount_readonly(
+        device: &std::path::Path,
+        fstype: &str,
+        data: &str,
+        target: &std::path::Path,
+    ) -> Result<MountGuard> {
+        let mut b = Mount::builder()
+            .flags(MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC)
+            .fstype(fstype);
+        if !data.is_empty() {
+            b = b.data(data);
+        }
+        let m = b.mount(device, target).with_context(|| {
+            format!(
+                "mounting {} ({fstype}) read-only at {}",
+                device.display(),
+                target.display()
+            )
+        })?;
+        drop(m);
+        info!(
+            "mounted {} ({fstype}) read-only at {}",
+            device.display(),
+            target.display()
+        );
+        Ok(MountGuard {
+            mounted: vec![target.to_path_buf()],
+            created: Vec::new(),
+        })
+    }
+
     /// Mount points, shallowest first.
     pub fn mounted(&self) -> &[PathBuf] {
         &self.mounted

@@ -10,7 +10,8 @@
 //! `docs/platforms.md`.
 //!
 //! Shared mechanisms of platforms are modules of their own: [`metadata`] (HTTP metadata
-//! services, with a token handshake), [`endpoints`] (where every service and file is).
+//! services, with a token handshake), [`endpoints`] (where every service and file is),
+//! [`drive`] (config drives and seed disks).
 
 use anyhow::{Context, Result, bail};
 
@@ -20,6 +21,8 @@ pub use crate::endpoints::{self, Endpoints};
 pub use crate::metadata;
 
 use crate::fetch::Fetcher;
+
+pub mod drive;
 
 /// A config found by a provider: its bytes and a description of where it came from.
 pub struct Found {
@@ -35,6 +38,13 @@ pub trait Provider {
     /// Whether `fetch_config` needs the network: offline (`--offline`) the fetch stage then
     /// asks for the network (exit 3) instead of calling it. Default: no.
     fn needs_network(&self) -> bool {
+        false
+    }
+
+    /// For a provider that needs the network only when an offline source (a config drive)
+    /// has nothing: offline, the fetch stage calls `fetch_config` anyway, and the provider
+    /// returns [`crate::fetch::NeedsNetwork`] itself when it must go online. Default: no.
+    fn tries_offline(&self) -> bool {
         false
     }
 
@@ -168,27 +178,27 @@ platforms! {
     "aliyun" => aliyun::Aliyun, "Alibaba Cloud: user data from the metadata service at 100.100.100.200", tested "host tests in a network namespace (tests/platform_http.rs)";
     "applehv", "Apple Hypervisor: config over a vsock channel";
     "aws" => aws::Aws, "Amazon EC2: user data from the instance metadata service at 169.254.169.254 (IMDSv2 token, IMDSv1 fallback)", tested "host tests in a network namespace (tests/platform_http.rs); VM scenario 10-aws-imdsv2";
-    "azure", "Microsoft Azure: custom data (config drive)";
-    "azurestack", "Azure Stack Hub: custom data (config drive)";
-    "brightbox", "Brightbox: user data (OpenStack metadata)";
-    "cloudstack", "Apache CloudStack: user data (metadata service or config drive)";
+    "azure" => azure::Azure, "Microsoft Azure: IMDS userData, else the custom data of the OVF provisioning CD (udf)", tested "VM scenario 14-azure-ovf (CD fallback); unit tests (ovf-env.xml)";
+    "azurestack" => azurestack::AzureStack, "Azure Stack Hub: custom data of the OVF provisioning CD (udf or iso9660)", tested "unit tests; the CD reader of azure (VM scenario 14-azure-ovf)";
+    "brightbox" => brightbox::Brightbox, "Brightbox: as openstack (config drive or metadata service)", tested "the openstack provider (VM scenario 12-openstack-configdrive)";
+    "cloudstack" => cloudstack::CloudStack, "Apache CloudStack: config drive config-2 (cloudstack/userdata/user_data.txt), else the metadata service on the DHCP server", tested "host tests (tests/platform_drives.rs: drive on a loop device, local metadata service); unit tests";
     "digitalocean" => digitalocean::DigitalOcean, "DigitalOcean: droplet user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
     "exoscale" => exoscale::Exoscale, "Exoscale: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
     "file" => file::File, "a local file: $AGENT_CONFIG_FILE, default /config.ign (tests and development)", tested "host tests (tests/fetch_stage.rs)";
     "gcp" => gcp::Gcp, "Google Cloud: instance attribute user-data from the metadata service at 169.254.169.254 (Metadata-Flavor: Google)", tested "host tests in a network namespace (tests/platform_http.rs); VM scenario 11-gcp-metadata";
     "hetzner" => hetzner::Hetzner, "Hetzner Cloud: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
     "hyperv", "Microsoft Hyper-V: KVP pool entries";
-    "ibmcloud", "IBM Cloud VPC: user data (config drive)";
-    "ionoscloud", "IONOS Cloud: user data on the disk labelled OEM";
-    "kubevirt", "KubeVirt: user data (config drive)";
+    "ibmcloud" => ibmcloud::IbmCloud, "IBM Cloud VPC: NoCloud seed cidata, file user-data", tested "host tests (tests/platform_drives.rs: seed on a loop device)";
+    "ionoscloud" => ionoscloud::IonosCloud, "IONOS Cloud: config/user-data on the disk labelled OEM (ignition.config.device=, ignition.config.path=)", tested "host tests (tests/platform_drives.rs: disk on a loop device)";
+    "kubevirt" => kubevirt::KubeVirt, "KubeVirt: config drive config-2, file openstack/latest/user_data", tested "the config-drive reader (VM scenario 12-openstack-configdrive; host tests)";
     "metal" => metal::Metal, "bare metal: only the kernel command line (agent.config.url=, ignition.config.url=)", tested "VM scenario 02-metal-url; host tests (tests/fetch_stage.rs)";
-    "nutanix", "Nutanix AHV: user data (config drive)";
+    "nutanix" => nutanix::Nutanix, "Nutanix AHV: config drive config-2, file openstack/latest/user_data", tested "the config-drive reader (VM scenario 12-openstack-configdrive; host tests)";
     "nvidiabluefield", "NVIDIA BlueField DPU: the bootfifo interface";
-    "openstack", "OpenStack: user data (config drive or metadata service)";
+    "openstack" => openstack::OpenStack, "OpenStack: config drive config-2 (openstack/latest/user_data), else the metadata service", tested "VM scenario 12-openstack-configdrive; host tests (tests/platform_drives.rs)";
     "oraclecloud" => oraclecloud::OracleCloud, "Oracle Cloud Infrastructure: user data (base64) from the metadata service v2 at 169.254.169.254 (Authorization: Bearer Oracle)", tested "host tests in a network namespace (tests/platform_http.rs)";
     "packet" => packet::Packet, "Equinix Metal: user data from https://metadata.packet.net/userdata", tested "host tests against a local server on 127.0.0.1 (tests/platform_http.rs; the name and TLS are replaced by a test flag)";
-    "powervs", "IBM Power Virtual Server: user data (config drive)";
-    "proxmoxve", "Proxmox VE: user data (cloud-init config drive)";
+    "powervs" => powervs::PowerVs, "IBM Power Virtual Server: config drive config-2, file openstack/latest/user_data", tested "the config-drive reader (VM scenario 12-openstack-configdrive; host tests)";
+    "proxmoxve" => proxmoxve::ProxmoxVe, "Proxmox VE: cloud-init drive cidata, user-data else vendor-data (cloud-init documents skipped)", tested "VM scenario 13-proxmoxve-nocloud (vfat); host tests";
     "qemu" => qemu::Qemu, "QEMU: fw_cfg entry opt/com.coreos/config (-fw_cfg name=opt/com.coreos/config,file=F)", tested "VM scenarios 01-qemu-fwcfg and others; host tests with a fw_cfg directory (tests/fetch_stage.rs)";
     "scaleway" => scaleway::Scaleway, "Scaleway: user data from the metadata service at 169.254.42.42 and [fd00:42::42] (in parallel), from a privileged source port", tested "host tests in a network namespace (tests/platform_http.rs)";
     "upcloud" => upcloud::UpCloud, "UpCloud: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
@@ -282,7 +292,15 @@ pub fn docs_table() -> String {
     );
     for p in PLATFORMS.iter().filter(|p| p.support != TestOnly) {
         let (status, network) = match p.support {
-            Implemented => ("implemented", if p.needs_network() { "yes" } else { "no" }),
+            Implemented => {
+                let prov = p.provider();
+                let network = match (prov.needs_network(), prov.tries_offline()) {
+                    (false, _) => "no",
+                    (true, false) => "yes",
+                    (true, true) => "without a drive",
+                };
+                ("implemented", network)
+            }
             _ => ("not yet", "—"),
         };
         s.push_str(&format!(

@@ -157,7 +157,7 @@ fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Co
         Some(found)
     } else if let Some(p) = &ctx.platform {
         let provider = crate::platform::provider(p)?;
-        if opts.offline && provider.needs_network() {
+        if opts.offline && provider.needs_network() && !provider.tries_offline() {
             return Err(NeedsNetwork(format!("the config of platform {p}")).into());
         }
         provider

@@ -1,0 +1,32 @@
+//! `ibmcloud`: IBM Cloud VPC's NoCloud seed disk (labelled `cidata`; `CIDATA` is taken too):
+//! the user data is its file `user-data`, none without that file. As in Ignition, a machine
+//! without the disk after 30 s goes on without user data.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::drive::{self, Absent, Drive, Roots};
+use super::{Found, Provider};
+use crate::fetch::Fetcher;
+
+/// The file on the drive.
+pub const USER_DATA: &str = "user-data";
+
+/// The drive.
+pub const DRIVE: Drive = Drive {
+    platform: "ibmcloud",
+    what: "NoCloud seed",
+    labels: &["cidata", "CIDATA"],
+    fstypes: &[],
+    cdrom: false,
+    wait: Duration::from_secs(30),
+};
+
+pub struct IbmCloud;
+
+impl Provider for IbmCloud {
+    fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
+        drive::fetch_file(&DRIVE, &Roots::default(), USER_DATA, f.opts.limits.max_config_size, Absent::NoUserData)
+    }
+}

@@ -1,0 +1,100 @@
+//! `openstack`: the user data of the config drive (a filesystem labelled `config-2` or
+//! `CONFIG-2`, file `openstack/latest/user_data`) or of the metadata service
+//! (`http://169.254.169.254/openstack/latest/user_data`). `brightbox` uses the same provider,
+//! as in Ignition.
+//!
+//! Like Ignition, online the drive and the service are asked side by side and the first answer
+//! wins; a drive without the file or a 404 from the service is no user data. Unlike Ignition
+//! (which always asks for the network offline), the offline pass looks for the drive first
+//! ([`OFFLINE_WAIT`]): with a drive the config needs no network; without one the stage asks
+//! for the network. Ignition also asks the service over IPv6 (`fe80::a9fe:a9fe`, single-stack
+//! clouds); that address needs an interface scope, and is not asked here.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::drive::{self, Drive, NotFound, Outcome, Roots};
+use super::{Found, Provider};
+use crate::fetch::{Fetcher, NeedsNetwork};
+
+/// The file on the config drive.
+pub const USER_DATA: &str = "openstack/latest/user_data";
+/// The metadata service.
+pub const METADATA_SERVICE: &str = "http://169.254.169.254";
+/// Its user data.
+pub const METADATA_PATH: &str = "/openstack/latest/user_data";
+/// Offline, the wait for the config drive before asking for the network.
+pub const OFFLINE_WAIT: Duration = Duration::from_secs(10);
+/// Online, the longest wait for either source (Ignition waits without end).
+pub const ONLINE_WAIT: Duration = Duration::from_secs(120);
+
+/// The config drive of `platform`, waited for at most `wait`.
+pub const fn config_drive(platform: &'static str, wait: Duration) -> Drive {
+    Drive {
+        platform,
+        what: "config drive",
+        labels: &["config-2", "CONFIG-2"],
+        fstypes: &[],
+        cdrom: false,
+        wait,
+    }
+}
+
+pub struct OpenStack;
+
+impl Provider for OpenStack {
+    fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
+        fetch("openstack", f, &Roots::default(), METADATA_SERVICE, [OFFLINE_WAIT, ONLINE_WAIT])
+    }
+
+    fn needs_network(&self) -> bool {
+        true
+    }
+
+    fn tries_offline(&self) -> bool {
+        true
+    }
+}
+
+/// The config of `platform` (openstack, brightbox): offline from the config drive only
+/// (waited for at most `waits[0]`), online from the drive or the service at `service` (the
+/// first to answer; `waits[1]` bounds both).
+pub fn fetch(
+    platform: &'static str,
+    f: &Fetcher,
+    roots: &Roots,
+    service: &str,
+    waits: [Duration; 2],
+) -> Result<Option<Found>> {
+    let limit = f.opts.limits.max_config_size;
+    let [offline_wait, wait] = waits;
+    if f.opts.offline {
+        let d = config_drive(platform, offline_wait);
+        return match drive::read(&d, roots, USER_DATA, limit, &Default::default())? {
+            Outcome::Read(found) => Ok(found),
+            Outcome::NoDrive => Err(NeedsNetwork(format!(
+                "the config of platform {platform} (no {} within {}s: asking its metadata service)",
+                d.describe(),
+                offline_wait.as_secs_f64()
+            ))
+            .into()),
+        };
+    }
+    let d = config_drive(platform, wait);
+    drive::drive_or_service(&d, roots, USER_DATA, limit, "metadata service", |stop| {
+        let got = drive::service_user_data(
+            service,
+            METADATA_PATH,
+            &[],
+            NotFound::NoUserData,
+            wait,
+            limit,
+            stop,
+        )?;
+        Ok(got.map(|bytes| Found {
+            bytes,
+            source: format!("{platform} metadata service {service}{METADATA_PATH}"),
+        }))
+    })
+}
