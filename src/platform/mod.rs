@@ -23,6 +23,8 @@ pub use crate::metadata;
 
 use crate::fetch::Fetcher;
 
+#[cfg(test)]
+mod cabi;
 pub mod ovf;
 pub mod userdata;
 
@@ -182,7 +184,7 @@ platforms! {
     "qemu" => qemu::Qemu, "QEMU: fw_cfg entry opt/com.coreos/config (-fw_cfg name=opt/com.coreos/config,file=F)", tested "VM scenarios 01-qemu-fwcfg and others; host tests with a fw_cfg directory (tests/fetch_stage.rs)";
     "scaleway", "Scaleway: instance user data";
     "upcloud", "UpCloud: instance user data";
-    "virtualbox", "VirtualBox: guest property /Ignition/Config";
+    "virtualbox" => virtualbox::Virtualbox, "VirtualBox: guest property /Ignition/Config through /dev/vboxguest (HGCM calls to VBoxGuestPropSvc)", tested "unit tests only (no VirtualBox here): struct layouts and ioctl numbers against the kernel headers, HGCM calls against a simulated driver, deletion";
     "vmware" => vmware::Vmware, "VMware: guestinfo ignition.config.data and .encoding (none, base64, gzip, gzip+base64) through the backdoor RPCI channel, else the OVF environment's properties", tested "unit tests only (no VMware here): RPCI framing against a simulated backdoor host, encodings, OVF properties, deletion";
     "vultr", "Vultr: instance user data";
     "zvm", "IBM z/VM: the reader device";
