@@ -158,7 +158,7 @@ macro_rules! platforms {
 platforms! {
     "akamai", "Akamai (Linode): user data from the metadata service";
     "aliyun", "Alibaba Cloud: instance user data";
-    "applehv", "Apple Hypervisor: config over a vsock channel";
+    "applehv" => applehv::Applehv, "Apple Hypervisor: HTTP GET over vsock to the host (CID 2, port 1024)", tested "unit tests only (no vsock host here; AF_VSOCK loopback is not available on this kernel): the HTTP exchange over a socket pair";
     "aws", "Amazon EC2: instance user data (IMDSv2)";
     "azure", "Microsoft Azure: custom data (config drive)";
     "azurestack", "Azure Stack Hub: custom data (config drive)";
