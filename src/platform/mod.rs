@@ -187,7 +187,7 @@ platforms! {
     "virtualbox" => virtualbox::Virtualbox, "VirtualBox: guest property /Ignition/Config through /dev/vboxguest (HGCM calls to VBoxGuestPropSvc)", tested "unit tests only (no VirtualBox here): struct layouts and ioctl numbers against the kernel headers, HGCM calls against a simulated driver, deletion";
     "vmware" => vmware::Vmware, "VMware: guestinfo ignition.config.data and .encoding (none, base64, gzip, gzip+base64) through the backdoor RPCI channel, else the OVF environment's properties", tested "unit tests only (no VMware here): RPCI framing against a simulated backdoor host, encodings, OVF properties, deletion";
     "vultr", "Vultr: instance user data";
-    "zvm", "IBM z/VM: the reader device";
+    "zvm" => zvm::Zvm, "IBM z/VM: the first spool file of type ign in the reader 000c (vmur list, vmur receive)", tested "unit tests only (no z/VM here): the vmur list parsing";
     // Test builds only (never in the shipped binary or the docs).
     test {
         "test-dummy" => test_dummy::TestDummy, "test builds only: a config naming the S3 region it was prepared with";
