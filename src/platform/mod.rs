@@ -175,7 +175,7 @@ platforms! {
     "kubevirt", "KubeVirt: user data (config drive)";
     "metal" => metal::Metal, "bare metal: only the kernel command line (agent.config.url=, ignition.config.url=)", tested "VM scenario 02-metal-url; host tests (tests/fetch_stage.rs)";
     "nutanix", "Nutanix AHV: user data (config drive)";
-    "nvidiabluefield", "NVIDIA BlueField DPU: the bootfifo interface";
+    "nvidiabluefield" => nvidiabluefield::NvidiaBluefield, "NVIDIA BlueField DPU: the boot FIFO of the mlxbf_bootctl driver (/sys/bus/platform/devices/MLNXBF04:00/bootfifo)", tested "unit tests only (no BlueField here): reading and trimming bootfifo files";
     "openstack", "OpenStack: user data (config drive or metadata service)";
     "oraclecloud", "Oracle Cloud Infrastructure: user data from the metadata service";
     "packet", "Equinix Metal: user data from the metadata service";

@@ -796,8 +796,8 @@ mod tests {
 
     #[test]
     fn no_guest_driver_is_a_clear_error() {
-        let dir = std::env::temp_dir().join(format!("agent-vbox-{}", uuid::Uuid::new_v4()));
-        let e = format!("{:#}", Device::open(&dir.join("vboxguest")).err().unwrap());
+        let tmp = crate::platform::cabi::TmpDir::new("vbox");
+        let e = format!("{:#}", Device::open(&tmp.0.join("vboxguest")).err().unwrap());
         assert!(
             e.contains("the VirtualBox guest driver") && e.contains("No such file"),
             "{e}"
