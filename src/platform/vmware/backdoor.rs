@@ -229,8 +229,6 @@ pub struct Channel<'a> {
     id: u16,
     cookie_high: u32,
     cookie_low: u32,
-    /// Set when a high-bandwidth transfer failed: use the 4-byte calls from then on.
-    low_bandwidth: bool,
     open: bool,
 }
 
@@ -251,7 +249,6 @@ impl<'a> Channel<'a> {
                     id: (r.dx >> 16) as u16,
                     cookie_high: r.si,
                     cookie_low: r.di,
-                    low_bandwidth: false,
                     open: true,
                 });
             }
@@ -272,7 +269,7 @@ impl<'a> Channel<'a> {
         })
     }
 
-    /// Registers of a high-bandwidth call (the cookies go in `cookie_regs`' places).
+    /// Registers of a high-bandwidth call (the caller adds the cookies).
     fn hb_regs(&self) -> Regs {
         Regs {
             ax: MAGIC,
@@ -295,7 +292,7 @@ impl<'a> Channel<'a> {
             if buf.is_empty() {
                 return Ok(());
             }
-            if !self.low_bandwidth && status(&r) & STATUS_HB != 0 {
+            if status(&r) & STATUS_HB != 0 {
                 // Out: esi is the buffer; the cookies go in ebp (high) and edi (low).
                 let mut regs = self.hb_regs();
                 regs.bp = self.cookie_high;
@@ -303,10 +300,10 @@ impl<'a> Channel<'a> {
                 let r = self.bd.hb_out(regs, buf);
                 let st = (r.bx >> 16) as u16;
                 if st & STATUS_SUCCESS == 0 {
-                    if st & STATUS_CPT == 0 {
-                        self.low_bandwidth = true;
+                    if st & STATUS_CPT != 0 {
+                        continue 'attempt;
                     }
-                    continue 'attempt;
+                    bail!("VMware backdoor: the host refused the message (high bandwidth)");
                 }
                 return Ok(());
             }
@@ -336,13 +333,16 @@ impl<'a> Channel<'a> {
             if status(&r) & STATUS_DORECV == 0 {
                 return Ok(None);
             }
+            if (r.dx >> 16) as u16 != TYPE_SEND_SIZE {
+                bail!("VMware backdoor: protocol error (the host did not announce a size)");
+            }
             let size = r.bx as usize;
             if size as u64 > max {
                 bail!("VMware backdoor: a reply of {size} bytes is larger than the {max}-byte limit");
             }
             let mut buf = vec![0u8; size];
             if size > 0 {
-                if !self.low_bandwidth && status(&r) & STATUS_HB != 0 {
+                if status(&r) & STATUS_HB != 0 {
                     // In: edi is the buffer; the cookies go in esi (high) and ebp (low).
                     let mut regs = self.hb_regs();
                     regs.si = self.cookie_high;
@@ -350,10 +350,11 @@ impl<'a> Channel<'a> {
                     let r = self.bd.hb_in(regs, &mut buf);
                     let st = (r.bx >> 16) as u16;
                     if st & STATUS_SUCCESS == 0 {
-                        if st & STATUS_CPT == 0 {
-                            self.low_bandwidth = true;
+                        if st & STATUS_CPT != 0 {
+                            continue 'attempt;
                         }
-                        continue 'attempt;
+                        self.msg(TYPE_RECV_PAYLOAD, 0);
+                        bail!("VMware backdoor: receiving the reply failed (high bandwidth)");
                     }
                 } else {
                     for chunk in buf.chunks_mut(4) {
@@ -362,7 +363,12 @@ impl<'a> Channel<'a> {
                             if status(&r) & STATUS_CPT != 0 {
                                 continue 'attempt;
                             }
+                            self.msg(TYPE_RECV_PAYLOAD, 0);
                             bail!("VMware backdoor: receiving the reply failed");
+                        }
+                        if (r.dx >> 16) as u16 != TYPE_SEND_PAYLOAD {
+                            self.msg(TYPE_RECV_PAYLOAD, 0);
+                            bail!("VMware backdoor: protocol error (the host did not send payload)");
                         }
                         let n = chunk.len();
                         chunk.copy_from_slice(&r.bx.to_le_bytes()[..n]);
@@ -561,7 +567,10 @@ pub(crate) mod sim {
                         reply(STATUS_SUCCESS, 0)
                     } else {
                         c.sent = 0;
-                        reply(STATUS_SUCCESS | STATUS_DORECV | hb, c.reply.len() as u32)
+                        Regs {
+                            dx: u32::from(TYPE_SEND_SIZE) << 16,
+                            ..reply(STATUS_SUCCESS | STATUS_DORECV | hb, c.reply.len() as u32)
+                        }
                     }
                 }
                 TYPE_RECV_PAYLOAD => {
@@ -569,7 +578,10 @@ pub(crate) mod sim {
                     let n = (c.reply.len() - c.sent).min(4);
                     w[..n].copy_from_slice(&c.reply[c.sent..c.sent + n]);
                     c.sent += n;
-                    reply(STATUS_SUCCESS, u32::from_le_bytes(w))
+                    Regs {
+                        dx: u32::from(TYPE_SEND_PAYLOAD) << 16,
+                        ..reply(STATUS_SUCCESS, u32::from_le_bytes(w))
+                    }
                 }
                 TYPE_RECV_STATUS => {
                     c.reply.clear();
