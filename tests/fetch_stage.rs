@@ -408,6 +408,19 @@ fn platform_hooks_through_the_binary_with_the_test_dummy() {
         )]
     );
     assert_eq!(r.record().source, "test-dummy provider");
+    // The file it leaves for the target root is in the state directory for the files stage.
+    let files = agent::state::StateDir::new(r.state.path())
+        .provider_files()
+        .unwrap();
+    assert_eq!(files.len(), 1);
+    assert_eq!(
+        (files[0].path.as_str(), files[0].mode),
+        (agent::platform::test_dummy::OUTPUT_FILE, 0o600)
+    );
+    assert_eq!(
+        files[0].contents,
+        agent::platform::test_dummy::REGION.as_bytes()
+    );
     // It needs the network: offline, the stage asks for it instead of calling the provider.
     let r = agent_fetch(&["--platform", "test-dummy", "--offline"], &[], None);
     assert_eq!(r.out.status.code(), Some(3), "{}", r.stderr());

@@ -11,9 +11,11 @@
 //! registration's answer is acknowledged with a zeroed message (`HV_S_OK`). No item: no
 //! config. No device (not Hyper-V, module missing): an error.
 //!
-//! Not done here, unlike Ignition: Ignition also writes the items it read to
-//! `/var/lib/hyperv/.kvp_pool_N` in the target root (mode 0600), because the host sends them
-//! only once per boot and `hv_kvp_daemon` would otherwise miss them on the first boot.
+//! The host sends the items once per boot, so, as Ignition does, every pool read (0 to 4,
+//! empty ones too) is left for the target root as `/var/lib/hyperv/.kvp_pool_N`, the file
+//! format of `hv_kvp_daemon` (one record per item: the key NUL-padded to 512 bytes, the value
+//! to 2048), but with mode 0600 instead of the daemon's 0644: the config is among the items.
+//! The files stage writes them ([`Provider::fetch_config_with_files`]).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -23,7 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use super::{Found, Provider};
+use super::{Found, Provider, ProviderFile};
 use crate::fetch::Fetcher;
 
 /// The kernel's KVP device.
@@ -63,6 +65,42 @@ pub struct Item {
     pub pool: u8,
     pub key: String,
     pub value: String,
+}
+
+/// Where `hv_kvp_daemon` keeps the pools (`.kvp_pool_N`).
+pub const POOL_DIR: &str = "/var/lib/hyperv";
+/// The kernel's pools (`KVP_POOL_COUNT`).
+pub const POOLS: u8 = 5;
+
+/// A pool file of `hv_kvp_daemon`'s format: the items of `pool`, each as its key NUL-padded
+/// to [`MAX_KEY_SIZE`] bytes and its value to [`MAX_VALUE_SIZE`] (cut if longer).
+pub fn encode_pool_file(items: &[Item], pool: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in items.iter().filter(|i| i.pool == pool) {
+        for (text, size) in [(&i.key, MAX_KEY_SIZE), (&i.value, MAX_VALUE_SIZE)] {
+            let mut rec = vec![0u8; size];
+            let n = text.len().min(size);
+            rec[..n].copy_from_slice(&text.as_bytes()[..n]);
+            out.extend_from_slice(&rec);
+        }
+    }
+    out
+}
+
+/// The pool files of `items` for the target root: pools 0 to 4 (empty ones too) and any
+/// other pool an item names, mode 0600.
+pub fn pool_files(items: &[Item]) -> Vec<ProviderFile> {
+    let mut pools: Vec<u8> = (0..POOLS).chain(items.iter().map(|i| i.pool)).collect();
+    pools.sort_unstable();
+    pools.dedup();
+    pools
+        .into_iter()
+        .map(|pool| ProviderFile {
+            path: format!("{POOL_DIR}/.kvp_pool_{pool}"),
+            mode: 0o600,
+            contents: encode_pool_file(items, pool),
+        })
+        .collect()
 }
 
 /// The item of a SET message (key and value up to their lengths minus the NUL).
@@ -181,13 +219,19 @@ pub struct Hyperv;
 
 impl Provider for Hyperv {
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
+        self.fetch_config_with_files(f).map(|(found, _)| found)
+    }
+
+    /// The config, and the pool files for the target root (see the module documentation).
+    fn fetch_config_with_files(&self, f: &Fetcher) -> Result<(Option<Found>, Vec<ProviderFile>)> {
         let fd = open_device(Path::new(DEVICE))?;
         let items = read_items(&fd, QUIET).context("reading the Hyper-V key-value pairs")?;
         log::info!("hyperv: {} key-value pairs from the host", items.len());
+        let files = pool_files(&items);
         let cfg = config(&items);
         if cfg.is_empty() {
             log::info!("hyperv: no KVP item {KEY} or {SPLIT_PREFIX}0: no config");
-            return Ok(None);
+            return Ok((None, files));
         }
         if cfg.len() as u64 > f.opts.limits.max_config_size {
             return Err(crate::limits::TooLarge {
@@ -196,10 +240,11 @@ impl Provider for Hyperv {
             }
             .into());
         }
-        Ok(Some(Found {
+        let found = Found {
             bytes: cfg.into_bytes(),
             source: format!("Hyper-V KVP {KEY}"),
-        }))
+        };
+        Ok((Some(found), files))
     }
 }
 
@@ -356,6 +401,44 @@ mod tests {
             nix::unistd::read(&kernel, &mut buf).unwrap_err(),
             nix::errno::Errno::EAGAIN
         );
+    }
+
+    #[test]
+    fn pool_files_in_the_daemons_record_format() {
+        let long = "v".repeat(MAX_VALUE_SIZE + 10);
+        let items = [
+            item(0, "ignition.config", "{}"),
+            item(2, "HostName", "h"),
+            item(0, "other", &long),
+            item(7, "odd", "pool"),
+        ];
+        let files = pool_files(&items);
+        let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/var/lib/hyperv/.kvp_pool_0",
+                "/var/lib/hyperv/.kvp_pool_1",
+                "/var/lib/hyperv/.kvp_pool_2",
+                "/var/lib/hyperv/.kvp_pool_3",
+                "/var/lib/hyperv/.kvp_pool_4",
+                "/var/lib/hyperv/.kvp_pool_7",
+            ]
+        );
+        assert!(files.iter().all(|f| f.mode == 0o600));
+        let rec = MAX_KEY_SIZE + MAX_VALUE_SIZE;
+        let p0 = &files[0].contents;
+        assert_eq!(p0.len(), 2 * rec);
+        // Record 1: key, NUL padding, value, NUL padding.
+        assert_eq!(&p0[..16], b"ignition.config\0");
+        assert!(p0[15..MAX_KEY_SIZE].iter().all(|&b| b == 0));
+        assert_eq!(&p0[MAX_KEY_SIZE..MAX_KEY_SIZE + 3], b"{}\0");
+        assert!(p0[MAX_KEY_SIZE + 2..rec].iter().all(|&b| b == 0));
+        // Record 2: a value over the limit is cut to the record.
+        assert_eq!(&p0[rec..rec + 6], b"other\0");
+        assert!(p0[rec + MAX_KEY_SIZE..].iter().all(|&b| b == b'v'));
+        assert_eq!(files[1].contents, b"", "an empty pool is an empty file");
+        assert_eq!(files[2].contents.len(), rec);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub use crate::endpoints::{self, Endpoints};
 pub use crate::metadata;
 
 use crate::fetch::Fetcher;
+pub use crate::state::ProviderFile;
 
 #[cfg(test)]
 mod cabi;
@@ -52,6 +53,13 @@ pub trait Provider {
     /// Default: nothing.
     fn prepare_fetcher(&self, _endpoints: &mut Endpoints, _offline: bool) -> Result<()> {
         Ok(())
+    }
+
+    /// Like `fetch_config`, with the files the platform leaves in the target root, which the
+    /// files stage writes (Ignition's provider output files: Hyper-V's KVP pool files).
+    /// Default: `fetch_config` and no files.
+    fn fetch_config_with_files(&self, f: &Fetcher) -> Result<(Option<Found>, Vec<ProviderFile>)> {
+        Ok((self.fetch_config(f)?, Vec::new()))
     }
 
     /// Removes the config from the platform after provisioning, where the platform would
