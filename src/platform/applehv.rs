@@ -183,7 +183,7 @@ pub struct Applehv;
 
 impl Provider for Applehv {
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
-        crate::util::run("modprobe", &["vsock"]).context("loading the vsock kernel module")?;
+        crate::util::run("modprobe", &["vsock"]).context("loading the vsock kernel module (needed for the host channel of Apple Hypervisor VMs)")?;
         let stream = connect(HOST_CID, PORT)?;
         let source = format!("applehv vsock {HOST_CID}:{PORT}");
         let bytes = http_get(stream, f.opts.limits.max_config_size)

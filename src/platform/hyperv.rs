@@ -195,7 +195,7 @@ pub fn config(items: &[Item]) -> String {
 /// waiting a little for the device after).
 fn open_device(path: &Path) -> Result<OwnedFd> {
     if !path.exists() {
-        crate::util::run("modprobe", &["hv_utils"]).context("loading the hv_utils kernel module")?;
+        crate::util::run("modprobe", &["hv_utils"]).context("loading the hv_utils kernel module (is this a Hyper-V VM?)")?;
         let until = Instant::now() + Duration::from_secs(5);
         while !path.exists() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(100));

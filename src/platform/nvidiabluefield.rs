@@ -45,7 +45,7 @@ pub struct NvidiaBluefield;
 impl Provider for NvidiaBluefield {
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
         crate::util::run("modprobe", &["mlxbf_bootctl"])
-            .context("loading the mlxbf_bootctl kernel module")?;
+            .context("loading the mlxbf_bootctl kernel module (is this an NVIDIA BlueField DPU?)")?;
         let paths: Vec<&Path> = BOOTFIFOS.iter().map(Path::new).collect();
         match from_bootfifos(&paths, f.opts.limits.max_config_size)? {
             None => {

@@ -103,7 +103,7 @@ pub struct Zvm;
 
 impl Provider for Zvm {
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
-        run("modprobe", &["vmur"]).context("loading the vmur kernel module")?;
+        run("modprobe", &["vmur"]).context("loading the vmur kernel module (is this a z/VM guest?)")?;
         online_reader()?;
         let listing = run("vmur", &["li"]).context("listing the z/VM reader (vmur li)")?;
         let listing = String::from_utf8_lossy(&listing.stdout);
