@@ -9,6 +9,7 @@
 //! | `neednet` | fetch `--offline` | the initramfs (brings the network up) | empty marker, 0644; removed by a fetch that succeeds |
 //! | `luks/<name>.json` | disks | files (`/etc/crypttab`) | [`LuksRecord`] (JSON), 0600, directory 0700 |
 //! | `luks/<name>.key` | disks | files (`/etc/luks/<name>`) | the volume's key, 0600 |
+//! | `provider-files.json` | fetch (the platform's provider) | files (writes them into the root) | [`ProviderFile`]s (JSON, contents in base64), 0600; absent: none |
 //!
 //! Every file is written atomically (a temporary file beside it, fsync, rename).
 
@@ -28,6 +29,33 @@ pub const RECORD_FILE: &str = "fetch.json";
 pub const NEEDNET_MARKER: &str = "neednet";
 /// Directory of the LUKS records and keys.
 pub const LUKS_DIR: &str = "luks";
+/// Files the platform's provider leaves for the target root.
+pub const PROVIDER_FILES: &str = "provider-files.json";
+
+/// A file the platform's provider leaves for the files stage to write into the target root
+/// (Ignition's provider output files, e.g. Hyper-V's KVP pool files).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderFile {
+    /// Absolute path in the target root.
+    pub path: String,
+    pub mode: u32,
+    /// The contents (standard base64 in the state file).
+    #[serde(with = "base64_bytes")]
+    pub contents: Vec<u8>,
+}
+
+mod base64_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&crate::encoding::base64_encode(b))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        crate::encoding::base64_decode(text.as_bytes()).map_err(serde::de::Error::custom)
+    }
+}
 
 /// What the fetch stage fetched, for later stages and the result file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -230,6 +258,46 @@ impl<'a> StateDir<'a> {
     }
 }
 
+impl StateDir<'_> {
+    /// Leaves the provider's files for the files stage (none: removes an earlier record).
+    pub fn write_provider_files(&self, files: &[ProviderFile]) -> Result<()> {
+        let path = self.dir.join(PROVIDER_FILES);
+        if files.is_empty() {
+            return match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(e).with_context(|| format!("removing {}", path.display()))
+                }
+                _ => Ok(()),
+            };
+        }
+        let json = serde_json::to_vec_pretty(files).context("encoding the provider's files")?;
+        crate::util::write_atomic(&path, &json, 0o600)
+    }
+
+    /// The files the provider left (none recorded: none).
+    pub fn provider_files(&self) -> Result<Vec<ProviderFile>> {
+        let path = self.dir.join(PROVIDER_FILES);
+        let b = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let files: Vec<ProviderFile> =
+            serde_json::from_slice(&b).with_context(|| format!("decoding {}", path.display()))?;
+        for f in &files {
+            if !f.path.starts_with('/') || f.mode > 0o7777 {
+                bail!(
+                    "{}: invalid file {:?} (mode {:o})",
+                    path.display(),
+                    f.path,
+                    f.mode
+                );
+            }
+        }
+        Ok(files)
+    }
+}
+
 fn mkdir_private(dir: &Path) -> Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -263,6 +331,30 @@ mod tests {
     }
     fn mode(p: &Path) -> u32 {
         std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn provider_files_round_trip() {
+        let t = Tmp::new("provider-files");
+        let s = StateDir::new(&t.0);
+        assert_eq!(s.provider_files().unwrap(), []);
+        let files = vec![ProviderFile {
+            path: "/var/lib/hyperv/.kvp_pool_0".into(),
+            mode: 0o600,
+            contents: vec![0, 1, 2, 255],
+        }];
+        s.write_provider_files(&files).unwrap();
+        assert_eq!(mode(&t.0.join(PROVIDER_FILES)), 0o600);
+        assert_eq!(s.provider_files().unwrap(), files);
+        s.write_provider_files(&[]).unwrap();
+        assert!(!t.0.join(PROVIDER_FILES).exists());
+        s.write_provider_files(&[]).unwrap();
+        std::fs::write(
+            t.0.join(PROVIDER_FILES),
+            r#"[{"path":"rel","mode":384,"contents":""}]"#,
+        )
+        .unwrap();
+        assert!(s.provider_files().is_err());
     }
 
     #[test]

@@ -408,6 +408,19 @@ fn platform_hooks_through_the_binary_with_the_test_dummy() {
         )]
     );
     assert_eq!(r.record().source, "test-dummy provider");
+    // The file it leaves for the target root is in the state directory for the files stage.
+    let files = agent::state::StateDir::new(r.state.path())
+        .provider_files()
+        .unwrap();
+    assert_eq!(files.len(), 1);
+    assert_eq!(
+        (files[0].path.as_str(), files[0].mode),
+        (agent::platform::test_dummy::OUTPUT_FILE, 0o600)
+    );
+    assert_eq!(
+        files[0].contents,
+        agent::platform::test_dummy::REGION.as_bytes()
+    );
     // It needs the network: offline, the stage asks for it instead of calling the provider.
     let r = agent_fetch(&["--platform", "test-dummy", "--offline"], &[], None);
     assert_eq!(r.out.status.code(), Some(3), "{}", r.stderr());
@@ -420,8 +433,7 @@ fn platform_hooks_through_the_binary_with_the_test_dummy() {
 }
 
 #[test]
-fn platforms_not_implemented_yet_and_unknown_ones() {
-    use agent::platform::{PLATFORMS, Support, names};
+fn a_platform_yields_to_the_kernel_command_line_and_unknown_ones_are_refused() {
     let http = Server::start();
     http.route(
         "/k.ign",
@@ -435,27 +447,12 @@ fn platforms_not_implemented_yet_and_unknown_ones() {
     let r = agent_fetch_cmdline(&cmd, &["--platform", "gcp"], &[], None);
     assert_eq!(r.ok().paths(), ["/from-cmdline"]);
     assert_eq!(r.record().platform.as_deref(), Some("gcp"));
-    // A platform not implemented yet (if any is left) is accepted, and without a config on
-    // the command line the stage fails and says how to give one.
-    if let Some(p) = PLATFORMS.iter().find(|p| p.support == Support::NotYet) {
-        let r = agent_fetch_cmdline(&cmd, &["--platform", p.name], &[], None);
-        assert_eq!(r.ok().paths(), ["/from-cmdline"]);
-        let r = agent_fetch(&["--platform", p.name], &[], None);
-        assert_eq!(r.out.status.code(), Some(1));
-        let want = format!(
-            "fetching config from platform {}: reading the config from this platform is not implemented yet (implemented: {}): name the config on the kernel command line (agent.config.url= or ignition.config.url=) or with --config-url / --config-file",
-            p.name,
-            names(Support::Implemented)
-        );
-        assert!(r.stderr().contains(&want), "{}", r.stderr());
-    }
     // Unknown names are refused while parsing the command line, listing the table.
     let r = agent_fetch(&["--platform", "bogus"], &[], None);
     assert_eq!(r.out.status.code(), Some(2));
     let want = format!(
-        "invalid value for --platform <NAME>: unsupported platform \"bogus\" (supported: {}; not implemented yet: {})",
-        names(Support::Implemented),
-        names(Support::NotYet)
+        "invalid value for --platform <NAME>: unsupported platform \"bogus\" ({})",
+        agent::platform::summary()
     );
     assert!(r.stderr().contains(&want), "{}", r.stderr());
 }

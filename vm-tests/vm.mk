@@ -1,6 +1,7 @@
 # VM test, initramfs and install targets (included by the top-level Makefile).
 #
-#   make install      binary, dracut module (with its units), agent-serve unit; DESTDIR, PREFIX
+#   make install      binary, dracut module (with its units), agent-serve and
+#                     agent-delete-config units; DESTDIR, PREFIX
 #   make initramfs    test initramfs with our module for KVER (default: Debian's cloud kernel,
 #                     unpacked by vm-tests/setup.sh) -> $(VM_CACHE)/initrd-agent.img
 #   make vm-test      every VM scenario (installs QEMU, dracut and the kernel itself)
@@ -20,6 +21,8 @@ install: static
 	@if [ -f systemd/agent-serve.service ]; then \
 		install -D -m 0644 systemd/agent-serve.service \
 			$(DESTDIR)$(SYSTEMD_UNITDIR)/agent-serve.service; fi
+	install -D -m 0644 systemd/agent-delete-config.service \
+		$(DESTDIR)$(SYSTEMD_UNITDIR)/agent-delete-config.service
 
 .PHONY: initramfs
 initramfs: static

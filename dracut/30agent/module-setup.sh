@@ -25,6 +25,10 @@ installkernel() {
         ata_piix virtio_scsi
     # LUKS2: dm-crypt's default cipher (aes-xts-plain64) and the kernel crypto API cryptsetup uses.
     hostonly='' instmods dm_mod xts aesni_intel algif_skcipher af_alg
+    # Hypervisor channels (modules absent from a kernel or architecture are skipped):
+    # VirtualBox guest properties, Hyper-V KVP, vsock (applehv), z/VM reader, BlueField bootfifo.
+    hostonly='' instmods vboxguest hv_vmbus hv_utils vsock vmw_vsock_virtio_transport \
+        vmur vmcp mlxbf_bootctl
 }
 
 install() {
@@ -67,6 +71,8 @@ install() {
         jose curl pwmake luksmeta bash sed awk sort find mktemp basename head wc tr cat \
         /etc/security/pwquality.conf /var/cache/cracklib/cracklib_dict.hwm \
         /var/cache/cracklib/cracklib_dict.pwd /var/cache/cracklib/cracklib_dict.pwi
+    # zvm: the s390-tools that read the z/VM reader.
+    inst_multiple -o vmur chccwdev cio_ignore
     # mke2fs reads its defaults from here.
     inst_multiple -o /etc/mke2fs.conf
 

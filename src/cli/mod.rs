@@ -4,6 +4,7 @@
 //! handler turns the flags into plain values (`stages::Context`, `serve::Options`,
 //! `fetch::Options`, ...) and calls the module that does the work.
 
+mod delete_config;
 mod fetch;
 mod plan;
 mod run;
@@ -15,6 +16,7 @@ mod validate;
 
 use clap::{Parser, Subcommand};
 
+pub use self::delete_config::DeleteConfigArgs;
 pub use self::fetch::FetchArgs;
 pub use self::plan::PlanArgs;
 pub use self::run::RunArgs;
@@ -58,6 +60,9 @@ pub enum Command {
     Info,
     /// Fetch one resource (URL) to a file, verified, with the provisioning fetcher.
     Fetch(FetchArgs),
+    /// After provisioning, delete the config from a platform that keeps handing it to the
+    /// machine (VMware guestinfo, VirtualBox guest properties); elsewhere nothing.
+    DeleteConfig(DeleteConfigArgs),
     /// Serve machine configs to booting machines (the MachineConfigServer).
     #[cfg(feature = "serve")]
     Serve(ServeArgs),
@@ -84,6 +89,7 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Plan(a) => plan::plan(a),
         Command::Info => info(),
         Command::Fetch(a) => crate::signals::install().and_then(|()| fetch::run(a)),
+        Command::DeleteConfig(a) => delete_config::run(a),
         #[cfg(feature = "serve")]
         Command::Serve(a) => serve::run(a),
         #[cfg(feature = "serve")]

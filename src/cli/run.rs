@@ -260,11 +260,14 @@ mod tests {
         assert!(supported.contains("aws") && supported.contains("qemu"));
         assert!(
             e.contains(&format!(
-                "unsupported platform \"bogus\" (supported: {supported};"
+                "unsupported platform \"bogus\" (supported: {supported})"
             )),
             "{e}"
         );
         let help = crate::platform::help();
-        assert!(help.contains(&format!(": {supported};")), "{help}");
+        assert!(
+            help.contains(&format!("; supported: {supported} (")),
+            "{help}"
+        );
     }
 }

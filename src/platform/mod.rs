@@ -11,7 +11,8 @@
 //!
 //! Shared mechanisms of platforms are modules of their own: [`metadata`] (HTTP metadata
 //! services, with a token handshake), [`endpoints`] (where every service and file is),
-//! [`drive`] (config drives and seed disks).
+//! [`drive`] (config drives and seed disks); for the hypervisor channels, [`userdata`]
+//! (guestinfo encodings, NUL padding) and [`ovf`] (OVF environment properties).
 
 use anyhow::{Context, Result, bail};
 
@@ -21,6 +22,12 @@ pub use crate::endpoints::{self, Endpoints};
 pub use crate::metadata;
 
 use crate::fetch::Fetcher;
+pub use crate::state::ProviderFile;
+
+#[cfg(test)]
+mod cabi;
+pub mod ovf;
+pub mod userdata;
 
 pub mod drive;
 
@@ -56,6 +63,21 @@ pub trait Provider {
     fn prepare_fetcher(&self, _endpoints: &mut Endpoints, _offline: bool) -> Result<()> {
         Ok(())
     }
+
+    /// Like `fetch_config`, with the files the platform leaves in the target root, which the
+    /// files stage writes (Ignition's provider output files: Hyper-V's KVP pool files).
+    /// Default: `fetch_config` and no files.
+    fn fetch_config_with_files(&self, f: &Fetcher) -> Result<(Option<Found>, Vec<ProviderFile>)> {
+        Ok((self.fetch_config(f)?, Vec::new()))
+    }
+
+    /// Removes the config from the platform after provisioning, where the platform would
+    /// keep handing it to any process of the machine (Ignition's `ignition-rmcfg`, run once
+    /// in the real root: VMware guestinfo, VirtualBox guest properties; GHSA-hj57-j5cw-2mwp).
+    /// Default: nothing to remove.
+    fn delete_config(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// How far a platform is implemented.
@@ -63,9 +85,6 @@ pub trait Provider {
 pub enum Support {
     /// Its provider finds the config.
     Implemented,
-    /// Accepted (base configs, a config named on the kernel command line or by a flag work),
-    /// but its own config source is not read yet: the fetch stage fails if it is needed.
-    NotYet,
     /// A provider of test builds only (never in the shipped binary or the docs).
     TestOnly,
 }
@@ -111,13 +130,6 @@ const fn row(
     }
 }
 
-/// A platform not implemented yet (see [`Support::NotYet`]).
-const fn later(name: &'static str, description: &'static str) -> Platform {
-    row(name, Support::NotYet, description, "", || {
-        Box::new(Unimplemented)
-    })
-}
-
 use Support::*;
 
 /// A provider whose config is the user data of one metadata service (`$svc`, a
@@ -145,30 +157,23 @@ use metadata_provider;
 
 /// Declares, from one line per platform, the provider module (for a platform that has one)
 /// and the platform's row of [`PLATFORMS`]:
-/// `"name" => module::Type, "description", tested "how it is tested";` or, for a platform
-/// not implemented yet, `"name", "description";`. Adding a platform is one new file and one
-/// line here.
+/// `"name" => module::Type, "description", tested "how it is tested";`. Adding a platform is
+/// one new file and one line here.
 macro_rules! platforms {
     (
-        $( $name:literal $(=> $module:ident :: $ty:ident)?, $desc:literal $(, tested $tested:literal)?; )*
+        $( $name:literal => $module:ident :: $ty:ident, $desc:literal, tested $tested:literal; )*
         test { $( $tname:literal => $tmodule:ident :: $tty:ident, $tdesc:literal; )* }
     ) => {
-        $( $( pub mod $module; )? )*
+        $( pub mod $module; )*
         $( #[cfg(any(test, feature = "test-hooks"))] pub mod $tmodule; )*
         /// Every platform, in name order (test-only rows last).
         pub const PLATFORMS: &[Platform] = &[
-            $( platforms!(@row $name $(=> $module::$ty)?, $desc $(, $tested)?), )*
+            $( row($name, Implemented, $desc, $tested, || Box::new($module::$ty)), )*
             $(
                 #[cfg(any(test, feature = "test-hooks"))]
                 row($tname, TestOnly, $tdesc, "", || Box::new($tmodule::$tty)),
             )*
         ];
-    };
-    (@row $name:literal => $module:ident :: $ty:ident, $desc:literal, $tested:literal) => {
-        row($name, Implemented, $desc, $tested, || Box::new($module::$ty))
-    };
-    (@row $name:literal, $desc:literal) => {
-        later($name, $desc)
     };
 }
 
@@ -176,7 +181,7 @@ macro_rules! platforms {
 platforms! {
     "akamai" => akamai::Akamai, "Akamai (Linode): user data (base64, maybe gzip) from the metadata service at 169.254.169.254 after a token PUT", tested "host tests in a network namespace (tests/platform_http.rs)";
     "aliyun" => aliyun::Aliyun, "Alibaba Cloud: user data from the metadata service at 100.100.100.200", tested "host tests in a network namespace (tests/platform_http.rs)";
-    "applehv", "Apple Hypervisor: config over a vsock channel";
+    "applehv" => applehv::Applehv, "Apple Hypervisor: HTTP GET over vsock to the host (CID 2, port 1024)", tested "unit tests only (no vsock host here; AF_VSOCK loopback is not available on this kernel): the HTTP exchange over a socket pair";
     "aws" => aws::Aws, "Amazon EC2: user data from the instance metadata service at 169.254.169.254 (IMDSv2 token, IMDSv1 fallback)", tested "host tests in a network namespace (tests/platform_http.rs); VM scenario 10-aws-imdsv2";
     "azure" => azure::Azure, "Microsoft Azure: IMDS userData, else the custom data of the OVF provisioning CD (udf)", tested "VM scenario 14-azure-ovf (CD fallback); unit tests (ovf-env.xml)";
     "azurestack" => azurestack::AzureStack, "Azure Stack Hub: custom data of the OVF provisioning CD (udf or iso9660)", tested "unit tests; the CD reader of azure (VM scenario 14-azure-ovf)";
@@ -187,13 +192,13 @@ platforms! {
     "file" => file::File, "a local file: $AGENT_CONFIG_FILE, default /config.ign (tests and development)", tested "host tests (tests/fetch_stage.rs)";
     "gcp" => gcp::Gcp, "Google Cloud: instance attribute user-data from the metadata service at 169.254.169.254 (Metadata-Flavor: Google)", tested "host tests in a network namespace (tests/platform_http.rs); VM scenario 11-gcp-metadata";
     "hetzner" => hetzner::Hetzner, "Hetzner Cloud: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
-    "hyperv", "Microsoft Hyper-V: KVP pool entries";
+    "hyperv" => hyperv::Hyperv, "Microsoft Hyper-V: KVP item ignition.config (or ignition.config.0, .1, … joined) of pool 0, read as the KVP daemon from /dev/vmbus/hv_kvp", tested "unit tests only (no Hyper-V here): message layout against the kernel header, the KVP exchange over a socket pair, key lookup and joining";
     "ibmcloud" => ibmcloud::IbmCloud, "IBM Cloud VPC: NoCloud seed cidata, file user-data", tested "host tests (tests/platform_drives.rs: seed on a loop device)";
     "ionoscloud" => ionoscloud::IonosCloud, "IONOS Cloud: config/user-data on the disk labelled OEM (ignition.config.device=, ignition.config.path=)", tested "host tests (tests/platform_drives.rs: disk on a loop device)";
     "kubevirt" => kubevirt::KubeVirt, "KubeVirt: config drive config-2, file openstack/latest/user_data", tested "the config-drive reader (VM scenario 12-openstack-configdrive; host tests)";
     "metal" => metal::Metal, "bare metal: only the kernel command line (agent.config.url=, ignition.config.url=)", tested "VM scenario 02-metal-url; host tests (tests/fetch_stage.rs)";
     "nutanix" => nutanix::Nutanix, "Nutanix AHV: config drive config-2, file openstack/latest/user_data", tested "the config-drive reader (VM scenario 12-openstack-configdrive; host tests)";
-    "nvidiabluefield", "NVIDIA BlueField DPU: the bootfifo interface";
+    "nvidiabluefield" => nvidiabluefield::NvidiaBluefield, "NVIDIA BlueField DPU: the boot FIFO of the mlxbf_bootctl driver (/sys/bus/platform/devices/MLNXBF04:00/bootfifo)", tested "unit tests only (no BlueField here): reading and trimming bootfifo files";
     "openstack" => openstack::OpenStack, "OpenStack: config drive config-2 (openstack/latest/user_data), else the metadata service", tested "VM scenario 12-openstack-configdrive; host tests (tests/platform_drives.rs)";
     "oraclecloud" => oraclecloud::OracleCloud, "Oracle Cloud Infrastructure: user data (base64) from the metadata service v2 at 169.254.169.254 (Authorization: Bearer Oracle)", tested "host tests in a network namespace (tests/platform_http.rs)";
     "packet" => packet::Packet, "Equinix Metal: user data from https://metadata.packet.net/userdata", tested "host tests against a local server on 127.0.0.1 (tests/platform_http.rs; the name and TLS are replaced by a test flag)";
@@ -202,10 +207,10 @@ platforms! {
     "qemu" => qemu::Qemu, "QEMU: fw_cfg entry opt/com.coreos/config (-fw_cfg name=opt/com.coreos/config,file=F)", tested "VM scenarios 01-qemu-fwcfg and others; host tests with a fw_cfg directory (tests/fetch_stage.rs)";
     "scaleway" => scaleway::Scaleway, "Scaleway: user data from the metadata service at 169.254.42.42 and [fd00:42::42] (in parallel), from a privileged source port", tested "host tests in a network namespace (tests/platform_http.rs)";
     "upcloud" => upcloud::UpCloud, "UpCloud: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
-    "virtualbox", "VirtualBox: guest property /Ignition/Config";
-    "vmware", "VMware: guestinfo ignition.config.data (or the OVF environment)";
+    "virtualbox" => virtualbox::Virtualbox, "VirtualBox: guest property /Ignition/Config through /dev/vboxguest (HGCM calls to VBoxGuestPropSvc)", tested "unit tests only (no VirtualBox here): struct layouts and ioctl numbers against the kernel headers, HGCM calls against a simulated driver, deletion";
+    "vmware" => vmware::Vmware, "VMware: guestinfo ignition.config.data and .encoding (none, base64, gzip, gzip+base64) through the backdoor RPCI channel, else the OVF environment's properties", tested "unit tests only (no VMware here): RPCI framing against a simulated backdoor host, encodings, OVF properties, deletion";
     "vultr" => vultr::Vultr, "Vultr: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
-    "zvm", "IBM z/VM: the reader device";
+    "zvm" => zvm::Zvm, "IBM z/VM: the first spool file of type ign in the reader 000c (vmur list, vmur receive)", tested "unit tests only (no z/VM here): the vmur list parsing";
     // Test builds only (never in the shipped binary or the docs).
     test {
         "test-dummy" => test_dummy::TestDummy, "test builds only: a config naming the S3 region it was prepared with";
@@ -235,15 +240,16 @@ pub fn names(s: Support) -> String {
     v.join(", ")
 }
 
+/// "supported: a, b, …" (errors and help).
+pub fn summary() -> String {
+    format!("supported: {}", names(Implemented))
+}
+
 /// The platform called `name`.
 pub fn lookup(name: &str) -> Result<&'static Platform> {
     match PLATFORMS.iter().find(|p| p.name == name) {
         Some(p) => Ok(p),
-        None => bail!(
-            "unsupported platform {name:?} (supported: {}; not implemented yet: {})",
-            names(Implemented),
-            names(NotYet)
-        ),
+        None => bail!("unsupported platform {name:?} ({})", summary()),
     }
 }
 
@@ -266,45 +272,25 @@ pub fn prepare(platform: Option<&str>, offline: bool, endpoints: &mut Endpoints)
 /// The `--platform` help, from the table.
 pub fn help() -> String {
     format!(
-        "Platform the machine runs on (where its config is when neither a flag nor the kernel command line names one): {}; accepted, not implemented yet: {} (docs/platforms.md)",
-        names(Implemented),
-        names(NotYet)
+        "Platform the machine runs on (where its config is when neither a flag nor the kernel command line names one); {} (docs/platforms.md)",
+        summary()
     )
-}
-
-/// The provider of platforms not implemented yet: asked for a config, it fails and says how
-/// to give one.
-struct Unimplemented;
-
-impl Provider for Unimplemented {
-    fn fetch_config(&self, _: &Fetcher) -> Result<Option<Found>> {
-        bail!(
-            "reading the config from this platform is not implemented yet (implemented: {}): name the config on the kernel command line (agent.config.url= or ignition.config.url=) or with --config-url / --config-file",
-            names(Implemented)
-        )
-    }
 }
 
 /// The markdown table of `docs/platforms.md` (between its markers), from [`PLATFORMS`].
 pub fn docs_table() -> String {
     let mut s = String::from(
-        "| platform | status | where the config comes from | network | how it is tested here |\n|---|---|---|---|---|\n",
+        "| platform | where the config comes from | network | how it is tested here |\n|---|---|---|---|\n",
     );
     for p in PLATFORMS.iter().filter(|p| p.support != TestOnly) {
-        let (status, network) = match p.support {
-            Implemented => {
-                let prov = p.provider();
-                let network = match (prov.needs_network(), prov.tries_offline()) {
-                    (false, _) => "no",
-                    (true, false) => "yes",
-                    (true, true) => "without a drive",
-                };
-                ("implemented", network)
-            }
-            _ => ("not yet", "—"),
+        let prov = p.provider();
+        let network = match (prov.needs_network(), prov.tries_offline()) {
+            (false, _) => "no",
+            (true, false) => "yes",
+            (true, true) => "without a drive",
         };
         s.push_str(&format!(
-            "| `{}` | {status} | {} | {network} | {} |\n",
+            "| `{}` | {} | {network} | {} |\n",
             p.name, p.description, p.tested
         ));
     }
@@ -347,26 +333,13 @@ mod tests {
         let msg = format!("{e:#}");
         assert_eq!(
             msg,
-            format!(
-                "unsupported platform \"aws-nope\" (supported: {}; not implemented yet: {})",
-                names(Implemented),
-                names(NotYet)
-            )
+            format!("unsupported platform \"aws-nope\" ({})", summary())
         );
-        assert!(msg.contains("supported: akamai, aliyun, aws,"), "{msg}");
+        assert!(
+            msg.contains("supported: akamai, aliyun, applehv, aws,"),
+            "{msg}"
+        );
         assert!(!msg.contains("test-dummy"), "{msg}");
-    }
-
-    #[test]
-    fn platforms_not_implemented_yet_say_how_to_give_a_config() {
-        let f = Fetcher::new(crate::fetch::Options::default());
-        // Any platform still to come (none, once every one is implemented).
-        for p in PLATFORMS.iter().filter(|p| p.support == NotYet) {
-            let e = p.provider().fetch_config(&f).err().unwrap();
-            assert!(format!("{e:#}").contains("agent.config.url="), "{e:#}");
-        }
-        let e = Unimplemented.fetch_config(&f).err().unwrap();
-        assert!(format!("{e:#}").contains("agent.config.url="), "{e:#}");
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! `test-dummy` (test builds only): shows what adding a platform takes — this file, plus its
 //! `mod` line and one row in [`super::PLATFORMS`] — and exercises every hook of [`Provider`]:
-//! it needs the network (refused offline), prepares the fetcher (an S3 region) and returns a
-//! config that names the region its fetcher was prepared with.
+//! it needs the network (refused offline), prepares the fetcher (an S3 region), returns a
+//! config that names the region its fetcher was prepared with, and leaves a file for the
+//! target root ([`OUTPUT_FILE`], mode 0600, the region).
 
 use anyhow::Result;
 
-use super::{Endpoints, Found, Provider};
+use super::{Endpoints, Found, Provider, ProviderFile};
 use crate::fetch::Fetcher;
 
 /// The S3 region the dummy prepares the fetcher with.
 pub const REGION: &str = "dummy-region-1";
+/// The file the dummy leaves for the target root.
+pub const OUTPUT_FILE: &str = "/var/lib/test-dummy/region";
 
 pub struct TestDummy;
 
@@ -28,6 +31,21 @@ impl Provider for TestDummy {
             bytes: config.into_bytes(),
             source: "test-dummy provider".into(),
         }))
+    }
+
+    fn fetch_config_with_files(&self, f: &Fetcher) -> Result<(Option<Found>, Vec<ProviderFile>)> {
+        let file = ProviderFile {
+            path: OUTPUT_FILE.into(),
+            mode: 0o600,
+            contents: f
+                .opts
+                .endpoints
+                .s3_region
+                .clone()
+                .unwrap_or_default()
+                .into_bytes(),
+        };
+        Ok((self.fetch_config(f)?, vec![file]))
     }
 
     fn needs_network(&self) -> bool {

@@ -65,7 +65,8 @@ fn run_inner(ctx: &Context) -> Result<()> {
         platform: ctx.platform.clone(),
         ..Default::default()
     };
-    let (user, source) = acquire(ctx, &base_opts, &mut record)?;
+    let mut provider_files = Vec::new();
+    let (user, source) = acquire(ctx, &base_opts, &mut record, &mut provider_files)?;
     let user = render_with(user, &source, &base_opts, &mut record.configs)?;
     let mut merged = Config::default();
     for (path, bytes) in base_configs(ctx, base_opts.limits.max_config_size)? {
@@ -83,6 +84,7 @@ fn run_inner(ctx: &Context) -> Result<()> {
     }
     let path = ctx.state().write_rendered(&rendered)?;
     ctx.state().write_fetch_record(&record)?;
+    ctx.state().write_provider_files(&provider_files)?;
     info!("rendered config written to {}", path.display());
     Ok(())
 }
@@ -138,8 +140,14 @@ fn fetched(kind: &str, source: &str, bytes: &[u8]) -> Fetched {
     }
 }
 
-/// Finds and parses the user config (unrendered). No config at all is an empty config.
-fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Config, String)> {
+/// Finds and parses the user config (unrendered). No config at all is an empty config. The
+/// files the platform's provider leaves for the target root go to `provider_files`.
+fn acquire(
+    ctx: &Context,
+    opts: &fetch::Options,
+    rec: &mut Record,
+    provider_files: &mut Vec<crate::state::ProviderFile>,
+) -> Result<(Config, String)> {
     let limit = opts.limits.max_config_size;
     let found: Option<(Vec<u8>, String)> = if let Some(path) = &ctx.config_file {
         let bytes = if path.as_os_str() == "-" {
@@ -160,10 +168,11 @@ fn acquire(ctx: &Context, opts: &fetch::Options, rec: &mut Record) -> Result<(Co
         if opts.offline && provider.needs_network() && !provider.tries_offline() {
             return Err(NeedsNetwork(format!("the config of platform {p}")).into());
         }
-        provider
-            .fetch_config(&Fetcher::new(opts.clone()))
-            .with_context(|| format!("fetching config from platform {p}"))?
-            .map(|f| (f.bytes, f.source))
+        let (found, files) = provider
+            .fetch_config_with_files(&Fetcher::new(opts.clone()))
+            .with_context(|| format!("fetching config from platform {p}"))?;
+        *provider_files = files;
+        found.map(|f| (f.bytes, f.source))
     } else {
         None
     };

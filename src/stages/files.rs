@@ -1,6 +1,7 @@
 //! The files stage: mount the config's filesystems under the target root, then users and
 //! groups, files/directories/links, systemd units, the key files and crypttab of the LUKS
-//! volumes the disks stage recorded, kernel arguments, the result file, SELinux relabelling,
+//! volumes the disks stage recorded, the files the platform's provider left (state
+//! `provider-files.json`), kernel arguments, the result file, SELinux relabelling,
 //! one `syncfs` per filesystem, and unmount (deepest first, also on failure).
 
 use std::path::{Path, PathBuf};
@@ -78,6 +79,16 @@ fn write_all(
     w.write_units(&config.systemd)?;
     // LUKS volumes of the disks stage: /etc/luks/<name> key files and /etc/crypttab lines.
     w.write_luks(&ctx.state().luks_volumes()?)?;
+    // Files the platform's provider left (Hyper-V's KVP pool files).
+    for f in ctx.state().provider_files()? {
+        info!("writing {} (from the platform)", f.path);
+        let attrs = Attrs {
+            mode: Some(f.mode),
+            ..Attrs::default()
+        };
+        w.put_file(&f.path, Contents::Bytes(&f.contents), attrs, true)
+            .with_context(|| format!("writing the platform's file {}", f.path))?;
+    }
     kargs::apply(
         &config.kernel_arguments,
         &ctx.root,
