@@ -354,17 +354,20 @@ mod tests {
 
     #[test]
     fn docs_table_matches_the_code() {
-        let doc =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/platforms.md"))
-                .unwrap();
-        let begin = "<!-- platforms table: generated from src/platform/mod.rs PLATFORMS -->\n";
-        let end = "<!-- end of platforms table -->";
-        let start = doc.find(begin).expect("begin marker in docs/platforms.md") + begin.len();
-        let stop = doc[start..].find(end).expect("end marker") + start;
-        assert!(
-            doc[start..stop] == docs_table(),
-            "docs/platforms.md is out of date; put this between its markers:\n{}",
-            docs_table()
-        );
+        for file in ["docs/platforms.md", "README.md"] {
+            let doc = std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file),
+            )
+            .unwrap();
+            let begin = "<!-- platforms table: generated from src/platform/mod.rs PLATFORMS -->\n";
+            let end = "<!-- end of platforms table -->";
+            let start = doc.find(begin).expect("begin marker") + begin.len();
+            let stop = doc[start..].find(end).expect("end marker") + start;
+            assert!(
+                doc[start..stop] == docs_table(),
+                "{file} is out of date; put this between its markers:\n{}",
+                docs_table()
+            );
+        }
     }
 }
