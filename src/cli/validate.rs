@@ -48,7 +48,7 @@ pub fn validate(a: ValidateArgs) -> i32 {
     }
 }
 
-fn read_stdin_bounded(limit: u64) -> Result<Vec<u8>, String> {
+pub(super) fn read_stdin_bounded(limit: u64) -> Result<Vec<u8>, String> {
     crate::limits::read_bounded(std::io::stdin().lock(), limit, "config from standard input")
         .map_err(|e| format!("{e:#}"))
 }
