@@ -93,6 +93,7 @@ fn butane_corpus_translations() {
     let tsv = std::fs::read_to_string(root.join("butane-translations.tsv")).unwrap();
     let (mut total, mut accepted, mut semantic, mut bytes, mut gzip_only, mut refused) =
         (0, 0, 0, 0, 0, 0);
+    let mut no_reference = 0;
     let mut differences: BTreeMap<String, String> = BTreeMap::new();
     for line in tsv.lines().skip(1) {
         let f: Vec<&str> = line.split('\t').collect();
@@ -134,8 +135,19 @@ fn butane_corpus_translations() {
             }
             Ok(o) => o,
         };
-        let Some(file) = outputs.get(&(input.into(), variant.into(), version.into(), release.into())) else {
-            differences.insert(key, "no Butane output in the manifest".into());
+        // The manifest names each distinct output once: the same translation by the other
+        // Butane release may be the one named. Some accepted translations have no output
+        // kept at all (empty configs, dropped experimental retargets): only the verdict is
+        // checked for those.
+        let file = outputs
+            .get(&(input.into(), variant.into(), version.into(), release.into()))
+            .or_else(|| {
+                ["v0.25.1", "v0.29.0"].iter().find_map(|r| {
+                    outputs.get(&(input.into(), variant.into(), version.into(), r.to_string()))
+                })
+            });
+        let Some(file) = file else {
+            no_reference += 1;
             continue;
         };
         let want = std::fs::read(root.join(file)).unwrap();
@@ -167,7 +179,7 @@ fn butane_corpus_translations() {
         }
     }
     eprintln!(
-        "butane corpus: {total} translations; Butane accepted {accepted}: {semantic} semantically equal, {bytes} byte-equal, {gzip_only} equal but for gzip bytes; Butane refused {}: {refused} refused here too; {} differences ({} listed as known)",
+        "butane corpus: {total} translations; Butane accepted {accepted}: {semantic} semantically equal, {bytes} byte-equal, {gzip_only} equal but for gzip bytes, {no_reference} accepted here too without a kept output; Butane refused {}: {refused} refused here too; {} differences ({} listed as known)",
         total - accepted,
         differences.len(),
         known.len()

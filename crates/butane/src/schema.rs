@@ -361,7 +361,7 @@ pub static FILESYSTEM: Def = Def {
         f("path", "path", Str, Ptr),
         f("uuid", "uuid", Str, Ptr),
         f("wipeFilesystem", "wipe_filesystem", Bool, Ptr),
-        sugar("with_mount_unit", Bool, 2),
+        sugar("with_mount_unit", Bool, 1),
     ],
 };
 

@@ -153,6 +153,8 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
     let mut bytes = 0usize;
     let mut root: Option<Node> = None;
     let mut started = false;
+    let total_chars = text.chars().count();
+    let ends_with_break = text.ends_with('\n') || text.ends_with('\r');
     loop {
         let (event, span) = match parser.next_event() {
             None => break,
@@ -199,6 +201,16 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
                 nodes += 1;
                 bytes += value.len();
                 check_totals(nodes, bytes, limits, pos)?;
+                let mut value = value.into_owned();
+                // A block scalar that ends the text without a final line break has none to
+                // keep (go-yaml); the scanner adds one.
+                if matches!(style, ScalarStyle::Literal | ScalarStyle::Folded)
+                    && !ends_with_break
+                    && span.end.index() >= total_chars
+                    && value.ends_with('\n')
+                {
+                    value.pop();
+                }
                 let style = match style {
                     ScalarStyle::Plain => Style::Plain,
                     ScalarStyle::SingleQuoted | ScalarStyle::DoubleQuoted => Style::Quoted,
@@ -214,7 +226,7 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
                 Some((
                     Node {
                         kind: Kind::Scalar {
-                            value: value.into_owned(),
+                            value,
                             style,
                             tag,
                         },
