@@ -89,7 +89,8 @@ fn butane_corpus_translations() {
         assert!(f.len() >= 5, "bad known-differences line: {line}");
         known.insert(f[..4].join("\t"), f[4].to_string());
     }
-    let files_dir = agent::cli::DirFiles::new(root.join("butane/files-dir"));
+    let scratch = files_dir_copy(&root.join("butane/files-dir"));
+    let files_dir = agent::cli::DirFiles::new(scratch.path());
     let tsv = std::fs::read_to_string(root.join("butane-translations.tsv")).unwrap();
     let (mut total, mut accepted, mut semantic, mut bytes, mut gzip_only, mut refused) =
         (0, 0, 0, 0, 0, 0);
@@ -201,6 +202,51 @@ fn butane_corpus_translations() {
         fixed.len(),
         fixed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
     );
+}
+
+/// A scratch copy of the corpus's `butane/files-dir`, with the one symlink its README
+/// describes (`tree/directory/symlink` -> `../file`) made a symlink again: the shared copy
+/// stores it as a 7-byte regular file holding the target.
+fn files_dir_copy(src: &Path) -> Scratch {
+    fn copy(src: &Path, dst: &Path) {
+        std::fs::create_dir_all(dst).unwrap();
+        let mut entries: Vec<_> = std::fs::read_dir(src).unwrap().map(|e| e.unwrap()).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let (s, d) = (e.path(), dst.join(e.file_name()));
+            if e.file_type().unwrap().is_dir() {
+                copy(&s, &d);
+            } else {
+                std::fs::copy(&s, &d).unwrap();
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(&d).unwrap().permissions().mode();
+                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode | 0o200))
+                    .unwrap();
+            }
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("butane-corpus-files-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy(src, &dir);
+    let link = dir.join("tree/directory/symlink");
+    if std::fs::read(&link).map(|b| b == b"../file").unwrap_or(false) {
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink("../file", &link).unwrap();
+    }
+    Scratch(dir)
+}
+
+/// A directory removed when dropped (also when the test fails).
+struct Scratch(PathBuf);
+impl Scratch {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The corpus's "retarget": the input's `variant:` and `version:` lines set to the target.

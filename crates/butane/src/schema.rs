@@ -428,7 +428,21 @@ pub static RAID: Def = Def {
 
 pub static SYSTEMD: Def = Def {
     name: "Systemd",
-    fields: &[f("units", "units", ListObj(&UNIT), Zero)],
+    fields: &[
+        sugar("quadlets", ListObj(&QUADLET), 7),
+        f("units", "units", ListObj(&UNIT), Zero),
+    ],
+};
+
+/// Podman quadlets (Butane v0.29 experimental specs): files under /etc/containers/systemd.
+pub static QUADLET: Def = Def {
+    name: "Quadlet",
+    fields: &[
+        sugar("contents", Str, 0),
+        sugar("contents_local", Str, 0),
+        sugar("name", Str, 0),
+        sugar("rootful", Bool, 0),
+    ],
 };
 
 pub static UNIT: Def = Def {

@@ -35,6 +35,8 @@ pub struct Target {
     pub ign_version: &'static str,
     boot_device: bool,
     grub: bool,
+    /// The middle number of the variant version (openshift 4.20.0: 20).
+    ver_minor: u8,
 }
 
 /// The target of `variant`/`version`, or `None` when Butane has no translator for it.
@@ -87,6 +89,7 @@ pub fn target(variant: &str, version: &str, release: Release) -> Option<Target> 
         ign_version: ign,
         boot_device,
         grub,
+        ver_minor: fcos_minor(version),
     })
 }
 
@@ -403,6 +406,9 @@ impl Ctx<'_, '_> {
             .set("version", minor, G::Str(self.t.ign_version.into()));
 
         self.validate_base(&cfg);
+        if minor == 0 {
+            self.ca_sources_30(&cfg);
+        }
         if self.t.variant == Variant::Openshift && metadata_name.as_deref().unwrap_or("").is_empty()
         {
             self.report.push(Diag::error(
@@ -441,6 +447,7 @@ impl Ctx<'_, '_> {
         self.resources(&mut cfg, "$");
         self.users_and_units(&mut cfg);
         self.mount_units(&mut cfg);
+        self.quadlets(&mut cfg);
         self.trees(&mut cfg);
         if self.report.has_errors() {
             return None;
@@ -454,7 +461,7 @@ impl Ctx<'_, '_> {
             self.grub(&mut cfg, g);
         }
         if self.t.variant == Variant::Openshift {
-            self.openshift_raw(&mut cfg, openshift.as_ref());
+            self.openshift_raw(&mut cfg, openshift.as_ref(), boot.as_ref());
         }
         self.forbidden_fields(&cfg);
         if self.report.has_errors() {
@@ -546,6 +553,28 @@ impl Ctx<'_, '_> {
         self.report.diags.extend(diags);
     }
 
+    /// Spec 3.0's CaReference has a required source: `inline`/`local` (which 3.0 cannot
+    /// express there) leave it empty, which Ignition 3.0 refuses.
+    fn ca_sources_30(&mut self, cfg: &Obj) {
+        let Some(tls) = cfg
+            .obj("ignition")
+            .and_then(|i| i.obj("security"))
+            .and_then(|s| s.obj("tls"))
+        else {
+            return;
+        };
+        for (i, (ca, pos)) in tls.list("certificateAuthorities").iter().enumerate() {
+            let ca = ca.as_obj().expect("object");
+            if ca.str("source").unwrap_or("").is_empty() {
+                self.report.push(Diag::error(
+                    &format!("$.ignition.security.tls.certificate_authorities.{i}.source"),
+                    *pos,
+                    "certificate authorities need a source",
+                ));
+            }
+        }
+    }
+
     fn validate_boot_device(&mut self, b: &Obj) {
         // The s390x layouts came with fcos 1.6 / openshift 4.19 (spec 3.5).
         let s390x_ok = self.t.minor >= 5;
@@ -560,6 +589,25 @@ impl Ctx<'_, '_> {
             ));
         }
         let devices = b.obj("mirror").map(|m| m.list("devices").len()).unwrap_or(0);
+        // Butane v0.29 no longer assumes x86_64 for a mirrored boot disk (fcos 1.7.0 and
+        // later; openshift 4.21 and later, where the stable versions only warn).
+        if devices > 0 && b.str("layout").is_none() && self.opts.release == Release::Newest {
+            let exp = self.t.ign_version.ends_with("-experimental");
+            let rule = match self.t.variant {
+                Variant::Fcos if self.t.minor >= 6 => Some(true),
+                Variant::Openshift if self.t.ver_minor >= 21 => Some(exp),
+                _ => None,
+            };
+            if let Some(error) = rule {
+                let d = Diag {
+                    error,
+                    path: "$.boot_device.mirror".into(),
+                    pos: Some(b.pos_of("mirror")),
+                    message: "boot_device.layout must be specified when mirroring the boot disk".into(),
+                };
+                self.report.push(d);
+            }
+        }
         if devices == 1 {
             self.report.push(Diag::error(
                 "$.boot_device.mirror.devices",
@@ -568,7 +616,7 @@ impl Ctx<'_, '_> {
             ));
         }
         if let Some(l) = b.obj("luks") {
-            let want = l.boolean("tpm2") == Some(true) || !l.list("tang").is_empty();
+            let want = want_boot_luks(l);
             let s390 = matches!(b.str("layout"), Some("s390x-eckd") | Some("s390x-zfcp"));
             if want && s390 && l.str("device").unwrap_or("").is_empty() {
                 self.report.push(Diag::error(
@@ -708,6 +756,60 @@ impl Ctx<'_, '_> {
             ),
             Err(e) => errors.push(Diag::error(&format!("{path}.contents_local"), pos, e)),
         }
+    }
+
+    fn quadlets(&mut self, cfg: &mut Obj) {
+        let minor = self.t.minor;
+        let list: Vec<(G, Pos)> = match cfg.obj("systemd").and_then(|s| s.sugar("quadlets")) {
+            Some(G::List(l)) if !l.is_empty() => l.clone(),
+            _ => return,
+        };
+        let mut files = Vec::new();
+        for (i, (q, pos)) in list.iter().enumerate() {
+            let q = q.as_obj().expect("object");
+            let path = format!("$.systemd.quadlets.{i}");
+            let name = q.sugar("name").and_then(G::as_str).unwrap_or("");
+            if name.is_empty() {
+                self.report.push(Diag::error(&format!("{path}.name"), *pos, "field \"name\" is required"));
+                continue;
+            }
+            if q.sugar("rootful") != Some(&G::Bool(true)) {
+                self.report.push(Diag::error(
+                    &format!("{path}.rootful"),
+                    *pos,
+                    "only rootful quadlets are supported by this translator",
+                ));
+                continue;
+            }
+            let contents = match (q.sugar("contents"), q.sugar("contents_local")) {
+                (Some(G::Str(c)), _) => c.as_bytes().to_vec(),
+                (_, Some(G::Str(l))) => match self.read_local(l) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.report.push(Diag::error(&format!("{path}.contents_local"), *pos, e));
+                        continue;
+                    }
+                },
+                _ => Vec::new(),
+            };
+            let (url, compression) = data_url_for(minor, &contents, None);
+            let mut res = Obj::new(&schema::RESOURCE, *pos);
+            if let Some(c) = compression {
+                res.set("compression", minor, G::Str(c));
+            }
+            res.set("source", minor, G::Str(url));
+            let mut f = Obj::new(&schema::FILE, *pos);
+            f.set("path", minor, G::Str(format!("/etc/containers/systemd/{name}")));
+            f.set("contents", minor, G::Obj(res));
+            f.set("mode", minor, G::Int(0o644));
+            files.push((G::Obj(f), *pos));
+        }
+        if files.is_empty() {
+            return;
+        }
+        let mut rendered = Obj::new(&schema::CONFIG, cfg.at);
+        *rendered.obj_mut("storage", minor).list_mut("files", minor) = files;
+        *cfg = merge(&rendered, cfg);
     }
 
     fn mount_units(&mut self, cfg: &mut Obj) {
@@ -904,9 +1006,7 @@ impl Ctx<'_, '_> {
     fn boot_device(&mut self, cfg: &mut Obj, b: &Obj) {
         let minor = self.t.minor;
         let luks = b.obj("luks");
-        let want_luks = luks
-            .map(|l| l.boolean("tpm2") == Some(true) || !l.list("tang").is_empty())
-            .unwrap_or(false);
+        let want_luks = luks.map(want_boot_luks).unwrap_or(false);
         let mirror: Vec<String> = b
             .obj("mirror")
             .map(|m| {
@@ -1170,8 +1270,25 @@ impl Ctx<'_, '_> {
         }
     }
 
-    fn openshift_raw(&mut self, cfg: &mut Obj, os: Option<&Obj>) {
+    fn openshift_raw(&mut self, cfg: &mut Obj, os: Option<&Obj>, boot: Option<&Obj>) {
         let minor = self.t.minor;
+        let cex = boot
+            .and_then(|b| b.obj("luks"))
+            .and_then(|l| l.obj("cex"))
+            .and_then(|c| c.boolean("enabled"))
+            == Some(true);
+        let karg = os.is_some_and(|o| {
+            o.list("kernel_arguments")
+                .iter()
+                .any(|(k, _)| k.as_str() == Some("rd.luks.key=/etc/luks/cex.key"))
+        });
+        if cex && !karg {
+            self.report.push(Diag::error(
+                "$.openshift.kernel_arguments",
+                os.map(|o| o.pos_of("kernel_arguments")).unwrap_or(cfg.at),
+                "'rd.luks.key=/etc/luks/cex.key' must be set as kernel argument when CEX is enabled for the boot device",
+            ));
+        }
         // The GRUB sugar's append becomes contents (the MCO does not support append).
         if let Some(G::Obj(st)) = cfg.get_mut("storage")
             && let Some(G::List(files)) = st.get_mut("files")
@@ -1189,7 +1306,8 @@ impl Ctx<'_, '_> {
                 }
             }
         }
-        let fips = os.and_then(|o| o.boolean("fips")) == Some(true);
+        // Up to 4.19, FIPS mode also sets a FIPS cipher on LUKS volumes.
+        let fips = os.and_then(|o| o.boolean("fips")) == Some(true) && self.t.ver_minor < 20;
         if fips
             && let Some(G::Obj(st)) = cfg.get_mut("storage")
             && let Some(G::List(luks)) = st.get_mut("luks")
@@ -1317,6 +1435,13 @@ impl Ctx<'_, '_> {
         let _ = at;
         self.report.diags.extend(errs);
     }
+}
+
+/// Whether `boot_device.luks` asks for an encrypted root: TPM2, Tang or CEX.
+fn want_boot_luks(l: &Obj) -> bool {
+    l.boolean("tpm2") == Some(true)
+        || !l.list("tang").is_empty()
+        || l.obj("cex").and_then(|c| c.boolean("enabled")) == Some(true)
 }
 
 fn exists_other(storage: &Obj, except: &str, path: &str) -> bool {
