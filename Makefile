@@ -22,7 +22,7 @@ STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
 PREFIX      ?= /usr
 DESTDIR     ?=
 
-.PHONY: deny deny-advisories all static static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root lint bench bench-config bench-serve fuzz clean
+.PHONY: deny deny-advisories all static static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root lint bench bench-config bench-butane bench-serve fuzz clean
 
 all: static
 
@@ -99,11 +99,14 @@ lint:
 	cargo clippy --locked --workspace -- -D warnings
 	cargo clippy --locked --workspace --no-default-features -- -D warnings
 
-bench: bench-config
+bench: bench-config bench-butane
 	@for b in benches/*.sh; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done
 
 bench-config:
 	cargo bench --locked --bench config
+
+bench-butane:
+	cargo bench --locked --bench butane
 
 bench-serve:
 	benches/serve.sh
