@@ -79,7 +79,13 @@ fn main() {
     }
     let files = agent::cli::DirFiles::new(corpus.join("butane/files-dir"));
     let mut inputs: Vec<(u64, PathBuf)> = Vec::new();
-    for d in ["butane", "fcos-docs", "flatcar-docs", "fcos-config", "wild-butane"] {
+    for d in [
+        "butane",
+        "fcos-docs",
+        "flatcar-docs",
+        "fcos-config",
+        "wild-butane",
+    ] {
         for e in std::fs::read_dir(corpus.join(d).join("inputs")).unwrap() {
             let p = e.unwrap().path();
             inputs.push((std::fs::metadata(&p).unwrap().len(), p));

@@ -12,7 +12,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-const INPUT_DIRS: &[&str] = &["butane", "fcos-docs", "flatcar-docs", "fcos-config", "wild-butane"];
+const INPUT_DIRS: &[&str] = &[
+    "butane",
+    "fcos-docs",
+    "flatcar-docs",
+    "fcos-config",
+    "wild-butane",
+];
 
 fn corpus() -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
@@ -80,11 +86,15 @@ fn butane_corpus_translations() {
             );
         }
     }
-    let known_text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/butane-known-differences.tsv"))
-            .unwrap_or_default();
+    let known_text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/butane-known-differences.tsv"),
+    )
+    .unwrap_or_default();
     let mut known: BTreeMap<String, String> = BTreeMap::new();
-    for line in known_text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+    for line in known_text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
         let f: Vec<&str> = line.split('\t').collect();
         assert!(f.len() >= 5, "bad known-differences line: {line}");
         known.insert(f[..4].join("\t"), f[4].to_string());
@@ -130,7 +140,12 @@ fn butane_corpus_translations() {
         accepted += 1;
         let out = match got {
             Err(r) => {
-                let first = r.diags.iter().find(|d| d.error).map(|d| d.to_string()).unwrap_or_default();
+                let first = r
+                    .diags
+                    .iter()
+                    .find(|d| d.error)
+                    .map(|d| d.to_string())
+                    .unwrap_or_default();
                 differences.insert(key, format!("refused, Butane accepted: {first}"));
                 continue;
             }
@@ -190,7 +205,10 @@ fn butane_corpus_translations() {
         .filter(|(k, _)| !known.contains_key(*k))
         .map(|(k, v)| format!("{k}\t{}", v.chars().take(600).collect::<String>()))
         .collect();
-    let fixed: Vec<&String> = known.keys().filter(|k| !differences.contains_key(*k)).collect();
+    let fixed: Vec<&String> = known
+        .keys()
+        .filter(|k| !differences.contains_key(*k))
+        .collect();
     if let Ok(p) = std::env::var("BUTANE_CORPUS_DUMP") {
         std::fs::write(p, unlisted.join("\n")).unwrap();
     }
@@ -198,9 +216,18 @@ fn butane_corpus_translations() {
         unlisted.is_empty() && fixed.is_empty(),
         "{} differences not in tests/butane-known-differences.tsv:\n{}\n{} listed entries now agree (remove them):\n{}",
         unlisted.len(),
-        unlisted.iter().take(40).cloned().collect::<Vec<_>>().join("\n"),
+        unlisted
+            .iter()
+            .take(40)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n"),
         fixed.len(),
-        fixed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+        fixed
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
@@ -210,7 +237,10 @@ fn butane_corpus_translations() {
 fn files_dir_copy(src: &Path) -> Scratch {
     fn copy(src: &Path, dst: &Path) {
         std::fs::create_dir_all(dst).unwrap();
-        let mut entries: Vec<_> = std::fs::read_dir(src).unwrap().map(|e| e.unwrap()).collect();
+        let mut entries: Vec<_> = std::fs::read_dir(src)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             let (s, d) = (e.path(), dst.join(e.file_name()));
@@ -229,7 +259,10 @@ fn files_dir_copy(src: &Path) -> Scratch {
     let _ = std::fs::remove_dir_all(&dir);
     copy(src, &dir);
     let link = dir.join("tree/directory/symlink");
-    if std::fs::read(&link).map(|b| b == b"../file").unwrap_or(false) {
+    if std::fs::read(&link)
+        .map(|b| b == b"../file")
+        .unwrap_or(false)
+    {
         std::fs::remove_file(&link).unwrap();
         std::os::unix::fs::symlink("../file", &link).unwrap();
     }

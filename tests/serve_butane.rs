@@ -61,7 +61,11 @@ fn butane(file: &Path, files_dir: &Path) -> String {
         .arg(file)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -108,12 +112,18 @@ fn butane_pools_are_served_as_their_translation() {
         let rb = sb.get(&format!("/config/{pool}"));
         assert_eq!(ra.status, 200, "{pool}: {}", ra.text());
         assert_eq!(rb.status, 200, "{pool}: {}", rb.text());
-        assert_eq!(ra.body, rb.body, "{pool}: a .bu pool is served as its translation");
+        assert_eq!(
+            ra.body, rb.body,
+            "{pool}: a .bu pool is served as its translation"
+        );
         let parsed = agent::config::parse(&ra.body)
             .unwrap_or_else(|r| panic!("{pool}: served config does not validate: {r:?}"));
         if pool == "worker" {
             let c = &parsed.config;
-            assert_eq!(c.passwd.users[0].ssh_authorized_keys, ["ssh-ed25519 AAAA core@a"]);
+            assert_eq!(
+                c.passwd.users[0].ssh_authorized_keys,
+                ["ssh-ed25519 AAAA core@a"]
+            );
             assert!(ra.text().contains("data:,welcome%0A"), "{}", ra.text());
             assert_eq!(c.systemd.units[0].name, "hello.service");
         } else {
@@ -141,7 +151,10 @@ fn butane_local_files_stay_inside_the_pool_directory() {
     });
     let st = s.status();
     let err = st["sources"][0]["error"].as_str().unwrap();
-    assert!(err.contains("worker.bu") && err.contains("outside the files directory"), "{st}");
+    assert!(
+        err.contains("worker.bu") && err.contains("outside the files directory"),
+        "{st}"
+    );
     assert_ne!(s.get("/config/worker").status, 200);
 
     // A symlink out of the pool directory is refused too.
@@ -220,8 +233,15 @@ fn broken_butane_generation_keeps_last_good() {
     let st = s.status();
     let src = &st["sources"][0];
     assert!(src["error"].as_str().unwrap().contains("worker.bu"), "{st}");
-    assert_eq!(src["active"]["generation"], src["lastKnownGood"]["generation"], "{st}");
-    assert_eq!(s.get("/config/worker").body, good.body, "the last good generation is served");
+    assert_eq!(
+        src["active"]["generation"], src["lastKnownGood"]["generation"],
+        "{st}"
+    );
+    assert_eq!(
+        s.get("/config/worker").body,
+        good.body,
+        "the last good generation is served"
+    );
 
     // Generation 3: not even YAML.
     atomic_write_bu(&vol, 3, "variant: fcos\nversion: [1.5.0\n");

@@ -80,7 +80,8 @@ impl butane::FilesDir for DirFiles {
     fn read(&self, rel: &str) -> Result<Vec<u8>, String> {
         let p = self.resolve(rel)?;
         let shown = self.root.join(rel);
-        let meta = std::fs::metadata(&p).map_err(|e| format!("open {}: {}", shown.display(), os_msg(&e)))?;
+        let meta = std::fs::metadata(&p)
+            .map_err(|e| format!("open {}: {}", shown.display(), os_msg(&e)))?;
         if meta.len() > crate::limits::DEFAULT_MAX_CONFIG_SIZE {
             return Err(format!(
                 "{}: larger than {} bytes",
@@ -93,7 +94,8 @@ impl butane::FilesDir for DirFiles {
 
     fn walk(&self, rel: &str) -> Result<Vec<butane::TreeEntry>, String> {
         let base = self.resolve(rel)?;
-        let meta = std::fs::metadata(&base).map_err(|e| format!("stat {}: {}", base.display(), os_msg(&e)))?;
+        let meta = std::fs::metadata(&base)
+            .map_err(|e| format!("stat {}: {}", base.display(), os_msg(&e)))?;
         if !meta.is_dir() {
             return Err("tree local must be a directory".into());
         }
@@ -110,7 +112,12 @@ fn os_msg(e: &std::io::Error) -> String {
     }
 }
 
-fn walk_dir(dir: &Path, prefix: &str, out: &mut Vec<butane::TreeEntry>, depth: usize) -> Result<(), String> {
+fn walk_dir(
+    dir: &Path,
+    prefix: &str,
+    out: &mut Vec<butane::TreeEntry>,
+    depth: usize,
+) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     if depth > 64 {
         return Err(format!("{}: tree nested too deep", dir.display()));

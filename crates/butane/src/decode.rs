@@ -14,7 +14,11 @@ pub struct Decoder<'r> {
 }
 
 /// Expands `<<` merge keys and refuses duplicate keys; returns the mapping's entries.
-pub fn entries<'a>(node: &'a Node, path: &str, report: &mut Report) -> Vec<(&'a str, &'a Node, Pos)> {
+pub fn entries<'a>(
+    node: &'a Node,
+    path: &str,
+    report: &mut Report,
+) -> Vec<(&'a str, &'a Node, Pos)> {
     let Kind::Map(list) = &node.kind else {
         return Vec::new();
     };
@@ -25,7 +29,15 @@ pub fn entries<'a>(node: &'a Node, path: &str, report: &mut Report) -> Vec<(&'a 
             report.push(Diag::error(path, k.pos, "mapping keys must be scalars"));
             continue;
         };
-        if key == "<<" && matches!(&k.kind, Kind::Scalar { style: Style::Plain, .. }) {
+        if key == "<<"
+            && matches!(
+                &k.kind,
+                Kind::Scalar {
+                    style: Style::Plain,
+                    ..
+                }
+            )
+        {
             let maps: Vec<&Node> = match &v.kind {
                 Kind::Map(_) => vec![v],
                 Kind::Seq(items) => items.iter().collect(),
@@ -117,10 +129,12 @@ pub fn parse_int(raw: &str) -> Option<i64> {
             && b[0] != b'e'
             && b[0] != b'E'
     };
-    if is_float && let Ok(f) = s.parse::<f64>() {
-        if f.fract() == 0.0 && f.abs() < 9.2e18 {
-            return Some(f as i64);
-        }
+    if is_float
+        && let Ok(f) = s.parse::<f64>()
+        && f.fract() == 0.0
+        && f.abs() < 9.2e18
+    {
+        return Some(f as i64);
     }
     None
 }
@@ -178,7 +192,8 @@ impl Decoder<'_> {
                             }
                         }
                         T::ListObj(d) => Some(G::Obj(
-                            self.obj(d, item, &p).unwrap_or_else(|| Obj::new(d, item.pos)),
+                            self.obj(d, item, &p)
+                                .unwrap_or_else(|| Obj::new(d, item.pos)),
                         )),
                         _ => unreachable!(),
                     };

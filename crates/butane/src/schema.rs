@@ -107,7 +107,13 @@ pub static CONFIG: Def = Def {
     name: "Config",
     fields: &[
         f("ignition", "ignition", Obj(&IGNITION), Req),
-        fs("kernelArguments", "kernel_arguments", Obj(&KERNEL_ARGUMENTS), Zero, 3),
+        fs(
+            "kernelArguments",
+            "kernel_arguments",
+            Obj(&KERNEL_ARGUMENTS),
+            Zero,
+            3,
+        ),
         f("passwd", "passwd", Obj(&PASSWD), Zero),
         f("storage", "storage", Obj(&STORAGE), Zero),
         f("systemd", "systemd", Obj(&SYSTEMD), Zero),
@@ -158,7 +164,13 @@ pub static RESOURCE: Def = Def {
     name: "Resource",
     fields: &[
         f("compression", "compression", Str, Ptr),
-        fs("httpHeaders", "http_headers", ListObj(&HTTP_HEADER), Zero, 1),
+        fs(
+            "httpHeaders",
+            "http_headers",
+            ListObj(&HTTP_HEADER),
+            Zero,
+            1,
+        ),
         f("source", "source", Str, Ptr),
         sugar("inline", Str, 0),
         sugar("local", Str, 1),

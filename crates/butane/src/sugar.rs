@@ -96,7 +96,9 @@ pub fn unit_path_escape(path: &str) -> String {
     for (i, b) in joined.bytes().enumerate() {
         if b == b'/' {
             out.push('-');
-        } else if (i == 0 && b == b'.') || !(b.is_ascii_alphanumeric() || b == b':' || b == b'_' || b == b'.') {
+        } else if (i == 0 && b == b'.')
+            || !(b.is_ascii_alphanumeric() || b == b':' || b == b'_' || b == b'.')
+        {
             out.push_str(&format!("\\x{b:02x}"));
         } else {
             out.push(b as char);
@@ -110,9 +112,7 @@ fn key_of(o: &Obj) -> Option<G> {
     let k = match o.def.name {
         "File" | "Directory" | "Link" => "path",
         "Disk" | "Filesystem" => "device",
-        "Luks" | "Raid" | "Unit" | "Dropin" | "PasswdUser" | "PasswdGroup" | "HTTPHeader" => {
-            "name"
-        }
+        "Luks" | "Raid" | "Unit" | "Dropin" | "PasswdUser" | "PasswdGroup" | "HTTPHeader" => "name",
         "Resource" | "ConfigReference" | "CaReference" => "source",
         "Tang" => "url",
         "Partition" => {
@@ -179,11 +179,17 @@ mod tests {
     #[test]
     fn escapes_like_butane() {
         assert_eq!(escape(b"Hello, world!"), "Hello%2C%20world!");
-        assert_eq!(unit_path_escape("/var/lib/containers"), "var-lib-containers");
+        assert_eq!(
+            unit_path_escape("/var/lib/containers"),
+            "var-lib-containers"
+        );
         assert_eq!(
             unit_path_escape("/dev/disk/by-partlabel/var"),
             "dev-disk-by\\x2dpartlabel-var"
         );
-        assert_eq!(make_data_url(b"Hello, world!", None).0, "data:,Hello%2C%20world!");
+        assert_eq!(
+            make_data_url(b"Hello, world!", None).0,
+            "data:,Hello%2C%20world!"
+        );
     }
 }

@@ -77,7 +77,12 @@ pub fn target(variant: &str, version: &str, release: Release) -> Option<Target> 
         }
         _ => return None,
     };
-    let fcos_minor = |m: &str| -> u8 { m.split('.').nth(1).and_then(|x| x.parse().ok()).unwrap_or(0) };
+    let fcos_minor = |m: &str| -> u8 {
+        m.split('.')
+            .nth(1)
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0)
+    };
     let (boot_device, grub) = match v {
         Fcos => (fcos_minor(version) >= 3, fcos_minor(version) >= 5),
         Openshift => (true, minor >= 4),
@@ -184,7 +189,10 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         report.push(Diag::error(
             "$",
             root.pos,
-            format!("a Butane config must be a mapping, found a {}", root.kind_name()),
+            format!(
+                "a Butane config must be a mapping, found a {}",
+                root.kind_name()
+            ),
         ));
         return Err(report);
     }
@@ -203,11 +211,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         )));
         return Err(report);
     };
-    let mut cx = Ctx {
-        opts,
-        t,
-        report,
-    };
+    let mut cx = Ctx { opts, t, report };
     let out = cx.translate(&root);
     if cx.report.has_errors() {
         return Err(cx.report);
@@ -221,8 +225,9 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
     cx.report.diags.extend(ign_report.diags);
     if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
         if !cx.report.has_errors() {
-            cx.report
-                .push(Diag::plain("config produced warnings and --strict was specified"));
+            cx.report.push(Diag::plain(
+                "config produced warnings and --strict was specified",
+            ));
         }
         return Err(cx.report);
     }
@@ -505,22 +510,20 @@ impl Ctx<'_, '_> {
                     ));
                 }
             }
-            "Filesystem" => {
-                if o.sugar("with_mount_unit") == Some(&G::Bool(true)) {
-                    let format = o.str("format").unwrap_or("");
-                    if format.is_empty() {
-                        diags.push(Diag::error(
-                            &format!("{path}.format"),
-                            o.at,
-                            "format is required if with_mount_unit is true",
-                        ));
-                    } else if (format != "swap" || !swap_ok) && o.str("path").unwrap_or("").is_empty() {
-                        diags.push(Diag::error(
-                            &format!("{path}.path"),
-                            o.at,
-                            "path is required if with_mount_unit is true and format is not swap",
-                        ));
-                    }
+            "Filesystem" if o.sugar("with_mount_unit") == Some(&G::Bool(true)) => {
+                let format = o.str("format").unwrap_or("");
+                if format.is_empty() {
+                    diags.push(Diag::error(
+                        &format!("{path}.format"),
+                        o.at,
+                        "format is required if with_mount_unit is true",
+                    ));
+                } else if (format != "swap" || !swap_ok) && o.str("path").unwrap_or("").is_empty() {
+                    diags.push(Diag::error(
+                        &format!("{path}.path"),
+                        o.at,
+                        "path is required if with_mount_unit is true and format is not swap",
+                    ));
                 }
             }
             "File" | "Directory" => {
@@ -534,19 +537,22 @@ impl Ctx<'_, '_> {
                     ));
                 }
             }
-            "Tree" => {
-                if o.sugar("local").and_then(G::as_str).unwrap_or("").is_empty() {
-                    diags.push(Diag::error(path, o.at, "field \"local\" is required"));
-                }
+            "Tree"
+                if o.sugar("local")
+                    .and_then(G::as_str)
+                    .unwrap_or("")
+                    .is_empty() =>
+            {
+                diags.push(Diag::error(path, o.at, "field \"local\" is required"));
             }
-            "Unit" | "Dropin" => {
-                if o.sugar("contents_local").is_some() && o.get("contents").is_some() {
-                    diags.push(Diag::error(
-                        &format!("{path}.contents_local"),
-                        o.sugar_pos("contents_local"),
-                        "only one of the following can be set: contents, contents_local",
-                    ));
-                }
+            "Unit" | "Dropin"
+                if o.sugar("contents_local").is_some() && o.get("contents").is_some() =>
+            {
+                diags.push(Diag::error(
+                    &format!("{path}.contents_local"),
+                    o.sugar_pos("contents_local"),
+                    "only one of the following can be set: contents, contents_local",
+                ));
             }
             _ => {}
         });
@@ -588,7 +594,10 @@ impl Ctx<'_, '_> {
                 "layout must be one of: aarch64, ppc64le, s390x-eckd, s390x-virt, s390x-zfcp, x86_64",
             ));
         }
-        let devices = b.obj("mirror").map(|m| m.list("devices").len()).unwrap_or(0);
+        let devices = b
+            .obj("mirror")
+            .map(|m| m.list("devices").len())
+            .unwrap_or(0);
         // Butane v0.29 no longer assumes x86_64 for a mirrored boot disk (fcos 1.7.0 and
         // later; openshift 4.21 and later, where the stable versions only warn).
         if devices > 0 && b.str("layout").is_none() && self.opts.release == Release::Newest {
@@ -603,7 +612,8 @@ impl Ctx<'_, '_> {
                     error,
                     path: "$.boot_device.mirror".into(),
                     pos: Some(b.pos_of("mirror")),
-                    message: "boot_device.layout must be specified when mirroring the boot disk".into(),
+                    message: "boot_device.layout must be specified when mirroring the boot disk"
+                        .into(),
                 };
                 self.report.push(d);
             }
@@ -770,7 +780,11 @@ impl Ctx<'_, '_> {
             let path = format!("$.systemd.quadlets.{i}");
             let name = q.sugar("name").and_then(G::as_str).unwrap_or("");
             if name.is_empty() {
-                self.report.push(Diag::error(&format!("{path}.name"), *pos, "field \"name\" is required"));
+                self.report.push(Diag::error(
+                    &format!("{path}.name"),
+                    *pos,
+                    "field \"name\" is required",
+                ));
                 continue;
             }
             if q.sugar("rootful") != Some(&G::Bool(true)) {
@@ -786,7 +800,8 @@ impl Ctx<'_, '_> {
                 (_, Some(G::Str(l))) => match self.read_local(l) {
                     Ok(c) => c,
                     Err(e) => {
-                        self.report.push(Diag::error(&format!("{path}.contents_local"), *pos, e));
+                        self.report
+                            .push(Diag::error(&format!("{path}.contents_local"), *pos, e));
                         continue;
                     }
                 },
@@ -799,7 +814,11 @@ impl Ctx<'_, '_> {
             }
             res.set("source", minor, G::Str(url));
             let mut f = Obj::new(&schema::FILE, *pos);
-            f.set("path", minor, G::Str(format!("/etc/containers/systemd/{name}")));
+            f.set(
+                "path",
+                minor,
+                G::Str(format!("/etc/containers/systemd/{name}")),
+            );
             f.set("contents", minor, G::Obj(res));
             f.set("mode", minor, G::Int(0o644));
             files.push((G::Obj(f), *pos));
@@ -822,7 +841,10 @@ impl Ctx<'_, '_> {
             .iter()
             .filter_map(|(l, _)| l.as_obj())
             .map(|l| {
-                let tang = l.obj("clevis").map(|c| !c.list("tang").is_empty()).unwrap_or(false);
+                let tang = l
+                    .obj("clevis")
+                    .map(|c| !c.list("tang").is_empty())
+                    .unwrap_or(false);
                 (l.str("name").unwrap_or("").to_string(), tang)
             })
             .collect();
@@ -867,7 +889,11 @@ impl Ctx<'_, '_> {
                 )
             } else {
                 let path = fs.str("path").unwrap_or("");
-                let target = if remote { "remote-fs.target" } else { "local-fs.target" };
+                let target = if remote {
+                    "remote-fs.target"
+                } else {
+                    "local-fs.target"
+                };
                 (
                     format!("{}.mount", unit_path_escape(path)),
                     format!(
@@ -922,8 +948,11 @@ impl Ctx<'_, '_> {
                     } => {
                         let dpath = join_path(dest, &rel);
                         if exists_other(storage, "files", &dpath) {
-                            self.report
-                                .push(Diag::error(&path, *pos, "config already specifies that path"));
+                            self.report.push(Diag::error(
+                                &path,
+                                *pos,
+                                "config already specifies that path",
+                            ));
                             continue;
                         }
                         let files = storage.list_mut("files", minor);
@@ -951,7 +980,10 @@ impl Ctx<'_, '_> {
                             }
                         };
                         let f = files[idx].0.as_obj_mut().expect("object");
-                        let current = f.obj("contents").and_then(|c| c.str("compression")).map(str::to_string);
+                        let current = f
+                            .obj("contents")
+                            .and_then(|c| c.str("compression"))
+                            .map(str::to_string);
                         let (url, compression) = data_url_for(minor, &contents, current.as_deref());
                         let c = f.obj_mut("contents", minor);
                         c.set("source", minor, G::Str(url));
@@ -959,14 +991,21 @@ impl Ctx<'_, '_> {
                             c.set("compression", minor, G::Str(comp));
                         }
                         if f.int("mode").is_none() {
-                            f.set("mode", minor, G::Int(if executable { 0o755 } else { 0o644 }));
+                            f.set(
+                                "mode",
+                                minor,
+                                G::Int(if executable { 0o755 } else { 0o644 }),
+                            );
                         }
                     }
                     TreeEntry::Symlink { rel, target } => {
                         let dpath = join_path(dest, &rel);
                         if exists_other(storage, "links", &dpath) {
-                            self.report
-                                .push(Diag::error(&path, *pos, "config already specifies that path"));
+                            self.report.push(Diag::error(
+                                &path,
+                                *pos,
+                                "config already specifies that path",
+                            ));
                             continue;
                         }
                         let links = storage.list_mut("links", minor);
@@ -992,11 +1031,11 @@ impl Ctx<'_, '_> {
                                 links.len() - 1
                             }
                         };
-                        links[idx]
-                            .0
-                            .as_obj_mut()
-                            .expect("object")
-                            .set("target", minor, G::Str(target));
+                        links[idx].0.as_obj_mut().expect("object").set(
+                            "target",
+                            minor,
+                            G::Str(target),
+                        );
                     }
                 }
             }
@@ -1056,14 +1095,26 @@ impl Ctx<'_, '_> {
                 let n = i + 1;
                 let mut parts = Vec::new();
                 if bios {
-                    parts.push(part(format!("bios-{n}"), Some(1), Some("21686148-6449-6E6F-744E-656564454649")));
+                    parts.push(part(
+                        format!("bios-{n}"),
+                        Some(1),
+                        Some("21686148-6449-6E6F-744E-656564454649"),
+                    ));
                 } else if prep {
-                    parts.push(part(format!("prep-{n}"), Some(4), Some("9E1A2D38-C612-4316-AA26-8B49521E5A8B")));
+                    parts.push(part(
+                        format!("prep-{n}"),
+                        Some(4),
+                        Some("9E1A2D38-C612-4316-AA26-8B49521E5A8B"),
+                    ));
                 } else {
                     parts.push(part(format!("reserved-{n}"), Some(1), Some(RESERVED)));
                 }
                 if efi {
-                    parts.push(part(format!("esp-{n}"), Some(127), Some("C12A7328-F81F-11D2-BA4B-00A0C93EC93B")));
+                    parts.push(part(
+                        format!("esp-{n}"),
+                        Some(127),
+                        Some("C12A7328-F81F-11D2-BA4B-00A0C93EC93B"),
+                    ));
                 } else {
                     parts.push(part(format!("reserved-{n}"), Some(1), Some(RESERVED)));
                 }
@@ -1075,7 +1126,11 @@ impl Ctx<'_, '_> {
                 d.set("wipeTable", minor, G::Bool(true));
                 disks.push((G::Obj(d), at));
                 if efi {
-                    filesystems.push(fs(format!("/dev/disk/by-partlabel/esp-{n}"), "vfat", format!("esp-{n}")));
+                    filesystems.push(fs(
+                        format!("/dev/disk/by-partlabel/esp-{n}"),
+                        "vfat",
+                        format!("esp-{n}"),
+                    ));
                 }
             }
             let devs = |prefix: &str| {
@@ -1089,14 +1144,20 @@ impl Ctx<'_, '_> {
             boot.set("devices", minor, devs("boot"));
             boot.set("level", minor, G::Str("raid1".into()));
             boot.set("name", minor, G::Str("md-boot".into()));
-            boot.set("options", minor, G::List(vec![(G::Str("--metadata=1.0".into()), at)]));
+            boot.set(
+                "options",
+                minor,
+                G::List(vec![(G::Str("--metadata=1.0".into()), at)]),
+            );
             let mut root = Obj::new(&schema::RAID, at);
             root.set("devices", minor, devs("root"));
             root.set("level", minor, G::Str("raid1".into()));
             root.set("name", minor, G::Str("md-root".into()));
-            rendered
-                .obj_mut("storage", minor)
-                .set("raid", minor, G::List(vec![(G::Obj(boot), at), (G::Obj(root), at)]));
+            rendered.obj_mut("storage", minor).set(
+                "raid",
+                minor,
+                G::List(vec![(G::Obj(boot), at), (G::Obj(root), at)]),
+            );
             filesystems.push(fs("/dev/md/md-boot".into(), "ext4", "boot".into()));
         }
         if want_luks {
@@ -1137,7 +1198,11 @@ impl Ctx<'_, '_> {
                 .obj_mut("storage", minor)
                 .set("luks", minor, G::List(vec![(G::Obj(lk), at)]));
         }
-        let root_dev = if want_luks { "/dev/mapper/root" } else { "/dev/md/md-root" };
+        let root_dev = if want_luks {
+            "/dev/mapper/root"
+        } else {
+            "/dev/md/md-root"
+        };
         filesystems.push(fs(root_dev.into(), "xfs", "root".into()));
         let st = rendered.obj_mut("storage", minor);
         if !disks.is_empty() {
@@ -1239,16 +1304,27 @@ impl Ctx<'_, '_> {
                     ));
                 }
                 for (k, y, what) in [
-                    ("disks", "disks", "disk customization is not supported in this spec version"),
-                    ("filesystems", "filesystems", "filesystem customization is not supported in this spec version"),
+                    (
+                        "disks",
+                        "disks",
+                        "disk customization is not supported in this spec version",
+                    ),
+                    (
+                        "filesystems",
+                        "filesystems",
+                        "filesystem customization is not supported in this spec version",
+                    ),
                     ("luks", "luks", "luks is not supported in this spec version"),
                     ("raid", "raid", "raid is not supported in this spec version"),
                 ] {
                     if let Some(st) = st
                         && !st.list(k).is_empty()
                     {
-                        self.report
-                            .push(Diag::error(&format!("$.storage.{y}"), st.pos_of(k), what));
+                        self.report.push(Diag::error(
+                            &format!("$.storage.{y}"),
+                            st.pos_of(k),
+                            what,
+                        ));
                     }
                 }
             }
@@ -1355,7 +1431,11 @@ impl Ctx<'_, '_> {
         }
         if let Some(p) = cfg.obj("passwd") {
             if !p.list("groups").is_empty() {
-                errs.push(Diag::error("$.passwd.groups", p.pos_of("groups"), "groups are not supported"));
+                errs.push(Diag::error(
+                    "$.passwd.groups",
+                    p.pos_of("groups"),
+                    "groups are not supported",
+                ));
             }
             for (i, (u, _)) in p.list("users").iter().enumerate() {
                 let u = u.as_obj().expect("object");
@@ -1376,7 +1456,9 @@ impl Ctx<'_, '_> {
                 .enumerate()
                 {
                     let _ = j;
-                    if u.get(k).is_some_and(|g| !g.is_zero() || matches!(g, G::Bool(_))) {
+                    if u.get(k)
+                        .is_some_and(|g| !g.is_zero() || matches!(g, G::Bool(_)))
+                    {
                         errs.push(Diag::error(
                             &format!("$.passwd.users.{i}.{k}"),
                             u.pos_of(k),
@@ -1395,39 +1477,73 @@ impl Ctx<'_, '_> {
         }
         if let Some(st) = cfg.obj("storage") {
             if !st.list("directories").is_empty() {
-                errs.push(Diag::error("$.storage.directories", st.pos_of("directories"), "directories are not supported"));
+                errs.push(Diag::error(
+                    "$.storage.directories",
+                    st.pos_of("directories"),
+                    "directories are not supported",
+                ));
             }
             if !st.list("links").is_empty() {
-                errs.push(Diag::error("$.storage.links", st.pos_of("links"), "links are not supported"));
+                errs.push(Diag::error(
+                    "$.storage.links",
+                    st.pos_of("links"),
+                    "links are not supported",
+                ));
             }
             for (i, (f, _)) in st.list("files").iter().enumerate() {
                 let f = f.as_obj().expect("object");
                 if !f.list("append").is_empty() {
-                    errs.push(Diag::error(&format!("$.storage.files.{i}.append"), f.pos_of("append"), "appending to files is not supported"));
+                    errs.push(Diag::error(
+                        &format!("$.storage.files.{i}.append"),
+                        f.pos_of("append"),
+                        "appending to files is not supported",
+                    ));
                 }
                 if let Some(c) = f.obj("contents") {
                     if !c.list("httpHeaders").is_empty() {
-                        errs.push(Diag::error(&format!("$.storage.files.{i}.contents.http_headers"), c.pos_of("httpHeaders"), "file HTTP headers are not supported"));
+                        errs.push(Diag::error(
+                            &format!("$.storage.files.{i}.contents.http_headers"),
+                            c.pos_of("httpHeaders"),
+                            "file HTTP headers are not supported",
+                        ));
                     }
                     if let Some(src) = c.str("source")
                         && let Some((scheme, _)) = src.split_once(':')
                         && scheme != "data"
-                        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+                        && scheme
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
                     {
-                        errs.push(Diag::error(&format!("$.storage.files.{i}.contents.source"), c.pos_of("source"), "only data: URLs are supported"));
+                        errs.push(Diag::error(
+                            &format!("$.storage.files.{i}.contents.source"),
+                            c.pos_of("source"),
+                            "only data: URLs are supported",
+                        ));
                     }
                 }
                 if let Some(m) = f.int("mode")
                     && m & !0o777 != 0
                 {
-                    errs.push(Diag::error(&format!("$.storage.files.{i}.mode"), f.pos_of("mode"), "special mode bits are not supported"));
+                    errs.push(Diag::error(
+                        &format!("$.storage.files.{i}.mode"),
+                        f.pos_of("mode"),
+                        "special mode bits are not supported",
+                    ));
                 }
             }
             for (i, (fs, _)) in st.list("filesystems").iter().enumerate() {
                 let fs = fs.as_obj().expect("object");
                 match fs.str("format") {
-                    Some("btrfs") => errs.push(Diag::error(&format!("$.storage.filesystems.{i}.format"), fs.pos_of("format"), "btrfs is not supported in this spec version")),
-                    Some("none") => errs.push(Diag::error(&format!("$.storage.filesystems.{i}.format"), fs.pos_of("format"), "format \"none\" is not supported")),
+                    Some("btrfs") => errs.push(Diag::error(
+                        &format!("$.storage.filesystems.{i}.format"),
+                        fs.pos_of("format"),
+                        "btrfs is not supported in this spec version",
+                    )),
+                    Some("none") => errs.push(Diag::error(
+                        &format!("$.storage.filesystems.{i}.format"),
+                        fs.pos_of("format"),
+                        "format \"none\" is not supported",
+                    )),
                     _ => {}
                 }
             }

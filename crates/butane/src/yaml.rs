@@ -225,11 +225,7 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
                 });
                 Some((
                     Node {
-                        kind: Kind::Scalar {
-                            value,
-                            style,
-                            tag,
-                        },
+                        kind: Kind::Scalar { value, style, tag },
                         pos,
                     },
                     anchor,
@@ -336,7 +332,9 @@ mod tests {
 
     #[test]
     fn billion_laughs_is_refused() {
-        let mut s = String::from("a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
+        let mut s = String::from(
+            "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
         let mut prev = 'a';
         for c in 'b'..='j' {
             s.push_str(&format!(
@@ -353,7 +351,10 @@ mod tests {
         let s = "[".repeat(10_000) + &"]".repeat(10_000);
         let e = parse(&s, &Limits::default()).unwrap_err();
         assert!(e.message.contains("max-depth"), "{}", e.message);
-        let s = "a:\n".to_string() + &(1..200).map(|i| format!("{}b:\n", " ".repeat(i))).collect::<String>();
+        let s = "a:\n".to_string()
+            + &(1..200)
+                .map(|i| format!("{}b:\n", " ".repeat(i)))
+                .collect::<String>();
         let e = parse(&s, &Limits::default()).unwrap_err();
         assert!(e.message.contains("max-depth"), "{}", e.message);
     }
