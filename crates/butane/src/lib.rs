@@ -8,6 +8,7 @@
 //! bytes (and, at the margin, the gzip-or-not choice) can differ; the decoded contents agree.
 
 mod decode;
+mod gozip;
 mod schema;
 mod sugar;
 mod translate;

@@ -1,8 +1,6 @@
 //! Building blocks of Butane's sugar: data URLs as Butane chooses them, systemd unit-name
 //! escaping, and Ignition's merge of a rendered config (parent) with the user's (child).
 
-use std::io::Write;
-
 use crate::schema::{K, T};
 use crate::value::{G, Obj};
 
@@ -20,7 +18,7 @@ pub fn escape(data: &[u8]) -> String {
     s
 }
 
-fn base64(data: &[u8]) -> String {
+pub(crate) fn base64(data: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for c in data.chunks(3) {
@@ -43,14 +41,9 @@ fn base64(data: &[u8]) -> String {
     out
 }
 
-/// gzip at the best compression level, header as Go's `compress/gzip` writes it (no name,
-/// mtime 0, XFL 2, OS 255).
+/// gzip at the best compression level, byte for byte as Go writes it (`gozip`).
 fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut e = flate2::GzBuilder::new()
-        .operating_system(255)
-        .write(Vec::new(), flate2::Compression::best());
-    e.write_all(data).expect("writing to memory");
-    e.finish().expect("writing to memory")
+    crate::gozip::gzip_best(data)
 }
 
 /// Butane's `MakeDataURL`: the shortest of URL-escaped, base64 and (when the config did not
