@@ -1,11 +1,9 @@
 //! Butane (YAML) to Ignition (JSON), translated as Butane does. Pure: the only I/O is through
 //! [`FilesDir`] (Butane's `--files-dir` reads), so the crate can be tested and fuzzed alone.
 //!
-//! The output is byte-equal to Butane's where Butane's own bytes are deterministic: compact
-//! JSON in the field order of Ignition's Go structs, with Go's `omitempty` rules and string
-//! escapes. One documented exception: gzip bodies (Butane gzips inline and local contents
-//! when that is smaller) come from a different deflate implementation than Go's, so their
-//! bytes (and, at the margin, the gzip-or-not choice) can differ; the decoded contents agree.
+//! The output is byte-equal to Butane's: compact JSON in the field order of Ignition's Go
+//! structs, with Go's `omitempty` rules and string escapes, and gzip'd data URLs compressed as
+//! Go's `compress/flate` does (`gozip`).
 
 mod decode;
 mod gozip;
@@ -186,5 +184,80 @@ pub fn looks_like_butane(input: &[u8]) -> bool {
                 && n.get("version").and_then(|v| v.scalar()).is_some()
         }
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tr(s: &str) -> Result<Output, Report> {
+        translate(s.as_bytes(), &Options::default())
+    }
+
+    #[test]
+    fn go_yaml_forms_and_go_json() {
+        let out = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /a\n      mode: 0644\n      overwrite: yes\n      contents:\n        inline: \"<b>&\"\n")
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.json).unwrap(),
+            "{\"ignition\":{\"version\":\"3.4.0\"},\"storage\":{\"files\":[{\"overwrite\":true,\"path\":\"/a\",\"contents\":{\"compression\":\"\",\"source\":\"data:,%3Cb%3E%26\"},\"mode\":420}]}}\n"
+        );
+    }
+
+    #[test]
+    fn errors_carry_yaml_positions() {
+        let r = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /a\n      mode: \"0644\"\n").unwrap_err();
+        let d = &r.diags[0];
+        assert!(d.error);
+        assert_eq!(d.path, "$.storage.files.0.mode");
+        assert_eq!(d.pos, Some(Pos { line: 6, col: 13 }));
+        let r = tr("variant: fcos\nversion: 9.9.9\n").unwrap_err();
+        assert!(r.to_string().contains("no translator exists"), "{r}");
+        let r = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: relative\n")
+            .unwrap_err();
+        assert_eq!(r.diags[0].path, "$.storage.files.0.path", "{r}");
+        assert_eq!(r.diags[0].pos.map(|p| p.line), Some(5), "{r}");
+    }
+
+    #[test]
+    fn strict_fails_on_warnings() {
+        let cfg = "variant: fcos\nversion: 1.3.0\nkernel_arguments:\n  should_exist: [quiet]\n";
+        let out = tr(cfg).unwrap();
+        assert_eq!(out.report.diags[0].message, "unused key kernel_arguments");
+        assert_eq!(out.report.diags[0].pos, Some(Pos { line: 3, col: 1 }));
+        let opts = Options {
+            strict: true,
+            ..Default::default()
+        };
+        assert!(translate(cfg.as_bytes(), &opts).is_err());
+    }
+
+    #[test]
+    fn aliases_and_duplicates() {
+        let out = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - &f\n      path: /a\n    - <<: *f\n      path: /b\n").unwrap();
+        let s = String::from_utf8(out.json).unwrap();
+        assert!(s.contains("\"/a\"") && s.contains("\"/b\""), "{s}");
+        let r = tr("variant: fcos\nversion: 1.5.0\nversion: 1.4.0\n").unwrap_err();
+        assert!(r.to_string().contains("already defined"), "{r}");
+    }
+
+    #[test]
+    fn size_limit() {
+        let opts = Options {
+            max_size: 10,
+            ..Default::default()
+        };
+        let r = translate(b"variant: fcos\nversion: 1.5.0\n", &opts).unwrap_err();
+        assert!(r.to_string().contains("--max-config-size"), "{r}");
+    }
+
+    #[test]
+    fn butane_is_told_by_content() {
+        assert!(looks_like_butane(b"variant: fcos\nversion: 1.5.0\n"));
+        assert!(!looks_like_butane(
+            b"{\"ignition\":{\"version\":\"3.4.0\"}}"
+        ));
+        assert!(!looks_like_butane(b"just: yaml\n"));
     }
 }
