@@ -334,7 +334,9 @@ pub static LINK: Def = Def {
         f("path", "path", Str, Req),
         f("user", "user", Obj(&NODE_USER), Zero),
         f("hard", "hard", Bool, Ptr),
-        f("target", "target", Str, Ptr),
+        // A required string before spec 3.4, optional (hard links) from 3.4.
+        fu("target", "target", Str, Req, 3),
+        fs("target", "target", Str, Ptr, 4),
     ],
 };
 
@@ -381,7 +383,9 @@ pub static LUKS: Def = Def {
     name: "Luks",
     fields: &[
         fs("cex", "cex", Obj(&CEX), Zero, 5),
-        f("clevis", "clevis", Obj(&CLEVIS), Zero),
+        // `*Clevis` before spec 3.4 (written when given, even empty), a struct from 3.4.
+        fu("clevis", "clevis", Obj(&CLEVIS), Ptr, 3),
+        fs("clevis", "clevis", Obj(&CLEVIS), Zero, 4),
         f("device", "device", Str, Ptr),
         fs("discard", "discard", Bool, Ptr, 4),
         f("keyFile", "key_file", Obj(&RESOURCE), Zero),
@@ -402,7 +406,8 @@ pub static CEX: Def = Def {
 pub static CLEVIS: Def = Def {
     name: "Clevis",
     fields: &[
-        f("custom", "custom", Obj(&CLEVIS_CUSTOM), Zero),
+        fu("custom", "custom", Obj(&CLEVIS_CUSTOM_32), Ptr, 3),
+        fs("custom", "custom", Obj(&CLEVIS_CUSTOM), Zero, 4),
         f("tang", "tang", ListObj(&TANG), Zero),
         f("threshold", "threshold", Int, Ptr),
         f("tpm2", "tpm2", Bool, Ptr),
@@ -418,6 +423,16 @@ pub static CLEVIS_CUSTOM: Def = Def {
     ],
 };
 
+/// Spec 3.2-3.3's `Custom`: config and pin required.
+pub static CLEVIS_CUSTOM_32: Def = Def {
+    name: "ClevisCustom",
+    fields: &[
+        f("config", "config", Str, Req),
+        f("needsNetwork", "needs_network", Bool, Ptr),
+        f("pin", "pin", Str, Req),
+    ],
+};
+
 pub static TANG: Def = Def {
     name: "Tang",
     fields: &[
@@ -427,11 +442,14 @@ pub static TANG: Def = Def {
     ],
 };
 
+/// Before spec 3.4, `devices` had no omitempty (`null` when absent) and `level` was required.
 pub static RAID: Def = Def {
     name: "Raid",
     fields: &[
-        f("devices", "devices", ListStr, Zero),
-        f("level", "level", Str, Ptr),
+        fu("devices", "devices", ListStr, Req, 3),
+        fs("devices", "devices", ListStr, Zero, 4),
+        fu("level", "level", Str, Req, 3),
+        fs("level", "level", Str, Ptr, 4),
         f("name", "name", Str, Req),
         f("options", "options", ListStr, Zero),
         f("spares", "spares", Int, Ptr),

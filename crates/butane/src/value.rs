@@ -284,7 +284,17 @@ fn write_obj(out: &mut String, o: &Obj, minor: u8, pretty: bool, depth: usize) {
                     T::Int => G::Int(0),
                     T::Bool => G::Bool(false),
                     T::Obj(d) => G::Obj(Obj::new(d, Pos::default())),
-                    T::ListStr | T::ListObj(_) => continue,
+                    // A nil slice without omitempty: `null`.
+                    T::ListStr | T::ListObj(_) => {
+                        if !first {
+                            out.push(',');
+                        }
+                        first = false;
+                        newline(out, pretty, depth + 1);
+                        go_string(out, f.json);
+                        out.push_str(if pretty { ": null" } else { ":null" });
+                        continue;
+                    }
                 };
                 Some(&zero_obj)
             }
