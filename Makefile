@@ -113,7 +113,7 @@ bench-serve:
 
 # Every fuzz target for FUZZ_SECONDS each (default 180), seeded from the test inputs
 # (fuzz/seed.sh); prints each target's run count.
-FUZZ_TARGETS := parse http_head accept data_url tftp_packet
+FUZZ_TARGETS := parse http_head accept data_url tftp_packet butane
 fuzz:
 	command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 	fuzz/seed.sh
