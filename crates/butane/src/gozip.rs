@@ -224,10 +224,8 @@ fn bit_counts(list: &[(u16, i32)], max_bits: i32) -> Vec<i32> {
     }
     let mut counts = vec![0i32; max_bits as usize + 1];
     let top = &leaf_counts[max_bits as usize];
-    let mut bits = 1;
-    for level in (1..=max_bits as usize).rev() {
+    for (bits, level) in (1..).zip((1..=max_bits as usize).rev()) {
         counts[bits] = top[level] - top[level - 1];
-        bits += 1;
     }
     counts
 }
@@ -492,8 +490,8 @@ impl BitWriter {
             for code in 257 + 8..num_lit {
                 extra += self.lit_freq[code] as i64 * LENGTH_EXTRA[code - 257] as i64;
             }
-            for code in 4..num_off {
-                extra += self.off_freq[code] as i64 * OFFSET_EXTRA[code] as i64;
+            for (f, e) in self.off_freq[..num_off].iter().zip(OFFSET_EXTRA).skip(4) {
+                extra += *f as i64 * e as i64;
             }
         }
         let mut size = 3
