@@ -3,7 +3,8 @@
 //! accepted, the output must be byte-equal to Butane's compact output (Butane's bytes are
 //! deterministic, gzip'd data URLs included: the agent compresses as Go does); a difference is
 //! reported as semantic (JSON values differ, gzip'd contents compared decompressed) or
-//! bytes-only. Where Butane refused, the agent must refuse. Differences that remain are listed with a reason in
+//! bytes-only; and the agent must warn exactly where Butane warned (so `--strict` agrees).
+//! Where Butane refused, the agent must refuse. Differences that remain are listed with a reason in
 //! `tests/butane-known-differences.tsv`; the test fails on any other difference and on any
 //! listed entry that now agrees. Where the corpus is absent the test says so and passes.
 
@@ -138,6 +139,23 @@ fn butane_corpus_translations() {
             continue;
         }
         accepted += 1;
+        // `--strict` parity: Butane's first message is a warning exactly when it warned.
+        if let Ok(o) = &got {
+            let butane_warned = f[7].starts_with("warning");
+            if butane_warned != o.report.has_warnings() {
+                let ours = o
+                    .report
+                    .diags
+                    .first()
+                    .map(|d| d.to_string())
+                    .unwrap_or_default();
+                differences.insert(
+                    key.clone(),
+                    format!("warnings differ: Butane: {:?}, agent: {ours:?}", f[7]),
+                );
+                continue;
+            }
+        }
         let out = match got {
             Err(r) => {
                 let first = r

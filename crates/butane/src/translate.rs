@@ -262,6 +262,7 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
         Ok(p) => p.warnings.diagnostics,
         Err(r) => r.diagnostics,
     };
+    child_configs(cfg, t, &mut report);
     for d in diags {
         // Spec 3.0's ignition-validate accepts a merge without a source (Butane fcos 1.0.0
         // writes `"source": null` for an inline merge); Ignition fails it only at run time.
@@ -277,6 +278,60 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
         });
     }
     report
+}
+
+/// Butane validates a merged or replacing config given `inline` with the parser of the
+/// output's own spec version: a child of another version is "unknown" to it and only warned
+/// about; a child of the same version has its errors reported.
+fn child_configs(cfg: &Obj, t: Target, report: &mut Report) {
+    if t.minor == 0 {
+        return;
+    }
+    let Some(c) = cfg.obj("ignition").and_then(|i| i.obj("config")) else {
+        return;
+    };
+    let mut refs: Vec<(String, &Obj, Pos)> = c
+        .list("merge")
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (g, p))| {
+            g.as_obj()
+                .map(|o| (format!("$.ignition.config.merge.{i}"), o, *p))
+        })
+        .collect();
+    if let Some(r) = c.obj("replace") {
+        refs.push(("$.ignition.config.replace".into(), r, c.pos_of("replace")));
+    }
+    for (path, r, pos) in refs {
+        // Butane checks the configs given `inline` (not `local` ones, nor URLs).
+        let Some(G::Str(inline)) = r.sugar("inline") else {
+            continue;
+        };
+        let bytes = inline.as_bytes();
+        let version = spec::json::parse(bytes).ok().and_then(|v| {
+            v.get("ignition")
+                .and_then(|i| i.get("version"))
+                .and_then(|v| match &v.kind {
+                    spec::json::Kind::String(s) => Some(s.clone()),
+                    _ => None,
+                })
+        });
+        if version.as_deref() != Some(t.ign_version) {
+            report.push(Diag::warning(
+                &format!("{path}.version"),
+                pos,
+                "skipping validation for the merge/replace ignition config due to an unkown version",
+            ));
+        } else if let Err(r) = spec::config::parse(bytes) {
+            for d in r.errors() {
+                report.push(Diag::error(
+                    &format!("{path}.inline"),
+                    pos,
+                    format!("in the merged config: {d}"),
+                ));
+            }
+        }
+    }
 }
 
 /// Maps an Ignition JSON path to the YAML path and position of the value it came from.
@@ -411,6 +466,9 @@ impl Ctx<'_, '_> {
             .set("version", minor, G::Str(self.t.ign_version.into()));
 
         self.validate_base(&cfg);
+        if minor >= 5 && matches!(self.t.variant, Variant::Fcos | Variant::Openshift) {
+            self.partitions_by_label(&cfg, boot.as_ref());
+        }
         if minor == 0 {
             self.ca_sources_30(&cfg);
         }
@@ -557,6 +615,44 @@ impl Ctx<'_, '_> {
             _ => {}
         });
         self.report.diags.extend(diags);
+    }
+
+    /// Base v0_6 on (spec 3.5): a partition given by label only, on a disk whose table is
+    /// kept, is not reused but created anew; Butane warns.
+    fn partitions_by_label(&mut self, cfg: &Obj, boot: Option<&Obj>) {
+        let Some(st) = cfg.obj("storage") else { return };
+        // Butane v0.29 no longer warns for the disks of boot_device.mirror.
+        let mirrored: Vec<&str> = match self.opts.release {
+            Release::Newest => boot
+                .and_then(|b| b.obj("mirror"))
+                .map(|m| {
+                    m.list("devices")
+                        .iter()
+                        .filter_map(|(g, _)| g.as_str())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Release::V0_25 => Vec::new(),
+        };
+        for (i, (d, _)) in st.list("disks").iter().enumerate() {
+            let d = d.as_obj().expect("object");
+            if d.boolean("wipeTable") == Some(true)
+                || d.str("device") == Some("/dev/disk/by-id/coreos-boot-disk")
+                || d.str("device").is_some_and(|dev| mirrored.contains(&dev))
+            {
+                continue;
+            }
+            for (j, (p, pos)) in d.list("partitions").iter().enumerate() {
+                let p = p.as_obj().expect("object");
+                if p.int("number").unwrap_or(0) == 0 && p.get("label").is_some() {
+                    self.report.push(Diag::warning(
+                        &format!("$.storage.disks.{i}.partitions.{j}.number"),
+                        *pos,
+                        "partitions cannot be reused by label; number must be specified except on boot disk (/dev/disk/by-id/coreos-boot-disk) or when wipe_table is true",
+                    ));
+                }
+            }
+        }
     }
 
     /// Spec 3.0's CaReference has a required source: `inline`/`local` (which 3.0 cannot
