@@ -84,7 +84,7 @@ fn errors_and_exit_codes() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("error at $.storage.files.0.contents.local, line 8 col 9: local file paths are relative to a files directory"),
+        err.contains("error at $.storage.files.0.contents.local, line 8 col 16: local file paths are relative to a files directory"),
         "{err}"
     );
     assert!(o.stdout.is_empty());

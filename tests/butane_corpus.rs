@@ -106,6 +106,7 @@ fn butane_corpus_translations() {
     let tsv = std::fs::read_to_string(root.join("butane-translations.tsv")).unwrap();
     let (mut total, mut accepted, mut semantic, mut bytes, mut refused) = (0, 0, 0, 0, 0);
     let mut no_reference = 0;
+    let (mut positioned, mut same_position) = (0, 0);
     let mut differences: BTreeMap<String, String> = BTreeMap::new();
     for line in tsv.lines().skip(1) {
         let f: Vec<&str> = line.split('\t').collect();
@@ -131,7 +132,21 @@ fn butane_corpus_translations() {
         let got = butane::translate(text.as_bytes(), &opts);
         if rc != "0" {
             match got {
-                Err(_) => refused += 1,
+                Err(r) => {
+                    refused += 1;
+                    // Where Butane's first message is an error with a position (v0.25's
+                    // format), count whether the agent names the same path, line and column.
+                    if let Some(rest) = f[7].strip_prefix("error at ")
+                        && let Some((at, _)) = rest.split_once(": ")
+                    {
+                        positioned += 1;
+                        if r.diags.iter().any(|d| {
+                            d.error && d.to_string().starts_with(&format!("error at {at}:"))
+                        }) {
+                            same_position += 1;
+                        }
+                    }
+                }
                 Ok(_) => {
                     differences.insert(key, format!("accepted, Butane refused: {}", f[7]));
                 }
@@ -214,7 +229,7 @@ fn butane_corpus_translations() {
         }
     }
     eprintln!(
-        "butane corpus: {total} translations; Butane accepted {accepted}: {semantic} semantically equal, {bytes} byte-equal, {no_reference} accepted here too without a kept output; Butane refused {}: {refused} refused here too; {} differences ({} listed as known)",
+        "butane corpus: {total} translations; Butane accepted {accepted}: {semantic} semantically equal, {bytes} byte-equal, {no_reference} accepted here too without a kept output; Butane refused {}: {refused} refused here too (of {positioned} with a positioned first error, {same_position} with an error at the same path, line and column here); {} differences ({} listed as known)",
         total - accepted,
         differences.len(),
         known.len()

@@ -160,7 +160,8 @@ impl Decoder<'_> {
                 continue;
             };
             let f = &def.fields[i];
-            o.pos[i] = kpos;
+            // Errors about a value point at the value (as Butane does); unused keys at the key.
+            o.pos[i] = v.pos;
             o.vals[i] = self.value(f.t, f.k, v, &child);
         }
         Some(o)

@@ -472,6 +472,9 @@ impl Ctx<'_, '_> {
         if minor == 0 {
             self.ca_sources_30(&cfg);
         }
+        if self.t.variant == Variant::Openshift {
+            self.openshift_cex(&cfg, openshift.as_ref(), boot.as_ref());
+        }
         if self.t.variant == Variant::Openshift && metadata_name.as_deref().unwrap_or("").is_empty()
         {
             self.report.push(Diag::error(
@@ -1442,8 +1445,8 @@ impl Ctx<'_, '_> {
         }
     }
 
-    fn openshift_raw(&mut self, cfg: &mut Obj, os: Option<&Obj>, boot: Option<&Obj>) {
-        let minor = self.t.minor;
+    /// CEX on the boot disk needs its key file named on the kernel command line.
+    fn openshift_cex(&mut self, cfg: &Obj, os: Option<&Obj>, boot: Option<&Obj>) {
         let cex = boot
             .and_then(|b| b.obj("luks"))
             .and_then(|l| l.obj("cex"))
@@ -1461,6 +1464,10 @@ impl Ctx<'_, '_> {
                 "'rd.luks.key=/etc/luks/cex.key' must be set as kernel argument when CEX is enabled for the boot device",
             ));
         }
+    }
+
+    fn openshift_raw(&mut self, cfg: &mut Obj, os: Option<&Obj>, _boot: Option<&Obj>) {
+        let minor = self.t.minor;
         // The GRUB sugar's append becomes contents (the MCO does not support append).
         if let Some(G::Obj(st)) = cfg.get_mut("storage")
             && let Some(G::List(files)) = st.get_mut("files")
