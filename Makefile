@@ -22,7 +22,7 @@ STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
 PREFIX      ?= /usr
 DESTDIR     ?=
 
-.PHONY: deny deny-advisories all static static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root lint bench bench-config bench-serve fuzz clean
+.PHONY: deny deny-advisories all static static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root lint bench bench-config bench-butane bench-serve fuzz clean
 
 all: static
 
@@ -99,18 +99,21 @@ lint:
 	cargo clippy --locked --workspace -- -D warnings
 	cargo clippy --locked --workspace --no-default-features -- -D warnings
 
-bench: bench-config
+bench: bench-config bench-butane
 	@for b in benches/*.sh; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done
 
 bench-config:
 	cargo bench --locked --bench config
+
+bench-butane:
+	cargo bench --locked --bench butane
 
 bench-serve:
 	benches/serve.sh
 
 # Every fuzz target for FUZZ_SECONDS each (default 180), seeded from the test inputs
 # (fuzz/seed.sh); prints each target's run count.
-FUZZ_TARGETS := parse http_head accept data_url tftp_packet
+FUZZ_TARGETS := parse http_head accept data_url tftp_packet butane
 fuzz:
 	command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 	fuzz/seed.sh

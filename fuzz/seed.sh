@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 rm -rf corpus
-mkdir -p corpus/{parse,http_head,accept,data_url,tftp_packet}
+mkdir -p corpus/{parse,http_head,accept,data_url,tftp_packet,butane}
 i=0
 for f in ../tests/configs/*/*.ign ../examples/*.ign; do
   [ -e "$f" ] || continue
@@ -25,4 +25,11 @@ printf '*/*' > corpus/accept/3
 printf '\x00\x03\x00\x01hello' > corpus/tftp_packet/data
 printf '\x00\x05\x00\x01File not found\x00' > corpus/tftp_packet/error
 printf '\x00\x06blksize\x001428\x00' > corpus/tftp_packet/oack
+# Butane: the shared corpus's inputs when it is there, and a few of our own.
+for f in ../../shared/corpus/*/inputs/*.bu; do
+  [ -e "$f" ] || continue
+  cp "$f" "corpus/butane/$(basename "$f")"
+done
+printf 'variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /a\n      mode: 0644\n      contents:\n        inline: hi\n' > corpus/butane/s1
+printf 'variant: openshift\nversion: 4.14.0\nmetadata:\n  name: x\nboot_device:\n  mirror:\n    devices: [/dev/a, /dev/b]\n' > corpus/butane/s2
 echo "seeds: $(find corpus -type f | wc -l) files in fuzz/corpus/"

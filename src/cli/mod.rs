@@ -5,6 +5,7 @@
 //! `fetch::Options`, ...) and calls the module that does the work.
 
 mod delete_config;
+mod butane;
 mod fetch;
 mod plan;
 mod run;
@@ -17,6 +18,7 @@ mod validate;
 use clap::{Parser, Subcommand};
 
 pub use self::delete_config::DeleteConfigArgs;
+pub use self::butane::{ButaneArgs, DirFiles};
 pub use self::fetch::FetchArgs;
 pub use self::plan::PlanArgs;
 pub use self::run::RunArgs;
@@ -51,6 +53,9 @@ pub struct Cli {
 pub enum Command {
     /// Check a config: prints each error and warning on stderr; exit 0 valid, 1 invalid.
     Validate(ValidateArgs),
+    /// Translate a Butane config (YAML) to an Ignition config, as Butane does: exit 0
+    /// translated, 1 invalid (errors, or warnings with --strict).
+    Butane(ButaneArgs),
     /// Run provisioning stages (default: fetch, disks, files).
     Run(RunArgs),
     /// Print the plan of the disks stage (partitions, RAID arrays, LUKS volumes, filesystems:
@@ -84,6 +89,7 @@ pub fn dispatch(cli: Cli) -> i32 {
     crate::logging::init(verbosity, cli.log_kmsg);
     let result = match cli.command {
         Command::Validate(a) => return validate::validate(a),
+        Command::Butane(a) => return butane::butane(a),
         // SIGINT, SIGTERM and SIGHUP remove temporary files and exit 128+signal.
         Command::Run(a) => crate::signals::install().and_then(|()| run::run(a)),
         Command::Plan(a) => plan::plan(a),

@@ -31,8 +31,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Config source directory: pools/<pool>.ign or pools/<pool>/*.ign (plain tree,
-    /// AtomicWriter volume or git-sync link).
+    /// Config source directory: pools/<pool>.ign or pools/<pool>/*.ign, or Butane
+    /// (.bu) for either (plain tree, AtomicWriter volume or git-sync link).
     #[arg(long)]
     pub source: PathBuf,
     /// HTTPS listen address [default: 0.0.0.0:22623 when --tls-cert is given]. HTTPS only:

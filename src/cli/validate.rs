@@ -11,6 +11,9 @@ pub struct ValidateArgs {
     /// Largest config read (bytes, or with K/M/G: 64M); default 64 MiB.
     #[arg(long, value_name = "BYTES", value_parser = super::run::parse_size_arg)]
     pub max_config_size: Option<u64>,
+    /// For a Butane config: the directory its local file references are relative to.
+    #[arg(short = 'd', long, value_name = "DIR")]
+    pub files_dir: Option<std::path::PathBuf>,
 }
 
 pub fn validate(a: ValidateArgs) -> i32 {
@@ -32,6 +35,26 @@ pub fn validate(a: ValidateArgs) -> i32 {
             return 2;
         }
     };
+    // A Butane config (YAML with variant and version, told apart by content, not by name)
+    // is translated as `agent butane` would, then its errors and warnings are printed.
+    if butane::looks_like_butane(&bytes) {
+        let files = a.files_dir.as_ref().map(super::butane::DirFiles::new);
+        let opts = butane::Options {
+            files_dir: files.as_ref().map(|f| f as &dyn butane::FilesDir),
+            max_size: usize::try_from(limit).unwrap_or(usize::MAX),
+            ..Default::default()
+        };
+        return match butane::translate(&bytes, &opts) {
+            Ok(out) => {
+                eprint!("{}", out.report);
+                0
+            }
+            Err(report) => {
+                eprint!("{report}");
+                1
+            }
+        };
+    }
     match crate::config::parse(&bytes) {
         Ok(p) => {
             for w in &p.warnings.diagnostics {
@@ -48,7 +71,7 @@ pub fn validate(a: ValidateArgs) -> i32 {
     }
 }
 
-fn read_stdin_bounded(limit: u64) -> Result<Vec<u8>, String> {
+pub(super) fn read_stdin_bounded(limit: u64) -> Result<Vec<u8>, String> {
     crate::limits::read_bounded(std::io::stdin().lock(), limit, "config from standard input")
         .map_err(|e| format!("{e:#}"))
 }

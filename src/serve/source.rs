@@ -1,6 +1,12 @@
 //! The config source: a directory holding `pools/<pool>.ign` (one config) or
 //! `pools/<pool>/*.ign` (fragments merged in file-name order).
 //!
+//! Butane sources are welcome too: `pools/<pool>.bu`, and `.bu` fragments mixed with `.ign`
+//! ones in `pools/<pool>/`. Each is translated while the generation is read, with the
+//! directory it is in as the files dir (symlinks included, nothing outside it is read), so the
+//! local files it embeds belong to the same generation and count in its id. A Butane error
+//! makes the generation invalid, like any other error.
+//!
 //! The directory may be a plain tree, a Kubernetes AtomicWriter volume (`..data` → `..<stamp>`
 //! swapped by rename(2)) or a git-sync link (the directory itself is a symlink that is swapped).
 //! A generation is read whole from the directory the link pointed to when we resolved it once,
@@ -35,8 +41,52 @@ pub struct Generation {
 pub struct RawGeneration {
     pub id: String,
     pub dir: PathBuf,
-    /// pool → fragments (file name, bytes) in file-name order.
+    /// pool → fragments (file name, bytes) in file-name order; a Butane fragment's bytes
+    /// are its Ignition translation.
     pub pools: BTreeMap<String, Vec<(String, Vec<u8>)>>,
+    /// Butane fragments that did not translate: "pool: file: errors".
+    pub butane_errors: Vec<String>,
+}
+
+fn is_source(name: &str) -> bool {
+    name.ends_with(".ign") || name.ends_with(".bu")
+}
+
+/// A fragment's Ignition bytes: `.ign` as read, `.bu` translated with `files_dir` (the
+/// directory the file is in) as its confined files dir.
+fn fragment(
+    g: &mut RawGeneration,
+    pool: &str,
+    name: &str,
+    bytes: Vec<u8>,
+    files_dir: &Path,
+) -> Vec<u8> {
+    if !name.ends_with(".bu") {
+        return bytes;
+    }
+    let files = crate::cli::DirFiles {
+        root: files_dir.to_path_buf(),
+        confine_symlinks: true,
+    };
+    let opts = butane::Options {
+        files_dir: Some(&files),
+        max_size: usize::try_from(crate::limits::DEFAULT_MAX_CONFIG_SIZE).unwrap_or(usize::MAX),
+        ..Default::default()
+    };
+    match butane::translate(&bytes, &opts) {
+        Ok(out) => {
+            for w in &out.report.diags {
+                log::debug!("pool {pool}: {name}: {w}");
+            }
+            out.json
+        }
+        Err(report) => {
+            let msgs: Vec<String> = report.diags.iter().map(|d| d.to_string()).collect();
+            let msg = format!("pool {pool}: {name}: {}", msgs.join("; "));
+            g.butane_errors.push(msg.clone());
+            msg.into_bytes()
+        }
+    }
 }
 
 /// Why loading failed: the bytes could not be read, or they were read but are invalid.
@@ -191,32 +241,40 @@ fn read_from(root: &Path) -> Result<RawGeneration> {
             }
             let mut frags = Vec::new();
             for (f, fft, fpath) in sorted_entries(&path)? {
-                if !fft.is_file() || !f.ends_with(".ign") {
+                if !fft.is_file() || !is_source(&f) {
                     continue;
                 }
                 let b = std::fs::read(&fpath)
                     .with_context(|| format!("reading {}", fpath.display()))?;
+                let b = fragment(&mut g, &name, &f, b, &path);
                 frags.push((f, b));
             }
             if frags.is_empty() {
-                bail!("pool directory {} holds no .ign fragments", path.display());
+                bail!(
+                    "pool directory {} holds no .ign or .bu fragments",
+                    path.display()
+                );
             }
             if g.pools.insert(name.clone(), frags).is_some() {
                 bail!("pool {name:?} is given both as {name}.ign and as {name}/");
             }
         } else if ft.is_file() {
-            let Some(pool) = name.strip_suffix(".ign") else {
+            let Some(pool) = name
+                .strip_suffix(".ign")
+                .or_else(|| name.strip_suffix(".bu"))
+            else {
                 continue;
             };
             if !valid_pool_name(pool) {
                 bail!("invalid pool file name {name:?} in {}", pools_dir.display());
             }
             let b = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let b = fragment(&mut g, pool, &name, b, &pools_dir);
             if g.pools
                 .insert(pool.to_string(), vec![(name.clone(), b)])
                 .is_some()
             {
-                bail!("pool {pool:?} is given both as {pool}.ign and as {pool}/");
+                bail!("pool {pool:?} is given twice ({pool}.ign, {pool}.bu or {pool}/)");
             }
         }
     }
@@ -242,6 +300,9 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
         dir: raw.dir.clone(),
         error,
     };
+    if !raw.butane_errors.is_empty() {
+        return Err(invalid(raw.butane_errors.join("; ")));
+    }
     let mut pools = BTreeMap::new();
     for (name, frags) in &raw.pools {
         let mut merged: Option<Config> = None;

@@ -1,0 +1,265 @@
+//! YAML nodes into Go values of the schema, with go-yaml v3's rules: plain scalars resolve
+//! as YAML 1.2 core plus go-yaml's compatibility forms (`0644` is octal, and a bool field
+//! also takes `yes`/`no`/`on`/`off`/`y`/`n`); any scalar fits a string field; unknown keys are
+//! Butane's "unused key" warnings; a duplicate key is an error.
+
+use crate::schema::{Def, K, T};
+use crate::value::{G, Obj};
+use crate::yaml::{Kind, Node, Pos, Style};
+use crate::{Diag, Report};
+
+pub struct Decoder<'r> {
+    pub minor: u8,
+    pub report: &'r mut Report,
+}
+
+/// Expands `<<` merge keys and refuses duplicate keys; returns the mapping's entries.
+pub fn entries<'a>(
+    node: &'a Node,
+    path: &str,
+    report: &mut Report,
+) -> Vec<(&'a str, &'a Node, Pos)> {
+    let Kind::Map(list) = &node.kind else {
+        return Vec::new();
+    };
+    let mut out: Vec<(&'a str, &'a Node, Pos)> = Vec::new();
+    let mut merged: Vec<(&'a str, &'a Node, Pos)> = Vec::new();
+    for (k, v) in list {
+        let Some(key) = k.scalar() else {
+            report.push(Diag::error(path, k.pos, "mapping keys must be scalars"));
+            continue;
+        };
+        if key == "<<"
+            && matches!(
+                &k.kind,
+                Kind::Scalar {
+                    style: Style::Plain,
+                    ..
+                }
+            )
+        {
+            let maps: Vec<&Node> = match &v.kind {
+                Kind::Map(_) => vec![v],
+                Kind::Seq(items) => items.iter().collect(),
+                _ => Vec::new(),
+            };
+            for m in maps {
+                for (mk, mv, mp) in entries(m, path, report) {
+                    if !merged.iter().any(|(k2, _, _)| *k2 == mk) {
+                        merged.push((mk, mv, mp));
+                    }
+                }
+            }
+            continue;
+        }
+        if let Some((_, _, p)) = out.iter().find(|(k2, _, _)| *k2 == key) {
+            report.push(Diag::error(
+                path,
+                k.pos,
+                format!("mapping key \"{key}\" already defined at line {}", p.line),
+            ));
+            continue;
+        }
+        out.push((key, v, k.pos));
+    }
+    for m in merged {
+        if !out.iter().any(|(k, _, _)| *k == m.0) {
+            out.push(m);
+        }
+    }
+    out
+}
+
+fn type_err(path: &str, n: &Node, want: &str) -> Diag {
+    let got = match &n.kind {
+        Kind::Scalar { value, .. } => format!("!!str `{}`", truncate(value)),
+        Kind::Seq(_) => "!!seq".into(),
+        Kind::Map(_) => "!!map".into(),
+    };
+    Diag::error(path, n.pos, format!("cannot unmarshal {got} into {want}"))
+}
+
+fn truncate(s: &str) -> String {
+    if s.len() > 40 {
+        let mut e = 40;
+        while !s.is_char_boundary(e) {
+            e -= 1;
+        }
+        format!("{}...", &s[..e])
+    } else {
+        s.to_string()
+    }
+}
+
+/// Go's `strconv.ParseInt(s, 0, 64)` after go-yaml removes underscores; plus `0o` octal
+/// and integral floats, as go-yaml decodes into an int.
+pub fn parse_int(raw: &str) -> Option<i64> {
+    let s: String = raw.chars().filter(|c| *c != '_').collect();
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, &s[..]),
+    };
+    if body.is_empty() {
+        return None;
+    }
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d.to_string())
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d.to_string())
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d.to_string())
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, lower[1..].to_string())
+    } else {
+        (10, lower.clone())
+    };
+    if !digits.is_empty() && digits.chars().all(|c| c.is_digit(radix)) {
+        let v = i128::from_str_radix(&digits, radix).ok()?;
+        let v = if neg { -v } else { v };
+        return i64::try_from(v).ok();
+    }
+    // A float with an integral value (`1e3`, `8.0`, `08`).
+    let is_float = {
+        let b = body.as_bytes();
+        !b.is_empty()
+            && b.iter()
+                .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'-' | b'+'))
+            && b[0] != b'e'
+            && b[0] != b'E'
+    };
+    if is_float
+        && let Ok(f) = s.parse::<f64>()
+        && f.fract() == 0.0
+        && f.abs() < 9.2e18
+    {
+        return Some(f as i64);
+    }
+    None
+}
+
+impl Decoder<'_> {
+    pub fn obj(&mut self, def: &'static Def, node: &Node, path: &str) -> Option<Obj> {
+        if node.is_null() {
+            return None;
+        }
+        if !matches!(node.kind, Kind::Map(_)) {
+            self.report.push(type_err(path, node, def.name));
+            return None;
+        }
+        let mut o = Obj::new(def, node.pos);
+        for (key, v, kpos) in entries(node, path, self.report) {
+            let child = format!("{path}.{key}");
+            let Some(i) = (!key.is_empty())
+                .then(|| def.yaml_idx(key, self.minor))
+                .flatten()
+            else {
+                self.report
+                    .push(Diag::warning(&child, kpos, format!("unused key {key}")));
+                continue;
+            };
+            let f = &def.fields[i];
+            // Errors about a value point at the value (as Butane does); unused keys at the key.
+            o.pos[i] = v.pos;
+            o.vals[i] = self.value(f.t, f.k, v, &child);
+        }
+        Some(o)
+    }
+
+    pub fn value(&mut self, t: T, k: K, v: &Node, path: &str) -> Option<G> {
+        if v.is_null() {
+            return None;
+        }
+        match t {
+            T::Str => self.string(v, path).map(G::Str),
+            T::Int => self.int(v, path).map(G::Int),
+            T::Bool => self.boolean(v, path).map(G::Bool),
+            T::Obj(d) => self.obj(d, v, path).map(G::Obj),
+            T::ListStr | T::ListObj(_) => {
+                let Kind::Seq(items) = &v.kind else {
+                    self.report.push(type_err(path, v, "a sequence"));
+                    return None;
+                };
+                let mut out = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    let p = format!("{path}.{i}");
+                    let g = match t {
+                        T::ListStr => {
+                            if item.is_null() {
+                                Some(G::Str(String::new()))
+                            } else {
+                                self.string(item, &p).map(G::Str)
+                            }
+                        }
+                        T::ListObj(d) => Some(G::Obj(
+                            self.obj(d, item, &p)
+                                .unwrap_or_else(|| Obj::new(d, item.pos)),
+                        )),
+                        _ => unreachable!(),
+                    };
+                    if let Some(g) = g {
+                        out.push((g, item.pos));
+                    }
+                }
+                let _ = k;
+                Some(G::List(out))
+            }
+        }
+    }
+
+    pub fn string(&mut self, v: &Node, path: &str) -> Option<String> {
+        match &v.kind {
+            Kind::Scalar { value, .. } => Some(value.clone()),
+            _ => {
+                self.report.push(type_err(path, v, "string"));
+                None
+            }
+        }
+    }
+
+    fn int(&mut self, v: &Node, path: &str) -> Option<i64> {
+        if let Kind::Scalar { value, style, tag } = &v.kind
+            && (*style == Style::Plain || tag.as_deref() == Some("!!int"))
+            && let Some(i) = parse_int(value)
+        {
+            return Some(i);
+        }
+        self.report.push(type_err(path, v, "int"));
+        None
+    }
+
+    fn boolean(&mut self, v: &Node, path: &str) -> Option<bool> {
+        if let Kind::Scalar { value, style, .. } = &v.kind {
+            let core = *style == Style::Plain;
+            match value.as_str() {
+                "true" | "True" | "TRUE" if core => return Some(true),
+                "false" | "False" | "FALSE" if core => return Some(false),
+                "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" => return Some(true),
+                "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" => return Some(false),
+                _ => {}
+            }
+        }
+        self.report.push(type_err(path, v, "bool"));
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_int;
+
+    #[test]
+    fn go_yaml_ints() {
+        assert_eq!(parse_int("0644"), Some(0o644));
+        assert_eq!(parse_int("0o644"), Some(0o644));
+        assert_eq!(parse_int("420"), Some(420));
+        assert_eq!(parse_int("0x1A4"), Some(420));
+        assert_eq!(parse_int("-1"), Some(-1));
+        assert_eq!(parse_int("1_000"), Some(1000));
+        assert_eq!(parse_int("0"), Some(0));
+        assert_eq!(parse_int("08"), Some(8));
+        assert_eq!(parse_int("abc"), None);
+        assert_eq!(parse_int(""), None);
+    }
+}

@@ -1,0 +1,263 @@
+//! Butane (YAML) to Ignition (JSON), translated as Butane does. Pure: the only I/O is through
+//! [`FilesDir`] (Butane's `--files-dir` reads), so the crate can be tested and fuzzed alone.
+//!
+//! The output is byte-equal to Butane's: compact JSON in the field order of Ignition's Go
+//! structs, with Go's `omitempty` rules and string escapes, and gzip'd data URLs compressed as
+//! Go's `compress/flate` does (`gozip`).
+
+mod decode;
+mod gozip;
+mod schema;
+mod sugar;
+mod translate;
+mod value;
+pub mod yaml;
+
+use std::fmt;
+
+pub use translate::{Release, Target, target};
+pub use yaml::{Limits, Pos};
+
+/// Where `local:`, `contents_local:`, `ssh_authorized_keys_local:` and `storage.trees` read.
+pub trait FilesDir {
+    /// The bytes of the file at `rel` (a slash-separated path relative to the files dir).
+    /// Implementations refuse paths that leave the directory.
+    fn read(&self, rel: &str) -> Result<Vec<u8>, String>;
+    /// Every regular file and symlink under directory `rel`, in lexical walk order (as Go's
+    /// `filepath.Walk`), with paths relative to `rel`.
+    fn walk(&self, rel: &str) -> Result<Vec<TreeEntry>, String>;
+}
+
+#[derive(Debug, Clone)]
+pub enum TreeEntry {
+    File {
+        rel: String,
+        contents: Vec<u8>,
+        executable: bool,
+    },
+    Symlink {
+        rel: String,
+        target: String,
+    },
+}
+
+/// Translation options (`agent butane` flags).
+pub struct Options<'a> {
+    pub files_dir: Option<&'a dyn FilesDir>,
+    /// Warnings fail the translation (Butane's `--strict`).
+    pub strict: bool,
+    /// `json.MarshalIndent(cfg, "", "  ")` instead of compact output.
+    pub pretty: bool,
+    /// Input size limit in bytes (`--max-config-size`).
+    pub max_size: usize,
+    pub limits: Limits,
+    /// Which Butane release's experimental spec mapping to follow.
+    pub release: Release,
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Options {
+            files_dir: None,
+            strict: false,
+            pretty: false,
+            max_size: 8 << 20,
+            limits: Limits::default(),
+            release: Release::Newest,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diag {
+    pub error: bool,
+    /// The YAML path (`$.storage.files.0.path`), or empty for the whole document.
+    pub path: String,
+    pub pos: Option<Pos>,
+    pub message: String,
+}
+
+impl Diag {
+    pub fn error(path: &str, pos: Pos, msg: impl Into<String>) -> Diag {
+        Diag {
+            error: true,
+            path: path.to_string(),
+            pos: Some(pos),
+            message: msg.into(),
+        }
+    }
+    pub fn warning(path: &str, pos: Pos, msg: impl Into<String>) -> Diag {
+        Diag {
+            error: false,
+            path: path.to_string(),
+            pos: Some(pos),
+            message: msg.into(),
+        }
+    }
+    pub fn plain(msg: impl Into<String>) -> Diag {
+        Diag {
+            error: true,
+            path: String::new(),
+            pos: None,
+            message: msg.into(),
+        }
+    }
+}
+
+impl fmt::Display for Diag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.error { "error" } else { "warning" };
+        match (self.path.is_empty(), self.pos) {
+            (false, Some(p)) => write!(
+                f,
+                "{kind} at {}, line {} col {}: {}",
+                self.path, p.line, p.col, self.message
+            ),
+            (false, None) => write!(f, "{kind} at {}: {}", self.path, self.message),
+            (true, Some(p)) => write!(
+                f,
+                "{kind} at line {} col {}: {}",
+                p.line, p.col, self.message
+            ),
+            (true, None) => write!(f, "{kind}: {}", self.message),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub diags: Vec<Diag>,
+}
+
+impl Report {
+    pub fn push(&mut self, d: Diag) {
+        self.diags.push(d);
+    }
+    pub fn has_errors(&self) -> bool {
+        self.diags.iter().any(|d| d.error)
+    }
+    pub fn has_warnings(&self) -> bool {
+        self.diags.iter().any(|d| !d.error)
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for d in &self.diags {
+            writeln!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A translated config: the Ignition JSON (with a trailing newline, as Butane writes it)
+/// and the warnings.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub json: Vec<u8>,
+    pub ign_version: String,
+    pub report: Report,
+}
+
+/// Translates a Butane config. On failure the report holds every error (and warning).
+pub fn translate(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
+    translate::run(input, opts)
+}
+
+/// Whether `input` looks like a Butane config rather than Ignition JSON: a YAML mapping
+/// with a string `variant` and `version`, and not a JSON object.
+pub fn looks_like_butane(input: &[u8]) -> bool {
+    let trimmed = input
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .map(|i| &input[i..])
+        .unwrap_or(&[]);
+    if trimmed.first() == Some(&b'{') {
+        return false;
+    }
+    let Ok(text) = std::str::from_utf8(input) else {
+        return false;
+    };
+    match yaml::parse(text, &Limits::default()) {
+        Ok(n) => {
+            n.get("variant").and_then(|v| v.scalar()).is_some()
+                && n.get("version").and_then(|v| v.scalar()).is_some()
+        }
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tr(s: &str) -> Result<Output, Report> {
+        translate(s.as_bytes(), &Options::default())
+    }
+
+    #[test]
+    fn go_yaml_forms_and_go_json() {
+        let out = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /a\n      mode: 0644\n      overwrite: yes\n      contents:\n        inline: \"<b>&\"\n")
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.json).unwrap(),
+            "{\"ignition\":{\"version\":\"3.4.0\"},\"storage\":{\"files\":[{\"overwrite\":true,\"path\":\"/a\",\"contents\":{\"compression\":\"\",\"source\":\"data:,%3Cb%3E%26\"},\"mode\":420}]}}\n"
+        );
+    }
+
+    #[test]
+    fn errors_carry_yaml_positions() {
+        let r = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /a\n      mode: \"0644\"\n").unwrap_err();
+        let d = &r.diags[0];
+        assert!(d.error);
+        assert_eq!(d.path, "$.storage.files.0.mode");
+        assert_eq!(d.pos, Some(Pos { line: 6, col: 13 }));
+        let r = tr("variant: fcos\nversion: 9.9.9\n").unwrap_err();
+        assert!(r.to_string().contains("no translator exists"), "{r}");
+        let r = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: relative\n")
+            .unwrap_err();
+        assert_eq!(r.diags[0].path, "$.storage.files.0.path", "{r}");
+        assert_eq!(r.diags[0].pos.map(|p| p.line), Some(5), "{r}");
+    }
+
+    #[test]
+    fn strict_fails_on_warnings() {
+        let cfg = "variant: fcos\nversion: 1.3.0\nkernel_arguments:\n  should_exist: [quiet]\n";
+        let out = tr(cfg).unwrap();
+        assert_eq!(out.report.diags[0].message, "unused key kernel_arguments");
+        assert_eq!(out.report.diags[0].pos, Some(Pos { line: 3, col: 1 }));
+        let opts = Options {
+            strict: true,
+            ..Default::default()
+        };
+        assert!(translate(cfg.as_bytes(), &opts).is_err());
+    }
+
+    #[test]
+    fn aliases_and_duplicates() {
+        let out = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - &f\n      path: /a\n    - <<: *f\n      path: /b\n").unwrap();
+        let s = String::from_utf8(out.json).unwrap();
+        assert!(s.contains("\"/a\"") && s.contains("\"/b\""), "{s}");
+        let r = tr("variant: fcos\nversion: 1.5.0\nversion: 1.4.0\n").unwrap_err();
+        assert!(r.to_string().contains("already defined"), "{r}");
+    }
+
+    #[test]
+    fn size_limit() {
+        let opts = Options {
+            max_size: 10,
+            ..Default::default()
+        };
+        let r = translate(b"variant: fcos\nversion: 1.5.0\n", &opts).unwrap_err();
+        assert!(r.to_string().contains("--max-config-size"), "{r}");
+    }
+
+    #[test]
+    fn butane_is_told_by_content() {
+        assert!(looks_like_butane(b"variant: fcos\nversion: 1.5.0\n"));
+        assert!(!looks_like_butane(
+            b"{\"ignition\":{\"version\":\"3.4.0\"}}"
+        ));
+        assert!(!looks_like_butane(b"just: yaml\n"));
+    }
+}

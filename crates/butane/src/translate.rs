@@ -1,0 +1,1780 @@
+//! The translation: variant/version to Ignition spec version, decoding, Butane's validation,
+//! the sugar of each variant, Ignition's validation of the result, and the JSON.
+
+use crate::decode::{Decoder, entries};
+use crate::schema::{self, Def, F, K, T};
+use crate::sugar::{make_data_url, merge, unit_path_escape};
+use crate::value::{G, Obj, to_json};
+use crate::yaml::{self, Kind, Node, Pos};
+use crate::{Diag, Options, Output, Report, TreeEntry};
+
+/// Which Butane release's experimental versions to follow (they move between releases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Butane v0.25.x: experimental variants emit spec 3.6.0-experimental.
+    V0_25,
+    /// Butane v0.29.x (the default): experimental variants emit spec 3.7.0-experimental.
+    Newest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Fcos,
+    Flatcar,
+    Openshift,
+    R4e,
+    Fiot,
+}
+
+/// A variant version's output and features.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    pub variant: Variant,
+    /// Ignition spec minor (3.N.0).
+    pub minor: u8,
+    pub ign_version: &'static str,
+    boot_device: bool,
+    grub: bool,
+    /// The middle number of the variant version (openshift 4.20.0: 20).
+    ver_minor: u8,
+}
+
+/// The target of `variant`/`version`, or `None` when Butane has no translator for it.
+pub fn target(variant: &str, version: &str, release: Release) -> Option<Target> {
+    use Variant::*;
+    let exp = |old: (u8, &'static str)| match release {
+        Release::V0_25 => old,
+        Release::Newest => (7, "3.7.0-experimental"),
+    };
+    let (v, (minor, ign)) = match (variant, version) {
+        ("fcos", "1.0.0") => (Fcos, (0, "3.0.0")),
+        ("fcos", "1.1.0") => (Fcos, (1, "3.1.0")),
+        ("fcos", "1.2.0") | ("fcos", "1.3.0") => (Fcos, (2, "3.2.0")),
+        ("fcos", "1.4.0") => (Fcos, (3, "3.3.0")),
+        ("fcos", "1.5.0") => (Fcos, (4, "3.4.0")),
+        ("fcos", "1.6.0") => (Fcos, (5, "3.5.0")),
+        ("fcos", "1.7.0") => (Fcos, (6, "3.6.0")),
+        ("fcos", "1.7.0-experimental") => (Fcos, (6, "3.6.0-experimental")),
+        ("fcos", "1.8.0-experimental") => (Fcos, (7, "3.7.0-experimental")),
+        ("flatcar", "1.0.0") => (Flatcar, (3, "3.3.0")),
+        ("flatcar", "1.1.0") => (Flatcar, (4, "3.4.0")),
+        ("flatcar", "1.2.0-experimental") => (Flatcar, exp((6, "3.6.0-experimental"))),
+        ("r4e", "1.0.0") => (R4e, (3, "3.3.0")),
+        ("r4e", "1.1.0") => (R4e, (4, "3.4.0")),
+        ("r4e", "1.2.0-experimental") => (R4e, exp((6, "3.6.0-experimental"))),
+        ("fiot", "1.0.0") => (Fiot, (4, "3.4.0")),
+        ("fiot", "1.1.0-experimental") => (Fiot, exp((6, "3.6.0-experimental"))),
+        ("openshift", v) => {
+            let m = match v {
+                "4.8.0" | "4.9.0" | "4.10.0" | "4.11.0" | "4.12.0" | "4.13.0" => (2, "3.2.0"),
+                "4.14.0" | "4.15.0" | "4.16.0" | "4.17.0" | "4.18.0" => (4, "3.4.0"),
+                "4.19.0" | "4.20.0" | "4.21.0" | "4.22.0" => (5, "3.5.0"),
+                "4.21.0-experimental" => (6, "3.6.0-experimental"),
+                "4.23.0-experimental" => (7, "3.7.0-experimental"),
+                _ => return None,
+            };
+            (Openshift, m)
+        }
+        _ => return None,
+    };
+    let fcos_minor = |m: &str| -> u8 {
+        m.split('.')
+            .nth(1)
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0)
+    };
+    let (boot_device, grub) = match v {
+        Fcos => (fcos_minor(version) >= 3, fcos_minor(version) >= 5),
+        Openshift => (true, minor >= 4),
+        _ => (false, false),
+    };
+    Some(Target {
+        variant: v,
+        minor,
+        ign_version: ign,
+        boot_device,
+        grub,
+        ver_minor: fcos_minor(version),
+    })
+}
+
+const fn sf(json: &'static str, yaml: &'static str, t: T, since: u8) -> F {
+    F {
+        json,
+        yaml,
+        t,
+        k: K::Ptr,
+        since,
+        until: 255,
+    }
+}
+
+static BOOT_DEVICE: Def = Def {
+    name: "BootDevice",
+    fields: &[
+        sf("layout", "layout", T::Str, 0),
+        sf("luks", "luks", T::Obj(&BOOT_LUKS), 0),
+        sf("mirror", "mirror", T::Obj(&BOOT_MIRROR), 0),
+    ],
+};
+static BOOT_LUKS: Def = Def {
+    name: "BootDeviceLuks",
+    fields: &[
+        sf("cex", "cex", T::Obj(&schema::CEX), 5),
+        sf("device", "device", T::Str, 5),
+        sf("discard", "discard", T::Bool, 4),
+        sf("tang", "tang", T::ListObj(&schema::TANG), 0),
+        sf("threshold", "threshold", T::Int, 0),
+        sf("tpm2", "tpm2", T::Bool, 0),
+    ],
+};
+static BOOT_MIRROR: Def = Def {
+    name: "BootDeviceMirror",
+    fields: &[sf("devices", "devices", T::ListStr, 0)],
+};
+static GRUB: Def = Def {
+    name: "Grub",
+    fields: &[sf("users", "users", T::ListObj(&GRUB_USER), 0)],
+};
+static GRUB_USER: Def = Def {
+    name: "GrubUser",
+    fields: &[
+        sf("name", "name", T::Str, 0),
+        sf("password_hash", "password_hash", T::Str, 0),
+    ],
+};
+static OPENSHIFT: Def = Def {
+    name: "OpenShift",
+    fields: &[
+        sf("extensions", "extensions", T::ListStr, 0),
+        sf("fips", "fips", T::Bool, 0),
+        sf("kernel_arguments", "kernel_arguments", T::ListStr, 0),
+        sf("kernel_type", "kernel_type", T::Str, 0),
+    ],
+};
+
+struct Ctx<'a, 'o> {
+    opts: &'a Options<'o>,
+    t: Target,
+    report: Report,
+}
+
+pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
+    let mut report = Report::default();
+    if input.len() > opts.max_size {
+        report.push(Diag::plain(format!(
+            "config is {} bytes, more than the limit of {} bytes (--max-config-size)",
+            input.len(),
+            opts.max_size
+        )));
+        return Err(report);
+    }
+    let Ok(text) = std::str::from_utf8(input) else {
+        report.push(Diag::plain("config is not valid UTF-8"));
+        return Err(report);
+    };
+    let root = match yaml::parse(text, &opts.limits) {
+        Ok(r) => r,
+        Err(e) => {
+            report.push(Diag {
+                error: true,
+                path: String::new(),
+                pos: Some(e.pos),
+                message: format!("error unmarshaling yaml: {}", e.message),
+            });
+            return Err(report);
+        }
+    };
+    if !root.is_null() && !matches!(root.kind, Kind::Map(_)) {
+        report.push(Diag::error(
+            "$",
+            root.pos,
+            format!(
+                "a Butane config must be a mapping, found a {}",
+                root.kind_name()
+            ),
+        ));
+        return Err(report);
+    }
+    let field = |k: &str| root.get(k).filter(|n| !n.is_null());
+    let Some(variant) = field("variant").and_then(|n| n.scalar()) else {
+        report.push(Diag::plain("error parsing variant; must be specified"));
+        return Err(report);
+    };
+    let Some(version) = field("version").and_then(|n| n.scalar()) else {
+        report.push(Diag::plain("error parsing version; must be specified"));
+        return Err(report);
+    };
+    let Some(t) = target(variant, version, opts.release) else {
+        report.push(Diag::plain(format!(
+            "no translator exists for variant {variant} with version {version}"
+        )));
+        return Err(report);
+    };
+    let mut cx = Ctx { opts, t, report };
+    let out = cx.translate(&root);
+    if cx.report.has_errors() {
+        return Err(cx.report);
+    }
+    let Some(cfg) = out else {
+        return Err(cx.report);
+    };
+    let mut json = to_json(&cfg, t.minor, opts.pretty);
+    json.push('\n');
+    let ign_report = validate_ignition(&json, &cfg, t);
+    cx.report.diags.extend(ign_report.diags);
+    if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
+        if !cx.report.has_errors() {
+            cx.report.push(Diag::plain(
+                "config produced warnings and --strict was specified",
+            ));
+        }
+        return Err(cx.report);
+    }
+    Ok(Output {
+        json: json.into_bytes(),
+        ign_version: t.ign_version.to_string(),
+        report: cx.report,
+    })
+}
+
+/// Ignition's own validation of the translated config (as Butane runs it), with the JSON
+/// paths mapped back to the YAML where the value came from.
+fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
+    let mut report = Report::default();
+    // The agent validates stable versions; an experimental spec is checked as the newest
+    // stable one it extends.
+    let text = if t.ign_version.ends_with("-experimental") {
+        json.replacen(
+            &format!("\"version\":\"{}\"", t.ign_version),
+            "\"version\":\"3.6.0\"",
+            1,
+        )
+        .replacen(
+            &format!("\"version\": \"{}\"", t.ign_version),
+            "\"version\": \"3.6.0\"",
+            1,
+        )
+    } else {
+        json.to_string()
+    };
+    let diags = match spec::config::parse(text.as_bytes()) {
+        Ok(p) => p.warnings.diagnostics,
+        Err(r) => r.diagnostics,
+    };
+    child_configs(cfg, t, &mut report);
+    for d in diags {
+        // Spec 3.0's ignition-validate accepts a merge without a source (Butane fcos 1.0.0
+        // writes `"source": null` for an inline merge); Ignition fails it only at run time.
+        if t.minor == 0 && d.message.contains("need a source") {
+            continue;
+        }
+        let (ypath, pos) = yaml_path(cfg, &d.path);
+        report.push(Diag {
+            error: d.severity == spec::config::Severity::Error,
+            path: ypath,
+            pos: Some(pos),
+            message: d.message.clone(),
+        });
+    }
+    report
+}
+
+/// Butane validates a merged or replacing config given `inline` with the parser of the
+/// output's own spec version: a child of another version is "unknown" to it and only warned
+/// about; a child of the same version has its errors reported.
+fn child_configs(cfg: &Obj, t: Target, report: &mut Report) {
+    if t.minor == 0 {
+        return;
+    }
+    let Some(c) = cfg.obj("ignition").and_then(|i| i.obj("config")) else {
+        return;
+    };
+    let mut refs: Vec<(String, &Obj, Pos)> = c
+        .list("merge")
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (g, p))| {
+            g.as_obj()
+                .map(|o| (format!("$.ignition.config.merge.{i}"), o, *p))
+        })
+        .collect();
+    if let Some(r) = c.obj("replace") {
+        refs.push(("$.ignition.config.replace".into(), r, c.pos_of("replace")));
+    }
+    for (path, r, pos) in refs {
+        // Butane checks the configs given `inline` (not `local` ones, nor URLs).
+        let Some(G::Str(inline)) = r.sugar("inline") else {
+            continue;
+        };
+        let bytes = inline.as_bytes();
+        let version = spec::json::parse(bytes).ok().and_then(|v| {
+            v.get("ignition")
+                .and_then(|i| i.get("version"))
+                .and_then(|v| match &v.kind {
+                    spec::json::Kind::String(s) => Some(s.clone()),
+                    _ => None,
+                })
+        });
+        if version.as_deref() != Some(t.ign_version) {
+            report.push(Diag::warning(
+                &format!("{path}.version"),
+                pos,
+                "skipping validation for the merge/replace ignition config due to an unkown version",
+            ));
+        } else if let Err(r) = spec::config::parse(bytes) {
+            for d in r.errors() {
+                report.push(Diag::error(
+                    &format!("{path}.inline"),
+                    pos,
+                    format!("in the merged config: {d}"),
+                ));
+            }
+        }
+    }
+}
+
+/// Maps an Ignition JSON path to the YAML path and position of the value it came from.
+fn yaml_path(cfg: &Obj, path: &spec::config::Path) -> (String, Pos) {
+    use spec::config::diag::Seg;
+    let mut out = String::from("$");
+    let mut pos = cfg.at;
+    let mut cur: Option<&G> = None;
+    let mut obj: Option<&Obj> = Some(cfg);
+    for seg in &path.0 {
+        match seg {
+            Seg::Key(k) => {
+                let Some(o) = obj else { break };
+                let Some(i) = o
+                    .def
+                    .fields
+                    .iter()
+                    .enumerate()
+                    .position(|(i, f)| f.json == k && o.vals[i].is_some())
+                else {
+                    out.push('.');
+                    out.push_str(k);
+                    break;
+                };
+                let f = &o.def.fields[i];
+                out.push('.');
+                out.push_str(if f.yaml.is_empty() { f.json } else { f.yaml });
+                pos = o.pos[i];
+                cur = o.vals[i].as_ref();
+                obj = cur.and_then(|g| g.as_obj());
+            }
+            Seg::Index(n) => {
+                out.push('.');
+                out.push_str(&n.to_string());
+                match cur {
+                    Some(G::List(l)) if *n < l.len() => {
+                        pos = l[*n].1;
+                        cur = Some(&l[*n].0);
+                        obj = cur.and_then(|g| g.as_obj());
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+    (out, pos)
+}
+
+fn data_url_for(minor: u8, contents: &[u8], current: Option<&str>) -> (String, Option<String>) {
+    if minor == 0 {
+        (format!("data:,{}", crate::sugar::escape(contents)), None)
+    } else {
+        make_data_url(contents, current)
+    }
+}
+
+fn no_files_dir() -> String {
+    "local file paths are relative to a files directory that must be specified with -d/--files-dir"
+        .into()
+}
+
+impl Ctx<'_, '_> {
+    fn translate(&mut self, root: &Node) -> Option<Obj> {
+        let minor = self.t.minor;
+        // Split the root: the Ignition part and the variant's own keys.
+        let mut base_entries = Vec::new();
+        let mut extra: Vec<(&str, &Node, Pos)> = Vec::new();
+        for (k, v, p) in entries(root, "$", &mut self.report) {
+            match k {
+                "variant" | "version" => {}
+                "boot_device" if self.t.boot_device => extra.push((k, v, p)),
+                "grub" if self.t.grub => extra.push((k, v, p)),
+                "openshift" | "metadata" if self.t.variant == Variant::Openshift => {
+                    extra.push((k, v, p))
+                }
+                _ => base_entries.push((
+                    Node {
+                        kind: Kind::Scalar {
+                            value: k.to_string(),
+                            style: yaml::Style::Plain,
+                            tag: None,
+                        },
+                        pos: p,
+                    },
+                    v.clone(),
+                )),
+            }
+        }
+        let base = Node {
+            kind: Kind::Map(base_entries),
+            pos: root.pos,
+        };
+        let mut dec = Decoder {
+            minor,
+            report: &mut self.report,
+        };
+        let mut cfg = dec
+            .obj(&schema::CONFIG, &base, "$")
+            .unwrap_or_else(|| Obj::new(&schema::CONFIG, root.pos));
+        let mut boot = None;
+        let mut grub = None;
+        let mut openshift = None;
+        let mut metadata_name: Option<String> = None;
+        let mut metadata_pos = root.pos;
+        for (k, v, p) in &extra {
+            let path = format!("$.{k}");
+            match *k {
+                "boot_device" => boot = dec.obj(&BOOT_DEVICE, v, &path),
+                "grub" => grub = dec.obj(&GRUB, v, &path),
+                "openshift" => openshift = dec.obj(&OPENSHIFT, v, &path),
+                "metadata" => {
+                    metadata_pos = *p;
+                    for (mk, mv, mp) in entries(v, &path, dec.report) {
+                        match mk {
+                            "name" => metadata_name = dec.string(mv, "$.metadata.name"),
+                            "labels" => {}
+                            _ => dec.report.push(Diag::warning(
+                                &format!("$.metadata.{mk}"),
+                                mp,
+                                format!("unused key {mk}"),
+                            )),
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if self.report.has_errors() {
+            return None;
+        }
+        cfg.obj_mut("ignition", minor)
+            .set("version", minor, G::Str(self.t.ign_version.into()));
+
+        self.validate_base(&cfg);
+        if minor >= 5 && matches!(self.t.variant, Variant::Fcos | Variant::Openshift) {
+            self.partitions_by_label(&cfg, boot.as_ref());
+        }
+        if minor == 0 {
+            self.ca_sources_30(&cfg);
+        }
+        if self.t.variant == Variant::Openshift {
+            self.openshift_cex(&cfg, openshift.as_ref(), boot.as_ref());
+        }
+        if self.t.variant == Variant::Openshift && metadata_name.as_deref().unwrap_or("").is_empty()
+        {
+            self.report.push(Diag::error(
+                "$.metadata.name",
+                metadata_pos,
+                "metadata.name is required",
+            ));
+        }
+        if let Some(b) = &boot {
+            self.validate_boot_device(b);
+        }
+        if let Some(g) = &grub {
+            for (i, (u, p)) in g.list("users").iter().enumerate() {
+                let u = u.as_obj().expect("object");
+                if u.str("name").unwrap_or("").is_empty() {
+                    self.report.push(Diag::error(
+                        &format!("$.grub.users.{i}.name"),
+                        *p,
+                        "field \"name\" is required",
+                    ));
+                }
+                if u.str("password_hash").unwrap_or("").is_empty() {
+                    self.report.push(Diag::error(
+                        &format!("$.grub.users.{i}.password_hash"),
+                        *p,
+                        "field \"password_hash\" is required",
+                    ));
+                }
+            }
+        }
+        if self.report.has_errors() {
+            return None;
+        }
+
+        // Base sugar, in Butane's order.
+        self.resources(&mut cfg, "$");
+        self.users_and_units(&mut cfg);
+        self.mount_units(&mut cfg);
+        self.quadlets(&mut cfg);
+        self.trees(&mut cfg);
+        if self.report.has_errors() {
+            return None;
+        }
+        // Variant sugar.
+        if let Some(b) = &boot {
+            self.boot_device(&mut cfg, b);
+        }
+        self.partition_label_warnings(&cfg);
+        if let Some(g) = &grub {
+            self.grub(&mut cfg, g);
+        }
+        if self.t.variant == Variant::Openshift {
+            self.openshift_raw(&mut cfg, openshift.as_ref(), boot.as_ref());
+        }
+        self.forbidden_fields(&cfg);
+        if self.report.has_errors() {
+            return None;
+        }
+        Some(cfg)
+    }
+
+    fn validate_base(&mut self, cfg: &Obj) {
+        let mut diags = Vec::new();
+        // Swap filesystems need no path from base v0_4 (spec 3.3) on.
+        let swap_ok = self.t.minor >= 3;
+        walk(cfg, "$", &mut |o, path| match o.def.name {
+            "Resource" => {
+                let n = ["source", "inline", "local"]
+                    .iter()
+                    .filter(|k| {
+                        if **k == "source" {
+                            o.get("source").is_some()
+                        } else {
+                            o.sugar(k).is_some()
+                        }
+                    })
+                    .count();
+                if n > 1 {
+                    let which = ["local", "inline", "source"]
+                        .into_iter()
+                        .rev()
+                        .find(|k| {
+                            if *k == "source" {
+                                o.get("source").is_some()
+                            } else {
+                                o.sugar(k).is_some()
+                            }
+                        })
+                        .unwrap_or("source");
+                    diags.push(Diag::error(
+                        &format!("{path}.{which}"),
+                        o.pos_of(which),
+                        "only one of the following can be set: inline, local, source",
+                    ));
+                }
+            }
+            "Filesystem" if o.sugar("with_mount_unit") == Some(&G::Bool(true)) => {
+                let format = o.str("format").unwrap_or("");
+                if format.is_empty() {
+                    diags.push(Diag::error(
+                        &format!("{path}.format"),
+                        o.at,
+                        "format is required if with_mount_unit is true",
+                    ));
+                } else if (format != "swap" || !swap_ok) && o.str("path").unwrap_or("").is_empty() {
+                    diags.push(Diag::error(
+                        &format!("{path}.path"),
+                        o.at,
+                        "path is required if with_mount_unit is true and format is not swap",
+                    ));
+                }
+            }
+            "File" | "Directory" => {
+                if let Some(m) = o.int("mode")
+                    && decimal_mode(m, o.def.name == "Directory")
+                {
+                    diags.push(Diag::warning(
+                        &format!("{path}.mode"),
+                        o.pos_of("mode"),
+                        "unreasonable mode would be reasonable if specified in octal; remember to add a leading zero",
+                    ));
+                }
+            }
+            "Tree"
+                if o.sugar("local")
+                    .and_then(G::as_str)
+                    .unwrap_or("")
+                    .is_empty() =>
+            {
+                diags.push(Diag::error(path, o.at, "field \"local\" is required"));
+            }
+            "Unit" | "Dropin"
+                if o.sugar("contents_local").is_some() && o.get("contents").is_some() =>
+            {
+                diags.push(Diag::error(
+                    &format!("{path}.contents_local"),
+                    o.sugar_pos("contents_local"),
+                    "only one of the following can be set: contents, contents_local",
+                ));
+            }
+            _ => {}
+        });
+        self.report.diags.extend(diags);
+    }
+
+    /// Base v0_6 on (spec 3.5): a partition given by label only, on a disk whose table is
+    /// kept, is not reused but created anew; Butane warns.
+    fn partitions_by_label(&mut self, cfg: &Obj, boot: Option<&Obj>) {
+        let Some(st) = cfg.obj("storage") else { return };
+        // Butane v0.29 no longer warns for the disks of boot_device.mirror.
+        let mirrored: Vec<&str> = match self.opts.release {
+            Release::Newest => boot
+                .and_then(|b| b.obj("mirror"))
+                .map(|m| {
+                    m.list("devices")
+                        .iter()
+                        .filter_map(|(g, _)| g.as_str())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Release::V0_25 => Vec::new(),
+        };
+        for (i, (d, _)) in st.list("disks").iter().enumerate() {
+            let d = d.as_obj().expect("object");
+            if d.boolean("wipeTable") == Some(true)
+                || d.str("device") == Some("/dev/disk/by-id/coreos-boot-disk")
+                || d.str("device").is_some_and(|dev| mirrored.contains(&dev))
+            {
+                continue;
+            }
+            for (j, (p, pos)) in d.list("partitions").iter().enumerate() {
+                let p = p.as_obj().expect("object");
+                if p.int("number").unwrap_or(0) == 0 && p.get("label").is_some() {
+                    self.report.push(Diag::warning(
+                        &format!("$.storage.disks.{i}.partitions.{j}.number"),
+                        *pos,
+                        "partitions cannot be reused by label; number must be specified except on boot disk (/dev/disk/by-id/coreos-boot-disk) or when wipe_table is true",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Spec 3.0's CaReference has a required source: `inline`/`local` (which 3.0 cannot
+    /// express there) leave it empty, which Ignition 3.0 refuses.
+    fn ca_sources_30(&mut self, cfg: &Obj) {
+        let Some(tls) = cfg
+            .obj("ignition")
+            .and_then(|i| i.obj("security"))
+            .and_then(|s| s.obj("tls"))
+        else {
+            return;
+        };
+        for (i, (ca, pos)) in tls.list("certificateAuthorities").iter().enumerate() {
+            let ca = ca.as_obj().expect("object");
+            if ca.str("source").unwrap_or("").is_empty() {
+                self.report.push(Diag::error(
+                    &format!("$.ignition.security.tls.certificate_authorities.{i}.source"),
+                    *pos,
+                    "certificate authorities need a source",
+                ));
+            }
+        }
+    }
+
+    fn validate_boot_device(&mut self, b: &Obj) {
+        // The s390x layouts came with fcos 1.6 / openshift 4.19 (spec 3.5).
+        let s390x_ok = self.t.minor >= 5;
+        if let Some(l) = b.str("layout")
+            && !(matches!(l, "aarch64" | "ppc64le" | "x86_64")
+                || s390x_ok && matches!(l, "s390x-eckd" | "s390x-virt" | "s390x-zfcp"))
+        {
+            self.report.push(Diag::error(
+                "$.boot_device.layout",
+                b.pos_of("layout"),
+                "layout must be one of: aarch64, ppc64le, s390x-eckd, s390x-virt, s390x-zfcp, x86_64",
+            ));
+        }
+        let devices = b
+            .obj("mirror")
+            .map(|m| m.list("devices").len())
+            .unwrap_or(0);
+        // Butane v0.29 no longer assumes x86_64 for a mirrored boot disk (fcos 1.7.0 and
+        // later; openshift 4.21 and later, where the stable versions only warn).
+        if devices > 0 && b.str("layout").is_none() && self.opts.release == Release::Newest {
+            let exp = self.t.ign_version.ends_with("-experimental");
+            let rule = match self.t.variant {
+                Variant::Fcos if self.t.minor >= 6 => Some(true),
+                Variant::Openshift if self.t.ver_minor >= 21 => Some(exp),
+                _ => None,
+            };
+            if let Some(error) = rule {
+                let d = Diag {
+                    error,
+                    path: "$.boot_device.mirror".into(),
+                    pos: Some(b.pos_of("mirror")),
+                    message: "boot_device.layout must be specified when mirroring the boot disk"
+                        .into(),
+                };
+                self.report.push(d);
+            }
+        }
+        if devices == 1 {
+            self.report.push(Diag::error(
+                "$.boot_device.mirror.devices",
+                b.pos_of("mirror"),
+                "mirroring requires at least two devices",
+            ));
+        }
+        if let Some(l) = b.obj("luks") {
+            let want = want_boot_luks(l);
+            let s390 = matches!(b.str("layout"), Some("s390x-eckd") | Some("s390x-zfcp"));
+            if want && s390 && l.str("device").unwrap_or("").is_empty() {
+                self.report.push(Diag::error(
+                    "$.boot_device.luks.device",
+                    b.pos_of("luks"),
+                    "device is required for layouts: s390x-eckd, s390x-zfcp",
+                ));
+            }
+        }
+    }
+
+    /// `inline` and `local` of every resource, to a data URL.
+    fn resources(&mut self, o: &mut Obj, path: &str) {
+        let minor = self.t.minor;
+        for i in 0..o.vals.len() {
+            let f = &o.def.fields[i];
+            let name = if f.yaml.is_empty() { f.json } else { f.yaml };
+            let child = format!("{path}.{name}");
+            match o.vals[i].as_mut() {
+                Some(G::Obj(c)) => self.resources(c, &child),
+                Some(G::List(l)) => {
+                    for (j, (v, _)) in l.iter_mut().enumerate() {
+                        if let G::Obj(c) = v {
+                            self.resources(c, &format!("{child}.{j}"));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if o.def.name != "Resource" {
+            return;
+        }
+        let contents = if let Some(G::Str(rel)) = o.sugar("local").cloned() {
+            let pos = o.sugar_pos("local");
+            match self.read_local(&rel) {
+                Ok(c) => Some((c, pos)),
+                Err(e) => {
+                    self.report
+                        .push(Diag::error(&format!("{path}.local"), pos, e));
+                    return;
+                }
+            }
+        } else {
+            o.sugar("inline")
+                .and_then(G::as_str)
+                .map(|s| (s.as_bytes().to_vec(), o.sugar_pos("inline")))
+        };
+        if let Some((data, pos)) = contents {
+            let (url, compression) = data_url_for(minor, &data, o.str("compression"));
+            o.set_at("source", minor, G::Str(url), pos);
+            if let Some(c) = compression {
+                o.set_at("compression", minor, G::Str(c), pos);
+            }
+        }
+    }
+
+    fn read_local(&self, rel: &str) -> Result<Vec<u8>, String> {
+        match self.opts.files_dir {
+            None => Err(no_files_dir()),
+            Some(fd) => fd.read(rel),
+        }
+    }
+
+    fn users_and_units(&mut self, cfg: &mut Obj) {
+        let minor = self.t.minor;
+        let mut errors = Vec::new();
+        if let Some(G::Obj(passwd)) = cfg.get_mut("passwd")
+            && let Some(G::List(users)) = passwd.get_mut("users")
+        {
+            for (i, (u, _)) in users.iter_mut().enumerate() {
+                let G::Obj(u) = u else { continue };
+                let Some(G::List(files)) = u.sugar("ssh_authorized_keys_local").cloned() else {
+                    continue;
+                };
+                if files.is_empty() {
+                    continue;
+                }
+                let path = format!("$.passwd.users.{i}.ssh_authorized_keys_local");
+                let pos = u.sugar_pos("ssh_authorized_keys_local");
+                if self.opts.files_dir.is_none() {
+                    errors.push(Diag::error(&path, pos, no_files_dir()));
+                    continue;
+                }
+                let mut keys: Vec<(G, Pos)> = u.list("sshAuthorizedKeys").to_vec();
+                for (j, (f, fpos)) in files.iter().enumerate() {
+                    let rel = f.as_str().unwrap_or("");
+                    match self.read_local(rel) {
+                        Ok(data) => {
+                            let text = String::from_utf8_lossy(&data).into_owned();
+                            for line in text.split('\n') {
+                                let line = line.strip_suffix('\r').unwrap_or(line);
+                                if !line.is_empty() {
+                                    keys.push((G::Str(line.to_string()), *fpos));
+                                }
+                            }
+                        }
+                        Err(e) => errors.push(Diag::error(&format!("{path}.{j}"), *fpos, e)),
+                    }
+                }
+                u.set_at("sshAuthorizedKeys", minor, G::List(keys), pos);
+            }
+        }
+        if let Some(G::Obj(systemd)) = cfg.get_mut("systemd")
+            && let Some(G::List(units)) = systemd.get_mut("units")
+        {
+            for (i, (u, _)) in units.iter_mut().enumerate() {
+                let G::Obj(u) = u else { continue };
+                let path = format!("$.systemd.units.{i}");
+                self.contents_local(u, &path, &mut errors);
+                if let Some(G::List(dropins)) = u.get_mut("dropins") {
+                    for (j, (d, _)) in dropins.iter_mut().enumerate() {
+                        if let G::Obj(d) = d {
+                            self.contents_local(d, &format!("{path}.dropins.{j}"), &mut errors);
+                        }
+                    }
+                }
+            }
+        }
+        self.report.diags.extend(errors);
+    }
+
+    fn contents_local(&self, u: &mut Obj, path: &str, errors: &mut Vec<Diag>) {
+        let Some(G::Str(rel)) = u.sugar("contents_local").cloned() else {
+            return;
+        };
+        if rel.is_empty() {
+            return;
+        }
+        let pos = u.sugar_pos("contents_local");
+        match self.read_local(&rel) {
+            Ok(data) => u.set_at(
+                "contents",
+                self.t.minor,
+                G::Str(String::from_utf8_lossy(&data).into_owned()),
+                pos,
+            ),
+            Err(e) => errors.push(Diag::error(&format!("{path}.contents_local"), pos, e)),
+        }
+    }
+
+    fn quadlets(&mut self, cfg: &mut Obj) {
+        let minor = self.t.minor;
+        let list: Vec<(G, Pos)> = match cfg.obj("systemd").and_then(|s| s.sugar("quadlets")) {
+            Some(G::List(l)) if !l.is_empty() => l.clone(),
+            _ => return,
+        };
+        let mut files = Vec::new();
+        for (i, (q, pos)) in list.iter().enumerate() {
+            let q = q.as_obj().expect("object");
+            let path = format!("$.systemd.quadlets.{i}");
+            let name = q.sugar("name").and_then(G::as_str).unwrap_or("");
+            if name.is_empty() {
+                self.report.push(Diag::error(
+                    &format!("{path}.name"),
+                    *pos,
+                    "field \"name\" is required",
+                ));
+                continue;
+            }
+            if q.sugar("rootful") != Some(&G::Bool(true)) {
+                self.report.push(Diag::error(
+                    &format!("{path}.rootful"),
+                    *pos,
+                    "only rootful quadlets are supported by this translator",
+                ));
+                continue;
+            }
+            let contents = match (q.sugar("contents"), q.sugar("contents_local")) {
+                (Some(G::Str(c)), _) => c.as_bytes().to_vec(),
+                (_, Some(G::Str(l))) => match self.read_local(l) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.report
+                            .push(Diag::error(&format!("{path}.contents_local"), *pos, e));
+                        continue;
+                    }
+                },
+                _ => Vec::new(),
+            };
+            let (url, compression) = data_url_for(minor, &contents, None);
+            let mut res = Obj::new(&schema::RESOURCE, *pos);
+            if let Some(c) = compression {
+                res.set("compression", minor, G::Str(c));
+            }
+            res.set("source", minor, G::Str(url));
+            let mut f = Obj::new(&schema::FILE, *pos);
+            f.set(
+                "path",
+                minor,
+                G::Str(format!("/etc/containers/systemd/{name}")),
+            );
+            f.set("contents", minor, G::Obj(res));
+            f.set("mode", minor, G::Int(0o644));
+            files.push((G::Obj(f), *pos));
+        }
+        if files.is_empty() {
+            return;
+        }
+        let mut rendered = Obj::new(&schema::CONFIG, cfg.at);
+        *rendered.obj_mut("storage", minor).list_mut("files", minor) = files;
+        *cfg = merge(&rendered, cfg);
+    }
+
+    fn mount_units(&mut self, cfg: &mut Obj) {
+        let minor = self.t.minor;
+        let Some(storage) = cfg.obj("storage") else {
+            return;
+        };
+        let luks: Vec<(String, bool)> = storage
+            .list("luks")
+            .iter()
+            .filter_map(|(l, _)| l.as_obj())
+            .map(|l| {
+                let tang = l
+                    .obj("clevis")
+                    .map(|c| !c.list("tang").is_empty())
+                    .unwrap_or(false);
+                (l.str("name").unwrap_or("").to_string(), tang)
+            })
+            .collect();
+        let mut units = Vec::new();
+        for (fs, pos) in storage.list("filesystems") {
+            let fs = fs.as_obj().expect("object");
+            if fs.sugar("with_mount_unit") != Some(&G::Bool(true)) {
+                continue;
+            }
+            let device = fs.str("device").unwrap_or("");
+            let format = fs.str("format").unwrap_or("");
+            let remote = (device.starts_with("/dev/mapper/")
+                || device.starts_with("/dev/disk/by-id/dm-name-"))
+                && luks.iter().any(|(name, tang)| {
+                    *tang
+                        && (device == format!("/dev/mapper/{name}")
+                            || device == format!("/dev/disk/by-id/dm-name-{name}"))
+                });
+            let mount_options: Vec<&str> = fs
+                .list("mountOptions")
+                .iter()
+                .filter_map(|(g, _)| g.as_str())
+                .collect();
+            let mut options = String::new();
+            if !mount_options.is_empty() || remote {
+                options.push_str("\nOptions=");
+                options.push_str(&mount_options.join(","));
+                if remote {
+                    if !mount_options.is_empty() {
+                        options.push(',');
+                    }
+                    options.push_str("_netdev");
+                }
+            }
+            let escaped = unit_path_escape(device);
+            let (name, contents) = if format == "swap" {
+                (
+                    format!("{escaped}.swap"),
+                    format!(
+                        "# Generated by Butane\n[Swap]\nWhat={device}{options}\n\n[Install]\nRequiredBy=swap.target"
+                    ),
+                )
+            } else {
+                let path = fs.str("path").unwrap_or("");
+                let target = if remote {
+                    "remote-fs.target"
+                } else {
+                    "local-fs.target"
+                };
+                (
+                    format!("{}.mount", unit_path_escape(path)),
+                    format!(
+                        "# Generated by Butane\n[Unit]\nRequires=systemd-fsck@{escaped}.service\nAfter=systemd-fsck@{escaped}.service\n\n[Mount]\nWhere={path}\nWhat={device}\nType={format}{options}\n\n[Install]\nRequiredBy={target}"
+                    ),
+                )
+            };
+            let mut u = Obj::new(&schema::UNIT, *pos);
+            u.set("contents", minor, G::Str(contents));
+            u.set("enabled", minor, G::Bool(true));
+            u.set("name", minor, G::Str(name));
+            units.push((G::Obj(u), *pos));
+        }
+        if units.is_empty() {
+            return;
+        }
+        let mut rendered = Obj::new(&schema::CONFIG, cfg.at);
+        *rendered.obj_mut("systemd", minor).list_mut("units", minor) = units;
+        *cfg = merge(&rendered, cfg);
+    }
+
+    fn trees(&mut self, cfg: &mut Obj) {
+        let minor = self.t.minor;
+        let trees: Vec<(G, Pos)> = match cfg.obj("storage").and_then(|s| s.sugar("trees")) {
+            Some(G::List(l)) if !l.is_empty() => l.clone(),
+            _ => return,
+        };
+        for (i, (tree, pos)) in trees.iter().enumerate() {
+            let path = format!("$.storage.trees.{i}");
+            let tree = tree.as_obj().expect("object");
+            let Some(fd) = self.opts.files_dir else {
+                self.report.push(Diag::error(&path, *pos, no_files_dir()));
+                return;
+            };
+            let local = tree.sugar("local").and_then(G::as_str).unwrap_or("");
+            let dest = tree.sugar("path").and_then(G::as_str).unwrap_or("/");
+            let dest = if dest.is_empty() { "/" } else { dest };
+            let walked = match fd.walk(local) {
+                Ok(w) => w,
+                Err(e) => {
+                    self.report.push(Diag::error(&path, *pos, e));
+                    continue;
+                }
+            };
+            let storage = cfg.obj_mut("storage", minor);
+            for e in walked {
+                match e {
+                    TreeEntry::File {
+                        rel,
+                        contents,
+                        executable,
+                    } => {
+                        let dpath = join_path(dest, &rel);
+                        if exists_other(storage, "files", &dpath) {
+                            self.report.push(Diag::error(
+                                &path,
+                                *pos,
+                                "config already specifies that path",
+                            ));
+                            continue;
+                        }
+                        let files = storage.list_mut("files", minor);
+                        let idx = files.iter().position(|(f, _)| {
+                            f.as_obj().and_then(|f| f.str("path")) == Some(dpath.as_str())
+                        });
+                        let idx = match idx {
+                            Some(i) => {
+                                let f = files[i].0.as_obj().expect("object");
+                                if f.obj("contents").and_then(|c| c.str("source")).is_some() {
+                                    self.report.push(Diag::error(
+                                        &path,
+                                        *pos,
+                                        "config already specifies that path",
+                                    ));
+                                    continue;
+                                }
+                                i
+                            }
+                            None => {
+                                let mut f = Obj::new(&schema::FILE, *pos);
+                                f.set("path", minor, G::Str(dpath.clone()));
+                                files.push((G::Obj(f), *pos));
+                                files.len() - 1
+                            }
+                        };
+                        let f = files[idx].0.as_obj_mut().expect("object");
+                        let current = f
+                            .obj("contents")
+                            .and_then(|c| c.str("compression"))
+                            .map(str::to_string);
+                        let (url, compression) = data_url_for(minor, &contents, current.as_deref());
+                        let c = f.obj_mut("contents", minor);
+                        c.set("source", minor, G::Str(url));
+                        if let Some(comp) = compression {
+                            c.set("compression", minor, G::Str(comp));
+                        }
+                        if f.int("mode").is_none() {
+                            f.set(
+                                "mode",
+                                minor,
+                                G::Int(if executable { 0o755 } else { 0o644 }),
+                            );
+                        }
+                    }
+                    TreeEntry::Symlink { rel, target } => {
+                        let dpath = join_path(dest, &rel);
+                        if exists_other(storage, "links", &dpath) {
+                            self.report.push(Diag::error(
+                                &path,
+                                *pos,
+                                "config already specifies that path",
+                            ));
+                            continue;
+                        }
+                        let links = storage.list_mut("links", minor);
+                        let idx = links.iter().position(|(l, _)| {
+                            l.as_obj().and_then(|l| l.str("path")) == Some(dpath.as_str())
+                        });
+                        let idx = match idx {
+                            Some(i) => {
+                                if links[i].0.as_obj().and_then(|l| l.str("target")).is_some() {
+                                    self.report.push(Diag::error(
+                                        &path,
+                                        *pos,
+                                        "config already specifies that path",
+                                    ));
+                                    continue;
+                                }
+                                i
+                            }
+                            None => {
+                                let mut l = Obj::new(&schema::LINK, *pos);
+                                l.set("path", minor, G::Str(dpath.clone()));
+                                links.push((G::Obj(l), *pos));
+                                links.len() - 1
+                            }
+                        };
+                        links[idx].0.as_obj_mut().expect("object").set(
+                            "target",
+                            minor,
+                            G::Str(target),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn boot_device(&mut self, cfg: &mut Obj, b: &Obj) {
+        let minor = self.t.minor;
+        let luks = b.obj("luks");
+        let want_luks = luks.map(want_boot_luks).unwrap_or(false);
+        let mirror: Vec<String> = b
+            .obj("mirror")
+            .map(|m| {
+                m.list("devices")
+                    .iter()
+                    .filter_map(|(g, _)| g.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let want_mirror = !mirror.is_empty();
+        if !want_luks && !want_mirror {
+            return;
+        }
+        let layout = b.str("layout").unwrap_or("x86_64");
+        let (bios, efi, prep) = match layout {
+            "x86_64" => (true, true, false),
+            "aarch64" => (false, true, false),
+            "ppc64le" => (false, false, true),
+            _ => (false, false, false),
+        };
+        let at = b.at;
+        let mut rendered = Obj::new(&schema::CONFIG, at);
+        let mut disks = Vec::new();
+        let mut filesystems = Vec::new();
+        let part = |label: String, size: Option<i64>, guid: Option<&str>| {
+            let mut p = Obj::new(&schema::PARTITION, at);
+            p.set("label", minor, G::Str(label));
+            if let Some(s) = size {
+                p.set("sizeMiB", minor, G::Int(s));
+            }
+            if let Some(g) = guid {
+                p.set("typeGuid", minor, G::Str(g.into()));
+            }
+            (G::Obj(p), at)
+        };
+        let fs = |device: String, format: &str, label: String| {
+            let mut f = Obj::new(&schema::FILESYSTEM, at);
+            f.set("device", minor, G::Str(device));
+            f.set("format", minor, G::Str(format.into()));
+            f.set("label", minor, G::Str(label));
+            f.set("wipeFilesystem", minor, G::Bool(true));
+            (G::Obj(f), at)
+        };
+        const RESERVED: &str = "8DA63339-0007-60C0-C436-083AC8230908";
+        if want_mirror {
+            for (i, dev) in mirror.iter().enumerate() {
+                let n = i + 1;
+                let mut parts = Vec::new();
+                if bios {
+                    parts.push(part(
+                        format!("bios-{n}"),
+                        Some(1),
+                        Some("21686148-6449-6E6F-744E-656564454649"),
+                    ));
+                } else if prep {
+                    parts.push(part(
+                        format!("prep-{n}"),
+                        Some(4),
+                        Some("9E1A2D38-C612-4316-AA26-8B49521E5A8B"),
+                    ));
+                } else {
+                    parts.push(part(format!("reserved-{n}"), Some(1), Some(RESERVED)));
+                }
+                if efi {
+                    parts.push(part(
+                        format!("esp-{n}"),
+                        Some(127),
+                        Some("C12A7328-F81F-11D2-BA4B-00A0C93EC93B"),
+                    ));
+                } else {
+                    parts.push(part(format!("reserved-{n}"), Some(1), Some(RESERVED)));
+                }
+                parts.push(part(format!("boot-{n}"), Some(384), None));
+                parts.push(part(format!("root-{n}"), None, None));
+                let mut d = Obj::new(&schema::DISK, at);
+                d.set("device", minor, G::Str(dev.clone()));
+                d.set("partitions", minor, G::List(parts));
+                d.set("wipeTable", minor, G::Bool(true));
+                disks.push((G::Obj(d), at));
+                if efi {
+                    filesystems.push(fs(
+                        format!("/dev/disk/by-partlabel/esp-{n}"),
+                        "vfat",
+                        format!("esp-{n}"),
+                    ));
+                }
+            }
+            let devs = |prefix: &str| {
+                G::List(
+                    (1..=mirror.len())
+                        .map(|i| (G::Str(format!("/dev/disk/by-partlabel/{prefix}-{i}")), at))
+                        .collect(),
+                )
+            };
+            let mut boot = Obj::new(&schema::RAID, at);
+            boot.set("devices", minor, devs("boot"));
+            boot.set("level", minor, G::Str("raid1".into()));
+            boot.set("name", minor, G::Str("md-boot".into()));
+            boot.set(
+                "options",
+                minor,
+                G::List(vec![(G::Str("--metadata=1.0".into()), at)]),
+            );
+            let mut root = Obj::new(&schema::RAID, at);
+            root.set("devices", minor, devs("root"));
+            root.set("level", minor, G::Str("raid1".into()));
+            root.set("name", minor, G::Str("md-root".into()));
+            rendered.obj_mut("storage", minor).set(
+                "raid",
+                minor,
+                G::List(vec![(G::Obj(boot), at), (G::Obj(root), at)]),
+            );
+            filesystems.push(fs("/dev/md/md-boot".into(), "ext4", "boot".into()));
+        }
+        if want_luks {
+            let l = luks.expect("luks");
+            let device = match layout {
+                "s390x-eckd" => format!("{}2", l.str("device").unwrap_or("")),
+                "s390x-zfcp" => format!("{}4", l.str("device").unwrap_or("")),
+                _ if want_mirror => "/dev/md/md-root".into(),
+                _ => "/dev/disk/by-partlabel/root".into(),
+            };
+            let mut clevis = Obj::new(&schema::CLEVIS, at);
+            if let Some(t) = l.get("tang") {
+                clevis.set("tang", minor, t.clone());
+            }
+            if let Some(t) = l.get("threshold") {
+                clevis.set("threshold", minor, t.clone());
+            }
+            if let Some(t) = l.get("tpm2") {
+                clevis.set("tpm2", minor, t.clone());
+            }
+            let mut lk = Obj::new(&schema::LUKS, at);
+            if let Some(c) = l.get("cex")
+                && minor >= 5
+            {
+                lk.set("cex", minor, c.clone());
+            }
+            lk.set("clevis", minor, G::Obj(clevis));
+            lk.set("device", minor, G::Str(device));
+            if let Some(d) = l.get("discard")
+                && minor >= 4
+            {
+                lk.set("discard", minor, d.clone());
+            }
+            lk.set("label", minor, G::Str("luks-root".into()));
+            lk.set("name", minor, G::Str("root".into()));
+            lk.set("wipeVolume", minor, G::Bool(true));
+            rendered
+                .obj_mut("storage", minor)
+                .set("luks", minor, G::List(vec![(G::Obj(lk), at)]));
+        }
+        let root_dev = if want_luks {
+            "/dev/mapper/root"
+        } else {
+            "/dev/md/md-root"
+        };
+        filesystems.push(fs(root_dev.into(), "xfs", "root".into()));
+        let st = rendered.obj_mut("storage", minor);
+        if !disks.is_empty() {
+            st.set("disks", minor, G::List(disks));
+        }
+        st.set("filesystems", minor, G::List(filesystems));
+        *cfg = merge(&rendered, cfg);
+    }
+
+    fn partition_label_warnings(&mut self, cfg: &Obj) {
+        if !matches!(self.t.variant, Variant::Fcos | Variant::Openshift) || !self.t.boot_device {
+            return;
+        }
+        let Some(st) = cfg.obj("storage") else { return };
+        for (i, (d, _)) in st.list("disks").iter().enumerate() {
+            let d = d.as_obj().expect("object");
+            if d.boolean("wipeTable") == Some(true) {
+                continue;
+            }
+            for (j, (p, ppos)) in d.list("partitions").iter().enumerate() {
+                let p = p.as_obj().expect("object");
+                let n = p.int("number").unwrap_or(0);
+                let bad = match p.str("label") {
+                    Some("BIOS-BOOT") | Some("PowerPC-PReP-boot") => n != 1,
+                    Some("EFI-SYSTEM") => n != 2,
+                    Some("boot") => n != 3,
+                    Some("root") => n != 4,
+                    _ => false,
+                };
+                if bad {
+                    self.report.push(Diag::warning(
+                        &format!("$.storage.disks.{i}.partitions.{j}.label"),
+                        *ppos,
+                        "incorrect partition number; a new partition will be created using reserved label",
+                    ));
+                }
+            }
+        }
+    }
+
+    fn grub(&mut self, cfg: &mut Obj, g: &Obj) {
+        let minor = self.t.minor;
+        let users: Vec<(String, String)> = g
+            .list("users")
+            .iter()
+            .filter_map(|(u, _)| u.as_obj())
+            .map(|u| {
+                (
+                    u.str("name").unwrap_or("").to_string(),
+                    u.str("password_hash").unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        if users.is_empty() {
+            return;
+        }
+        let at = g.at;
+        let names: Vec<&str> = users.iter().map(|u| u.0.as_str()).collect();
+        let cmds: Vec<String> = users
+            .iter()
+            .map(|(n, h)| format!("password_pbkdf2 {n} {h}"))
+            .collect();
+        let text = format!(
+            "# Generated by Butane\n\nset superusers=\"{}\"\n{}\n",
+            names.join(" "),
+            cmds.join("\n")
+        );
+        let (url, compression) = make_data_url(text.as_bytes(), None);
+        let mut rendered = Obj::new(&schema::CONFIG, at);
+        let mut fs = Obj::new(&schema::FILESYSTEM, at);
+        fs.set("device", minor, G::Str("/dev/disk/by-label/boot".into()));
+        fs.set("format", minor, G::Str("ext4".into()));
+        fs.set("path", minor, G::Str("/boot".into()));
+        let mut res = Obj::new(&schema::RESOURCE, at);
+        if let Some(c) = compression {
+            res.set("compression", minor, G::Str(c));
+        }
+        res.set("source", minor, G::Str(url));
+        let mut file = Obj::new(&schema::FILE, at);
+        file.set("path", minor, G::Str("/boot/grub2/user.cfg".into()));
+        file.set("append", minor, G::List(vec![(G::Obj(res), at)]));
+        let st = rendered.obj_mut("storage", minor);
+        st.set("files", minor, G::List(vec![(G::Obj(file), at)]));
+        st.set("filesystems", minor, G::List(vec![(G::Obj(fs), at)]));
+        *cfg = merge(&rendered, cfg);
+    }
+
+    /// What a variant does not support (r4e and fiot: no disk layout or kernel arguments;
+    /// flatcar: no clevis).
+    fn forbidden_fields(&mut self, cfg: &Obj) {
+        let st = cfg.obj("storage");
+        match self.t.variant {
+            Variant::R4e | Variant::Fiot => {
+                if cfg.obj("kernelArguments").is_some_and(|k| !k.is_zero()) {
+                    self.report.push(Diag::error(
+                        "$.kernel_arguments",
+                        cfg.pos_of("kernelArguments"),
+                        "kernel argument customization is not supported in this spec version",
+                    ));
+                }
+                for (k, y, what) in [
+                    (
+                        "disks",
+                        "disks",
+                        "disk customization is not supported in this spec version",
+                    ),
+                    (
+                        "filesystems",
+                        "filesystems",
+                        "filesystem customization is not supported in this spec version",
+                    ),
+                    ("luks", "luks", "luks is not supported in this spec version"),
+                    ("raid", "raid", "raid is not supported in this spec version"),
+                ] {
+                    if let Some(st) = st
+                        && !st.list(k).is_empty()
+                    {
+                        self.report.push(Diag::error(
+                            &format!("$.storage.{y}"),
+                            st.pos_of(k),
+                            what,
+                        ));
+                    }
+                }
+            }
+            Variant::Flatcar if self.t.minor <= 4 => {
+                if let Some(st) = st {
+                    for (i, (l, _)) in st.list("luks").iter().enumerate() {
+                        let l = l.as_obj().expect("object");
+                        if l.obj("clevis").is_some_and(|c| !c.is_zero()) {
+                            self.report.push(Diag::error(
+                                &format!("$.storage.luks.{i}.clevis"),
+                                l.pos_of("clevis"),
+                                "clevis is not supported in this spec version",
+                            ));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// CEX on the boot disk needs its key file named on the kernel command line.
+    fn openshift_cex(&mut self, cfg: &Obj, os: Option<&Obj>, boot: Option<&Obj>) {
+        let cex = boot
+            .and_then(|b| b.obj("luks"))
+            .and_then(|l| l.obj("cex"))
+            .and_then(|c| c.boolean("enabled"))
+            == Some(true);
+        let karg = os.is_some_and(|o| {
+            o.list("kernel_arguments")
+                .iter()
+                .any(|(k, _)| k.as_str() == Some("rd.luks.key=/etc/luks/cex.key"))
+        });
+        if cex && !karg {
+            self.report.push(Diag::error(
+                "$.openshift.kernel_arguments",
+                os.map(|o| o.pos_of("kernel_arguments")).unwrap_or(cfg.at),
+                "'rd.luks.key=/etc/luks/cex.key' must be set as kernel argument when CEX is enabled for the boot device",
+            ));
+        }
+    }
+
+    fn openshift_raw(&mut self, cfg: &mut Obj, os: Option<&Obj>, _boot: Option<&Obj>) {
+        let minor = self.t.minor;
+        // The GRUB sugar's append becomes contents (the MCO does not support append).
+        if let Some(G::Obj(st)) = cfg.get_mut("storage")
+            && let Some(G::List(files)) = st.get_mut("files")
+        {
+            for (f, _) in files.iter_mut() {
+                let f = f.as_obj_mut().expect("object");
+                if f.str("path") == Some("/boot/grub2/user.cfg") {
+                    if f.list("append").len() == 1 {
+                        let a = f.list("append")[0].0.clone();
+                        f.set("contents", minor, a);
+                        let i = f.def.idx("append", minor).expect("append");
+                        f.vals[i] = None;
+                    }
+                    break;
+                }
+            }
+        }
+        // Up to 4.19, FIPS mode also sets a FIPS cipher on LUKS volumes.
+        let fips = os.and_then(|o| o.boolean("fips")) == Some(true) && self.t.ver_minor < 20;
+        if fips
+            && let Some(G::Obj(st)) = cfg.get_mut("storage")
+            && let Some(G::List(luks)) = st.get_mut("luks")
+        {
+            for (l, pos) in luks.iter_mut() {
+                let l = l.as_obj_mut().expect("object");
+                let has = l.list("options").iter().any(|(o, _)| {
+                    let o = o.as_str().unwrap_or("");
+                    o == "--cipher" || o.starts_with("--cipher=") || o == "-c"
+                });
+                if !has {
+                    let p = *pos;
+                    let opts = l.list_mut("options", minor);
+                    opts.push((G::Str("--cipher".into()), p));
+                    opts.push((G::Str("aes-cbc-essiv:sha256".into()), p));
+                }
+            }
+        }
+        if let Some(os) = os {
+            for k in ["extensions", "fips", "kernel_arguments", "kernel_type"] {
+                let set = match os.get(k) {
+                    Some(G::List(l)) => !l.is_empty(),
+                    Some(G::Bool(b)) => *b,
+                    Some(G::Str(s)) => !s.is_empty(),
+                    _ => false,
+                };
+                if set {
+                    self.report.push(Diag::warning(
+                        &format!("$.openshift.{k}"),
+                        os.pos_of(k),
+                        "field ignored in raw mode",
+                    ));
+                }
+            }
+        }
+        // What the MCO does not support, on the fully desugared config.
+        let mut errs = Vec::new();
+        let at = cfg.at;
+        if cfg.obj("kernelArguments").is_some_and(|k| !k.is_zero()) {
+            errs.push(Diag::error(
+                "$.kernel_arguments",
+                cfg.pos_of("kernelArguments"),
+                "this field cannot be used for kernel arguments; use openshift.kernel_arguments instead",
+            ));
+        }
+        if let Some(p) = cfg.obj("passwd") {
+            if !p.list("groups").is_empty() {
+                errs.push(Diag::error(
+                    "$.passwd.groups",
+                    p.pos_of("groups"),
+                    "groups are not supported",
+                ));
+            }
+            for (i, (u, _)) in p.list("users").iter().enumerate() {
+                let u = u.as_obj().expect("object");
+                for (j, k) in [
+                    "gecos",
+                    "groups",
+                    "homeDir",
+                    "noCreateHome",
+                    "noLogInit",
+                    "noUserGroup",
+                    "primaryGroup",
+                    "shell",
+                    "shouldExist",
+                    "system",
+                    "uid",
+                ]
+                .iter()
+                .enumerate()
+                {
+                    let _ = j;
+                    if u.get(k)
+                        .is_some_and(|g| !g.is_zero() || matches!(g, G::Bool(_)))
+                    {
+                        errs.push(Diag::error(
+                            &format!("$.passwd.users.{i}.{k}"),
+                            u.pos_of(k),
+                            "this field is not supported for users",
+                        ));
+                    }
+                }
+                if u.str("name") != Some("core") {
+                    errs.push(Diag::error(
+                        &format!("$.passwd.users.{i}.name"),
+                        u.pos_of("name"),
+                        "only the core user is supported",
+                    ));
+                }
+            }
+        }
+        if let Some(st) = cfg.obj("storage") {
+            if !st.list("directories").is_empty() {
+                errs.push(Diag::error(
+                    "$.storage.directories",
+                    st.pos_of("directories"),
+                    "directories are not supported",
+                ));
+            }
+            if !st.list("links").is_empty() {
+                errs.push(Diag::error(
+                    "$.storage.links",
+                    st.pos_of("links"),
+                    "links are not supported",
+                ));
+            }
+            for (i, (f, _)) in st.list("files").iter().enumerate() {
+                let f = f.as_obj().expect("object");
+                if !f.list("append").is_empty() {
+                    errs.push(Diag::error(
+                        &format!("$.storage.files.{i}.append"),
+                        f.pos_of("append"),
+                        "appending to files is not supported",
+                    ));
+                }
+                if let Some(c) = f.obj("contents") {
+                    if !c.list("httpHeaders").is_empty() {
+                        errs.push(Diag::error(
+                            &format!("$.storage.files.{i}.contents.http_headers"),
+                            c.pos_of("httpHeaders"),
+                            "file HTTP headers are not supported",
+                        ));
+                    }
+                    if let Some(src) = c.str("source")
+                        && let Some((scheme, _)) = src.split_once(':')
+                        && scheme != "data"
+                        && scheme
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+                    {
+                        errs.push(Diag::error(
+                            &format!("$.storage.files.{i}.contents.source"),
+                            c.pos_of("source"),
+                            "only data: URLs are supported",
+                        ));
+                    }
+                }
+                if let Some(m) = f.int("mode")
+                    && m & !0o777 != 0
+                {
+                    errs.push(Diag::error(
+                        &format!("$.storage.files.{i}.mode"),
+                        f.pos_of("mode"),
+                        "special mode bits are not supported",
+                    ));
+                }
+            }
+            for (i, (fs, _)) in st.list("filesystems").iter().enumerate() {
+                let fs = fs.as_obj().expect("object");
+                match fs.str("format") {
+                    Some("btrfs") => errs.push(Diag::error(
+                        &format!("$.storage.filesystems.{i}.format"),
+                        fs.pos_of("format"),
+                        "btrfs is not supported in this spec version",
+                    )),
+                    Some("none") => errs.push(Diag::error(
+                        &format!("$.storage.filesystems.{i}.format"),
+                        fs.pos_of("format"),
+                        "format \"none\" is not supported",
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        let _ = at;
+        self.report.diags.extend(errs);
+    }
+}
+
+/// Whether `boot_device.luks` asks for an encrypted root: TPM2, Tang or CEX.
+fn want_boot_luks(l: &Obj) -> bool {
+    l.boolean("tpm2") == Some(true)
+        || !l.list("tang").is_empty()
+        || l.obj("cex").and_then(|c| c.boolean("enabled")) == Some(true)
+}
+
+fn exists_other(storage: &Obj, except: &str, path: &str) -> bool {
+    ["files", "directories", "links"]
+        .iter()
+        .filter(|k| **k != except)
+        .any(|k| {
+            storage
+                .list(k)
+                .iter()
+                .any(|(n, _)| n.as_obj().and_then(|n| n.str("path")) == Some(path))
+        })
+}
+
+fn join_path(base: &str, rel: &str) -> String {
+    let joined = format!("{}/{}", base.trim_end_matches('/'), rel);
+    let mut parts: Vec<&str> = Vec::new();
+    for p in joined.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// Visits every struct of the tree with its YAML path.
+fn walk(o: &Obj, path: &str, f: &mut dyn FnMut(&Obj, &str)) {
+    f(o, path);
+    for (fd, v) in o.def.fields.iter().zip(&o.vals) {
+        let name = if fd.yaml.is_empty() { fd.json } else { fd.yaml };
+        let child = format!("{path}.{name}");
+        match v {
+            Some(G::Obj(c)) => walk(c, &child, f),
+            Some(G::List(l)) => {
+                for (i, (v, _)) in l.iter().enumerate() {
+                    if let G::Obj(c) = v {
+                        walk(c, &format!("{child}.{i}"), f);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Butane's "mode written in decimal" check (`CheckForDecimalMode`).
+fn decimal_mode(mode: i64, dir: bool) -> bool {
+    if !(0..=7777).contains(&mode) {
+        return false;
+    }
+    let mut oct = 0;
+    let mut d = 1000;
+    while d > 0 {
+        let digit = (mode / d) % 10;
+        if digit > 7 {
+            return false;
+        }
+        oct = (oct << 3) | digit;
+        d /= 10;
+    }
+    !typical_mode(mode, dir) && typical_mode(oct, dir)
+}
+
+fn typical_mode(mode: i64, dir: bool) -> bool {
+    if mode == 0 {
+        return true;
+    }
+    let perms = [mode & 7, (mode & 0o70) >> 3, (mode & 0o700) >> 6];
+    let (mut hr, mut hw, mut hx) = (false, false, false);
+    for p in perms {
+        let (r, w, x) = (p & 4 != 0, p & 2 != 0, p & 1 != 0);
+        if (!r && hr) || (!w && hw) || (!x && hx) {
+            return false;
+        }
+        if x && hr && !hx {
+            return false;
+        }
+        if (w || x) && !r {
+            return false;
+        }
+        hr |= r;
+        hw |= w;
+        hx |= x;
+    }
+    if !hr {
+        return false;
+    }
+    if dir {
+        if !hx || mode & 0o4000 != 0 || (mode & 0o3000 != 0 && !hw) {
+            return false;
+        }
+    } else {
+        if mode & 0o6000 != 0 && (!hx || mode & 2 != 0) {
+            return false;
+        }
+        if mode & 0o1000 != 0 {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_modes() {
+        assert!(decimal_mode(644, false));
+        assert!(!decimal_mode(420, false));
+        assert!(decimal_mode(755, true));
+    }
+}

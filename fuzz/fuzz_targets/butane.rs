@@ -1,0 +1,15 @@
+//! Fuzz target: any byte string given to the Butane translator yields Ignition JSON or a
+//! report, never a panic (hostile YAML included: the limits bound time and memory); JSON it
+//! produces for a stable spec version parses back as a valid config.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let opts = butane::Options::default();
+    if let Ok(out) = butane::translate(data, &opts)
+        && !out.ign_version.ends_with("-experimental")
+    {
+        agent::config::parse(&out.json).expect("translated config validates");
+    }
+});
