@@ -235,6 +235,50 @@ mod tests {
     }
 
     #[test]
+    fn a_named_limit_and_a_stop_request() {
+        let c = fake();
+        let bounds = Bounds {
+            total: Some((Duration::from_secs(20), "timeouts.httpTotal")),
+            stop: None,
+        }
+        .at_most(Some((Duration::from_secs(1), "the wait for X")))
+        .at_most(None);
+        let r: Result<()> = run_bounded("x", bounds, &c, |_| Err(Failure::retry(anyhow!("503"))));
+        let e = format!("{:#}", r.unwrap_err());
+        assert!(
+            e.starts_with("giving up on x after 4 attempts: the wait for X of 1s exceeded"),
+            "{e}"
+        );
+        // Set before the first attempt: none is made.
+        let stop = AtomicBool::new(true);
+        let c = fake();
+        let bounds = Bounds {
+            total: None,
+            stop: Some(&stop),
+        };
+        let r: Result<()> = run_bounded("y", bounds, &c, |_| panic!("an attempt"));
+        assert!(r.unwrap_err().downcast_ref::<Stopped>().is_some());
+        // Set by a failing attempt (another source answered meanwhile): no retry.
+        let stop = AtomicBool::new(false);
+        let bounds = Bounds {
+            total: None,
+            stop: Some(&stop),
+        };
+        let mut n = 0;
+        let r: Result<()> = run_bounded("z", bounds, &c, |_| {
+            n += 1;
+            stop.store(true, Ordering::SeqCst);
+            Err(Failure::retry(anyhow!("reset")))
+        });
+        assert_eq!(n, 1);
+        let e = format!("{:#}", r.unwrap_err());
+        assert!(
+            e.contains("z: stopped (another source answered first): reset"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn backoff_never_overflows() {
         assert_eq!(backoff(0), Duration::from_millis(100));
         assert_eq!(backoff(5), Duration::from_millis(3200));
