@@ -12,9 +12,12 @@
 //!
 //! [`fetch_user_data`] goes through the fetcher: its HTTP client ([`crate::fetch::http::send`]:
 //! each attempt bounded by the header time-out, `timeouts.httpResponseHeaders`, 10 s) and its
-//! retry policy ([`crate::fetch::retry::run`]: connection errors, time-outs and 5xx retried
-//! with a back-off of 100 ms doubling to 5 s, each retry logged). The token request is retried
-//! the same way.
+//! retry policy ([`crate::fetch::retry::run_bounded`]: connection errors, time-outs and 5xx
+//! retried with a back-off of 100 ms doubling to 5 s, each retry logged). The token request is
+//! retried the same way. It is the one HTTP user-data path: platforms with another source
+//! (OpenStack's and CloudStack's config drive, Azure's OVF CD) call [`fetch_user_data_at`]
+//! with a base found at run time and [`Bounds`] (a total wait, a stop flag for a race), and
+//! learn from [`ServiceError::answered`] whether the service ever answered.
 //!
 //! [`Client`] is a small client for other metadata (the S3 instance role credentials, the AWS
 //! region): best effort, each request bounded (2 s, no redirects, no retries), so that a
