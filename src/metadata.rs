@@ -12,16 +12,20 @@
 //!
 //! [`fetch_user_data`] goes through the fetcher: its HTTP client ([`crate::fetch::http::send`]:
 //! each attempt bounded by the header time-out, `timeouts.httpResponseHeaders`, 10 s) and its
-//! retry policy ([`crate::fetch::retry::run`]: connection errors, time-outs and 5xx retried
-//! with a back-off of 100 ms doubling to 5 s, each retry logged). The token request is retried
-//! the same way.
+//! retry policy ([`crate::fetch::retry::run_bounded`]: connection errors, time-outs and 5xx
+//! retried with a back-off of 100 ms doubling to 5 s, each retry logged). The token request is
+//! retried the same way. It is the one HTTP user-data path: platforms with another source
+//! (OpenStack's and CloudStack's config drive, Azure's OVF CD) call [`fetch_user_data_at`]
+//! with a base found at run time and [`Bounds`] (a total wait, a stop flag for a race), and
+//! learn from [`ServiceError::answered`] whether the service ever answered.
 //!
 //! [`Client`] is a small client for other metadata (the S3 instance role credentials, the AWS
 //! region): best effort, each request bounded (2 s, no redirects, no retries), so that a
 //! machine that is not on the platform does not wait for a service that is not there.
 
 use std::io::Read;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -131,15 +135,66 @@ impl Service {
     }
 }
 
+/// What ends a user-data fetch besides the fetcher's own `timeouts.httpTotal` (the shorter
+/// wins): for platforms that fall back to, or race against, another source.
+#[derive(Clone, Copy, Default)]
+pub struct Bounds<'a> {
+    /// Give up after this long in all (token, retries), naming the limit: the platform's
+    /// wait (OpenStack's 120 s, Azure IMDS's 20 s).
+    pub total: Option<Duration>,
+    /// Give up at the next retry once set (a config drive answered first). Not for a
+    /// dual-stack service (Scaleway), whose two addresses stop each other.
+    pub stop: Option<&'a AtomicBool>,
+}
+
+/// A failed user-data fetch, and whether the service ever answered: Azure passes over an
+/// instance metadata service that never answered (no network path to it) for its
+/// provisioning CD, and fails when it answered only with errors. Its text is the whole error
+/// chain.
+#[derive(Debug)]
+pub struct ServiceError {
+    pub error: anyhow::Error,
+    /// Some request got an HTTP answer (any status); false: connection errors and
+    /// time-outs only.
+    pub answered: bool,
+}
+
+impl std::fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+impl std::error::Error for ServiceError {}
+
 /// The user data of `svc` (None: the service says there is none), decoded, through `f`'s
 /// HTTP client and retry policy. Offline, [`NeedsNetwork`].
 pub fn fetch_user_data(f: &Fetcher, svc: &Service) -> Result<Option<Vec<u8>>> {
     let base = f.opts.endpoints.metadata_base(svc.platform, svc.base);
+    fetch_user_data_at(f, svc, &base, Bounds::default()).map_err(|e| e.error)
+}
+
+/// [`fetch_user_data`] from the service at `base` (instead of `svc.base` and its test
+/// override: a DHCP server, a test's server), within `bounds`. Offline, [`NeedsNetwork`].
+pub fn fetch_user_data_at(
+    f: &Fetcher,
+    svc: &Service,
+    base: &str,
+    bounds: Bounds,
+) -> Result<Option<Vec<u8>>, ServiceError> {
+    let base = base.trim_end_matches('/');
     if f.opts.offline {
-        return Err(NeedsNetwork(format!("{base}{}", svc.user_data)).into());
+        return Err(ServiceError {
+            error: NeedsNetwork(format!("{base}{}", svc.user_data)).into(),
+            answered: false,
+        });
     }
+    let answered = AtomicBool::new(false);
     let Some(v6) = svc.ipv6_base else {
-        return fetch_from(f, svc, &base);
+        return fetch_from(f, svc, base, bounds, &answered).map_err(|error| ServiceError {
+            error,
+            answered: answered.load(Ordering::SeqCst),
+        });
     };
     let v6 = f
         .opts
@@ -147,12 +202,19 @@ pub fn fetch_user_data(f: &Fetcher, svc: &Service) -> Result<Option<Vec<u8>>> {
         .metadata_base(&format!("{}/ipv6", svc.platform), v6);
     // Both at once, each with its own retries; the first answer wins. The loser is told to
     // stop at its next attempt (and dies with the process at the latest).
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(answered);
     let (tx, rx) = std::sync::mpsc::channel();
-    for b in [base, v6] {
-        let (f, svc, tx, stop) = (f.fork(), *svc, tx.clone(), stop.clone());
+    let total = bounds.total;
+    for b in [base.to_string(), v6] {
+        let (f, svc, tx) = (f.fork(), *svc, tx.clone());
+        let (stop, answered) = (stop.clone(), answered.clone());
         std::thread::spawn(move || {
-            let r = fetch_from_until(&f, &svc, &b, &stop);
+            let bounds = Bounds {
+                total,
+                stop: Some(&stop),
+            };
+            let r = fetch_from(&f, &svc, &b, bounds, &answered);
             let _ = tx.send((b, r));
         });
     }
@@ -161,7 +223,7 @@ pub fn fetch_user_data(f: &Fetcher, svc: &Service) -> Result<Option<Vec<u8>>> {
     for (b, r) in rx {
         match r {
             Ok(v) => {
-                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                stop.store(true, Ordering::SeqCst);
                 log::info!("{}: answer from {b}", svc.platform);
                 return Ok(v);
             }
@@ -171,30 +233,36 @@ pub fn fetch_user_data(f: &Fetcher, svc: &Service) -> Result<Option<Vec<u8>>> {
             }
         }
     }
-    Err(last.unwrap_or_else(|| anyhow!("{}: no answer", svc.platform)))
+    Err(ServiceError {
+        error: last.unwrap_or_else(|| anyhow!("{}: no answer", svc.platform)),
+        answered: answered.load(Ordering::SeqCst),
+    })
 }
 
-fn fetch_from(f: &Fetcher, svc: &Service, base: &str) -> Result<Option<Vec<u8>>> {
-    fetch_from_until(f, svc, base, &std::sync::atomic::AtomicBool::new(false))
-}
-
-/// [`fetch_user_data`] from the service at `base`; gives up at the next attempt once `stop`
-/// is set.
-fn fetch_from_until(
+/// The user data from the service at `base`; `answered` is set once any request gets an
+/// HTTP answer.
+fn fetch_from(
     f: &Fetcher,
     svc: &Service,
     base: &str,
-    stop: &std::sync::atomic::AtomicBool,
+    bounds: Bounds,
+    answered: &AtomicBool,
 ) -> Result<Option<Vec<u8>>> {
     let base = base.trim_end_matches('/');
     let url = format!("{base}{}", svc.user_data);
+    let limit_name = format!("the wait for the {} metadata service", svc.platform);
+    let retry_bounds = retry::Bounds {
+        total: f.opts.total_timeout().map(|t| (t, "timeouts.httpTotal")),
+        stop: bounds.stop,
+    }
+    .at_most(bounds.total.map(|t| (t, limit_name.as_str())));
     let mut headers: Vec<(String, String)> = svc
         .headers
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     if let Some(h) = svc.handshake {
-        match session_token(f, svc, base, &h)? {
+        match session_token(f, svc, base, &h, retry_bounds, answered)? {
             Some(t) => headers.push((h.send_as.to_string(), t)),
             None => log::info!(
                 "{} metadata service: no session token ({} {}{} is not offered); asking without one",
@@ -206,15 +274,16 @@ fn fetch_from_until(
         }
     }
     let limit = f.opts.limits.max_config_size;
-    let raw = retry::run(&url, f.opts.total_timeout(), f.clock(), |left| {
-        if stop.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Failure::fatal(anyhow!(
-                "{url}: another address answered first"
-            )));
-        }
+    let raw_limit = match svc.encoding {
+        Encoding::Plain => limit,
+        // Base64 text is a third longer than the data it carries (and may be wrapped).
+        Encoding::Base64 | Encoding::Base64MaybeGzip => limit.saturating_mul(4) / 3 + 1024,
+    };
+    let raw = retry::run_bounded(&url, retry_bounds, f.clock(), |left| {
         let r = http::send(f, "GET", &url, &headers, svc.low_source_port, left)?;
+        answered.store(true, Ordering::SeqCst);
         match r.status {
-            200..=299 => read_body(r, limit).map(Some),
+            200..=299 => read_body(r, raw_limit).map(Some),
             s if svc.absent_on.contains(&s) => {
                 log::info!("{}: HTTP {s}: no user data", svc.platform);
                 Ok(None)
@@ -242,6 +311,8 @@ fn session_token(
     svc: &Service,
     base: &str,
     h: &TokenHandshake,
+    bounds: retry::Bounds,
+    answered: &AtomicBool,
 ) -> Result<Option<String>> {
     let url = format!("{base}{}", h.path);
     // The service's fixed headers, unless the handshake sets its own (Akamai's Accept).
@@ -253,8 +324,9 @@ fn session_token(
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let what = format!("{} {url}", h.method);
-    retry::run(&what, f.opts.total_timeout(), f.clock(), |left| {
+    retry::run_bounded(&what, bounds, f.clock(), |left| {
         let r = http::send(f, h.method, &url, &headers, svc.low_source_port, left)?;
+        answered.store(true, Ordering::SeqCst);
         match r.status {
             200..=299 => {
                 let body = read_body(r, MAX_TOKEN_LEN as u64)?;

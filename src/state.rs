@@ -10,6 +10,7 @@
 //! | `luks/<name>.json` | disks | files (`/etc/crypttab`) | [`LuksRecord`] (JSON), 0600, directory 0700 |
 //! | `luks/<name>.key` | disks | files (`/etc/luks/<name>`) | the volume's key, 0600 |
 //! | `provider-files.json` | fetch (the platform's provider) | files (writes them into the root) | [`ProviderFile`]s (JSON, contents in base64), 0600; absent: none |
+//! | `provider-answer.json` | fetch (the first pass that asks the platform's provider) | fetch (later passes of the same boot) | [`ProviderAnswer`] (JSON, config and files in base64), 0600 |
 //!
 //! Every file is written atomically (a temporary file beside it, fsync, rename).
 
@@ -31,6 +32,45 @@ pub const NEEDNET_MARKER: &str = "neednet";
 pub const LUKS_DIR: &str = "luks";
 /// Files the platform's provider leaves for the target root.
 pub const PROVIDER_FILES: &str = "provider-files.json";
+
+/// What the platform's provider answered, kept for the later passes of the fetch stage.
+pub const PROVIDER_ANSWER: &str = "provider-answer.json";
+/// The kernel's id of this boot (a random UUID per boot).
+pub const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// What the platform's provider answered, as the fetch stage keeps it: the initramfs runs the
+/// stage twice when the config needs the network (offline, then online), and some channels
+/// hand the config over only once (Hyper-V KVP, the z/VM reader). The later pass of the same
+/// boot takes this answer instead of asking the provider again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderAnswer {
+    /// The platform asked.
+    pub platform: String,
+    /// The boot it was asked in ([`BOOT_ID`]); another boot's answer is not taken.
+    pub boot_id: String,
+    /// The config found, or None: the platform had none (an answer too).
+    pub config: Option<AnsweredConfig>,
+    /// The files the provider leaves for the target root.
+    pub files: Vec<ProviderFile>,
+}
+
+/// A config a provider found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnsweredConfig {
+    /// Where it came from (as the provider named it).
+    pub source: String,
+    /// The bytes (standard base64 in the state file).
+    #[serde(with = "base64_bytes")]
+    pub bytes: Vec<u8>,
+}
+
+/// This boot's id ([`BOOT_ID`], trimmed); empty when the kernel does not say.
+pub fn boot_id() -> String {
+    std::fs::read_to_string(BOOT_ID)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
 
 /// A file the platform's provider leaves for the files stage to write into the target root
 /// (Ignition's provider output files, e.g. Hyper-V's KVP pool files).
@@ -298,6 +338,51 @@ impl StateDir<'_> {
     }
 }
 
+impl StateDir<'_> {
+    /// Where the provider's answer is kept.
+    pub fn provider_answer_path(&self) -> PathBuf {
+        self.dir.join(PROVIDER_ANSWER)
+    }
+
+    /// Keeps the provider's answer (atomically, 0600: it may hold secrets).
+    pub fn write_provider_answer(&self, a: &ProviderAnswer) -> Result<PathBuf> {
+        let path = self.provider_answer_path();
+        let json = serde_json::to_vec_pretty(a).context("encoding the provider's answer")?;
+        crate::util::write_atomic(&path, &json, 0o600)?;
+        Ok(path)
+    }
+
+    /// The answer an earlier pass of this boot kept for `platform` ([`boot_id`]); None when
+    /// there is none, or it is another platform's or another boot's.
+    pub fn provider_answer(&self, platform: &str) -> Result<Option<ProviderAnswer>> {
+        let path = self.provider_answer_path();
+        let b = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let a: ProviderAnswer = serde_json::from_slice(&b).with_context(|| {
+            format!(
+                "decoding {} (the platform's answer kept by an earlier pass; remove it to ask the platform again)",
+                path.display()
+            )
+        })?;
+        if a.platform != platform {
+            log::info!(
+                "{}: kept for platform {}, not {platform}: not taken",
+                path.display(),
+                a.platform
+            );
+            return Ok(None);
+        }
+        if a.boot_id != boot_id() {
+            log::info!("{}: kept in another boot: not taken", path.display());
+            return Ok(None);
+        }
+        Ok(Some(a))
+    }
+}
+
 fn mkdir_private(dir: &Path) -> Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -331,6 +416,47 @@ mod tests {
     }
     fn mode(p: &Path) -> u32 {
         std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn provider_answer_is_kept_for_its_platform_and_boot() {
+        let t = Tmp::new("provider-answer");
+        let s = StateDir::new(&t.0);
+        assert_eq!(s.provider_answer("hyperv").unwrap(), None);
+        let a = ProviderAnswer {
+            platform: "hyperv".into(),
+            boot_id: boot_id(),
+            config: Some(AnsweredConfig {
+                source: "hyperv KVP".into(),
+                bytes: b"{\"secret\": 1}".to_vec(),
+            }),
+            files: vec![ProviderFile {
+                path: "/var/lib/hyperv/.kvp_pool_0".into(),
+                mode: 0o600,
+                contents: vec![0, 255],
+            }],
+        };
+        s.write_provider_answer(&a).unwrap();
+        assert_eq!(mode(&s.provider_answer_path()), 0o600);
+        assert_eq!(s.provider_answer("hyperv").unwrap(), Some(a.clone()));
+        assert_eq!(s.provider_answer("zvm").unwrap(), None);
+        // "No config" is an answer too.
+        let none = ProviderAnswer {
+            config: None,
+            files: Vec::new(),
+            ..a.clone()
+        };
+        s.write_provider_answer(&none).unwrap();
+        assert_eq!(s.provider_answer("hyperv").unwrap(), Some(none));
+        let other_boot = ProviderAnswer {
+            boot_id: "another".into(),
+            ..a
+        };
+        s.write_provider_answer(&other_boot).unwrap();
+        assert_eq!(s.provider_answer("hyperv").unwrap(), None);
+        std::fs::write(s.provider_answer_path(), "{").unwrap();
+        let e = s.provider_answer("hyperv").unwrap_err();
+        assert!(format!("{e:#}").contains("remove it"), "{e:#}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::ffi::OsStr;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -16,8 +16,17 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let name = path.file_name().and_then(OsStr::to_str).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let (mut f, mut temp) = crate::signals::Temp::create(&tmp, |p| std::fs::File::create(p))
-        .with_context(|| format!("creating {}", tmp.display()))?;
+    // Created owner-only, so that secrets are never readable by others while being written;
+    // the final mode is set before the rename.
+    let (mut f, mut temp) = crate::signals::Temp::create(&tmp, |p| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(p)
+    })
+    .with_context(|| format!("creating {}", tmp.display()))?;
     f.write_all(data)
         .with_context(|| format!("writing {}", tmp.display()))?;
     f.set_permissions(std::fs::Permissions::from_mode(mode))

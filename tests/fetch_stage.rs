@@ -13,7 +13,22 @@ use support::fetch::tftpd;
 
 struct Run {
     out: Output,
-    state: TempDir,
+    state: RunState,
+}
+
+/// The state directory of a run: its own, or one it shares with other passes.
+struct RunState {
+    path: std::path::PathBuf,
+    _own: Option<TempDir>,
+}
+
+impl RunState {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn join(&self, p: &str) -> std::path::PathBuf {
+        self.path.join(p)
+    }
 }
 
 impl Run {
@@ -63,25 +78,41 @@ fn agent_fetch_cmdline(
     sysdir: Option<&Path>,
 ) -> Run {
     let state = TempDir::new("state");
+    let out = agent_fetch_in(state.path(), cmdline, args, env, sysdir);
+    Run {
+        out,
+        state: RunState {
+            path: state.path().to_path_buf(),
+            _own: Some(state),
+        },
+    }
+}
+
+/// [`agent_fetch_cmdline`] with the state directory `state` (a later pass of the same boot).
+fn agent_fetch_in(
+    state: &Path,
+    cmdline: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    sysdir: Option<&Path>,
+) -> Output {
     let empty = TempDir::new("sysdir");
     let karg = TempDir::new("cmdline");
     std::fs::write(karg.join("cmdline"), cmdline).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent"));
     cmd.args(["run", "--stage", "fetch", "--state-dir"])
-        .arg(state.path())
+        .arg(state)
         .arg("--system-config-dir")
         .arg(sysdir.unwrap_or(empty.path()))
         .arg("--test-kernel-cmdline-file")
         .arg(karg.join("cmdline"))
         .args(args)
-        .env_remove("AGENT_SYSTEM_CONFIG_DIR");
+        .env_remove("AGENT_SYSTEM_CONFIG_DIR")
+        .env_remove(agent::platform::test_dummy::CALLS_ENV);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    Run {
-        out: cmd.output().unwrap(),
-        state,
-    }
+    cmd.output().unwrap()
 }
 
 fn file_cfg(version: &str, path: &str, extra_ignition: &str) -> String {
@@ -619,4 +650,143 @@ fn system_user_config_preempts_the_platform() {
         Some(sys.path()),
     );
     assert_eq!(r.ok().paths(), ["/ignition/base", "/ignition/cmdline"]);
+}
+
+/// A pass of the fetch stage in `state`, as the initramfs runs it: `Run` for its checks.
+fn pass(state: &TempDir, args: &[&str], env: &[(&str, &str)], sysdir: Option<&Path>) -> Run {
+    let out = agent_fetch_in(state.path(), "quiet", args, env, sysdir);
+    Run {
+        out,
+        state: RunState {
+            path: state.path().to_path_buf(),
+            _own: None,
+        },
+    }
+}
+
+#[test]
+fn a_platform_read_once_still_renders_in_the_online_pass() {
+    // The platform hands its config over once (as Hyper-V KVP and the z/VM reader do: here
+    // qemu's fw_cfg entry, deleted after the first read); the config merges an http URL, so
+    // the offline pass exits 3 and the online pass renders it from the kept answer.
+    let http = Server::start();
+    http.route(
+        "/n.ign",
+        vec![Behavior::Ok(file_cfg("3.4.0", "/net", "").into_bytes())],
+    );
+    let fw = TempDir::new("fwonce");
+    let entry = fw.join("by_name/opt/com.coreos/config");
+    std::fs::create_dir_all(&entry).unwrap();
+    let user = file_cfg("3.4.0", "/u", &merge_refs(&[http.url("/n.ign")]));
+    std::fs::write(entry.join("raw"), &user).unwrap();
+    let fwdir = fw.path().to_str().unwrap();
+    let args = ["--platform", "qemu", "--test-qemu-fw-cfg-dir", fwdir];
+    let state = TempDir::new("state-once");
+    let offline: Vec<&str> = args.iter().copied().chain(["--offline"]).collect();
+    let r = pass(&state, &offline, &[], None);
+    assert_eq!(r.out.status.code(), Some(3), "{}", r.stderr());
+    assert!(http.requests("/n.ign").is_empty());
+    let kept = state.join("provider-answer.json");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&kept).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o600, "it may hold secrets");
+    std::fs::remove_file(entry.join("raw")).unwrap();
+    let r = pass(&state, &args, &[], None);
+    assert_eq!(r.ok().paths(), ["/u", "/net"]);
+    assert_eq!(r.record().source, "qemu fw_cfg opt/com.coreos/config");
+    assert!(r.record().user_config_provided);
+    assert!(
+        r.stderr()
+            .contains("platform qemu: taking the answer an earlier pass of this boot kept"),
+        "{}",
+        r.stderr()
+    );
+    assert!(!state.join("neednet").exists());
+    // Without the kept answer the entry is gone: no config (the check can fail).
+    std::fs::remove_file(&kept).unwrap();
+    let r = pass(&state, &args, &[], None);
+    assert!(r.ok().paths().is_empty());
+    assert!(!r.record().user_config_provided);
+
+    // "No config" is an answer too: a base config needs the network, the platform had no
+    // config in the offline pass; one that appears before the online pass is not taken.
+    let sys = TempDir::new("sys-once");
+    std::fs::create_dir_all(sys.join("base.d")).unwrap();
+    std::fs::write(
+        sys.join("base.d/b.ign"),
+        file_cfg("3.4.0", "/base", &merge_refs(&[http.url("/n.ign")])),
+    )
+    .unwrap();
+    let state = TempDir::new("state-none");
+    let r = pass(&state, &offline, &[], Some(sys.path()));
+    assert_eq!(r.out.status.code(), Some(3), "{}", r.stderr());
+    std::fs::write(entry.join("raw"), &user).unwrap();
+    let r = pass(&state, &args, &[], Some(sys.path()));
+    assert_eq!(r.ok().paths(), ["/base", "/net"]);
+    assert!(!r.record().user_config_provided);
+    assert!(r.stderr().contains("(no config)"), "{}", r.stderr());
+}
+
+#[test]
+fn the_platform_is_asked_once_per_boot_and_its_files_survive() {
+    let calls = TempDir::new("calls");
+    let count = calls.join("n");
+    let env = [(
+        agent::platform::test_dummy::CALLS_ENV,
+        count.to_str().unwrap(),
+    )];
+    let asked = || {
+        std::fs::read_to_string(&count)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    let state = TempDir::new("state-dummy");
+    let want = [format!(
+        "/test-dummy/{}",
+        agent::platform::test_dummy::REGION
+    )];
+    let r = pass(&state, &["--platform", "test-dummy"], &env, None);
+    assert_eq!(r.ok().paths(), want);
+    assert_eq!(asked(), 1);
+    // The same stage again (a restarted unit): the kept answer, its files too.
+    std::fs::remove_file(state.join("provider-files.json")).unwrap();
+    let r = pass(&state, &["--platform", "test-dummy"], &env, None);
+    assert_eq!(r.ok().paths(), want);
+    assert_eq!(asked(), 1, "asked once");
+    let files = agent::state::StateDir::new(state.path())
+        .provider_files()
+        .unwrap();
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].path, agent::platform::test_dummy::OUTPUT_FILE);
+    // Another boot's answer is not taken.
+    let kept = state.join("provider-answer.json");
+    let mut a: serde_json::Value = serde_json::from_slice(&std::fs::read(&kept).unwrap()).unwrap();
+    a["bootId"] = "another-boot".into();
+    std::fs::write(&kept, serde_json::to_vec(&a).unwrap()).unwrap();
+    let r = pass(&state, &["--platform", "test-dummy"], &env, None);
+    assert_eq!(r.ok().paths(), want);
+    assert_eq!(asked(), 2);
+    assert!(
+        r.stderr().contains("kept in another boot"),
+        "{}",
+        r.stderr()
+    );
+    // Nor another platform's: qemu without an entry has no config.
+    let fw = TempDir::new("nofw-dummy");
+    let r = pass(
+        &state,
+        &[
+            "--platform",
+            "qemu",
+            "--test-qemu-fw-cfg-dir",
+            fw.path().to_str().unwrap(),
+        ],
+        &env,
+        None,
+    );
+    assert!(r.ok().paths().is_empty());
+    assert!(
+        !state.join("provider-files.json").exists(),
+        "qemu leaves no files"
+    );
 }

@@ -3,6 +3,7 @@
 //! limit). Connection errors, header time-outs and 5xx are retried; anything else is final.
 //! Every retry is logged with its reason and the next delay, so a hung boot is never silent.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
@@ -62,12 +63,58 @@ pub fn run<T>(
     what: &str,
     total: Option<Duration>,
     clock: &dyn Clock,
+    attempt: impl FnMut(Option<Duration>) -> Result<T, Failure>,
+) -> Result<T> {
+    let bounds = Bounds {
+        total: total.map(|t| (t, "timeouts.httpTotal")),
+        stop: None,
+    };
+    run_bounded(what, bounds, clock, attempt)
+}
+
+/// What ends a retry loop besides success and a final failure.
+#[derive(Clone, Copy, Default)]
+pub struct Bounds<'a> {
+    /// The longest the whole loop may take, and what sets it (named in the error when it is
+    /// exceeded: "timeouts.httpTotal", "the wait for the openstack metadata service").
+    pub total: Option<(Duration, &'a str)>,
+    /// Set by another thread to end the loop at its next retry (another source answered
+    /// first); the back-off sleep is cut short.
+    pub stop: Option<&'a AtomicBool>,
+}
+
+impl<'a> Bounds<'a> {
+    /// The shorter of two time limits (an unset one never wins).
+    pub fn at_most(mut self, total: Option<(Duration, &'a str)>) -> Self {
+        if let Some((t, name)) = total
+            && self.total.is_none_or(|(mine, _)| t < mine)
+        {
+            self.total = Some((t, name));
+        }
+        self
+    }
+}
+
+/// The error of a retry loop that was told to stop ([`Bounds::stop`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}: stopped (another source answered first)")]
+pub struct Stopped(pub String);
+
+/// [`run`] with [`Bounds`]: a named time limit and a stop flag.
+pub fn run_bounded<T>(
+    what: &str,
+    bounds: Bounds,
+    clock: &dyn Clock,
     mut attempt: impl FnMut(Option<Duration>) -> Result<T, Failure>,
 ) -> Result<T> {
     let start = clock.now();
-    let deadline = total.map(|t| start + t);
+    let deadline = bounds.total.map(|(t, _)| start + t);
+    let stopped = || bounds.stop.is_some_and(|s| s.load(Ordering::SeqCst));
     let mut failures = 0u32;
     loop {
+        if stopped() {
+            return Err(Stopped(what.to_string()).into());
+        }
         let left = deadline.map(|d| d.saturating_duration_since(clock.now()));
         let err = match attempt(left) {
             Ok(v) => return Ok(v),
@@ -76,22 +123,41 @@ pub fn run<T>(
         };
         let delay = backoff(failures);
         failures += 1;
-        if let Some(d) = deadline {
+        if let (Some(d), Some((total, name))) = (deadline, bounds.total) {
             let now = clock.now();
             if now + delay >= d {
                 return Err(err.context(anyhow!(
-                    "giving up on {what} after {failures} attempts: timeouts.httpTotal of {}s exceeded",
-                    total.unwrap_or_default().as_secs_f64()
+                    "giving up on {what} after {failures} attempts: {name} of {}s exceeded",
+                    total.as_secs_f64()
                 )));
             }
+        }
+        if stopped() {
+            return Err(err.context(Stopped(what.to_string())));
         }
         log::warn!(
             "{what}: attempt {failures} failed: {err:#}; retrying in {}ms",
             delay.as_millis()
         );
-        clock.sleep(delay);
+        match bounds.stop {
+            None => clock.sleep(delay),
+            // In slices, so that a stop request is seen soon.
+            Some(_) => {
+                let end = clock.now() + delay;
+                loop {
+                    let now = clock.now();
+                    if now >= end || stopped() {
+                        break;
+                    }
+                    clock.sleep((end - now).min(STOP_POLL));
+                }
+            }
+        }
     }
 }
+
+/// How often a back-off sleep looks at the stop flag.
+const STOP_POLL: Duration = Duration::from_millis(100);
 
 #[cfg(test)]
 mod tests {
@@ -166,6 +232,50 @@ mod tests {
         assert_eq!(*c.sleeps.borrow(), ms(&[100, 200, 400, 800]));
         assert_eq!(lefts[0], Duration::from_secs(2));
         assert_eq!(lefts[4], Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_named_limit_and_a_stop_request() {
+        let c = fake();
+        let bounds = Bounds {
+            total: Some((Duration::from_secs(20), "timeouts.httpTotal")),
+            stop: None,
+        }
+        .at_most(Some((Duration::from_secs(1), "the wait for X")))
+        .at_most(None);
+        let r: Result<()> = run_bounded("x", bounds, &c, |_| Err(Failure::retry(anyhow!("503"))));
+        let e = format!("{:#}", r.unwrap_err());
+        assert!(
+            e.starts_with("giving up on x after 4 attempts: the wait for X of 1s exceeded"),
+            "{e}"
+        );
+        // Set before the first attempt: none is made.
+        let stop = AtomicBool::new(true);
+        let c = fake();
+        let bounds = Bounds {
+            total: None,
+            stop: Some(&stop),
+        };
+        let r: Result<()> = run_bounded("y", bounds, &c, |_| panic!("an attempt"));
+        assert!(r.unwrap_err().downcast_ref::<Stopped>().is_some());
+        // Set by a failing attempt (another source answered meanwhile): no retry.
+        let stop = AtomicBool::new(false);
+        let bounds = Bounds {
+            total: None,
+            stop: Some(&stop),
+        };
+        let mut n = 0;
+        let r: Result<()> = run_bounded("z", bounds, &c, |_| {
+            n += 1;
+            stop.store(true, Ordering::SeqCst);
+            Err(Failure::retry(anyhow!("reset")))
+        });
+        assert_eq!(n, 1);
+        let e = format!("{:#}", r.unwrap_err());
+        assert!(
+            e.contains("z: stopped (another source answered first): reset"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -23,14 +23,25 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::drive::{self, Drive, Mounted, NotFound, Roots};
+use super::drive::{self, Drive, Mounted, Roots};
+use super::metadata::{self, Bounds, Encoding, Service};
 use super::{Found, Provider};
-use crate::fetch::Fetcher;
+use crate::fetch::{Fetcher, NeedsNetwork};
 
 /// The instance metadata service.
 pub const IMDS: &str = "http://169.254.169.254";
 /// Its user data (base64).
 pub const IMDS_USER_DATA: &str = "/metadata/instance/compute/userData?api-version=2021-01-01&format=text";
+/// The instance metadata service as [`metadata::fetch_user_data_at`] asks it: `Metadata:
+/// true`; 404, 410 and 429 mean "not ready yet" and are retried (as 5xx); the user data is
+/// base64; an empty answer is no user data here (the OVF CD is read then).
+pub const IMDS_SERVICE: Service = Service {
+    headers: &[("Metadata", "true")],
+    absent_on: &[],
+    retry_on: &[404, 410, 429],
+    encoding: Encoding::Base64,
+    ..Service::new("azure", IMDS, IMDS_USER_DATA)
+};
 /// The longest the service is retried.
 pub const IMDS_WAIT: Duration = Duration::from_secs(20);
 /// The longest wait for the OVF provisioning CD.
@@ -61,7 +72,8 @@ pub struct Azure;
 
 impl Provider for Azure {
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
-        fetch(f, IMDS, IMDS_WAIT, &AZURE_CD, &Roots::default())
+        let imds = f.opts.endpoints.metadata_base("azure", IMDS);
+        fetch(f, &imds, IMDS_WAIT, &AZURE_CD, &Roots::default())
     }
 
     fn needs_network(&self) -> bool {
@@ -72,32 +84,27 @@ impl Provider for Azure {
 /// `azure`: the service at `imds` (retried at most `wait`), then the CD `cd`.
 pub fn fetch(f: &Fetcher, imds: &str, wait: Duration, cd: &Drive, roots: &Roots) -> Result<Option<Found>> {
     let limit = f.opts.limits.max_config_size;
-    let url = format!("{imds}{IMDS_USER_DATA}");
-    // The base64 text is a third larger than the data.
-    let b64_limit = limit.saturating_mul(4) / 3 + 4;
-    match drive::service_user_data(
-        imds,
-        IMDS_USER_DATA,
-        &[("Metadata", "true")],
-        NotFound::Retry,
-        wait,
-        b64_limit,
-        &AtomicBool::new(false),
-    ) {
-        Ok(Some(b64)) if !b64.trim_ascii().is_empty() => {
-            let bytes = crate::encoding::base64_decode(b64.trim_ascii())
-                .with_context(|| format!("azure: user data from {url} is not base64"))?;
+    let url = format!("{}{IMDS_USER_DATA}", imds.trim_end_matches('/'));
+    let bounds = Bounds {
+        total: Some(wait),
+        stop: None,
+    };
+    match metadata::fetch_user_data_at(f, &IMDS_SERVICE, imds, bounds) {
+        Ok(Some(bytes)) if !bytes.is_empty() => {
             log::info!("azure: config from the instance metadata service's userData");
             return Ok(Some(Found {
                 bytes,
                 source: format!("azure instance metadata service {url}"),
             }));
         }
-        Ok(_) => log::info!("azure: no userData in the instance metadata service: reading the custom data"),
-        Err(e) if e.unreachable => log::warn!(
+        Ok(_) => log::info!(
+            "azure: no userData in the instance metadata service: reading the custom data"
+        ),
+        Err(e) if e.error.downcast_ref::<NeedsNetwork>().is_some() => return Err(e.error),
+        Err(e) if !e.answered => log::warn!(
             "azure: the instance metadata service did not answer ({e}): reading the custom data of the provisioning CD"
         ),
-        Err(e) => return Err(anyhow::Error::new(e).context("azure: instance metadata service")),
+        Err(e) => return Err(e.error.context("azure: instance metadata service")),
     }
     from_cd(cd, roots, limit)
 }

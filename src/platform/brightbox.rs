@@ -12,7 +12,8 @@ pub struct Brightbox;
 
 impl Provider for Brightbox {
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
-        openstack::fetch("brightbox", f, &Roots::default(), METADATA_SERVICE, [OFFLINE_WAIT, ONLINE_WAIT])
+        let service = f.opts.endpoints.metadata_base("brightbox", METADATA_SERVICE);
+        openstack::fetch("brightbox", f, &Roots::default(), &service, [OFFLINE_WAIT, ONLINE_WAIT])
     }
 
     fn needs_network(&self) -> bool {

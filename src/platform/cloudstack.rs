@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use super::drive::{self, Drive, NotFound, Outcome, Roots};
+use super::drive::{self, Drive, Outcome, Roots};
+use super::metadata::{self, Bounds, Service};
 use super::openstack::{OFFLINE_WAIT, ONLINE_WAIT};
 use super::{Found, Provider};
 use crate::fetch::{Fetcher, NeedsNetwork};
@@ -22,6 +23,9 @@ use crate::fetch::{Fetcher, NeedsNetwork};
 pub const USER_DATA: &str = "cloudstack/userdata/user_data.txt";
 /// The user data's path on the metadata service.
 pub const METADATA_PATH: &str = "/latest/user-data";
+/// The metadata service (404: no user data); its base is the DHCP server's address, found at
+/// run time.
+pub const SERVICE: Service = Service::new("cloudstack", "", METADATA_PATH);
 /// systemd-networkd's DHCP leases, one file per interface.
 pub const LEASES_DIR: &str = "/run/systemd/netif/leases";
 
@@ -103,16 +107,11 @@ pub fn fetch(f: &Fetcher, roots: &Roots, leases: &Path, waits: [Duration; 2]) ->
         } else {
             format!("http://{server}")
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        let got = drive::service_user_data(
-            &base,
-            METADATA_PATH,
-            &[],
-            NotFound::NoUserData,
-            left,
-            limit,
-            stop,
-        )?;
+        let bounds = Bounds {
+            total: Some(deadline.saturating_duration_since(Instant::now())),
+            stop: Some(stop),
+        };
+        let got = metadata::fetch_user_data_at(f, &SERVICE, &base, bounds)?;
         Ok(got.map(|bytes| Found {
             bytes,
             source: format!("cloudstack metadata service {base}{METADATA_PATH}"),

@@ -17,7 +17,8 @@
 //!
 //! [`drive_or_service`] runs the two halves of platforms that have both a drive and a
 //! metadata service (OpenStack, CloudStack) side by side, first answer wins, as Ignition does;
-//! [`service_user_data`] is the one place these platforms fetch from a metadata service.
+//! the service half is [`crate::metadata::fetch_user_data_at`], bounded by the platform's wait
+//! and stopped when the drive answers first.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -468,104 +469,6 @@ pub fn drive_or_service(
         }
         bail!("no config from either source: {}", errors.join("; "))
     })
-}
-
-/// How [`service_user_data`] treats an HTTP status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotFound {
-    /// 404 means "no user data" (OpenStack, CloudStack).
-    NoUserData,
-    /// 404 (and 410, 429) mean "not ready yet": retried (Azure IMDS).
-    Retry,
-}
-
-/// The failure of [`service_user_data`]: whether the service ever answered (an HTTP status)
-/// or could not be reached at all.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct ServiceError {
-    pub message: String,
-    /// Never an HTTP answer: connection refused, unreachable, timed out.
-    pub unreachable: bool,
-}
-
-/// Fetches `base` + `path` from a metadata service, with `headers`: the body, or None for "no
-/// user data" (a 404 where `not_found` says so); a body over `limit` bytes is refused. Connection errors and 5xx (and, with
-/// [`NotFound::Retry`], 404, 410 and 429) are retried with the fetcher's back-off until `total`
-/// has passed or `stop` is set.
-///
-/// The one place the config-drive platforms fetch from a metadata service (through
-/// [`crate::metadata::Client`]); the shared retrying user-data fetcher is to replace it.
-pub fn service_user_data(
-    base: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    not_found: NotFound,
-    total: Duration,
-    limit: u64,
-    stop: &AtomicBool,
-) -> Result<Option<Vec<u8>>, ServiceError> {
-    let mut client = crate::metadata::Client::new(base);
-    for (k, v) in headers {
-        client = client.with_header(k, v);
-    }
-    let url = format!("{}{path}", base.trim_end_matches('/'));
-    let deadline = Instant::now() + total;
-    let mut answered = false;
-    let mut n = 0u32;
-    loop {
-        let err = match client.get(path) {
-            Ok(body) if body.len() as u64 > limit => {
-                return Err(ServiceError {
-                    message: crate::limits::TooLarge {
-                        what: format!("user data from {url}"),
-                        limit,
-                    }
-                    .to_string(),
-                    unreachable: false,
-                });
-            }
-            Ok(body) => return Ok(Some(body.into_bytes())),
-            Err(e) => e,
-        };
-        let status = err
-            .chain()
-            .find_map(|c| match c.downcast_ref::<ureq::Error>() {
-                Some(ureq::Error::StatusCode(s)) => Some(*s),
-                _ => None,
-            });
-        let retry = match status {
-            Some(404) if not_found == NotFound::NoUserData => {
-                info!("{url}: HTTP 404: no user data");
-                return Ok(None);
-            }
-            Some(404 | 410 | 429) => not_found == NotFound::Retry,
-            Some(s) => s >= 500,
-            None => true,
-        };
-        answered |= status.is_some();
-        let msg = match status {
-            Some(s) => format!("{url}: HTTP {s}"),
-            None => format!("{url}: {}", err.root_cause()),
-        };
-        let delay = crate::fetch::retry::backoff(n);
-        n += 1;
-        if !retry || stop.load(Ordering::Relaxed) || Instant::now() + delay >= deadline {
-            return Err(ServiceError {
-                message: if retry {
-                    format!("{msg} (gave up after {n} attempts in {}s)", total.as_secs())
-                } else {
-                    msg
-                },
-                unreachable: !answered,
-            });
-        }
-        warn!(
-            "{msg}: attempt {n} failed; retrying in {}ms",
-            delay.as_millis()
-        );
-        std::thread::sleep(delay);
-    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@
 //! empty ones too) is left for the target root as `/var/lib/hyperv/.kvp_pool_N`, the file
 //! format of `hv_kvp_daemon` (one record per item: the key NUL-padded to 512 bytes, the value
 //! to 2048), but with mode 0600 instead of the daemon's 0644: the config is among the items.
-//! The files stage writes them ([`Provider::fetch_config_with_files`]).
+//! The files stage writes them ([`Provider::fetch_config_with_files`]). The fetch stage keeps
+//! the config and the files for its online pass of the same boot (the state directory's
+//! provider answer), so the host's single delivery is enough.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::drive::{self, Drive, NotFound, Outcome, Roots};
+use super::drive::{self, Drive, Outcome, Roots};
+use super::metadata::{self, Bounds, Service};
 use super::{Found, Provider};
 use crate::fetch::{Fetcher, NeedsNetwork};
 
@@ -24,6 +25,9 @@ pub const USER_DATA: &str = "openstack/latest/user_data";
 pub const METADATA_SERVICE: &str = "http://169.254.169.254";
 /// Its user data.
 pub const METADATA_PATH: &str = "/openstack/latest/user_data";
+/// The metadata service as [`metadata::fetch_user_data_at`] asks it (404: no user data); its
+/// platform is `openstack` or `brightbox`, its base [`fetch`]'s argument.
+pub const SERVICE: Service = Service::new("openstack", METADATA_SERVICE, METADATA_PATH);
 /// Offline, the wait for the config drive before asking for the network.
 pub const OFFLINE_WAIT: Duration = Duration::from_secs(10);
 /// Online, the longest wait for either source (Ignition waits without end).
@@ -45,7 +49,8 @@ pub struct OpenStack;
 
 impl Provider for OpenStack {
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
-        fetch("openstack", f, &Roots::default(), METADATA_SERVICE, [OFFLINE_WAIT, ONLINE_WAIT])
+        let service = f.opts.endpoints.metadata_base("openstack", METADATA_SERVICE);
+        fetch("openstack", f, &Roots::default(), &service, [OFFLINE_WAIT, ONLINE_WAIT])
     }
 
     fn needs_network(&self) -> bool {
@@ -82,19 +87,19 @@ pub fn fetch(
         };
     }
     let d = config_drive(platform, wait);
+    let svc = Service { platform, ..SERVICE };
     drive::drive_or_service(&d, roots, USER_DATA, limit, "metadata service", |stop| {
-        let got = drive::service_user_data(
-            service,
-            METADATA_PATH,
-            &[],
-            NotFound::NoUserData,
-            wait,
-            limit,
-            stop,
-        )?;
+        let bounds = Bounds {
+            total: Some(wait),
+            stop: Some(stop),
+        };
+        let got = metadata::fetch_user_data_at(f, &svc, service, bounds)?;
         Ok(got.map(|bytes| Found {
             bytes,
-            source: format!("{platform} metadata service {service}{METADATA_PATH}"),
+            source: format!(
+                "{platform} metadata service {}{METADATA_PATH}",
+                service.trim_end_matches('/')
+            ),
         }))
     })
 }

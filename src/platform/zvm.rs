@@ -5,7 +5,9 @@
 //! first), let udev settle, list the reader (`vmur list`), and receive the first file whose
 //! type is `ign` (`vmur receive -f SPOOLID NAME.ign`; receiving takes it out of the reader).
 //! NUL padding at either end is dropped. No such file: no config. A step that fails (not
-//! z/VM, tools missing) is an error naming it.
+//! z/VM, tools missing) is an error naming it. The fetch stage keeps what was received for
+//! its online pass of the same boot (the state directory's provider answer): the reader is
+//! asked once.
 //!
 //! `vmur list` prints a header and one line per spool file:
 //! `ORIGINID FILE CLASS RECORDS CPY HOLD DATE TIME NAME TYPE DIST`, where CLASS is two

@@ -10,7 +10,9 @@
 //!
 //! Offline mode (`--offline`): any fetch that needs the network fails, the marker
 //! `<state-dir>/neednet` is written and the process exits with [`EXIT_NEEDS_NETWORK`], so
-//! the initramfs brings the network up and runs the stage again only when needed.
+//! the initramfs brings the network up and runs the stage again only when needed. What the
+//! platform's provider answered is kept in `<state-dir>/provider-answer.json` and taken by
+//! the later passes of the same boot instead of asking the provider again.
 
 use std::path::Path;
 use std::path::PathBuf;
@@ -164,15 +166,9 @@ fn acquire(
     } else if let Some(found) = system_user_config(ctx, limit)? {
         Some(found)
     } else if let Some(p) = &ctx.platform {
-        let provider = crate::platform::provider(p)?;
-        if opts.offline && provider.needs_network() && !provider.tries_offline() {
-            return Err(NeedsNetwork(format!("the config of platform {p}")).into());
-        }
-        let (found, files) = provider
-            .fetch_config_with_files(&Fetcher::new(opts.clone()))
-            .with_context(|| format!("fetching config from platform {p}"))?;
-        *provider_files = files;
-        found.map(|f| (f.bytes, f.source))
+        let answer = ask_platform(ctx, p, opts)?;
+        *provider_files = answer.files;
+        answer.config.map(|c| (c.bytes, c.source))
     } else {
         None
     };
@@ -199,6 +195,52 @@ fn acquire(
             Ok((Config::default(), "no user config provided".into()))
         }
     }
+}
+
+/// The platform's config and files: the answer an earlier pass of this boot kept in the
+/// state directory, else the provider's, which is then kept (config, "no config" and files
+/// alike) so that the online pass after an offline one that needed the network does not ask
+/// again. Some channels answer only once (Hyper-V KVP, the z/VM reader), and a metadata
+/// service is spared a second request.
+fn ask_platform(
+    ctx: &Context,
+    p: &str,
+    opts: &fetch::Options,
+) -> Result<crate::state::ProviderAnswer> {
+    let state = ctx.state();
+    if let Some(kept) = state.provider_answer(p)? {
+        info!(
+            "platform {p}: taking the answer an earlier pass of this boot kept in {} ({}) instead of asking again",
+            state.provider_answer_path().display(),
+            match &kept.config {
+                Some(c) => format!("config from {}", short(&c.source)),
+                None => "no config".into(),
+            }
+        );
+        return Ok(kept);
+    }
+    let provider = crate::platform::provider(p)?;
+    if opts.offline && provider.needs_network() && !provider.tries_offline() {
+        return Err(NeedsNetwork(format!("the config of platform {p}")).into());
+    }
+    let (found, files) = provider
+        .fetch_config_with_files(&Fetcher::new(opts.clone()))
+        .with_context(|| format!("fetching config from platform {p}"))?;
+    let answer = crate::state::ProviderAnswer {
+        platform: p.to_string(),
+        boot_id: crate::state::boot_id(),
+        config: found.map(|f| crate::state::AnsweredConfig {
+            source: f.source,
+            bytes: f.bytes,
+        }),
+        files,
+    };
+    let path = state.write_provider_answer(&answer)?;
+    info!(
+        "platform {p}: its answer is kept in {} for a later pass",
+        path.display()
+    );
+    Ok(answer)
 }
 
 /// `<system-config-dir>/user.ign`: a user config installed with the system, which preempts
