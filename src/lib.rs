@@ -7,6 +7,7 @@
 pub use spec::{config, encoding, json};
 
 pub mod blockdev;
+pub mod butane_files;
 pub mod cli;
 pub mod endpoints;
 pub mod fetch;

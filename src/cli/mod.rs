@@ -4,8 +4,8 @@
 //! handler turns the flags into plain values (`stages::Context`, `serve::Options`,
 //! `fetch::Options`, ...) and calls the module that does the work.
 
-mod delete_config;
 mod butane;
+mod delete_config;
 mod fetch;
 mod plan;
 mod run;
@@ -17,8 +17,8 @@ mod validate;
 
 use clap::{Parser, Subcommand};
 
-pub use self::delete_config::DeleteConfigArgs;
 pub use self::butane::{ButaneArgs, DirFiles};
+pub use self::delete_config::DeleteConfigArgs;
 pub use self::fetch::FetchArgs;
 pub use self::plan::PlanArgs;
 pub use self::run::RunArgs;

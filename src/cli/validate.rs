@@ -21,8 +21,8 @@ pub fn validate(a: ValidateArgs) -> i32 {
         .max_config_size
         .unwrap_or(crate::limits::DEFAULT_MAX_CONFIG_SIZE);
     let bytes = match &a.file {
-        None => read_stdin_bounded(limit),
-        Some(p) if p.as_os_str() == "-" => read_stdin_bounded(limit),
+        None => super::butane::read_stdin_bounded(limit),
+        Some(p) if p.as_os_str() == "-" => super::butane::read_stdin_bounded(limit),
         Some(p) => {
             crate::limits::read_file_bounded(p, limit, &format!("config file {}", p.display()))
                 .map_err(|e| format!("{e:#}"))
@@ -69,9 +69,4 @@ pub fn validate(a: ValidateArgs) -> i32 {
             1
         }
     }
-}
-
-pub(super) fn read_stdin_bounded(limit: u64) -> Result<Vec<u8>, String> {
-    crate::limits::read_bounded(std::io::stdin().lock(), limit, "config from standard input")
-        .map_err(|e| format!("{e:#}"))
 }

@@ -5,6 +5,7 @@
 pub mod command;
 pub mod http;
 pub mod lowport;
+pub mod metadata_client;
 pub mod proxy;
 pub mod retry;
 pub mod s3;

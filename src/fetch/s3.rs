@@ -3,7 +3,7 @@
 //! there are none. `gs://bucket/object` is an anonymous GET from Google Cloud Storage.
 //! Endpoints come from [`super::Options::endpoints`] (an S3-compatible store:
 //! `--s3-endpoint` / `agent.s3_endpoint=`); the metadata service is asked through
-//! [`crate::metadata`].
+//! [`super::metadata_client`].
 
 use std::io::Read;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -11,10 +11,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::{Digest, Sha256};
 
+use super::metadata_client::{AWS_IMDSV2, Client};
 use super::retry::Failure;
 use super::{Fetcher, Scheme, hex};
 use crate::config::types::Resource;
-use crate::metadata::{AWS_IMDSV2, Client};
 
 const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 

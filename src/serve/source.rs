@@ -64,7 +64,7 @@ fn fragment(
     if !name.ends_with(".bu") {
         return bytes;
     }
-    let files = crate::cli::DirFiles {
+    let files = crate::butane_files::DirFiles {
         root: files_dir.to_path_buf(),
         confine_symlinks: true,
     };
