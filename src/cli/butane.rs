@@ -29,25 +29,32 @@ pub struct ButaneArgs {
 
 pub use crate::butane_files::DirFiles;
 
-/// Standard input, at most `limit` bytes (`validate` reads it the same way).
-pub(super) fn read_stdin_bounded(limit: u64) -> Result<Vec<u8>, String> {
-    crate::limits::read_bounded(std::io::stdin().lock(), limit, "config from standard input")
-        .map_err(|e| format!("{e:#}"))
+/// The input of `agent butane` and `agent validate`: FILE, or standard input for "-" or
+/// nothing; at most `limit` bytes.
+pub(super) fn read_input(file: Option<&std::path::Path>, limit: u64) -> Result<Vec<u8>, String> {
+    match file {
+        None => crate::limits::read_bounded(
+            std::io::stdin().lock(),
+            limit,
+            "config from standard input",
+        ),
+        Some(p) if p.as_os_str() == "-" => crate::limits::read_bounded(
+            std::io::stdin().lock(),
+            limit,
+            "config from standard input",
+        ),
+        Some(p) => {
+            crate::limits::read_file_bounded(p, limit, &format!("config file {}", p.display()))
+        }
+    }
+    .map_err(|e| format!("{e:#}"))
 }
 
 pub fn butane(a: ButaneArgs) -> i32 {
     let limit = a
         .max_config_size
         .unwrap_or(crate::limits::DEFAULT_MAX_CONFIG_SIZE);
-    let bytes = match &a.file {
-        None => read_stdin_bounded(limit),
-        Some(p) if p.as_os_str() == "-" => read_stdin_bounded(limit),
-        Some(p) => {
-            crate::limits::read_file_bounded(p, limit, &format!("config file {}", p.display()))
-                .map_err(|e| format!("{e:#}"))
-        }
-    };
-    let bytes = match bytes {
+    let bytes = match read_input(a.file.as_deref(), limit) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("{e}");

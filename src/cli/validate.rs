@@ -20,15 +20,7 @@ pub fn validate(a: ValidateArgs) -> i32 {
     let limit = a
         .max_config_size
         .unwrap_or(crate::limits::DEFAULT_MAX_CONFIG_SIZE);
-    let bytes = match &a.file {
-        None => super::butane::read_stdin_bounded(limit),
-        Some(p) if p.as_os_str() == "-" => super::butane::read_stdin_bounded(limit),
-        Some(p) => {
-            crate::limits::read_file_bounded(p, limit, &format!("config file {}", p.display()))
-                .map_err(|e| format!("{e:#}"))
-        }
-    };
-    let bytes = match bytes {
+    let bytes = match super::butane::read_input(a.file.as_deref(), limit) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("{e}");
