@@ -325,9 +325,6 @@ impl Writer<'_> {
             .parent()
             .expect("resolved path has a parent")
             .to_path_buf();
-        // A new path gets an unnamed file (O_TMPFILE) linked into place when complete: one
-        // directory operation instead of create + rename. Otherwise, or where the filesystem
-        // has no O_TMPFILE, a named temporary file is renamed over the target.
         // Owner and mode of the result (the owner first: chown clears set-id bits).
         let (uid, gid, mode) = match (&existing, keep) {
             (Some(md), true) => (
@@ -341,31 +338,27 @@ impl Writer<'_> {
         // with its mode (no fchmod afterwards).
         let created_with_mode =
             uid.is_none() && gid.is_none() && mode & 0o7000 == 0 && mode & self.umask() == 0;
-        let anonymous = if existing.is_none() {
-            open_unnamed(&dir, if created_with_mode { mode } else { 0o600 })
-        } else {
-            None
-        };
-        let is_anonymous = anonymous.is_some();
-        let (file, tmp, mut guard) = match anonymous {
-            Some(f) => (
-                f,
-                dir.join(format!("<unnamed file for {}>", r.name)),
-                TmpGuard(None),
-            ),
-            None => {
-                let tmp = tmp_name(&dir, &r.name);
-                let (f, t) = Temp::create(&tmp, |p| {
-                    OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .mode(0o600)
-                        .custom_flags(nix::libc::O_CLOEXEC)
-                        .open(p)
-                })
-                .with_context(|| format!("creating {}", tmp.display()))?;
-                (f, tmp, TmpGuard(Some(t)))
-            }
+        // A new path is created in place (O_EXCL: it fails if something appeared meanwhile)
+        // and registered as temporary until complete, so that a failure or a signal removes
+        // it: one directory operation, as `tar -x` does. An existing file is replaced by
+        // renaming a complete named temporary file over it, never rewritten in place.
+        let direct = existing.is_none();
+        let (file, tmp, mut guard) = {
+            let (tmp, create_mode) = if direct {
+                (host.clone(), if created_with_mode { mode } else { 0o600 })
+            } else {
+                (tmp_name(&dir, &r.name), 0o600)
+            };
+            let (f, t) = Temp::create(&tmp, |p| {
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(create_mode)
+                    .custom_flags(nix::libc::O_CLOEXEC)
+                    .open(p)
+            })
+            .with_context(|| format!("creating {}", tmp.display()))?;
+            (f, tmp, TmpGuard(Some(t)))
         };
         // Unbuffered: fetched contents arrive in chunks of up to 256 KiB (see fetch), bytes
         // whole; a buffer per file would cost more than it saves.
@@ -400,17 +393,15 @@ impl Writer<'_> {
             std::os::unix::fs::fchown(&file, uid, gid)
                 .with_context(|| format!("setting owner of {}", tmp.display()))?;
         }
-        if !(is_anonymous && created_with_mode) {
+        if !(direct && created_with_mode) {
             file.set_permissions(std::fs::Permissions::from_mode(mode))
                 .with_context(|| format!("setting mode of {}", tmp.display()))?;
         }
-        if is_anonymous {
-            link_unnamed(&file, &host)?;
-        } else {
-            drop(file);
+        drop(file);
+        if !direct {
             self.rename_over(&tmp, &host, existing.as_ref(), &lpath)?;
-            guard.disarm();
         }
+        guard.disarm();
         debug!("wrote file {lpath}");
         self.touch(lpath);
         Ok(())
@@ -566,36 +557,6 @@ impl Writer<'_> {
             self.root.host.display()
         );
     }
-}
-
-/// An unnamed regular file in `dir` (mode 0600), or `None` where O_TMPFILE is unsupported.
-fn open_unnamed(dir: &Path, mode: u32) -> Option<FsFile> {
-    use nix::fcntl::OFlag;
-    nix::fcntl::open(
-        dir,
-        OFlag::O_TMPFILE | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::from_bits_truncate(mode),
-    )
-    .ok()
-    .map(FsFile::from)
-}
-
-/// Gives an unnamed file its name; fails if something appeared at `host` meanwhile.
-fn link_unnamed(file: &FsFile, host: &Path) -> Result<()> {
-    use nix::fcntl::{AT_FDCWD, AtFlags};
-    use std::os::fd::AsRawFd;
-    let r = nix::unistd::linkat(file, "", AT_FDCWD, host, AtFlags::AT_EMPTY_PATH).or_else(|_| {
-        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link works without.
-        let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
-        nix::unistd::linkat(
-            AT_FDCWD,
-            proc.as_str(),
-            AT_FDCWD,
-            host,
-            AtFlags::AT_SYMLINK_FOLLOW,
-        )
-    });
-    r.with_context(|| format!("linking the new file into place at {}", host.display()))
 }
 
 /// Refuses an owner of 4294967295: chown reads it as -1 ("leave as is"), which would leave

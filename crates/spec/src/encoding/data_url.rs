@@ -65,6 +65,12 @@ const MEDIA_TYPES: &[&str] = &[
 
 /// Parses and checks a data URL's syntax (not yet its base64 payload's padding).
 pub fn parse(url: &str) -> Result<DataUrl<'_>> {
+    parse_with(url, true)
+}
+
+/// [`parse`]; without `scan_base64`, a base64 payload's symbols are left for the decoder to
+/// check (it does in the same pass as decoding).
+fn parse_with(url: &str, scan_base64: bool) -> Result<DataUrl<'_>> {
     let Some(rest) = url.strip_prefix("data:") else {
         bail!("not a data URL: must start with \"data:\"");
     };
@@ -182,7 +188,8 @@ pub fn parse(url: &str) -> Result<DataUrl<'_>> {
     }
     let data = &rest[i + 1..];
     if base64 {
-        if !all_in(data.as_bytes(), true)
+        if scan_base64
+            && !all_in(data.as_bytes(), true)
             && let Some(p) = data
                 .bytes()
                 .position(|c| B64[c as usize] >= 64 && c != b'=')
@@ -227,9 +234,14 @@ fn percent_check(s: &str) -> Result<()> {
 
 /// Decodes the payload of a data URL.
 pub fn decode(url: &str) -> Result<Vec<u8>> {
-    let d = parse(url)?;
+    let d = parse_with(url, false)?;
     if d.base64 {
-        base64_decode(d.data.as_bytes())
+        // The decoder checks every symbol as it goes; on a bad one, the full parse says
+        // which, in the words it uses at validation time.
+        base64_decode(d.data.as_bytes()).or_else(|e| {
+            parse(url)?;
+            Err(e)
+        })
     } else {
         percent_decode(d.data)
     }
