@@ -71,12 +71,10 @@ fn status_below_500_is_final() {
             &path,
             vec![Behavior::Status(code), Behavior::Ok(b"late".to_vec())],
         );
-        let t = Instant::now();
         let e = Fetcher::new(opts(None, None))
             .fetch_bytes(&resource(&s.url(&path)))
             .unwrap_err();
         assert!(format!("{e:#}").contains(&code.to_string()), "{e:#}");
-        assert!(t.elapsed() < Duration::from_secs(2));
         assert_eq!(s.requests(&path).len(), 1, "{code} was retried");
     }
 }
@@ -94,16 +92,10 @@ fn header_timeout_retries() {
         f.fetch_bytes(&resource(&s.url("/slow"))).unwrap(),
         b"finally"
     );
-    let el = t.elapsed();
-    assert!(
-        el >= Duration::from_millis(1000) && el < Duration::from_secs(4),
-        "{el:?}"
-    );
-    let reqs = s.requests("/slow");
-    assert_eq!(reqs.len(), 2);
-    // Time-out (1 s) plus the first back-off (100 ms); generous above for loaded machines.
-    let gap = reqs[1].at.duration_since(reqs[0].at).as_secs_f64();
-    assert!((1.05..=3.0).contains(&gap), "gap {gap}");
+    // The first attempt waited out its 1 s header time-out (a lower bound the clock cannot
+    // undercut; no upper bound: a loaded machine may be slow), then it was asked again.
+    assert!(t.elapsed() >= Duration::from_millis(1000), "{:?}", t.elapsed());
+    assert_eq!(s.requests("/slow").len(), 2);
 }
 
 #[test]
