@@ -406,6 +406,48 @@ fn mkdir_private(dir: &Path) -> Result<()> {
         .with_context(|| format!("setting mode of {}", dir.display()))
 }
 
+/// A read-only, private mapping of a whole file of the state directory.
+struct Mapped {
+    ptr: std::ptr::NonNull<std::ffi::c_void>,
+    len: usize,
+}
+
+impl Mapped {
+    /// None when the file is empty or cannot be mapped (the caller reads it instead).
+    fn new(file: &std::fs::File) -> Option<Mapped> {
+        use nix::sys::mman::{MapFlags, ProtFlags, mmap};
+        let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+        let nz = std::num::NonZeroUsize::new(len)?;
+        // SAFETY: a fresh private read-only mapping of a regular file we opened; no other
+        // memory is affected. The state directory's files are replaced by rename, never
+        // rewritten in place (util::write_atomic), so the mapped inode does not change under us.
+        let ptr = unsafe {
+            mmap(
+                None,
+                nz,
+                ProtFlags::PROT_READ,
+                MapFlags::MAP_PRIVATE | MapFlags::MAP_POPULATE,
+                file,
+                0,
+            )
+        }
+        .ok()?;
+        Some(Mapped { ptr, len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` readable bytes, alive as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`; no reference to it outlives `self`.
+        let _ = unsafe { nix::sys::mman::munmap(self.ptr, self.len) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,47 +628,5 @@ mod tests {
         )
         .unwrap();
         assert!(s.luks_volumes().is_err());
-    }
-}
-
-/// A read-only, private mapping of a whole file of the state directory.
-struct Mapped {
-    ptr: std::ptr::NonNull<std::ffi::c_void>,
-    len: usize,
-}
-
-impl Mapped {
-    /// None when the file is empty or cannot be mapped (the caller reads it instead).
-    fn new(file: &std::fs::File) -> Option<Mapped> {
-        use nix::sys::mman::{MapFlags, ProtFlags, mmap};
-        let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
-        let nz = std::num::NonZeroUsize::new(len)?;
-        // SAFETY: a fresh private read-only mapping of a regular file we opened; no other
-        // memory is affected. The state directory's files are replaced by rename, never
-        // rewritten in place (util::write_atomic), so the mapped inode does not change under us.
-        let ptr = unsafe {
-            mmap(
-                None,
-                nz,
-                ProtFlags::PROT_READ,
-                MapFlags::MAP_PRIVATE | MapFlags::MAP_POPULATE,
-                file,
-                0,
-            )
-        }
-        .ok()?;
-        Some(Mapped { ptr, len })
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping is `len` readable bytes, alive as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u8>(), self.len) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`; no reference to it outlives `self`.
-        let _ = unsafe { nix::sys::mman::munmap(self.ptr, self.len) };
     }
 }

@@ -94,7 +94,11 @@ fn header_timeout_retries() {
     );
     // The first attempt waited out its 1 s header time-out (a lower bound the clock cannot
     // undercut; no upper bound: a loaded machine may be slow), then it was asked again.
-    assert!(t.elapsed() >= Duration::from_millis(1000), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(1000),
+        "{:?}",
+        t.elapsed()
+    );
     assert_eq!(s.requests("/slow").len(), 2);
 }
 
