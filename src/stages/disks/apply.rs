@@ -73,7 +73,17 @@ fn refresh_nodes(d: &DiskWork, timeout: Duration) -> Result<()> {
     kernel::wait_for(&nodes, timeout)
 }
 
-fn partition(d: &DiskWork, table_io: &mut Duration, timeout: Duration) -> Result<TableGuard> {
+/// Partitions one disk. Returns the table guard and the new partitions' nodes, opened
+/// read-only: the caller keeps them open to the end of the stage. Closing the disk's write
+/// handle makes udev (its `watch` on disks) re-read the partition table, which removes and
+/// re-adds every partition node for a moment, unless a partition of the disk is open (the
+/// kernel then refuses the re-read, EBUSY, and udev only sends change events). Holding them
+/// closes that window, in which a node the stage is about to use could be missing.
+fn partition(
+    d: &DiskWork,
+    table_io: &mut Duration,
+    timeout: Duration,
+) -> Result<(TableGuard, Vec<File>)> {
     let dev = &d.dev;
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -108,7 +118,11 @@ fn partition(d: &DiskWork, table_io: &mut Duration, timeout: Duration) -> Result
     failpoint::hit("after-partition-nodes")?;
     kernel::udev_settle();
     kernel::wait_for(&nodes, timeout)?;
-    Ok(guard)
+    let held = nodes
+        .iter()
+        .map(|n| File::open(n).with_context(|| format!("opening {}", n.display())))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((guard, held))
 }
 
 /// Carries out a plan without RAID/LUKS state (state dir: a temporary record location is not
@@ -128,11 +142,15 @@ pub fn apply(p: &StagePlan) -> Result<Report> {
 pub fn apply_with(p: &StagePlan, state: &StateDir, fetcher: &Fetcher) -> Result<Report> {
     let t0 = Instant::now();
     let mut guards = Vec::new();
+    // New partitions held open until the stage ends (see `partition`).
+    let mut held = Vec::new();
     let mut table_io = Duration::ZERO;
     let timeout = p.device_timeout;
     for d in &p.disks {
         if d.plan.changes() {
-            guards.push(partition(d, &mut table_io, timeout)?);
+            let (guard, open) = partition(d, &mut table_io, timeout)?;
+            guards.push(guard);
+            held.extend(open);
         } else {
             refresh_nodes(d, timeout)?;
         }
@@ -239,6 +257,8 @@ pub fn apply_with(p: &StagePlan, state: &StateDir, fetcher: &Fetcher) -> Result<
         r?;
     }
     let tools = *tools.lock().unwrap_or_else(|e| e.into_inner());
+    // Every filesystem is made: the partitions may be re-read from now on.
+    drop(held);
     Ok(Report {
         total: t0.elapsed(),
         tools,
