@@ -22,23 +22,27 @@ import tempfile
 # Keep in step with dracut/30agent/module-setup.sh.
 GROUPS = [
     ("agent binary", ["agent"]),
-    ("ext4: e2fsprogs", ["mkfs.ext4", "mke2fs", "tune2fs", "e2label", "mke2fs.conf"]),
-    ("xfs: xfsprogs", ["mkfs.xfs", "xfs_admin"]),
-    ("btrfs: btrfs-progs", ["mkfs.btrfs", "btrfs"]),
-    ("vfat: dosfstools", ["mkfs.fat", "mkfs.vfat", "fatlabel"]),
-    ("util-linux, gdisk: mkswap wipefs blkid sfdisk sgdisk ...",
-     ["mkswap", "swaplabel", "wipefs", "blkid", "partx", "sfdisk", "sgdisk"]),
+    ("ext4: e2fsprogs", ["mkfs.ext4", "mke2fs", "mke2fs.conf"]),
+    ("xfs: xfsprogs", ["mkfs.xfs"]),
+    ("btrfs: btrfs-progs", ["mkfs.btrfs"]),
+    ("vfat: dosfstools", ["mkfs.fat", "mkfs.vfat"]),
+    ("util-linux: mkswap wipefs", ["mkswap", "wipefs"]),
+    # Not installed by the module (the agent does not run them), counted if an image has them.
+    ("not run by the agent: blkid partx sfdisk sgdisk swaplabel tune2fs fatlabel btrfs ...",
+     ["swaplabel", "blkid", "partx", "sfdisk", "sgdisk", "tune2fs", "e2label", "xfs_admin",
+      "btrfs", "fatlabel", "chpasswd", "find", "head", "wc", "clevis-luks-pass",
+      "clevis-luks-list"]),
     ("mdadm", ["mdadm", "63-md-raid-arrays.rules"]),
     ("cryptsetup, dmsetup + dm udev rules",
      ["cryptsetup", "dmsetup", "10-dm.rules", "13-dm-disk.rules", "55-dm.rules",
       "60-persistent-storage-dm.rules", "95-dm-notify.rules"]),
-    ("clevis + jose + curl + luksmeta + pwmake (+ cracklib dict, bash, coreutils)",
+    ("curl (clevis's tang pin)", ["curl"]),
+    ("clevis + jose + luksmeta + pwmake (+ cracklib dict, bash, coreutils)",
      ["clevis", "clevis-decrypt", "clevis-decrypt-sss", "clevis-decrypt-tang",
       "clevis-decrypt-tpm2", "clevis-encrypt-sss", "clevis-encrypt-tang", "clevis-encrypt-tpm2",
-      "clevis-luks-bind", "clevis-luks-common-functions", "clevis-luks-unlock",
-      "clevis-luks-pass", "clevis-luks-list", "jose", "curl", "pwmake", "luksmeta",
-      "pwquality.conf", "cracklib_dict.hwm", "cracklib_dict.pwd", "cracklib_dict.pwi",
-      "bash", "sed", "awk", "mawk", "gawk", "sort", "find", "mktemp", "basename", "head", "wc",
+      "clevis-luks-bind", "clevis-luks-common-functions", "clevis-luks-unlock", "jose",
+      "pwmake", "luksmeta", "pwquality.conf", "cracklib_dict.hwm", "cracklib_dict.pwd",
+      "cracklib_dict.pwi", "bash", "sed", "awk", "mawk", "gawk", "sort", "mktemp", "basename",
       "tr", "cat"]),
     ("setfiles (policycoreutils)", ["setfiles"]),
     ("shadow: useradd family", ["useradd", "usermod", "userdel", "groupadd", "groupmod",
@@ -134,7 +138,7 @@ def main():
                 group_of[p] = by_name[base]
                 for lib in needed_libs(os.path.join(a_root, p)):
                     lib_users[lib].add(by_name[base])
-            elif re.search(r"(^|/)agent[-.]|/agent/|^usr/lib/agent/", p):
+            elif re.search(r"(^|/)([0-9]+-)?agent[-.][^/]*$|(^|/)agent/", p):
                 group_of[p] = MODULE
         for p in delta:
             if p in group_of:
