@@ -67,9 +67,16 @@ moddir=$kroot/lib/modules/$kver
 t0=$(date +%s.%N)
 initrd=$(AGENT_BIN=$AGENT_BIN "$here/initramfs.sh" --variant test "$kver")
 t1=$(date +%s.%N)
+# For the size benchmark: the same initramfs with the agent module alone (no test hook, whose
+# self-test tools would count) and without it.
 initrd_ref=
+initrd_agent=
 if [[ ${VM_SKIP_REFERENCE:-} != 1 ]]; then
+    AGENT_BIN=$AGENT_BIN "$here/initramfs.sh" --variant agent "$kver" >"$VM_CACHE/initrd-agent.path" &
+    agent_pid=$!
     initrd_ref=$(AGENT_BIN=$AGENT_BIN "$here/initramfs.sh" --variant reference "$kver")
+    wait "$agent_pid" || die "building the agent-only initramfs failed"
+    initrd_agent=$(cat "$VM_CACHE/initrd-agent.path")
 fi
 log "initramfs built in $(printf %.1f "$(calc "$t1 - $t0")") s: $initrd"
 
@@ -268,6 +275,8 @@ run_scenario() {
                 fi
                 f=$(sed -n 's/.*files_end_ms=\([0-9]*\).*/\1/p' <<<"$done_line")
                 echo "$f" >"$work/files_end_ms$n"
+                grep -a 'AGENT-TEST-TIMES' "$console" | tail -n1 | tr -d '\r' |
+                    sed 's/.*AGENT-TEST-TIMES *//' >"$work/times$n" || true
             else
                 if [[ $done_line == *complete=yes* ]]; then
                     echo "boot $n completed provisioning, expected the emergency target" >"$work/reason"
@@ -302,6 +311,29 @@ for name in "${scenarios[@]}"; do
 done
 for p in "${pids[@]}"; do wait "$p" || true; done
 
+# stage_times TIMES_FILE FILES_END_MS: one line of the agent's stage times in one boot, from the
+# test hook's "unit=<activation start>,<agent start>,<agent exit>,<active>" (CLOCK_MONOTONIC us).
+# Each stage is the agent's own run (ExecStart); "+net" is the network bring-up before the online
+# fetch, "+udev" the udev trigger/settle after disks; "stages" is the window from the first stage's
+# activation to the last one's end; "of" the time from kernel start to the end of the files stage.
+stage_times() {
+    awk -v fe="${2:-0}" '{
+        total = 0; first = 0; last = 0; out = ""
+        for (i = 1; i <= NF; i++) {
+            split($i, kv, "="); split(kv[2], t, ",")
+            if (t[2] == 0) continue
+            name = kv[1]; d = (t[3] - t[2]) / 1e6
+            if (name == "firstboot-done") name = "firstboot"; else total += d
+            out = out sprintf("%s %.2fs ", name, d)
+            if (name == "fetch") out = out sprintf("(+net %.2fs) ", (t[2] - t[1]) / 1e6)
+            if (name == "disks") out = out sprintf("(+udev %.2fs) ", (t[4] - t[3]) / 1e6)
+            if (first == 0 || (t[1] > 0 && t[1] < first)) first = t[1]
+            if (t[4] > last) last = t[4]
+        }
+        printf "%s(agent total %.2fs; stages %.1f-%.1fs) of %.1fs\n", out, total, first / 1e6, last / 1e6, fe / 1000
+    }' "$1"
+}
+
 passed=0
 failed=0
 for name in "${scenarios[@]}"; do
@@ -320,19 +352,25 @@ for name in "${scenarios[@]}"; do
         printf 'FAIL %-22s %s: %s\n' "$name" "$timing" "$(cat "$work/reason" 2>/dev/null || echo 'see logs')"
         printf '     logs: %s\n' "$work"
     fi
+    for t in "$work"/times*; do
+        [[ -s $t ]] || continue
+        n=${t##*/times}
+        printf '     boot %s: %s\n' "$n" "$(stage_times "$t" "$(cat "$work/files_end_ms$n" 2>/dev/null)")"
+    done
     if [[ ${VM_KEEP:-} != 1 ]]; then rm -f "$work"/disk*.img; fi
 done
 
 # --- benchmark ---------------------------------------------------------------------------------
 size() { stat -c %s "$1"; }
 if [[ -n $initrd_ref ]]; then
-    a=$(size "$initrd")
+    a=$(size "$initrd_agent")
     r=$(size "$initrd_ref")
-    printf 'initramfs (zstd): %d KiB with agent (+ test hook), %d KiB without: the agent adds %d KiB (x%.2f)\n' \
-        $((a / 1024)) $((r / 1024)) $(((a - r) / 1024)) "$(calc "$a / $r")"
-    b=$(zstd -q -c "$AGENT_BIN" | wc -c)
-    printf '  of which the agent binary: %d KiB zstd (%d KiB raw); the rest: mkfs tools, fs/md/dm modules, networkd\n' \
+    printf 'initramfs (zstd): %d KiB with the agent module, %d KiB without: the agent adds %d KiB (x%.2f); test image (+ test hook) %d KiB\n' \
+        $((a / 1024)) $((r / 1024)) $(((a - r) / 1024)) "$(calc "$a / $r")" $(($(size "$initrd") / 1024))
+    b=$(zstd -15 -q -c "$AGENT_BIN" | wc -c)
+    printf '  of which the agent binary: %d KiB zstd -15 (%d KiB raw); what it adds, by what brought it in:\n' \
         $((b / 1024)) $(($(size "$AGENT_BIN") / 1024))
+    python3 "$here/initramfs-sizes.py" "$initrd_agent" "$initrd_ref" || log "initramfs-sizes.py failed"
 fi
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

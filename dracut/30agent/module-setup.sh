@@ -49,12 +49,14 @@ install() {
         inst_simple "$u" "$systemdsystemunitdir/${u##*/}"
     done
 
-    # Tools the stages call (mkfs.*, wipefs, blkid, sgdisk/sfdisk, mdadm, cryptsetup, setfiles,
-    # the useradd family): whatever the build host has.
+    # Exactly the tools something in the initramfs runs (checked against src/ by
+    # tests/dracut_tools.rs): the agent (util::run: mkfs.{ext4,xfs,btrfs,fat}, mkswap, wipefs,
+    # mdadm, cryptsetup, clevis, setfiles, the useradd family, udevadm, modprobe), the units and
+    # scripts (udevadm, mount, umount, modprobe, sync, mkdir, rm, tail). No relabelling or
+    # partitioning tools: the agent writes GPT itself and reads filesystems with libblkid.
     inst_multiple -o \
-        mkfs.ext4 mke2fs tune2fs e2label mkfs.xfs xfs_admin mkfs.btrfs btrfs mkfs.fat mkfs.vfat \
-        fatlabel mkswap swaplabel wipefs blkid partx sfdisk sgdisk mdadm cryptsetup setfiles \
-        useradd usermod userdel groupadd groupmod groupdel chpasswd udevadm mount umount \
+        mkfs.ext4 mkfs.xfs mkfs.btrfs mkfs.fat mkswap wipefs mdadm cryptsetup setfiles \
+        useradd usermod userdel groupadd groupmod groupdel udevadm mount umount \
         modprobe sync grep cut tail mkdir rm
     # RAID/LUKS: dmsetup for the dm rules; udev rules that name /dev/md/<name> and
     # /dev/mapper/<name> and release libdevmapper's udev cookie (without 95-dm-notify
@@ -62,13 +64,15 @@ install() {
     inst_multiple -o dmsetup
     inst_rules 10-dm.rules 13-dm-disk.rules 55-dm.rules 60-persistent-storage-dm.rules \
         95-dm-notify.rules 63-md-raid-arrays.rules
-    # clevis bindings (tang/tpm2/sss) of LUKS volumes, when the build host has clevis: its
-    # scripts and what they call (jose, curl for tang, pwmake for the new passphrase).
+    # clevis bindings (tang/tpm2/sss) of LUKS volumes, when the build host has clevis: what
+    # `clevis luks bind` and `clevis luks unlock` run (clevis-luks-common-functions, the pins;
+    # jose, curl for tang, pwmake for the new passphrase, luksmeta for LUKS1 volumes, and the
+    # shell tools the scripts call).
     inst_multiple -o \
         clevis clevis-decrypt clevis-decrypt-sss clevis-decrypt-tang clevis-decrypt-tpm2 \
         clevis-encrypt-sss clevis-encrypt-tang clevis-encrypt-tpm2 clevis-luks-bind \
-        clevis-luks-common-functions clevis-luks-unlock clevis-luks-pass clevis-luks-list \
-        jose curl pwmake luksmeta bash sed awk sort find mktemp basename head wc tr cat \
+        clevis-luks-common-functions clevis-luks-unlock \
+        jose curl pwmake luksmeta bash sed awk sort mktemp basename tr cat \
         /etc/security/pwquality.conf /var/cache/cracklib/cracklib_dict.hwm \
         /var/cache/cracklib/cracklib_dict.pwd /var/cache/cracklib/cracklib_dict.pwi
     # zvm: the s390-tools that read the z/VM reader.
