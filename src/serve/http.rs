@@ -154,6 +154,8 @@ impl Request {
 pub enum Body {
     Empty,
     Shared(Arc<[u8]>),
+    /// A shared body that plain HTTP sends with sendfile(2) from a sealed memfd.
+    File(Arc<FileBody>),
     Owned(Vec<u8>),
 }
 
@@ -162,8 +164,49 @@ impl Body {
         match self {
             Body::Empty => &[],
             Body::Shared(b) => b,
+            Body::File(f) => &f.bytes,
             Body::Owned(b) => b,
         }
+    }
+}
+
+/// A pre-rendered body that many responses share, with the same bytes in a sealed memfd:
+/// plain HTTP sends it with sendfile(2), so the kernel takes the pages as they are instead
+/// of copying the body into every socket buffer (measured: that copy was a fifth of the
+/// server's CPU time per ~50 KiB config). TLS encrypts from `bytes`.
+#[derive(Debug)]
+pub struct FileBody {
+    pub bytes: Arc<[u8]>,
+    fd: std::os::fd::OwnedFd,
+}
+
+impl FileBody {
+    /// None when no memfd can be made (the body is then written from memory as before).
+    pub fn new(bytes: Arc<[u8]>) -> Option<FileBody> {
+        use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+        use nix::sys::memfd::{MFdFlags, memfd_create};
+        let fd = memfd_create(
+            "agent-serve-body",
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+        )
+        .ok()?;
+        let mut f = std::fs::File::from(fd);
+        f.write_all(&bytes).ok()?;
+        // Immutable from now on: responses in flight may still reference its pages.
+        fcntl(
+            &f,
+            FcntlArg::F_ADD_SEALS(
+                SealFlag::F_SEAL_SHRINK
+                    | SealFlag::F_SEAL_GROW
+                    | SealFlag::F_SEAL_WRITE
+                    | SealFlag::F_SEAL_SEAL,
+            ),
+        )
+        .ok()?;
+        Some(FileBody {
+            bytes,
+            fd: f.into(),
+        })
     }
 }
 
@@ -1271,11 +1314,20 @@ fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
         if c.out_pos >= total {
             return Ok(true);
         }
-        let res = if c.out_pos < head.len() {
-            let bufs = [IoSlice::new(&head[c.out_pos..]), IoSlice::new(body)];
-            c.sock.write_vectored(&bufs)
-        } else {
-            c.sock.write(&body[c.out_pos - head.len()..])
+        let res = match &c.out_body {
+            // The head, held back (MSG_MORE) to leave in the same segment as the body's start.
+            Body::File(_) if c.out_pos < head.len() => nix::sys::socket::send(
+                c.sock.as_raw_fd(),
+                &head[c.out_pos..],
+                nix::sys::socket::MsgFlags::from_bits_retain(nix::libc::MSG_MORE),
+            )
+            .map_err(std::io::Error::from),
+            Body::File(f) => sendfile(&c.sock, f, c.out_pos - head.len()),
+            _ if c.out_pos < head.len() => {
+                let bufs = [IoSlice::new(&head[c.out_pos..]), IoSlice::new(body)];
+                c.sock.write_vectored(&bufs)
+            }
+            _ => c.sock.write(&body[c.out_pos - head.len()..]),
         };
         match res {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
@@ -1285,6 +1337,20 @@ fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// sendfile(2) of `f` from `offset` to its end into `sock`; the bytes written.
+fn sendfile(sock: &TcpStream, f: &FileBody, offset: usize) -> std::io::Result<usize> {
+    let mut off = offset as nix::libc::off_t;
+    let count = f.bytes.len() - offset;
+    // SAFETY: both descriptors are open for the duration of the call (`sock` and `f` are
+    // borrowed), `off` is a valid, exclusively borrowed off_t the kernel may update, and
+    // sendfile touches no other memory of ours.
+    let n = unsafe { nix::libc::sendfile(sock.as_raw_fd(), f.fd.as_raw_fd(), &mut off, count) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }
 
 fn is_tchar(b: u8) -> bool {
