@@ -771,4 +771,25 @@ fn large_config_to_a_slow_reader() {
         .unwrap();
     let got = agent::encoding::data_url::decode(f.contents.source.as_deref().unwrap()).unwrap();
     assert!(got == data, "the file's bytes came through unchanged");
+
+    // Clients that reset the connection in the middle of the body: the server carries on.
+    for _ in 0..8 {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.write_all(b"GET /config/worker HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        c.read_exact(&mut buf).unwrap();
+        // SO_LINGER 0: the close is a reset.
+        nix::sys::socket::setsockopt(
+            &c,
+            nix::sys::socket::sockopt::Linger,
+            &nix::libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            },
+        )
+        .unwrap();
+        drop(c);
+    }
+    assert_eq!(s.get("/config/worker").body, first.body);
 }

@@ -1384,7 +1384,8 @@ fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
             (None, Body::File(_)) if c.out_pos < head.len() => nix::sys::socket::send(
                 c.sock.as_raw_fd(),
                 &head[c.out_pos..],
-                nix::sys::socket::MsgFlags::from_bits_retain(nix::libc::MSG_MORE),
+                nix::sys::socket::MsgFlags::from_bits_retain(nix::libc::MSG_MORE)
+                    | nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
             )
             .map_err(std::io::Error::from),
             (None, Body::File(f)) => {
