@@ -706,3 +706,90 @@ fn access_log_lines() {
             .any(|l| l["path"] == "/ignition" && l["status"] == 503)
     );
 }
+
+/// A config far larger than the socket buffers, read slowly through a small receive buffer,
+/// twice on one keep-alive connection (the second request pipelined behind the first): the
+/// pre-rendered body goes out with sendfile in many partial writes, and every byte arrives
+/// in order, the second response right after the first.
+#[test]
+fn large_config_to_a_slow_reader() {
+    let t = TempDir::new("large");
+    let src = t.path().join("src");
+    // 3 MiB of varied bytes: a send resumes at many offsets.
+    let mut x: u32 = 1;
+    let data: Vec<u8> = (0..3 << 20)
+        .map(|_| {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (x >> 24) as u8
+        })
+        .collect();
+    let cfg = serde_json::json!({"ignition": {"version": "3.0.0"}, "storage": {"files": [
+        {"path": "/etc/large", "contents": {"source":
+            format!("data:;base64,{}", agent::encoding::data_url::base64_encode(&data))}}]}});
+    write(&src.join("pools/worker.ign"), &cfg.to_string());
+    let s = start_plain(&src, &["--no-access-log"]);
+
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    nix::sys::socket::setsockopt(&c, nix::sys::socket::sockopt::RcvBuf, &65536).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    c.write_all(
+        b"GET /config/worker HTTP/1.1\r\nHost: x\r\n\r\nGET /config/worker HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 16384];
+    for i in 0.. {
+        assert!(i < 1_000_000, "the connection never closed");
+        let n = c.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if i % 32 == 0 {
+            // Let the server's side of the connection fill up now and then.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let first = parse_response(&out, false);
+    assert_eq!(first.status, 200);
+    let head_len = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let second = parse_response(&out[head_len + first.body.len()..], false);
+    assert_eq!(second.status, 200);
+    assert_eq!(second.body, first.body);
+    assert_eq!(
+        out.len(),
+        2 * head_len + 2 * first.body.len() + "Connection: close\r\n".len(),
+        "nothing more than the two responses"
+    );
+    let p = config::parse(&first.body).unwrap();
+    let f = p
+        .config
+        .storage
+        .files
+        .iter()
+        .find(|f| f.path == "/etc/large")
+        .unwrap();
+    let got = agent::encoding::data_url::decode(f.contents.source.as_deref().unwrap()).unwrap();
+    assert!(got == data, "the file's bytes came through unchanged");
+
+    // Clients that reset the connection in the middle of the body: the server carries on.
+    for _ in 0..8 {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.write_all(b"GET /config/worker HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        c.read_exact(&mut buf).unwrap();
+        // SO_LINGER 0: the close is a reset.
+        nix::sys::socket::setsockopt(
+            &c,
+            nix::sys::socket::sockopt::Linger,
+            &nix::libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            },
+        )
+        .unwrap();
+        drop(c);
+    }
+    assert_eq!(s.get("/config/worker").body, first.body);
+}

@@ -339,7 +339,7 @@ impl App {
                     .is_some_and(|v| etag_matches(&v, &doc.etag));
                 let mut r = Response::new(if hit { 304 } else { 200 });
                 if !hit {
-                    r.body = Body::Shared(doc.body.clone());
+                    r.body = doc.http_body();
                 }
                 r.headers.push((
                     "Content-Type",

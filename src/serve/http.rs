@@ -41,6 +41,12 @@ use anyhow::{Context, Result};
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
+thread_local! {
+    /// Each event loop's read buffer: zeroed once, not on every read (measured: zeroing a
+    /// 16 KiB array per read was 40% of the loop's own CPU time).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 16 * 1024]);
+}
+
 /// Longest method name accepted.
 const MAX_METHOD: usize = 16;
 /// How often each event loop checks its connections' deadlines.
@@ -154,6 +160,8 @@ impl Request {
 pub enum Body {
     Empty,
     Shared(Arc<[u8]>),
+    /// A shared body that plain HTTP sends with sendfile(2) from a sealed memfd.
+    File(Arc<FileBody>),
     Owned(Vec<u8>),
 }
 
@@ -162,8 +170,96 @@ impl Body {
         match self {
             Body::Empty => &[],
             Body::Shared(b) => b,
+            Body::File(f) => &f.bytes,
             Body::Owned(b) => b,
         }
+    }
+}
+
+/// A pre-rendered body that many responses share, with the same bytes in a sealed memfd:
+/// plain HTTP sends it with sendfile(2), so the kernel takes the pages as they are instead
+/// of copying the body into every socket buffer (measured: that copy was a fifth of the
+/// server's CPU time per ~50 KiB config). TLS encrypts from `bytes`.
+///
+/// It also keeps the last whole response (head and body) in a memfd for keep-alive and for
+/// closing answers each: responses with the same head (the same second of `Date`) go out in
+/// one sendfile instead of a send for the head and a sendfile for the body (measured: that
+/// send was 8% of the server's CPU time).
+#[derive(Debug)]
+pub struct FileBody {
+    pub bytes: Arc<[u8]>,
+    fd: std::os::fd::OwnedFd,
+    /// By `keep`: the last whole response.
+    whole: [Mutex<Option<Arc<Whole>>>; 2],
+}
+
+/// A whole response: its head and a sealed memfd holding head and body.
+#[derive(Debug)]
+struct Whole {
+    head: Vec<u8>,
+    fd: std::os::fd::OwnedFd,
+    made: Instant,
+}
+
+/// A sealed memfd holding `parts` one after another; None when none can be made.
+fn sealed_memfd(parts: &[&[u8]]) -> Option<std::os::fd::OwnedFd> {
+    use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    let fd = memfd_create(
+        "agent-serve-body",
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .ok()?;
+    let mut f = std::fs::File::from(fd);
+    for p in parts {
+        f.write_all(p).ok()?;
+    }
+    // Immutable from now on: responses in flight may still reference its pages.
+    fcntl(
+        &f,
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK
+                | SealFlag::F_SEAL_GROW
+                | SealFlag::F_SEAL_WRITE
+                | SealFlag::F_SEAL_SEAL,
+        ),
+    )
+    .ok()?;
+    Some(f.into())
+}
+
+impl FileBody {
+    /// None when no memfd can be made (the body is then written from memory as before).
+    pub fn new(bytes: Arc<[u8]>) -> Option<FileBody> {
+        let fd = sealed_memfd(&[&bytes])?;
+        Some(FileBody {
+            bytes,
+            fd,
+            whole: Default::default(),
+        })
+    }
+
+    /// The whole response for `head`: the cached one when its head is the same, else a new
+    /// one, made at most twice a second per slot (a head that changes more often, which the
+    /// server's own responses never do, is sent apart).
+    fn whole(&self, head: &[u8], keep: bool) -> Option<Arc<Whole>> {
+        let slot = &self.whole[usize::from(keep)];
+        let now = Instant::now();
+        if let Some(w) = lock(slot).as_ref() {
+            if w.head == head {
+                return Some(w.clone());
+            }
+            if now.duration_since(w.made) < Duration::from_millis(500) {
+                return None;
+            }
+        }
+        let w = Arc::new(Whole {
+            head: head.to_vec(),
+            fd: sealed_memfd(&[head, &self.bytes])?,
+            made: now,
+        });
+        *lock(slot) = Some(w.clone());
+        Some(w)
     }
 }
 
@@ -467,6 +563,8 @@ struct Conn {
     /// Plain output: response head and body, and how much of both is written.
     out_head: Vec<u8>,
     out_body: Body,
+    /// Plain output of a shared body: head and body in one memfd (see [`FileBody`]).
+    out_whole: Option<Arc<Whole>>,
     out_pos: usize,
     finished: Option<Box<Finished>>,
     interest: Option<EpollFlags>,
@@ -822,6 +920,7 @@ impl Shard {
             close_after: false,
             out_head: Vec::new(),
             out_body: Body::Empty,
+            out_whole: None,
             out_pos: 0,
             finished: None,
             interest: None,
@@ -1012,6 +1111,10 @@ impl Shard {
                 c.out_body = Body::Empty;
             }
             None => {
+                c.out_whole = match &body {
+                    Body::File(f) if send_body => f.whole(&head, keep),
+                    _ => None,
+                };
                 c.out_head = head;
                 c.out_body = if send_body { body } else { Body::Empty };
             }
@@ -1031,11 +1134,14 @@ impl Shard {
     /// Reads what the socket has (up to the head size limit). Err: the connection is broken.
     fn fill(&self, c: &mut Conn) -> Result<(), ()> {
         let cap = self.srv.limits.max_header_bytes + 4 + c.scan.start.unwrap_or(0);
-        let mut tmp = [0u8; 16 * 1024];
+        SCRATCH.with_borrow_mut(|tmp| self.fill_with(c, cap, tmp))
+    }
+
+    fn fill_with(&self, c: &mut Conn, cap: usize, tmp: &mut [u8]) -> Result<(), ()> {
         let before = c.buf.len();
         while c.buf.len() < cap && !c.eof {
             match c.tls.as_mut() {
-                None => match c.sock.read(&mut tmp) {
+                None => match c.sock.read(tmp) {
                     Ok(0) => c.eof = true,
                     Ok(n) => {
                         c.buf.extend_from_slice(&tmp[..n]);
@@ -1061,7 +1167,7 @@ impl Shard {
                         return Err(());
                     }
                     loop {
-                        match t.reader().read(&mut tmp) {
+                        match t.reader().read(tmp) {
                             Ok(0) => {
                                 // close_notify: the client sends nothing more.
                                 c.eof = true;
@@ -1193,6 +1299,7 @@ impl Shard {
                     }
                     c.out_head = Vec::new();
                     c.out_body = Body::Empty;
+                    c.out_whole = None;
                     if let Some(f) = c.finished.take() {
                         srv.handler.done(
                             f.req.as_ref(),
@@ -1231,7 +1338,7 @@ impl Shard {
                 }
                 Phase::Linger => {
                     if readable {
-                        let mut tmp = [0u8; 16 * 1024];
+                        let mut tmp = [0u8; 4096];
                         loop {
                             match c.sock.read(&mut tmp) {
                                 Ok(0) => return None,
@@ -1271,11 +1378,25 @@ fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
         if c.out_pos >= total {
             return Ok(true);
         }
-        let res = if c.out_pos < head.len() {
-            let bufs = [IoSlice::new(&head[c.out_pos..]), IoSlice::new(body)];
-            c.sock.write_vectored(&bufs)
-        } else {
-            c.sock.write(&body[c.out_pos - head.len()..])
+        let res = match (&c.out_whole, &c.out_body) {
+            (Some(w), _) => sendfile(&c.sock, &w.fd, c.out_pos, total - c.out_pos),
+            // The head, held back (MSG_MORE) to leave in the same segment as the body's start.
+            (None, Body::File(_)) if c.out_pos < head.len() => nix::sys::socket::send(
+                c.sock.as_raw_fd(),
+                &head[c.out_pos..],
+                nix::sys::socket::MsgFlags::from_bits_retain(nix::libc::MSG_MORE)
+                    | nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+            )
+            .map_err(std::io::Error::from),
+            (None, Body::File(f)) => {
+                let from = c.out_pos - head.len();
+                sendfile(&c.sock, &f.fd, from, f.bytes.len() - from)
+            }
+            _ if c.out_pos < head.len() => {
+                let bufs = [IoSlice::new(&head[c.out_pos..]), IoSlice::new(body)];
+                c.sock.write_vectored(&bufs)
+            }
+            _ => c.sock.write(&body[c.out_pos - head.len()..]),
         };
         match res {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
@@ -1285,6 +1406,24 @@ fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// sendfile(2) of `count` bytes of `f` from `offset` into `sock`; the bytes written.
+fn sendfile(
+    sock: &TcpStream,
+    f: &std::os::fd::OwnedFd,
+    offset: usize,
+    count: usize,
+) -> std::io::Result<usize> {
+    let mut off = offset as nix::libc::off_t;
+    // SAFETY: both descriptors are open for the duration of the call (`sock` and `f` are
+    // borrowed), `off` is a valid, exclusively borrowed off_t the kernel may update, and
+    // sendfile touches no other memory of ours.
+    let n = unsafe { nix::libc::sendfile(sock.as_raw_fd(), f.as_raw_fd(), &mut off, count) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }
 
 fn is_tchar(b: u8) -> bool {

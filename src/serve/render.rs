@@ -2,11 +2,12 @@
 //! the spec version. Renders without an etcd index are computed once per generation, so every
 //! replica serves byte-identical output for the same generation.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Result;
 use sha2::{Digest, Sha256};
 
+use super::http::{Body, FileBody};
 use crate::config::types::{File, Resource};
 use crate::config::{self, Config, Version, version};
 use crate::encoding::data_url::base64_encode;
@@ -24,6 +25,9 @@ pub struct Rendered {
     pub body: Arc<[u8]>,
     pub etag: String,
     pub version: Version,
+    /// Pre-rendered documents: the body in a sealed memfd for sendfile, made when first
+    /// served (None inside: no memfd could be made).
+    file: Option<Arc<OnceLock<Option<Arc<FileBody>>>>>,
 }
 
 impl Rendered {
@@ -33,6 +37,25 @@ impl Rendered {
             body: body.into(),
             etag,
             version,
+            file: None,
+        }
+    }
+
+    /// Served many times: keep it ready for sendfile.
+    fn shared(mut self) -> Self {
+        self.file = Some(Arc::default());
+        self
+    }
+
+    /// The body for a response.
+    pub fn http_body(&self) -> Body {
+        let file = self.file.as_ref().and_then(|cell| {
+            cell.get_or_init(|| FileBody::new(self.body.clone()).map(Arc::new))
+                .clone()
+        });
+        match file {
+            Some(f) => Body::File(f),
+            None => Body::Shared(self.body.clone()),
         }
     }
 }
@@ -65,7 +88,7 @@ impl Pool {
         let by_minor = (0..=version::NEWEST_MINOR)
             .map(|m| {
                 let v = Version::new(m);
-                config::to_json(&served, v).map(|b| Rendered::new(b, v))
+                config::to_json(&served, v).map(|b| Rendered::new(b, v).shared())
             })
             .collect();
         Ok(Pool {
