@@ -72,7 +72,7 @@ mkdir -p "$work/source/pools/master"
 cp "$here/webserver.ign" "$work/source/pools/worker.ign"
 cp "$here/master-etcd.ign" "$work/source/pools/master/10-etcd.ign"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$agent" serve --source "$work/source" --listen-http "127.0.0.1:$port" --no-access-log 2>"$work/serve.log" &
+"$agent" serve --source "$work/source" --state-dir "$work/serve-state" --listen-http "127.0.0.1:$port" --no-access-log 2>"$work/serve.log" &
 server=$!
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
 echo "--- GET /config/worker (Accept: spec 3.2.0)"
