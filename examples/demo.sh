@@ -27,6 +27,11 @@ step "agent info"
 step "validate examples/webserver.ign (valid)"
 "$agent" validate "$here/webserver.ign" && echo "valid"
 
+step "agent butane: examples/webserver.bu to Ignition JSON, as Butane does; validate takes Butane too"
+"$agent" butane --strict "$here/webserver.bu" -o "$work/webserver-from-bu.ign"
+head -c 200 "$work/webserver-from-bu.ign"; echo " ..."
+"$agent" validate "$here/webserver.bu" && echo "valid (Butane, told by content)"
+
 step "validate examples/broken.ign (every error with its JSON path, line and column)"
 if "$agent" validate "$here/broken.ign"; then echo "unexpectedly valid"; exit 1; else echo "exit $? (invalid, as expected)"; fi
 
