@@ -254,25 +254,13 @@ pub fn send(
                     req = req.header(k, v);
                 }
             }
-            req.config()
-                .timeout_global(left)
-                .timeout_connect(hdr_timeout)
-                .timeout_recv_response(hdr_timeout)
-                .timeout_per_read(hdr_timeout.map(|t| t.max(Duration::from_secs(30))))
-                .build()
-                .call()
+            bounded(req, left, hdr_timeout).call()
         } else if method == "PUT" {
             let mut req = agent.put(&url);
             for (k, v) in headers {
                 req = req.header(k, v);
             }
-            req.config()
-                .timeout_global(left)
-                .timeout_connect(hdr_timeout)
-                .timeout_recv_response(hdr_timeout)
-                .timeout_per_read(hdr_timeout.map(|t| t.max(Duration::from_secs(30))))
-                .build()
-                .send_empty()
+            bounded(req, left, hdr_timeout).send_empty()
         } else {
             return Err(Failure::fatal(anyhow!(
                 "{}: unsupported HTTP method {method}",
@@ -335,6 +323,21 @@ fn classify(url: &str, e: ureq::Error) -> Failure {
         }
         _ => Failure::retry(anyhow!("{}: {e}", short(url))),
     }
+}
+
+/// One attempt's time limits on a request: `left` in all (the retry budget), the header
+/// time-out for connecting and for the response head, and reads of the body.
+fn bounded<B>(
+    req: ureq::RequestBuilder<B>,
+    left: Option<Duration>,
+    header_timeout: Option<Duration>,
+) -> ureq::RequestBuilder<B> {
+    req.config()
+        .timeout_global(left)
+        .timeout_connect(header_timeout)
+        .timeout_recv_response(header_timeout)
+        .timeout_per_read(header_timeout.map(|t| t.max(Duration::from_secs(30))))
+        .build()
 }
 
 /// Resolves a Location header against the URL it came from.

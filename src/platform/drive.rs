@@ -389,6 +389,22 @@ pub enum Absent {
     Error,
 }
 
+/// The file of the user data on an OpenStack-layout config drive.
+pub const OPENSTACK_USER_DATA: &str = "openstack/latest/user_data";
+
+/// An OpenStack-layout config drive (label `config-2`) that `platform` always attaches
+/// (KubeVirt, Nutanix, PowerVS): Ignition waits for it without end, the agent 120 s.
+pub const fn attached_config_drive(platform: &'static str) -> Drive {
+    Drive {
+        platform,
+        what: "config drive",
+        labels: &["config-2"],
+        fstypes: &[],
+        cdrom: false,
+        wait: Duration::from_secs(120),
+    }
+}
+
 /// A platform whose user data is one file on its drive: find it, read `rel`, unmount.
 pub fn fetch_file(
     d: &Drive,

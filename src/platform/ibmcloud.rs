@@ -4,11 +4,7 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
-
-use super::drive::{self, Absent, Drive, Roots};
-use super::{Found, Provider};
-use crate::fetch::Fetcher;
+use super::drive::{Absent, Drive};
 
 /// The file on the drive.
 pub const USER_DATA: &str = "user-data";
@@ -23,10 +19,4 @@ pub const DRIVE: Drive = Drive {
     wait: Duration::from_secs(30),
 };
 
-pub struct IbmCloud;
-
-impl Provider for IbmCloud {
-    fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
-        drive::fetch_file(&DRIVE, &Roots::default(), USER_DATA, f.opts.limits.max_config_size, Absent::NoUserData)
-    }
-}
+super::drive_provider!(IbmCloud, DRIVE, USER_DATA, Absent::NoUserData);

@@ -155,6 +155,31 @@ macro_rules! metadata_provider {
 }
 use metadata_provider;
 
+/// A provider whose config is one file on its drive ([`drive::fetch_file`]): the type, the
+/// [`drive::Drive`], the file on it, and what a drive without the file means
+/// ([`drive::Absent`]).
+macro_rules! drive_provider {
+    ($ty:ident, $drive:expr, $file:expr, $absent:expr) => {
+        pub struct $ty;
+
+        impl $crate::platform::Provider for $ty {
+            fn fetch_config(
+                &self,
+                f: &$crate::fetch::Fetcher,
+            ) -> anyhow::Result<Option<$crate::platform::Found>> {
+                $crate::platform::drive::fetch_file(
+                    &$drive,
+                    &$crate::platform::drive::Roots::default(),
+                    $file,
+                    f.opts.limits.max_config_size,
+                    $absent,
+                )
+            }
+        }
+    };
+}
+use drive_provider;
+
 /// Declares, from one line per platform, the provider module (for a platform that has one)
 /// and the platform's row of [`PLATFORMS`]:
 /// `"name" => module::Type, "description", tested "how it is tested";`. Adding a platform is

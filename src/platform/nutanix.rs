@@ -1,32 +1,11 @@
-//! `nutanix`: Nutanix AHV attaches a config drive to every machine (labelled `config-2`, OpenStack's layout):
-//! the user data is `openstack/latest/user_data`, none without that file. Ignition waits for
-//! the drive without end; the agent waits at most [`DRIVE`]'s wait, then fails.
+//! `nutanix`: Nutanix AHV attaches a config drive to every machine (labelled `config-2`,
+//! OpenStack's layout): the user data is `openstack/latest/user_data`, none without that file.
+//! Ignition waits for the drive without end; the agent waits at most [`DRIVE`]'s wait, then
+//! fails.
 
-use std::time::Duration;
-
-use anyhow::Result;
-
-use super::drive::{self, Absent, Drive, Roots};
-use super::{Found, Provider};
-use crate::fetch::Fetcher;
-
-/// The file on the drive.
-pub const USER_DATA: &str = "openstack/latest/user_data";
+use super::drive::{self, Absent, Drive};
 
 /// The drive.
-pub const DRIVE: Drive = Drive {
-    platform: "nutanix",
-    what: "config drive",
-    labels: &["config-2"],
-    fstypes: &[],
-    cdrom: false,
-    wait: Duration::from_secs(120),
-};
+pub const DRIVE: Drive = drive::attached_config_drive("nutanix");
 
-pub struct Nutanix;
-
-impl Provider for Nutanix {
-    fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
-        drive::fetch_file(&DRIVE, &Roots::default(), USER_DATA, f.opts.limits.max_config_size, Absent::Error)
-    }
-}
+super::drive_provider!(Nutanix, DRIVE, drive::OPENSTACK_USER_DATA, Absent::Error);

@@ -20,7 +20,7 @@ use super::{Found, Provider};
 use crate::fetch::{Fetcher, NeedsNetwork};
 
 /// The file on the config drive.
-pub const USER_DATA: &str = "openstack/latest/user_data";
+pub const USER_DATA: &str = drive::OPENSTACK_USER_DATA;
 /// The metadata service.
 pub const METADATA_SERVICE: &str = "http://169.254.169.254";
 /// Its user data.
