@@ -416,12 +416,45 @@ fn per_address_cap() {
     let _held: Vec<TcpStream> = (0..3)
         .map(|_| connect_with(Some(here), None, addr))
         .collect();
+    // A connect returns once the kernel has queued the connection; the server's loops
+    // accept in parallel, so wait (from the other address) until all three are admitted
+    // before the fourth arrives, or the fourth may win a slot.
+    let open = |c: &mut TcpStream| {
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let got = read_until_closed(c, Duration::from_secs(30)).expect("closed");
+        let text = parse_response(&got, false).text();
+        text.lines()
+            .find_map(|l| l.strip_prefix("agent_serve_open_connections ")?.parse::<u64>().ok())
+            .expect("open connections gauge")
+    };
+    let mut admitted = false;
+    for _ in 0..400 {
+        // The three held connections and this one.
+        if open(&mut connect_with(Some(other), None, addr)) >= 4 {
+            admitted = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(admitted, "the three held connections were admitted");
     let mut c = connect_with(Some(here), None, addr);
     c.write_all(GET_WORKER.as_bytes()).unwrap();
     let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
     let r = parse_response(&got, false);
     assert_eq!(r.status, 503, "over the per-address cap");
-    // Another address is not affected.
+    // Another address is not affected, and a client that reconnects as soon as it has read
+    // each answer is never refused, though the server still drains the earlier ones (the
+    // client keeps them open, so they all linger at once).
+    let mut answered = Vec::new();
+    for _ in 0..6 {
+        let mut c = connect_with(Some(other), None, addr);
+        c.write_all(GET_WORKER.as_bytes()).unwrap();
+        let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
+        assert_eq!(parse_response(&got, false).status, 200);
+        answered.push(c);
+    }
+    drop(answered);
     let mut c = connect_with(Some(other), None, addr);
     c.write_all(GET_WORKER.as_bytes()).unwrap();
     let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");

@@ -19,7 +19,9 @@
 //!   or many, cannot crowd out clients that send requests. Only when every connection is busy
 //!   with a request is a new one refused, in the listener's own protocol: a plain 503, or over
 //!   TLS a 503 after the handshake (a bounded number at a time; beyond that a bare close).
-//! - `max_connections_per_address` (0 = off) refuses connections over a per-address cap.
+//! - `max_connections_per_address` (0 = off) refuses connections over a per-address cap. A
+//!   connection stops counting against its address once it has sent its last response (while
+//!   it lingers, below).
 //! - Heads are checked as they arrive: a malformed request line or a bare LF/CR line ending is
 //!   answered 400 at once; more than `max_header_bytes` → 431; more than `max_headers` → 431.
 //!   Only GET and HEAD carry meaning here: a request with a body is answered and the
@@ -1320,6 +1322,13 @@ impl Shard {
                         }
                         // Lingering close: the client reads our answer, not a reset.
                         let _ = c.sock.shutdown(Shutdown::Write);
+                        // The client has its whole answer: a lingering connection no longer
+                        // counts against its address, so a client that opens its next
+                        // connection as soon as it reads the end is not refused.
+                        if c.address_held {
+                            c.address_held = false;
+                            srv.address_release(c.peer.ip().to_canonical());
+                        }
                         c.phase = Phase::Linger;
                         c.deadline = now + srv.limits.linger;
                         readable = true;
