@@ -425,7 +425,11 @@ fn per_address_cap() {
         let got = read_until_closed(c, Duration::from_secs(30)).expect("closed");
         let text = parse_response(&got, false).text();
         text.lines()
-            .find_map(|l| l.strip_prefix("agent_serve_open_connections ")?.parse::<u64>().ok())
+            .find_map(|l| {
+                l.strip_prefix("agent_serve_open_connections ")?
+                    .parse::<u64>()
+                    .ok()
+            })
             .expect("open connections gauge")
     };
     let mut admitted = false;
