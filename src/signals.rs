@@ -4,8 +4,10 @@
 //! complete temporary file, so a signal leaves it as it was or complete, never half-written.
 //!
 //! The signal handler only writes the signal number to a pipe; a thread reads it, takes the
-//! registry lock (so no temporary file is being created at that moment, and none can be
-//! created after), removes what is registered and calls `_exit`.
+//! creation lock for writing (so no temporary file is being created at that moment, and none
+//! can be created after), removes what is registered and calls `_exit`. Creators share the
+//! creation lock (a read lock): writer threads creating files at once do not wait for each
+//! other, and the registry's own lock is held only to add or drop an entry.
 //!
 //! The registry is process-global state on purpose, the one such exception besides the
 //! logger: a signal handler gets no arguments and can reach only globals, and every
@@ -17,7 +19,7 @@ use std::io::{ErrorKind, Read};
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
@@ -26,6 +28,8 @@ use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction
 pub const SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 
 static TEMPS: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+/// Read-held while a temporary node is created and registered; write-held by [`terminate`].
+static CREATING: RwLock<()> = RwLock::new(());
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 static PIPE_WR: AtomicI32 = AtomicI32::new(-1);
 static INSTALLED: OnceLock<()> = OnceLock::new();
@@ -45,15 +49,16 @@ pub struct Temp {
 
 impl Temp {
     /// Creates the temporary node at `path` with `create` and registers it, both under the
-    /// registry lock: a signal sees either no node or a registered one.
+    /// creation lock (shared with other creators): a signal sees either no node or a
+    /// registered one.
     pub fn create<T>(
         path: &Path,
         create: impl FnOnce(&Path) -> std::io::Result<T>,
     ) -> std::io::Result<(T, Temp)> {
-        let mut g = temps();
+        let _creating = CREATING.read().unwrap_or_else(|e| e.into_inner());
         let t = create(path)?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        g.push((id, path.to_path_buf()));
+        temps().push((id, path.to_path_buf()));
         Ok((
             t,
             Temp {
@@ -78,7 +83,10 @@ impl Temp {
 }
 
 fn unregister(id: u64) {
-    temps().retain(|(i, _)| *i != id);
+    let mut g = temps();
+    if let Some(k) = g.iter().position(|(i, _)| *i == id) {
+        g.swap_remove(k);
+    }
 }
 
 impl Drop for Temp {
@@ -151,6 +159,7 @@ pub fn install() -> Result<()> {
 /// Removes every registered temporary node and ends the process with 128+`sig`.
 fn terminate(sig: i32) -> ! {
     // Held until _exit: no temporary node is being created now, and none will be.
+    let creating = CREATING.write().unwrap_or_else(|e| e.into_inner());
     let g = temps();
     let mut removed = 0;
     for (_, p) in g.iter() {
@@ -166,6 +175,7 @@ fn terminate(sig: i32) -> ! {
         128 + sig
     );
     std::mem::forget(g);
+    std::mem::forget(creating);
     // SAFETY: _exit ends the process at once, without running atexit handlers or destructors
     // that other threads could still be using.
     unsafe { nix::libc::_exit(128 + sig) }

@@ -116,13 +116,15 @@ pub struct NeedsNetwork(pub String);
 /// One fetcher per URL scheme. `open` is one attempt: it returns the raw body (before
 /// decompression) or says whether another attempt may help.
 pub trait Scheme: Sync {
-    fn open(
+    /// The body behind `url` (it may borrow from the URL: a data URL is decoded as it is
+    /// read).
+    fn open<'u>(
         &self,
         f: &Fetcher,
-        url: &str,
+        url: &'u str,
         r: &Resource,
         left: Option<Duration>,
-    ) -> Result<Box<dyn Read>, Failure>;
+    ) -> Result<Box<dyn Read + 'u>, Failure>;
     /// Whether this scheme needs the network (refused offline).
     fn needs_network(&self) -> bool {
         true
@@ -132,20 +134,58 @@ pub trait Scheme: Sync {
 struct DataScheme;
 
 impl Scheme for DataScheme {
-    fn open(
+    fn open<'u>(
         &self,
         _: &Fetcher,
-        url: &str,
+        url: &'u str,
         _: &Resource,
         _: Option<Duration>,
-    ) -> Result<Box<dyn Read>, Failure> {
-        let b = crate::encoding::data_url::decode(url)
+    ) -> Result<Box<dyn Read + 'u>, Failure> {
+        use crate::encoding::data_url::{Payload, payload};
+        match payload(url)
             .context("decoding data URL")
-            .map_err(Failure::Fatal)?;
-        Ok(Box::new(io::Cursor::new(b)))
+            .map_err(Failure::Fatal)?
+        {
+            // Decoded straight into the reader's buffer: no copy of the whole payload.
+            Payload::Base64(d) => Ok(Box::new(Base64Body {
+                d,
+                carry: [0; 3],
+                carry_at: 3,
+            })),
+            Payload::Bytes(b) => Ok(Box::new(io::Cursor::new(b))),
+        }
     }
     fn needs_network(&self) -> bool {
         false
+    }
+}
+
+/// A base64 data URL's contents, decoded as they are read.
+struct Base64Body<'u> {
+    d: crate::encoding::data_url::Base64Decoder<'u>,
+    /// One decoded group for reads of fewer than 3 bytes; `carry_at` is where its unread
+    /// bytes start (3: none).
+    carry: [u8; 3],
+    carry_at: usize,
+}
+
+impl Read for Base64Body<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.carry_at == 3 && buf.len() < 3 && !self.d.is_empty() {
+            let n = self.d.decode_into(&mut self.carry);
+            self.carry.copy_within(..n, 3 - n);
+            self.carry_at = 3 - n;
+        }
+        if self.carry_at < 3 {
+            let n = buf.len().min(3 - self.carry_at);
+            buf[..n].copy_from_slice(&self.carry[self.carry_at..self.carry_at + n]);
+            self.carry_at += n;
+            return Ok(n);
+        }
+        Ok(self.d.decode_into(buf))
     }
 }
 
@@ -422,8 +462,8 @@ pub fn check_tls_downgrade(f: &Fetcher, from: &str, to: &str) -> Result<(), Fail
 /// decompression (final).
 /// Into memory, the raw (compressed) bytes are bounded too: a gzip stream that never produces
 /// output (endless empty members) ends at the limit like any other.
-struct Transport {
-    inner: Box<dyn Read>,
+struct Transport<'u> {
+    inner: Box<dyn Read + 'u>,
     failed: Rc<Cell<bool>>,
     raw: u64,
     /// The size limit of raw bytes, when fetching into memory; set `over` when passed.
@@ -431,7 +471,7 @@ struct Transport {
     over: Rc<Cell<bool>>,
 }
 
-impl Read for Transport {
+impl Read for Transport<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let k = self
             .inner
@@ -546,7 +586,7 @@ enum Hashing<'scope> {
 fn copy_verified(
     url: &str,
     r: &Resource,
-    body: Box<dyn Read>,
+    body: Box<dyn Read + '_>,
     out: &mut Out,
 ) -> Result<u64, Failure> {
     let failed = Rc::new(Cell::new(false));
@@ -568,7 +608,7 @@ fn copy_verified(
         limit,
         over: over.clone(),
     };
-    let mut reader: Box<dyn Read> = match r.compression.as_deref() {
+    let mut reader: Box<dyn Read + '_> = match r.compression.as_deref() {
         None | Some("") => Box::new(transport),
         Some("gzip") => Box::new(flate2::read::MultiGzDecoder::new(transport)),
         Some(other) => return Err(Failure::fatal(anyhow!("unsupported compression {other:?}"))),
@@ -760,7 +800,10 @@ pub fn sha512_hex(data: &[u8]) -> String {
 /// platform's drive: "openstack config drive /dev/sr0 (…), file …") are kept whole, their
 /// end names the file.
 pub fn short(src: &str) -> String {
-    if src.len() > 80 && (src.contains("://") || src.starts_with("data:")) {
+    // The scheme's "://" is near the start: a long data URL is not searched through.
+    if src.len() > 80
+        && (src.starts_with("data:") || src[..src.floor_char_boundary(64)].contains("://"))
+    {
         format!("{}…", &src[..src.floor_char_boundary(77)])
     } else {
         src.to_string()
@@ -775,6 +818,32 @@ mod tests {
         Resource {
             source: Some(src.into()),
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn base64_body_reads_in_any_sizes() {
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        let url = format!("data:;base64,{}", base64ish(&bytes));
+        let open = || {
+            DataScheme
+                .open(&Fetcher::new(Options::default()), &url, &res(&url), None)
+                .ok()
+                .unwrap()
+        };
+        // Byte by byte (reads shorter than a group), and in odd sizes.
+        for step in [1, 2, 4, 5, 7, 100] {
+            let mut body = open();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; step];
+            loop {
+                let n = body.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(got, bytes, "step {step}");
         }
     }
 

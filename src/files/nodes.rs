@@ -99,8 +99,8 @@ impl Writer<'_> {
         entries.extend(storage.links.iter().map(Entry::Link));
         // Duplicates: two entries that land on the same place.
         let mut seen: HashMap<String, &str> = HashMap::new();
-        for e in &entries {
-            let r = self.root.resolve(e.path())?;
+        let resolved = self.root.resolve_all(entries.iter().map(Entry::path))?;
+        for (e, r) in entries.iter().zip(resolved) {
             if let Some(other) = seen.insert(r.logical(), e.path()) {
                 bail!(
                     "entries {other} and {} both resolve to {} in the target root",
@@ -295,12 +295,52 @@ impl Writer<'_> {
     ) -> Result<()> {
         let (r, host) = self.place(path)?;
         let lpath = r.logical();
-        let existing = lstat(&host)?;
         let (has_contents, has_append) = match &contents {
             Contents::Resources { contents, append } => {
                 (contents.source.is_some(), !append.is_empty())
             }
             Contents::Bytes(_) => (true, false),
+        };
+        let create = |p: &Path, mode: u32| {
+            Temp::create(p, |p| {
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode)
+                    .custom_flags(nix::libc::O_CLOEXEC)
+                    .open(p)
+            })
+            .with_context(|| format!("creating {}", p.display()))
+        };
+        // A new path is created in place with O_EXCL and registered as temporary until
+        // complete, so that a failure or a signal removes it: one directory operation, as
+        // `tar -x` does. Most paths are new: the create is tried first, and only when
+        // something exists there (EEXIST, for any kind of node, a dangling link too) is it
+        // looked at. An existing file is replaced by renaming a complete named temporary file
+        // over it, never rewritten in place.
+        let (uid, gid, mode) = (attrs.uid, attrs.gid, attrs.mode.unwrap_or(0o644));
+        // A new file with no owner to set and a plain mode the umask leaves alone is created
+        // with its mode (no fchmod afterwards).
+        let created_with_mode =
+            uid.is_none() && gid.is_none() && mode & 0o7000 == 0 && mode & self.umask() == 0;
+        let fresh = match create(&host, if created_with_mode { mode } else { 0o600 }) {
+            Ok(ft) => Some(ft),
+            Err(e)
+                if e.downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == ErrorKind::AlreadyExists) =>
+            {
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let existing = match fresh {
+            Some(_) => None,
+            None => Some(lstat(&host)?.with_context(|| {
+                format!(
+                    "{path}: {} was there and then removed while writing",
+                    host.display()
+                )
+            })?),
         };
         let keep = match &existing {
             Some(md) if !overwrite => {
@@ -332,33 +372,16 @@ impl Writer<'_> {
                 attrs.gid.or(Some(md.gid())),
                 attrs.mode.unwrap_or(md.mode() & 0o7777),
             ),
-            _ => (attrs.uid, attrs.gid, attrs.mode.unwrap_or(0o644)),
+            _ => (uid, gid, mode),
         };
-        // A new file with no owner to set and a plain mode the umask leaves alone is created
-        // with its mode (no fchmod afterwards).
-        let created_with_mode =
-            uid.is_none() && gid.is_none() && mode & 0o7000 == 0 && mode & self.umask() == 0;
-        // A new path is created in place (O_EXCL: it fails if something appeared meanwhile)
-        // and registered as temporary until complete, so that a failure or a signal removes
-        // it: one directory operation, as `tar -x` does. An existing file is replaced by
-        // renaming a complete named temporary file over it, never rewritten in place.
         let direct = existing.is_none();
-        let (file, tmp, mut guard) = {
-            let (tmp, create_mode) = if direct {
-                (host.clone(), if created_with_mode { mode } else { 0o600 })
-            } else {
-                (tmp_name(&dir, &r.name), 0o600)
-            };
-            let (f, t) = Temp::create(&tmp, |p| {
-                OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(create_mode)
-                    .custom_flags(nix::libc::O_CLOEXEC)
-                    .open(p)
-            })
-            .with_context(|| format!("creating {}", tmp.display()))?;
-            (f, tmp, TmpGuard(Some(t)))
+        let (file, tmp, mut guard) = match fresh {
+            Some((f, t)) => (f, host.clone(), TmpGuard(Some(t))),
+            None => {
+                let tmp = tmp_name(&dir, &r.name);
+                let (f, t) = create(&tmp, 0o600)?;
+                (f, tmp, TmpGuard(Some(t)))
+            }
         };
         // Unbuffered: fetched contents arrive in chunks of up to 256 KiB (see fetch), bytes
         // whole; a buffer per file would cost more than it saves.

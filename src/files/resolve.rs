@@ -123,6 +123,24 @@ impl Root {
 
     /// Resolves a config path (absolute) to its place inside the root.
     pub fn resolve(&self, path: &str) -> Result<Resolved> {
+        self.resolve_memo(path, None)
+    }
+
+    /// [`Root::resolve`] for many paths while nothing is created or removed: `missing`
+    /// remembers the host paths found missing, so the elements they share are looked at
+    /// once (10,000 files under one new directory: one lstat, not 10,000).
+    pub fn resolve_all<'p>(
+        &self,
+        paths: impl IntoIterator<Item = &'p str>,
+    ) -> Result<Vec<Resolved>> {
+        let mut missing = HashSet::new();
+        paths
+            .into_iter()
+            .map(|p| self.resolve_memo(p, Some(&mut missing)))
+            .collect()
+    }
+
+    fn resolve_memo(&self, path: &str, missing: Option<&mut HashSet<PathBuf>>) -> Result<Resolved> {
         let mut elems = elements(path);
         if elems.iter().any(|e| e == "..") {
             bail!("{path}: path is not normalised");
@@ -135,22 +153,37 @@ impl Root {
             all.push(name.clone());
             all
         });
-        let parent = self.resolve_dir(path, elems, &fs)?;
+        let parent = self.resolve_dir(path, elems, &fs, missing)?;
         Ok(Resolved { parent, name })
     }
 
     /// Resolves the directory elements `queue` (following every symlink) for `path`, confined
     /// to the filesystem mounted at `fs` (empty: the root filesystem).
-    fn resolve_dir(&self, path: &str, queue: Vec<String>, fs: &[String]) -> Result<Vec<String>> {
+    ///
+    /// Below a missing element nothing exists: it is not looked at (until a `..` of a link
+    /// target climbs back above it). `missing` (see [`Root::resolve_all`]) also remembers
+    /// missing paths across calls.
+    fn resolve_dir(
+        &self,
+        path: &str,
+        queue: Vec<String>,
+        fs: &[String],
+        mut missing: Option<&mut HashSet<PathBuf>>,
+    ) -> Result<Vec<String>> {
         let fs_name = logical(fs.iter());
         let mut queue: VecDeque<String> = queue.into();
         let mut cur: Vec<String> = Vec::new();
         let mut hops = 0;
+        // The depth of the first missing element of `cur`, if any.
+        let mut missing_at: Option<usize> = None;
         // Once the walk has entered the filesystem it may not leave it again.
         let mut inside = fs.is_empty();
         while let Some(e) = queue.pop_front() {
             if e == ".." {
                 cur.pop();
+                if missing_at.is_some_and(|m| cur.len() < m) {
+                    missing_at = None;
+                }
                 if inside && !cur.starts_with(fs) {
                     bail!("{path}: \"..\" leaves the filesystem mounted at {fs_name}");
                 }
@@ -160,13 +193,26 @@ impl Root {
             if !inside && cur.as_slice() == fs {
                 inside = true;
             }
+            if missing_at.is_some() {
+                continue;
+            }
             let host = self.host_path(&cur);
             if self.is_known_dir(&host) {
                 continue;
             }
+            if missing.as_ref().is_some_and(|m| m.contains(&host)) {
+                missing_at = Some(cur.len());
+                continue;
+            }
             let md = match std::fs::symlink_metadata(&host) {
                 Ok(md) => md,
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    missing_at = Some(cur.len());
+                    if let Some(m) = missing.as_mut() {
+                        m.insert(host);
+                    }
+                    continue;
+                }
                 Err(e) => return Err(e).with_context(|| format!("inspecting {}", host.display())),
             };
             let ft = md.file_type();
