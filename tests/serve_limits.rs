@@ -459,6 +459,22 @@ fn per_address_cap() {
         assert_eq!(parse_response(&got, false).status, 200);
         answered.push(c);
     }
+    // Lingering ones have a cap of their own (3 here): the server closed the other three at
+    // once, so a byte sent on them is answered with a reset (and the next write fails),
+    // where a lingering connection drains it in silence.
+    for c in &mut answered {
+        let _ = c.write_all(b"x");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let reset = answered
+        .iter_mut()
+        .map(|c| c.write_all(b"y").is_err())
+        .filter(|&failed| failed)
+        .count();
+    assert!(
+        reset >= 3,
+        "{reset} of 6 connections over the linger cap were reset"
+    );
     drop(answered);
     let mut c = connect_with(Some(other), None, addr);
     c.write_all(GET_WORKER.as_bytes()).unwrap();

@@ -141,6 +141,19 @@ impl Root {
     }
 
     fn resolve_memo(&self, path: &str, missing: Option<&mut HashSet<PathBuf>>) -> Result<Resolved> {
+        // What no system call would take, said before anything is written (the walk does not
+        // look below a missing element, so it would not find out).
+        if path.contains('\0') {
+            bail!("{path:?}: a path cannot contain a NUL byte");
+        }
+        let limit = nix::libc::PATH_MAX as usize;
+        let n = self.host.as_os_str().len() + path.len();
+        if n >= limit {
+            bail!(
+                "{path}: too long: {n} bytes under the root {} (the system's limit is {limit})",
+                self.host.display()
+            );
+        }
         let mut elems = elements(path);
         if elems.iter().any(|e| e == "..") {
             bail!("{path}: path is not normalised");
@@ -354,6 +367,19 @@ mod tests {
         ));
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn nul_bytes_and_overlong_paths_are_errors_even_below_missing_directories() {
+        let d = tmp("bad-paths");
+        let r = Root::new(&d, &[]);
+        let e = r.resolve_all(["/new/a\0b/f"]).unwrap_err().to_string();
+        assert!(e.contains("NUL"), "{e}");
+        let long = format!("/new/{}/f", "x/".repeat(2100));
+        let e = r.resolve_all([long.as_str()]).unwrap_err().to_string();
+        assert!(e.contains("too long"), "{e}");
+        assert!(r.resolve("/new/dir/f").is_ok());
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

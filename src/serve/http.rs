@@ -371,7 +371,8 @@ pub struct Server {
     /// closes the socket, so an evicting thread may shut the socket down while holding it.
     waiting: Mutex<BTreeMap<u64, RawFd>>,
     seq: AtomicU64,
-    per_address: Mutex<HashMap<IpAddr, usize>>,
+    /// Per client address: connections counted against the cap, and lingering ones.
+    per_address: Mutex<HashMap<IpAddr, AddressCount>>,
     /// Refused connections still being answered.
     rejecting: AtomicUsize,
 }
@@ -492,22 +493,62 @@ impl Server {
         }
         let mut m = lock(&self.per_address);
         let n = m.entry(ip).or_default();
-        if *n >= cap {
+        if n.active >= cap {
             return false;
         }
-        *n += 1;
+        n.active += 1;
         true
     }
 
-    fn address_release(&self, ip: IpAddr) {
+    /// Gives back what `hold` holds of `ip`'s counts.
+    fn address_release(&self, ip: IpAddr, hold: AddressHold) {
         let mut m = lock(&self.per_address);
         if let Some(n) = m.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
+            match hold {
+                AddressHold::None => {}
+                AddressHold::Active => n.active -= 1,
+                AddressHold::Lingering => n.lingering -= 1,
+            }
+            if n.active == 0 && n.lingering == 0 {
                 m.remove(&ip);
             }
         }
     }
+
+    /// A counted connection has sent its last answer: it stops counting against the cap and
+    /// may linger, unless its address already has `cap` lingering connections (false: close
+    /// it at once).
+    fn address_linger(&self, ip: IpAddr) -> bool {
+        let cap = self.limits.max_connections_per_address;
+        let mut m = lock(&self.per_address);
+        let Some(n) = m.get_mut(&ip) else {
+            return false;
+        };
+        n.active -= 1;
+        // Not lingering: the entry stays, it still counts `cap` lingering connections.
+        let linger = n.lingering < cap;
+        if linger {
+            n.lingering += 1;
+        }
+        linger
+    }
+}
+
+/// One client address's connections under `max_connections_per_address`.
+#[derive(Debug, Default)]
+struct AddressCount {
+    /// Counted against the cap: every connection until its last answer is sent.
+    active: usize,
+    /// Lingering after their last answer (at most the cap more).
+    lingering: usize,
+}
+
+/// What a connection holds of its address's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AddressHold {
+    None,
+    Active,
+    Lingering,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -556,8 +597,8 @@ struct Conn {
     waiting: Option<u64>,
     /// Holds a slot of max_connections.
     counted: bool,
-    /// Counted in the per-address map.
-    address_held: bool,
+    /// What it counts for in the per-address map.
+    address: AddressHold,
     /// A refused connection: answered 503 and closed.
     reject: bool,
     eof: bool,
@@ -866,7 +907,7 @@ impl Shard {
         let slot = address_ok && srv.acquire_slot();
         let capped = srv.limits.max_connections_per_address > 0;
         if address_ok && !slot && capped {
-            srv.address_release(ip);
+            srv.address_release(ip, AddressHold::Active);
         }
         if !slot {
             srv.stats.rejected.fetch_add(1, Ordering::Relaxed);
@@ -895,7 +936,7 @@ impl Shard {
                 if slot {
                     srv.stats.open.fetch_sub(1, Ordering::SeqCst);
                     if capped {
-                        srv.address_release(ip);
+                        srv.address_release(ip, AddressHold::Active);
                     }
                 } else {
                     srv.rejecting.fetch_sub(1, Ordering::SeqCst);
@@ -916,7 +957,11 @@ impl Shard {
             served: 0,
             waiting: None,
             counted: slot,
-            address_held: slot && capped,
+            address: if slot && capped {
+                AddressHold::Active
+            } else {
+                AddressHold::None
+            },
             reject: !slot,
             eof: false,
             close_after: false,
@@ -1003,8 +1048,8 @@ impl Shard {
         if c.reject {
             srv.rejecting.fetch_sub(1, Ordering::SeqCst);
         }
-        if c.address_held {
-            srv.address_release(c.peer.ip().to_canonical());
+        if c.address != AddressHold::None {
+            srv.address_release(c.peer.ip().to_canonical(), c.address);
         }
         if let Some(f) = c.finished.take() {
             // The response could not be written.
@@ -1320,15 +1365,20 @@ impl Shard {
                         if c.eof {
                             return None;
                         }
-                        // Lingering close: the client reads our answer, not a reset.
-                        let _ = c.sock.shutdown(Shutdown::Write);
                         // The client has its whole answer: a lingering connection no longer
                         // counts against its address, so a client that opens its next
-                        // connection as soon as it reads the end is not refused.
-                        if c.address_held {
-                            c.address_held = false;
-                            srv.address_release(c.peer.ip().to_canonical());
+                        // connection as soon as it reads the end is not refused. Lingering
+                        // ones have a cap of their own (an address that leaves more open is
+                        // closed on at once).
+                        if c.address == AddressHold::Active {
+                            if !srv.address_linger(c.peer.ip().to_canonical()) {
+                                c.address = AddressHold::None;
+                                return None;
+                            }
+                            c.address = AddressHold::Lingering;
                         }
+                        // Lingering close: the client reads our answer, not a reset.
+                        let _ = c.sock.shutdown(Shutdown::Write);
                         c.phase = Phase::Linger;
                         c.deadline = now + srv.limits.linger;
                         readable = true;
