@@ -21,7 +21,8 @@
 //!   TLS a 503 after the handshake (a bounded number at a time; beyond that a bare close).
 //! - `max_connections_per_address` (0 = off) refuses connections over a per-address cap. A
 //!   connection stops counting against its address once it has sent its last response (while
-//!   it lingers, below).
+//!   it lingers, below); lingering connections have the same cap of their own, beyond which
+//!   the connection is closed at once.
 //! - Heads are checked as they arrive: a malformed request line or a bare LF/CR line ending is
 //!   answered 400 at once; more than `max_header_bytes` → 431; more than `max_headers` → 431.
 //!   Only GET and HEAD carry meaning here: a request with a body is answered and the
