@@ -323,25 +323,34 @@ impl Writer<'_> {
         // with its mode (no fchmod afterwards).
         let created_with_mode =
             uid.is_none() && gid.is_none() && mode & 0o7000 == 0 && mode & self.umask() == 0;
-        let fresh = match create(&host, if created_with_mode { mode } else { 0o600 }) {
-            Ok(ft) => Some(ft),
-            Err(e)
-                if e.downcast_ref::<std::io::Error>()
-                    .is_some_and(|e| e.kind() == ErrorKind::AlreadyExists) =>
-            {
-                None
+        let is_eexist = |e: &anyhow::Error| {
+            e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == ErrorKind::AlreadyExists)
+        };
+        // Something in the way is looked at; if it vanished meanwhile, the create is tried
+        // once more.
+        let mut fresh = None;
+        let mut existing = None;
+        for attempt in 0..2 {
+            match create(&host, if created_with_mode { mode } else { 0o600 }) {
+                Ok(ft) => {
+                    fresh = Some(ft);
+                    break;
+                }
+                Err(e) if is_eexist(&e) => {}
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
-        };
-        let existing = match fresh {
-            Some(_) => None,
-            None => Some(lstat(&host)?.with_context(|| {
-                format!(
-                    "{path}: {} was there and then removed while writing",
+            existing = lstat(&host)?;
+            if existing.is_some() {
+                break;
+            }
+            if attempt == 1 {
+                bail!(
+                    "{path}: {} keeps appearing and vanishing (is something else writing there?)",
                     host.display()
-                )
-            })?),
-        };
+                );
+            }
+        }
         let keep = match &existing {
             Some(md) if !overwrite => {
                 if !md.is_file() || has_contents {
