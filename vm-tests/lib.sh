@@ -3,18 +3,20 @@
 # at the partition's offset. $DISK is the guest's disk image, $CONSOLE its last console log.
 # Every helper fails loudly (non-zero + message on stderr).
 
-# Loop devices and mounts are recorded in a file (helpers run in command substitutions, i.e.
-# subshells, so shell arrays would lose them) and released on exit, mounts first.
+# Loop devices ("loop DEV [BACKING-FILE]", the file defaulting to $DISK) and mounts are
+# recorded in a file (helpers run in command substitutions, i.e. subshells, so shell arrays
+# would lose them) and released on exit, mounts first.
 _lib_reg=${WORK:-/tmp}/.lib-reg.$$
 : >"$_lib_reg"
 _lib_cleanup() {
-    local kind what
+    local kind what file
     while read -r kind what; do
         [[ $kind == mount ]] && { umount "$what" 2>/dev/null || umount -l "$what" 2>/dev/null; rmdir "$what" 2>/dev/null; }
     done < <(tac "$_lib_reg")
-    while read -r kind what; do
-        # Only while it still backs our image: never detach a device reused by someone else.
-        [[ $kind == loop && $(losetup -n -O BACK-FILE "$what" 2>/dev/null) == "$DISK"* ]] &&
+    while read -r kind what file; do
+        # Only while it still backs the image it was made for ("loop DEV [FILE]", FILE
+        # defaulting to $DISK): never detach a device reused by someone else.
+        [[ $kind == loop && $(losetup -n -O BACK-FILE "$what" 2>/dev/null) == "${file:-$DISK}"* ]] &&
             losetup -d "$what" 2>/dev/null
     done <"$_lib_reg"
     rm -f "$_lib_reg"

@@ -14,7 +14,7 @@ mdadm --examine --export "$DISK2" | grep -qx 'MD_NAME=any:data' || fail "not nam
 off=$(mdadm --examine "$DISK2" | sed -n 's/^ *Data Offset : \([0-9]*\) sectors.*/\1/p')
 [[ -n $off ]] || fail "no data offset"
 dev=$(losetup -f --show -r -o $((off * 512)) "$DISK2")
-echo "loop $dev" >>"$_lib_reg"
+echo "loop $dev $DISK2" >>"$_lib_reg"
 expect_eq "$(blkid -p -c /dev/null -o value -s TYPE "$dev")" ext4 "filesystem on the array"
 expect_eq "$(blkid -p -c /dev/null -o value -s LABEL "$dev")" data "label on the array"
 mp=$(mktemp -d "$WORK/mnt.XXXXXX")
