@@ -452,23 +452,8 @@ impl Drop for Mapped {
 mod tests {
     use super::*;
 
-    struct Tmp(PathBuf);
-    impl Tmp {
-        fn new(what: &str) -> Self {
-            let p = std::env::temp_dir().join(format!(
-                "agent-state-{what}-{}-{}",
-                std::process::id(),
-                uuid::Uuid::new_v4().simple()
-            ));
-            std::fs::create_dir_all(&p).unwrap();
-            Tmp(p)
-        }
-    }
-    impl Drop for Tmp {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::util::TestDir as Tmp;
+
     fn mode(p: &Path) -> u32 {
         std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
     }

@@ -173,6 +173,31 @@ pub fn utc(secs: u64) -> Utc {
     }
 }
 
+/// A fresh directory under the system's temporary directory for a unit test (created,
+/// named after `tag`, the process and a UUID), removed with everything in it when dropped.
+#[cfg(test)]
+pub(crate) struct TestDir(pub std::path::PathBuf);
+
+#[cfg(test)]
+impl TestDir {
+    pub(crate) fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!(
+            "agent-{tag}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&p).expect("creating a test directory");
+        TestDir(p)
+    }
+}
+
+#[cfg(test)]
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -514,16 +514,14 @@ fn ser<T: Serialize>(v: &T) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    struct Tmp(PathBuf);
-    impl Drop for Tmp {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::util::TestDir;
+
+    /// A path for a checkpoint directory that does not exist yet (open creates it, 0700),
+    /// inside a test directory removed on drop.
+    struct Tmp(PathBuf, #[allow(dead_code)] /* kept for its Drop */ TestDir);
     fn tmp(tag: &str) -> Tmp {
-        let p = std::env::temp_dir().join(format!("agent-ckpt-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        Tmp(p)
+        let d = TestDir::new(&format!("ckpt-{tag}"));
+        Tmp(d.0.join("checkpoint"), d)
     }
 
     fn pool(name: &str, marker: &str) -> Arc<Pool> {

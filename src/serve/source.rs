@@ -350,17 +350,9 @@ pub fn load(dir: &Path) -> Result<Generation, LoadError> {
 mod tests {
     use super::*;
 
-    struct Tmp(PathBuf);
-    impl Drop for Tmp {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::util::TestDir as Tmp;
     fn tmp(tag: &str) -> Tmp {
-        let p = std::env::temp_dir().join(format!("agent-source-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Tmp(p)
+        Tmp::new(&format!("source-{tag}"))
     }
     fn put(p: &Path, s: &str) {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();

@@ -68,8 +68,8 @@ pub fn parse(url: &str) -> Result<DataUrl<'_>> {
     parse_with(url, true)
 }
 
-/// [`parse`]; without `scan_base64`, a base64 payload's symbols are left for the decoder to
-/// check (it does in the same pass as decoding).
+/// [`parse`]; without `scan_base64`, a base64 payload's symbols are left for the caller to
+/// check ([`payload`] does, with the symbol scan of `base64_shape`).
 fn parse_with(url: &str, scan_base64: bool) -> Result<DataUrl<'_>> {
     let Some(rest) = url.strip_prefix("data:") else {
         bail!("not a data URL: must start with \"data:\"");
@@ -234,17 +234,10 @@ fn percent_check(s: &str) -> Result<()> {
 
 /// Decodes the payload of a data URL.
 pub fn decode(url: &str) -> Result<Vec<u8>> {
-    let d = parse_with(url, false)?;
-    if d.base64 {
-        // The decoder checks every symbol as it goes; on a bad one, the full parse says
-        // which, in the words it uses at validation time.
-        base64_decode(d.data.as_bytes()).or_else(|e| {
-            parse(url)?;
-            Err(e)
-        })
-    } else {
-        percent_decode(d.data)
-    }
+    Ok(match payload(url)? {
+        Payload::Base64(d) => d.into_vec(),
+        Payload::Bytes(b) => b,
+    })
 }
 
 /// A data URL's payload, ready to be decoded piece by piece.
@@ -285,6 +278,14 @@ impl Base64Decoder<'_> {
     /// Whether every symbol has been decoded.
     pub fn is_empty(&self) -> bool {
         self.rest.is_empty()
+    }
+
+    /// Decodes every symbol left.
+    pub fn into_vec(mut self) -> Vec<u8> {
+        let mut out = vec![0u8; self.rest.len() / 4 * 3];
+        let n = self.decode_into(&mut out);
+        out.truncate(n);
+        out
     }
 
     /// Decodes as many whole groups as `out` has room for (at least one group needs 3 bytes;
@@ -409,52 +410,8 @@ static B64: [u8; 256] = {
 
 /// Standard base64 with `=` padding (RFC 4648 §4), as Go's `base64.StdEncoding` decodes it.
 pub fn base64_decode(input: &[u8]) -> Result<Vec<u8>> {
-    if !input.len().is_multiple_of(4) {
-        // base64_shape names the problem.
-        base64_shape(input)?;
-    }
-    let pad = input
-        .iter()
-        .rev()
-        .take(2)
-        .take_while(|&&c| c == b'=')
-        .count();
-    let body = &input[..input.len() - pad];
-    let whole = body.len() / 4 * 4;
-    // One pass: decode every group into its place, OR-ing the symbol values together; an
-    // invalid symbol (0xFF) sets the high bits, and the slow path then says which one.
-    let mut out = vec![0u8; whole / 4 * 3];
-    let mut seen = 0u8;
-    for (q, o) in body[..whole].chunks_exact(4).zip(out.chunks_exact_mut(3)) {
-        let (a, b, c, d) = (
-            B64[q[0] as usize],
-            B64[q[1] as usize],
-            B64[q[2] as usize],
-            B64[q[3] as usize],
-        );
-        seen |= a | b | c | d;
-        let v = (u32::from(a) << 18) | (u32::from(b) << 12) | (u32::from(c) << 6) | u32::from(d);
-        o.copy_from_slice(&v.to_be_bytes()[1..]);
-    }
-    let tail = &body[whole..];
-    for &c in tail {
-        seen |= B64[c as usize];
-    }
-    if seen >= 64 {
-        base64_shape(input)?;
-    }
-    match tail.len() {
-        0 => {}
-        2 | 3 => {
-            let mut v = 0u32;
-            for (k, &c) in tail.iter().enumerate() {
-                v |= u32::from(B64[c as usize]) << (18 - 6 * k);
-            }
-            out.extend_from_slice(&v.to_be_bytes()[1..tail.len()]);
-        }
-        _ => bail!("invalid base64: a final group of one symbol"),
-    }
-    Ok(out)
+    base64_shape(input)?;
+    Ok(Base64Decoder { rest: input }.into_vec())
 }
 
 /// Whether `c` is a base64 symbol (or `=`, with `PAD`).
