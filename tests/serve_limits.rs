@@ -638,3 +638,75 @@ fn listen_without_tls_is_an_error() {
         assert!(out.stdout.is_empty(), "nothing was listening");
     }
 }
+
+/// Reads one keep-alive answer (head and Content-Length body) off `c`.
+fn read_answer(c: &mut TcpStream) -> Resp {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:")?.trim().parse().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                return parse_response(&got[..end + 4 + len], false);
+            }
+        }
+        let n = c.read(&mut buf).expect("reading an answer");
+        assert!(n > 0, "closed before the whole answer");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[test]
+fn new_connections_are_spread_over_the_event_loops() {
+    // Whichever loop wakes for the listener accepts; a burst of connections must still end
+    // up even (the loop with more hands new ones to the one with fewer).
+    let t = TempDir::new("loops");
+    let src = source(&t);
+    let s = start(&src, None, &["--threads", "2"]);
+    let addr = s.addr_of("http");
+    for burst in 0..3 {
+        let mut held: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        for c in &mut held {
+            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+        }
+        for c in &mut held {
+            let r = read_answer(c);
+            assert_eq!(r.status, 200);
+        }
+        // Every connection is admitted and still open (keep-alive); the metrics connection
+        // is one more.
+        let m = request(
+            addr,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .text();
+        let loops: Vec<u64> = m
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("agent_serve_loop_connections{loop=\"")?
+                    .split_once("\"} ")?
+                    .1
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert_eq!(loops.len(), 2, "{m}");
+        let total: u64 = loops.iter().sum();
+        assert!((40..=41).contains(&total), "burst {burst}: {loops:?}");
+        assert!(
+            loops.iter().all(|&n| n >= 19),
+            "burst {burst}: connections per loop {loops:?}"
+        );
+        drop(held);
+        // The next burst starts from an empty server.
+        s.wait_for("the connections to close", 30, |s| {
+            s.metric("agent_serve_open_connections") <= 1
+        });
+    }
+}

@@ -140,6 +140,19 @@ impl Metrics {
             "# HELP agent_serve_open_connections Open client connections.\n# TYPE agent_serve_open_connections gauge\nagent_serve_open_connections {}",
             conns.open.load(Ordering::Relaxed)
         );
+        if let Some(loops) = conns.loops.get() {
+            let _ = writeln!(
+                s,
+                "# HELP agent_serve_loop_connections Connections each event loop has (new ones go to the loop with the fewest).\n# TYPE agent_serve_loop_connections gauge"
+            );
+            for (i, n) in loops.iter().enumerate() {
+                let _ = writeln!(
+                    s,
+                    "agent_serve_loop_connections{{loop=\"{i}\"}} {}",
+                    n.load(Ordering::Relaxed)
+                );
+            }
+        }
         s
     }
 }

@@ -23,6 +23,7 @@ pub mod app;
 pub mod checkpoint;
 pub mod http;
 pub mod metrics;
+pub mod pipes;
 pub mod pointer;
 pub mod render;
 pub mod run;
