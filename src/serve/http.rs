@@ -32,7 +32,8 @@
 //! client still sends for a moment ("lingering close"), so the client reads the response
 //! instead of a reset.
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{IoSlice, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -191,16 +192,16 @@ impl Body {
 /// of copying the body into every socket buffer (measured: that copy was a fifth of the
 /// server's CPU time per ~50 KiB config). TLS encrypts from `bytes`.
 ///
-/// It also keeps the last whole response (head and body) in a memfd for keep-alive and for
-/// closing answers each: responses with the same head (the same second of `Date`) go out in
+/// Each event loop also keeps the last whole response (head and body) in a memfd for
+/// keep-alive and for closing answers each (see `whole`): responses with the same head (the same second of `Date`) go out in
 /// one sendfile instead of a send for the head and a sendfile for the body (measured: that
 /// send was 8% of the server's CPU time).
 #[derive(Debug)]
 pub struct FileBody {
     pub bytes: Arc<[u8]>,
     fd: std::os::fd::OwnedFd,
-    /// By `keep`: the last whole response.
-    whole: [Mutex<Option<Arc<Whole>>>; 2],
+    /// Its key in each thread's cache of whole responses.
+    id: u64,
 }
 
 /// A whole response: its head and a sealed memfd holding head and body.
@@ -209,6 +210,22 @@ struct Whole {
     head: Vec<u8>,
     fd: std::os::fd::OwnedFd,
     made: Instant,
+    /// Head and body.
+    len: usize,
+}
+
+static NEXT_BODY: AtomicU64 = AtomicU64::new(0);
+
+/// Whole responses each thread keeps, and their bytes at most.
+const WHOLES_KEPT: usize = 64;
+const WHOLES_BUDGET: usize = 16 * 1024 * 1024;
+
+thread_local! {
+    /// This thread's whole responses by (body, keep), least recently used first. Per
+    /// thread: sending one takes no lock and touches no reference count that another
+    /// event loop touches on every request.
+    static WHOLES: std::cell::RefCell<Vec<((u64, bool), Arc<Whole>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A sealed memfd holding `parts` one after another; None when none can be made.
@@ -245,31 +262,42 @@ impl FileBody {
         Some(FileBody {
             bytes,
             fd,
-            whole: Default::default(),
+            id: NEXT_BODY.fetch_add(1, Ordering::Relaxed),
         })
     }
 
-    /// The whole response for `head`: the cached one when its head is the same, else a new
-    /// one, made at most twice a second per slot (a head that changes more often, which the
-    /// server's own responses never do, is sent apart).
-    fn whole(&self, head: &[u8], keep: bool) -> Option<Arc<Whole>> {
-        let slot = &self.whole[usize::from(keep)];
-        let now = Instant::now();
-        if let Some(w) = lock(slot).as_ref() {
-            if w.head == head {
-                return Some(w.clone());
-            }
-            if now.duration_since(w.made) < Duration::from_millis(500) {
-                return None;
-            }
+    /// The whole response for `head`: this thread's cached one when its head is the same,
+    /// else a new one, made at most twice a second per body and `keep` (a head that changes
+    /// more often, which the server's own responses never do, is sent apart). None also for
+    /// a body over the cache's budget.
+    fn whole(&self, head: &[u8], keep: bool, now: Instant) -> Option<Arc<Whole>> {
+        let len = head.len() + self.bytes.len();
+        if len > WHOLES_BUDGET {
+            return None;
         }
-        let w = Arc::new(Whole {
-            head: head.to_vec(),
-            fd: sealed_memfd(&[head, &self.bytes])?,
-            made: now,
-        });
-        *lock(slot) = Some(w.clone());
-        Some(w)
+        WHOLES.with_borrow_mut(|ws| {
+            if let Some(i) = ws.iter().position(|(k, _)| *k == (self.id, keep)) {
+                let e = ws.remove(i);
+                let fresh = now.duration_since(e.1.made) < Duration::from_millis(500);
+                if e.1.head == head || fresh {
+                    let w = (e.1.head == head).then(|| e.1.clone());
+                    ws.push(e);
+                    return w;
+                }
+            }
+            let w = Arc::new(Whole {
+                head: head.to_vec(),
+                fd: sealed_memfd(&[head, &self.bytes])?,
+                made: now,
+                len,
+            });
+            let mut held: usize = ws.iter().map(|(_, w)| w.len).sum();
+            while !ws.is_empty() && (ws.len() >= WHOLES_KEPT || held + len > WHOLES_BUDGET) {
+                held -= ws.remove(0).1.len;
+            }
+            ws.push(((self.id, keep), w.clone()));
+            Some(w)
+        })
     }
 }
 
@@ -279,8 +307,8 @@ pub struct Response {
     pub headers: Vec<(&'static str, String)>,
     pub body: Body,
     /// Labels for metrics and the access log.
-    pub pool: String,
-    pub version: String,
+    pub pool: Cow<'static, str>,
+    pub version: Cow<'static, str>,
 }
 
 impl Response {
@@ -289,8 +317,8 @@ impl Response {
             status,
             headers: Vec::new(),
             body: Body::Empty,
-            pool: "-".into(),
-            version: "-".into(),
+            pool: Cow::Borrowed("-"),
+            version: Cow::Borrowed("-"),
         }
     }
     pub fn text(status: u16, msg: impl Into<String>) -> Self {
@@ -368,17 +396,41 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// One part of the server's waiting set. Each thread uses one part (picked once per
+/// thread), so event loops do not take turns at one lock on every request.
+#[derive(Default)]
+#[repr(align(128))]
+struct WaitPart(Mutex<BTreeSet<(u64, RawFd)>>);
+
+const WAIT_PARTS: usize = 8;
+
+static NEXT_WAIT_PART: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static WAIT_PART: usize = NEXT_WAIT_PART.fetch_add(1, Ordering::Relaxed) % WAIT_PARTS;
+}
+
+/// A waiting connection's entry: its part, when it started waiting, its socket.
+#[derive(Debug, Clone, Copy)]
+struct WaitKey {
+    part: usize,
+    at: u64,
+    fd: RawFd,
+}
+
 /// The server shared by every event loop.
 pub struct Server {
     limits: Limits,
     handler: Arc<dyn Handler>,
     stats: Arc<ConnStats>,
     shutdown: Arc<AtomicBool>,
-    /// Connections waiting for a request head (the eviction candidates), oldest first:
-    /// key → socket. A connection's owner removes its entry (under this lock) before it
-    /// closes the socket, so an evicting thread may shut the socket down while holding it.
-    waiting: Mutex<BTreeMap<u64, RawFd>>,
-    seq: AtomicU64,
+    /// Connections waiting for a request head (the eviction candidates), in parts: when
+    /// each started waiting, and its socket. A connection's owner removes its entry (under
+    /// its part's lock) before it closes the socket, so an evicting thread may shut the
+    /// socket down while holding every part's lock.
+    waiting: [WaitPart; WAIT_PARTS],
+    /// The clock of `waiting`.
+    born: Instant,
     /// Per client address: connections counted against the cap, and lingering ones.
     per_address: Mutex<HashMap<IpAddr, AddressCount>>,
     /// Refused connections still being answered.
@@ -397,8 +449,8 @@ impl Server {
             handler,
             stats,
             shutdown,
-            waiting: Mutex::new(BTreeMap::new()),
-            seq: AtomicU64::new(0),
+            waiting: Default::default(),
+            born: Instant::now(),
             per_address: Mutex::new(HashMap::new()),
             rejecting: AtomicUsize::new(0),
         })
@@ -455,6 +507,9 @@ impl Server {
                 links: links.clone(),
                 loads: loads.clone(),
                 me: i,
+                now: Instant::now(),
+                date: String::new(),
+                date_secs: 0,
                 epoll,
                 listeners: ls,
                 listening: false,
@@ -477,29 +532,40 @@ impl Server {
     }
 
     /// Registers a connection as waiting for a head; returns its key.
-    fn wait_enter(&self, fd: RawFd) -> u64 {
-        let k = self.seq.fetch_add(1, Ordering::Relaxed);
-        lock(&self.waiting).insert(k, fd);
+    fn wait_enter(&self, fd: RawFd, now: Instant) -> WaitKey {
+        let k = WaitKey {
+            part: WAIT_PART.with(|p| *p),
+            at: now.saturating_duration_since(self.born).as_nanos() as u64,
+            fd,
+        };
+        lock(&self.waiting[k.part].0).insert((k.at, k.fd));
         k
     }
 
     /// Unregisters a waiting connection. false: it was evicted meanwhile (its slot already
     /// went to another connection and its socket is shut down).
-    fn wait_leave(&self, k: u64) -> bool {
-        lock(&self.waiting).remove(&k).is_some()
+    fn wait_leave(&self, k: WaitKey) -> bool {
+        lock(&self.waiting[k.part].0).remove(&(k.at, k.fd))
     }
 
     /// Evicts the connection that has waited longest for a request head and releases its
     /// slot. false: every connection is busy with a request.
     fn evict_oldest(&self) -> bool {
-        let mut w = lock(&self.waiting);
-        let Some((_, fd)) = w.pop_first() else {
+        // Every part, always in this order (a thread holds at most one part otherwise).
+        let mut parts: Vec<_> = self.waiting.iter().map(|p| lock(&p.0)).collect();
+        let Some((oldest, part)) = parts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((*p.first()?, i)))
+            .min()
+        else {
             return false;
         };
+        parts[part].remove(&oldest);
         // Its owner cannot close the socket before taking the lock we hold (see `waiting`);
         // shutting it down wakes the owner, which then closes it.
-        let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
-        drop(w);
+        let _ = nix::sys::socket::shutdown(oldest.1, nix::sys::socket::Shutdown::Both);
+        drop(parts);
         self.stats.open.fetch_sub(1, Ordering::SeqCst);
         self.stats.evicted.fetch_add(1, Ordering::Relaxed);
         true
@@ -625,7 +691,7 @@ struct Conn {
     /// Requests answered on this connection.
     served: u64,
     /// Key in the server's waiting set while waiting for a head.
-    waiting: Option<u64>,
+    waiting: Option<WaitKey>,
     /// Holds a slot of max_connections.
     counted: bool,
     /// What it counts for in the per-address map.
@@ -670,6 +736,10 @@ struct Shard {
     links: Arc<[Link]>,
     loads: Arc<[AtomicUsize]>,
     me: usize,
+    /// When the current batch of events arrived, and its `Date` (see `tick`).
+    now: Instant,
+    date: String,
+    date_secs: u64,
     epoll: Epoll,
     listeners: Vec<(TcpListener, Option<Arc<rustls::ServerConfig>>)>,
     listening: bool,
@@ -767,17 +837,17 @@ fn scan_head(buf: &[u8], st: &mut ScanState, max: usize) -> Scan {
 }
 
 /// The response head for `r`; `body_len` is what follows it (0 for HEAD and 304).
-fn response_head(r: &Response, keep: bool, content_length: usize) -> Vec<u8> {
+fn response_head(r: &Response, keep: bool, content_length: usize, date: &str) -> Vec<u8> {
     let mut h = String::with_capacity(256);
     h.push_str("HTTP/1.1 ");
-    h.push_str(&r.status.to_string());
+    push_number(&mut h, r.status.into());
     h.push(' ');
     h.push_str(reason(r.status));
     h.push_str("\r\nDate: ");
-    h.push_str(&http_date_now());
+    h.push_str(date);
     if r.status != 304 {
         h.push_str("\r\nContent-Length: ");
-        h.push_str(&content_length.to_string());
+        push_number(&mut h, content_length);
     }
     for (k, v) in &r.headers {
         h.push_str("\r\n");
@@ -790,6 +860,21 @@ fn response_head(r: &Response, keep: bool, content_length: usize) -> Vec<u8> {
     }
     h.push_str("\r\n\r\n");
     h.into_bytes()
+}
+
+/// Appends `n` in decimal.
+fn push_number(h: &mut String, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    h.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 /// Writes rustls's pending records. Ok(true): all written; Ok(false): the socket is full.
@@ -833,9 +918,10 @@ impl Shard {
 
     fn run(mut self) {
         let mut events = vec![EpollEvent::empty(); 256];
-        let mut next_sweep = Instant::now() + SWEEP;
+        self.tick();
+        let mut next_sweep = self.now + SWEEP;
         loop {
-            let wait = next_sweep.saturating_duration_since(Instant::now());
+            let wait = next_sweep.saturating_duration_since(self.now);
             let ms = (wait.as_millis() as u16).clamp(1, SWEEP.as_millis() as u16);
             let n = match self.poll(&mut events, ms) {
                 Ok(n) => n,
@@ -846,6 +932,7 @@ impl Shard {
                     0
                 }
             };
+            self.tick();
             for ev in &events[..n] {
                 let data = ev.data();
                 if data == INBOX {
@@ -871,7 +958,7 @@ impl Shard {
                     self.step(idx, readable);
                 }
             }
-            let now = Instant::now();
+            let now = self.now;
             if now >= next_sweep {
                 self.take_inbox();
                 self.sweep(now);
@@ -892,6 +979,20 @@ impl Shard {
                     return;
                 }
             }
+        }
+    }
+
+    /// Reads the clocks, once per batch of events: deadlines, waiting times and the `Date`
+    /// header go by this (request latencies are measured apart).
+    fn tick(&mut self) {
+        self.now = Instant::now();
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        if secs != self.date_secs || self.date.is_empty() {
+            self.date_secs = secs;
+            self.date = http_date(secs);
         }
     }
 
@@ -1070,7 +1171,7 @@ impl Shard {
                 return;
             }
         };
-        let now = Instant::now();
+        let now = self.now;
         let mut c = Box::new(Conn {
             sock,
             peer,
@@ -1251,7 +1352,7 @@ impl Shard {
     fn queue_reject(&self, c: &mut Conn) {
         let r = Response::text(503, "the server is at its connection limit; retry shortly")
             .header("Retry-After", "1");
-        self.queue(c, None, r, false, false, Instant::now());
+        self.queue(c, None, r, false, false, self.now);
         // A refused connection is neither logged nor counted as a request.
         c.finished = None;
     }
@@ -1269,7 +1370,7 @@ impl Shard {
         let body = std::mem::replace(&mut resp.body, Body::Empty);
         let full_len = body.bytes().len();
         let send_body = !head_only && resp.status != 304;
-        let head = response_head(&resp, keep, full_len);
+        let head = response_head(&resp, keep, full_len, &self.date);
         let sent_len = if send_body { full_len } else { 0 };
         let bytes = head.len() + sent_len;
         match c.tls.as_mut() {
@@ -1287,7 +1388,7 @@ impl Shard {
             }
             None => {
                 c.out_whole = match &body {
-                    Body::File(f) if send_body => f.whole(&head, keep),
+                    Body::File(f) if send_body => f.whole(&head, keep, self.now),
                     _ => None,
                 };
                 c.out_head = head;
@@ -1303,7 +1404,7 @@ impl Shard {
         }));
         c.close_after = !keep;
         c.phase = Phase::Writing;
-        c.deadline = Instant::now() + self.srv.limits.write_timeout;
+        c.deadline = self.now + self.srv.limits.write_timeout;
     }
 
     /// Reads what the socket has (up to the head size limit). Err: the connection is broken.
@@ -1360,7 +1461,7 @@ impl Shard {
             }
         }
         if c.buf.len() > before && c.head_start.is_none() {
-            let now = Instant::now();
+            let now = self.now;
             c.head_start = Some(now);
             if c.served > 0 {
                 // A new head on a keep-alive connection: it has the header time-out from now.
@@ -1467,7 +1568,7 @@ impl Shard {
                     match done {
                         Err(_) => return None,
                         Ok(false) => {
-                            c.deadline = Instant::now() + srv.limits.write_timeout;
+                            c.deadline = self.now + srv.limits.write_timeout;
                             return Some(EpollFlags::EPOLLOUT);
                         }
                         Ok(true) => {}
@@ -1475,17 +1576,17 @@ impl Shard {
                     c.out_head = Vec::new();
                     c.out_body = Body::Empty;
                     c.out_whole = None;
+                    let now = Instant::now();
                     if let Some(f) = c.finished.take() {
                         srv.handler.done(
                             f.req.as_ref(),
                             &f.resp,
                             f.bytes,
-                            f.started.elapsed(),
+                            now.saturating_duration_since(f.started),
                             c.peer,
                         );
                         c.served += 1;
                     }
-                    let now = Instant::now();
                     // No request in progress any more: evictable again, before the client
                     // can see the end of the response.
                     self.enter_waiting(c);
@@ -1551,7 +1652,7 @@ impl Shard {
     /// Joins the waiting set (eviction candidates) unless already in it.
     fn enter_waiting(&self, c: &mut Conn) {
         if c.waiting.is_none() && c.counted {
-            c.waiting = Some(self.srv.wait_enter(c.sock.as_raw_fd()));
+            c.waiting = Some(self.srv.wait_enter(c.sock.as_raw_fd(), self.now));
         }
     }
 }
@@ -1766,27 +1867,18 @@ pub fn http_date(secs: u64) -> String {
     )
 }
 
-fn http_date_now() -> String {
-    use std::cell::RefCell;
-    thread_local! {
-        static CACHE: RefCell<(u64, String)> = const { RefCell::new((0, String::new())) };
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.0 != now || c.1.is_empty() {
-            *c = (now, http_date(now));
-        }
-        c.1.clone()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers() {
+        for n in [0, 7, 10, 200, 54_609, usize::MAX] {
+            let mut s = String::from("x");
+            push_number(&mut s, n);
+            assert_eq!(s, format!("x{n}"));
+        }
+    }
 
     #[test]
     fn dates() {

@@ -15,12 +15,29 @@ const BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0,
 ];
 
+/// Request counters that a group of threads add to. Each thread adds to one tally (picked
+/// once per thread), so event loops on different CPUs do not take turns owning the same
+/// cache lines on every request; `/metrics` adds the tallies up.
 #[derive(Default)]
-pub struct Metrics {
+#[repr(align(128))]
+struct Tally {
     requests: RwLock<BTreeMap<(String, u16, String), AtomicU64>>,
     buckets: [AtomicU64; BUCKETS.len()],
     count: AtomicU64,
     sum_micros: AtomicU64,
+}
+
+const TALLIES: usize = 8;
+
+static NEXT_TALLY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    static TALLY: usize = NEXT_TALLY.fetch_add(1, Ordering::Relaxed) % TALLIES;
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    tallies: [Tally; TALLIES],
     pub reloads: AtomicU64,
     pub reload_failures: AtomicU64,
     pub token_rotations: AtomicU64,
@@ -30,14 +47,15 @@ pub struct Metrics {
 impl Metrics {
     /// Records one request. `pool` must already be a bounded label (known pool or "-").
     pub fn request(&self, pool: &str, status: u16, version: &str, took: Duration) {
+        let t = &self.tallies[TALLY.with(|t| *t)];
         // Hot path: a shared lock and an atomic add, no allocation.
-        let found = self.requests.read().is_ok_and(|m| {
+        let found = t.requests.read().is_ok_and(|m| {
             m.iter()
                 .find(|((p, s, v), _)| p == pool && *s == status && v == version)
                 .map(|(_, c)| c.fetch_add(1, Ordering::Relaxed))
                 .is_some()
         });
-        if !found && let Ok(mut m) = self.requests.write() {
+        if !found && let Ok(mut m) = t.requests.write() {
             m.entry((pool.to_string(), status, version.to_string()))
                 .or_default()
                 .fetch_add(1, Ordering::Relaxed);
@@ -45,12 +63,12 @@ impl Metrics {
         let secs = took.as_secs_f64();
         for (i, b) in BUCKETS.iter().enumerate() {
             if secs <= *b {
-                self.buckets[i].fetch_add(1, Ordering::Relaxed);
+                t.buckets[i].fetch_add(1, Ordering::Relaxed);
                 break;
             }
         }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
+        t.count.fetch_add(1, Ordering::Relaxed);
+        t.sum_micros
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
@@ -60,28 +78,43 @@ impl Metrics {
             "# HELP agent_serve_requests_total HTTP requests by pool, status and spec version.\n",
         );
         s.push_str("# TYPE agent_serve_requests_total counter\n");
-        if let Ok(m) = self.requests.read() {
+        let mut requests: BTreeMap<(&str, u16, &str), u64> = BTreeMap::new();
+        let guards: Vec<_> = self
+            .tallies
+            .iter()
+            .filter_map(|t| t.requests.read().ok())
+            .collect();
+        for m in &guards {
             for ((p, st, v), c) in m.iter() {
-                let c = c.load(Ordering::Relaxed);
-                let _ = writeln!(
-                    s,
-                    "agent_serve_requests_total{{pool=\"{}\",status=\"{st}\",version=\"{}\"}} {c}",
-                    esc(p),
-                    esc(v)
-                );
+                *requests.entry((p, *st, v)).or_default() += c.load(Ordering::Relaxed);
             }
         }
+        for ((p, st, v), c) in requests {
+            let _ = writeln!(
+                s,
+                "agent_serve_requests_total{{pool=\"{}\",status=\"{st}\",version=\"{}\"}} {c}",
+                esc(p),
+                esc(v)
+            );
+        }
+        drop(guards);
         s.push_str("# HELP agent_serve_request_duration_seconds Request latency.\n");
         s.push_str("# TYPE agent_serve_request_duration_seconds histogram\n");
+        let sum = |f: &dyn Fn(&Tally) -> &AtomicU64| -> u64 {
+            self.tallies
+                .iter()
+                .map(|t| f(t).load(Ordering::Relaxed))
+                .sum()
+        };
         let mut cum = 0;
         for (i, b) in BUCKETS.iter().enumerate() {
-            cum += self.buckets[i].load(Ordering::Relaxed);
+            cum += sum(&|t| &t.buckets[i]);
             let _ = writeln!(
                 s,
                 "agent_serve_request_duration_seconds_bucket{{le=\"{b}\"}} {cum}"
             );
         }
-        let count = self.count.load(Ordering::Relaxed);
+        let count = sum(&|t| &t.count);
         let _ = writeln!(
             s,
             "agent_serve_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
@@ -89,7 +122,7 @@ impl Metrics {
         let _ = writeln!(
             s,
             "agent_serve_request_duration_seconds_sum {}",
-            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+            sum(&|t| &t.sum_micros) as f64 / 1e6
         );
         let _ = writeln!(s, "agent_serve_request_duration_seconds_count {count}");
         for (name, help, v) in [
@@ -166,6 +199,54 @@ fn esc(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_add_up() {
+        // More threads than tallies: some share one, and render adds all of them up.
+        let m = std::sync::Arc::new(Metrics::default());
+        let threads: Vec<_> = (0..TALLIES + 3)
+            .map(|i| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..100 {
+                        m.request("worker", 200, "3.4.0", Duration::from_micros(200));
+                    }
+                    m.request(
+                        "worker",
+                        if i % 2 == 0 { 304 } else { 200 },
+                        "3.4.0",
+                        Duration::ZERO,
+                    );
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let s = m.render(&ConnStats::default());
+        let n = (TALLIES + 3) * 100;
+        let even = (TALLIES + 3).div_ceil(2);
+        let ok = n + (TALLIES + 3 - even);
+        assert!(
+            s.contains(&format!(
+                "agent_serve_requests_total{{pool=\"worker\",status=\"200\",version=\"3.4.0\"}} {ok}\n"
+            )),
+            "{s}"
+        );
+        assert!(
+            s.contains(&format!(
+                "agent_serve_requests_total{{pool=\"worker\",status=\"304\",version=\"3.4.0\"}} {even}\n"
+            )),
+            "{s}"
+        );
+        assert!(
+            s.contains(&format!(
+                "agent_serve_request_duration_seconds_count {}\n",
+                n + TALLIES + 3
+            )),
+            "{s}"
+        );
+    }
 
     #[test]
     fn renders() {

@@ -25,6 +25,7 @@ pub struct Rendered {
     pub body: Arc<[u8]>,
     pub etag: String,
     pub version: Version,
+    content_type: String,
     /// Pre-rendered documents: the body in a sealed memfd for sendfile, made when first
     /// served (None inside: no memfd could be made).
     file: Option<Arc<OnceLock<Option<Arc<FileBody>>>>>,
@@ -37,8 +38,14 @@ impl Rendered {
             body: body.into(),
             etag,
             version,
+            content_type: format!("application/vnd.coreos.ignition+json;version={version}"),
             file: None,
         }
+    }
+
+    /// The Content-Type of this document.
+    pub fn content_type(&self) -> &str {
+        &self.content_type
     }
 
     /// Served many times: keep it ready for sendfile.
@@ -101,6 +108,16 @@ impl Pool {
         })
     }
 
+    /// The pre-rendered document for spec minor `minor` (borrowed: every request for it
+    /// shares it without touching its reference counts).
+    pub fn rendered(&self, minor: u8) -> Result<&Rendered, String> {
+        match self.by_minor.get(minor as usize) {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(format!("unsupported spec version 3.{minor}.0")),
+        }
+    }
+
     /// The canonical config (newest spec version, templates not filled in): the bytes
     /// [`Pool::config_hash`] is the SHA-256 of.
     pub fn canonical(&self) -> Result<Vec<u8>> {
@@ -110,11 +127,7 @@ impl Pool {
     /// The document for spec minor `minor`, with `etcd_index` filled in when given.
     pub fn render(&self, minor: u8, etcd_index: Option<u32>) -> Result<Rendered, String> {
         let Some(idx) = etcd_index else {
-            return self
-                .by_minor
-                .get(minor as usize)
-                .cloned()
-                .unwrap_or_else(|| Err(format!("unsupported spec version 3.{minor}.0")));
+            return self.rendered(minor).cloned();
         };
         let mut c = self.config.clone();
         fill_etcd_index(&mut c, idx);

@@ -55,7 +55,7 @@ impl App {
         }
         let mut t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
         t.restore(r.assigned, r.active, r.lkg);
-        *self.active.write().unwrap_or_else(|e| e.into_inner()) = t.active.clone();
+        self.active.set(t.active.clone());
         drop(t);
         self.rebuild_index();
     }
@@ -96,7 +96,7 @@ impl App {
                     self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
                     log::info!("serving generation {id} from {dir} ({pools} pools)");
                 }
-                *self.active.write().unwrap_or_else(|e| e.into_inner()) = t.active.clone();
+                self.active.set(t.active.clone());
             }
             Err(LoadError::Invalid { id, dir, error }) => {
                 self.failed(Some(&id), &dir.display().to_string(), error, now)
@@ -123,7 +123,7 @@ impl App {
                 id.unwrap_or("(unreadable)")
             );
         }
-        *self.active.write().unwrap_or_else(|e| e.into_inner()) = t.active.clone();
+        self.active.set(t.active.clone());
     }
 
     /// After a load: when the active generation changed, keep the configs it replaced for
@@ -290,11 +290,7 @@ impl App {
         let Some(store) = &self.token_store else {
             return;
         };
-        let active = self
-            .active
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let active = self.active();
         let res = (|| -> Result<tokens::Index> {
             if let Some(g) = &active {
                 let pools: Vec<String> = g.pools.keys().cloned().collect();
