@@ -220,11 +220,14 @@ static NEXT_BODY: AtomicU64 = AtomicU64::new(0);
 const WHOLES_KEPT: usize = 64;
 const WHOLES_BUDGET: usize = 16 * 1024 * 1024;
 
+/// A cached whole response: its body's id and `keep`, and the response.
+type WholeEntry = ((u64, bool), Arc<Whole>);
+
 thread_local! {
     /// This thread's whole responses by (body, keep), least recently used first. Per
     /// thread: sending one takes no lock and touches no reference count that another
     /// event loop touches on every request.
-    static WHOLES: std::cell::RefCell<Vec<((u64, bool), Arc<Whole>)>> =
+    static WHOLES: std::cell::RefCell<Vec<WholeEntry>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
