@@ -1,30 +1,31 @@
 //! Sending one shared response to many sockets through pipes.
 //!
-//! Each event loop keeps a copy of a hot response in a pipe of its own (a "master"). Sending
-//! it is tee(2) from the master into the loop's scratch pipe (which only takes page
-//! references) and splice(2) from the scratch pipe into the socket. sendfile(2) from the
-//! memfd does the same in one call but looks every page up in the page cache on every send.
-//! Measured on the serve benchmark (~54 KiB config, 100 keep-alive connections): 9.4 µs of
-//! server CPU per request against 10.4 µs (see benches/serve.sh and README "Speed").
+//! Each event loop keeps a hot response in a pipe of its own (a "master"), written there
+//! several times over. Sending it is splice(2) of one copy from the master's scratch pipe
+//! into the socket; when the scratch pipe is empty, one tee(2) refills it with every copy in
+//! the master (tee only takes page references). sendfile(2) from the memfd does the same
+//! in one call but looks every page up in the page cache on every send. Measured on the
+//! serve benchmark (~54 KiB config, 100 keep-alive connections): see README "Speed".
 //!
-//! Bounded: a loop keeps masters for at most [`BUDGET`] bytes of responses, only for
-//! responses of at most [`MAX_LEN`] bytes, and only for a response it has been asked to send
-//! before (a stream of ever-new responses never fills pipes). Whatever cannot go this way
-//! (no pipe could be made, a bigger response, the rest of a response the socket did not
-//! take at once) goes the memfd way.
+//! Bounded: a loop keeps masters for at most [`BUDGET`] bytes, only for responses of at most
+//! [`MAX_LEN`] bytes, and only for a response it has been asked to send before (a stream of
+//! ever-new responses never fills pipes). Whatever cannot go this way (no pipe could be
+//! made, a bigger response, the rest of a response the socket did not take at once) goes
+//! the memfd way.
 
 use std::any::Any;
 use std::cell::RefCell;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice, tee};
 
 /// Largest response kept in a master pipe.
 pub const MAX_LEN: usize = 256 * 1024;
-/// Bytes of responses each event loop keeps in master pipes.
-pub const BUDGET: usize = 1024 * 1024;
+/// Bytes a master holds at most (as many copies of its response as fit, at least one).
+const MASTER_BYTES: usize = 256 * 1024;
+/// Bytes of masters each event loop keeps.
+pub const BUDGET: usize = 2 * 1024 * 1024;
 /// Responses remembered as asked for once (the second ask gets a master).
 const SEEN: usize = 16;
 
@@ -51,13 +52,22 @@ struct Master {
     /// Holds the response, so its address stays its identity while it is here.
     key: Arc<dyn Any + Send + Sync>,
     len: usize,
+    /// Copies of the response in `pipe`.
+    copies: usize,
     pipe: Pipe,
+    /// Whole copies ready to splice, and the pipe they are in (None: to be made).
+    scratch: Option<Pipe>,
+    ready: usize,
+}
+
+impl Master {
+    fn bytes(&self) -> usize {
+        self.len * self.copies
+    }
 }
 
 #[derive(Default)]
 struct Loop {
-    /// Empty between sends; made again when a send leaves bytes in it.
-    scratch: Option<Pipe>,
     /// Most recently used last.
     masters: Vec<Master>,
     /// Addresses of responses asked for once without a master (compared, never followed).
@@ -101,38 +111,40 @@ impl Loop {
             return None;
         }
         let at = self.master(key, parts, len)?;
-        if self.scratch.is_none() {
-            self.scratch = Pipe::new(MAX_LEN);
-            if self.scratch.is_none() {
-                self.off = true;
-                return None;
+        let m = &mut self.masters[at];
+        if m.ready == 0 {
+            if m.scratch.is_none() {
+                m.scratch = Pipe::new(m.bytes());
+                if m.scratch.is_none() {
+                    self.off = true;
+                    return None;
+                }
+            }
+            let scratch = m.scratch.as_ref()?;
+            let all = m.bytes();
+            match tee(&m.pipe.r, &scratch.w, all, SpliceFFlags::SPLICE_F_NONBLOCK) {
+                Ok(n) if n == all => m.ready = m.copies,
+                _ => {
+                    m.scratch = None;
+                    return None;
+                }
             }
         }
-        let scratch = self.scratch.as_ref()?;
-        let master = &self.masters[at];
-        let teed = match tee(
-            &master.pipe.r,
-            &scratch.w,
-            len,
-            SpliceFFlags::SPLICE_F_NONBLOCK,
-        ) {
-            Ok(n) if n > 0 => n,
-            _ => return None,
-        };
+        let scratch = m.scratch.as_ref()?;
         let res = splice(
             &scratch.r,
             None,
             sock,
             None,
-            teed,
+            len,
             SpliceFFlags::SPLICE_F_NONBLOCK,
         );
-        if res != Ok(teed) {
-            // Bytes are left in the scratch pipe: a new one for the next send.
-            self.scratch = None;
-        }
-        if res == Err(Errno::EAGAIN) {
-            return Some(Err(Errno::EAGAIN));
+        if res == Ok(len) {
+            m.ready -= 1;
+        } else {
+            // Part of a copy may be left at the front of the scratch pipe: a new one next.
+            m.scratch = None;
+            m.ready = 0;
         }
         Some(res)
     }
@@ -146,8 +158,10 @@ impl Loop {
     ) -> Option<usize> {
         let a = addr(key);
         if let Some(i) = self.masters.iter().position(|m| addr(&m.key) == a) {
-            let m = self.masters.remove(i);
-            self.masters.push(m);
+            if i + 1 != self.masters.len() {
+                let m = self.masters.remove(i);
+                self.masters.push(m);
+            }
             return Some(self.masters.len() - 1);
         }
         match self.seen.iter().position(|&s| s == a) {
@@ -162,19 +176,29 @@ impl Loop {
                 return None;
             }
         }
-        let pipe = Pipe::new(len)?;
+        let copies = (MASTER_BYTES / len).max(1);
+        let pipe = Pipe::new(len * copies)?;
         let mut w = std::fs::File::from(pipe.w.try_clone().ok()?);
-        for p in parts {
-            // The pipe holds `len`, so a non-blocking write takes it all.
-            std::io::Write::write_all(&mut w, p).ok()?;
+        for _ in 0..copies {
+            for p in parts {
+                // The pipe holds them all, so a non-blocking write takes it all.
+                std::io::Write::write_all(&mut w, p).ok()?;
+            }
         }
         drop(w);
-        let mut held: usize = self.masters.iter().map(|m| m.len).sum();
-        while held + len > BUDGET && !self.masters.is_empty() {
-            held -= self.masters.remove(0).len;
+        let mut held: usize = self.masters.iter().map(Master::bytes).sum();
+        while held + len * copies > BUDGET && !self.masters.is_empty() {
+            held -= self.masters.remove(0).bytes();
         }
         let key: Arc<dyn Any + Send + Sync> = key.clone();
-        self.masters.push(Master { key, len, pipe });
+        self.masters.push(Master {
+            key,
+            len,
+            copies,
+            pipe,
+            scratch: None,
+            ready: 0,
+        });
         Some(self.masters.len() - 1)
     }
 }
@@ -182,6 +206,7 @@ impl Loop {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::errno::Errno;
     use std::io::Read;
     use std::net::{TcpListener, TcpStream};
 
@@ -190,32 +215,6 @@ mod tests {
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         (a, b)
-    }
-
-    #[test]
-    fn second_send_goes_through_a_master_with_the_same_bytes() {
-        let (mut rx, tx) = pair();
-        let key = Arc::new(());
-        let head = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
-        let body: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let len = head.len() + body.len();
-        let reader = std::thread::spawn(move || {
-            let mut got = vec![0; 3 * len];
-            rx.read_exact(&mut got).unwrap();
-            got
-        });
-        // First ask: remembered, not kept.
-        assert!(send(&tx, &key, &[&head, &body]).is_none());
-        for _ in 0..3 {
-            // A blocking socket takes it all.
-            assert_eq!(send(&tx, &key, &[&head, &body]).unwrap(), Ok(len));
-            LOOP.with_borrow(|l| assert_eq!(pending(l.scratch.as_ref().unwrap()), 0));
-        }
-        let got = reader.join().unwrap();
-        for r in got.chunks(len) {
-            assert_eq!(&r[..head.len()], &head[..]);
-            assert_eq!(&r[head.len()..], &body[..]);
-        }
     }
 
     /// Bytes waiting in a pipe.
@@ -228,21 +227,71 @@ mod tests {
         n as usize
     }
 
+    /// The most recent master's scratch pipe holds exactly its ready copies.
+    fn check_scratch() -> usize {
+        LOOP.with_borrow(|l| {
+            let m = l.masters.last().unwrap();
+            let held = m.scratch.as_ref().map_or(0, pending);
+            assert_eq!(held, m.ready * m.len);
+            m.ready
+        })
+    }
+
+    #[test]
+    fn every_send_has_the_same_bytes() {
+        let (mut rx, tx) = pair();
+        let key = Arc::new(());
+        let head = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+        let body: Vec<u8> = (0..60_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let len = head.len() + body.len();
+        // More sends than the master holds copies: the scratch pipe is refilled.
+        let sends = 2 * (MASTER_BYTES / len) + 3;
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0; sends * len];
+            rx.read_exact(&mut got).unwrap();
+            got
+        });
+        // First ask: remembered, not kept.
+        assert!(send(&tx, &key, &[&head, &body]).is_none());
+        let mut refills = 0;
+        let mut last = 0;
+        for _ in 1..sends {
+            // A blocking socket takes it all.
+            assert_eq!(send(&tx, &key, &[&head, &body]).unwrap(), Ok(len));
+            let ready = check_scratch();
+            if ready > last {
+                refills += 1;
+            }
+            last = ready;
+        }
+        assert!(refills >= 2, "{refills}");
+        // The first send went the other way; the test writes it itself.
+        std::io::Write::write_all(&mut &tx, &head).unwrap();
+        std::io::Write::write_all(&mut &tx, &body).unwrap();
+        let got = reader.join().unwrap();
+        for r in got.chunks(len) {
+            assert_eq!(&r[..head.len()], &head[..]);
+            assert_eq!(&r[head.len()..], &body[..]);
+        }
+    }
+
     #[test]
     fn bounded_by_size_and_budget() {
         let (_rx, tx) = pair();
+        // Nobody reads: what the socket does not take is dropped.
+        tx.set_nonblocking(true).unwrap();
         let big = vec![0u8; MAX_LEN + 1];
         let key = Arc::new(());
         assert!(send(&tx, &key, &[&big]).is_none());
         assert!(send(&tx, &key, &[&big]).is_none());
         // Many different responses: the masters never hold more than the budget.
         let part = vec![1u8; 200 * 1024];
-        let keys: Vec<_> = (0..12).map(|_| Arc::new(())).collect();
+        let keys: Vec<_> = (0..24).map(|_| Arc::new(())).collect();
         for k in &keys {
             let _ = send(&tx, k, &[&part]);
             let _ = send(&tx, k, &[&part]);
             LOOP.with_borrow(|l| {
-                assert!(l.masters.iter().map(|m| m.len).sum::<usize>() <= BUDGET);
+                assert!(l.masters.iter().map(Master::bytes).sum::<usize>() <= BUDGET);
                 assert!(l.seen.len() <= SEEN);
             });
         }
@@ -256,21 +305,21 @@ mod tests {
         nix::sys::socket::setsockopt(&rx, nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
         tx.set_nonblocking(true).unwrap();
         let key = Arc::new(());
-        let body = vec![9u8; 200 * 1024];
+        let body = vec![9u8; 100 * 1024];
         assert!(send(&tx, &key, &[&body]).is_none());
         let mut sends = 0;
         loop {
             sends += 1;
             assert!(sends < 10_000, "the socket never filled");
-            match send(&tx, &key, &[&body]).unwrap() {
-                Ok(n) if n == body.len() => {
-                    LOOP.with_borrow(|l| assert_eq!(pending(l.scratch.as_ref().unwrap()), 0));
-                }
-                // The rest stays in the scratch pipe, which is dropped for a new one.
-                Ok(_) => LOOP.with_borrow(|l| assert!(l.scratch.is_none())),
+            let res = send(&tx, &key, &[&body]).unwrap();
+            check_scratch();
+            match res {
+                Ok(n) if n == body.len() => {}
+                // Part of a copy stayed in the scratch pipe, which is dropped for a new one.
+                Ok(_) => LOOP.with_borrow(|l| assert!(l.masters[0].scratch.is_none())),
                 Err(e) => {
                     assert_eq!(e, Errno::EAGAIN);
-                    LOOP.with_borrow(|l| assert!(l.scratch.is_none()));
+                    LOOP.with_borrow(|l| assert!(l.masters[0].scratch.is_none()));
                     break;
                 }
             }
