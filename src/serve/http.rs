@@ -61,6 +61,10 @@ const SPIN: usize = 5;
 const ACCEPT_BATCH: usize = 128;
 /// Event tokens at or above this are listeners.
 const LISTENER_BASE: u64 = u64::MAX - 64;
+/// Descriptors an event loop holds besides its connections, at most: its epoll set and
+/// eventfd, its whole-response memfds and its pipes (`super::pipes`).
+pub const LOOP_FDS: usize = 2 + WHOLES_KEPT + super::pipes::MAX_FDS;
+
 /// The event token of a loop's inbox (connections other loops handed to it).
 const INBOX: u64 = LISTENER_BASE - 1;
 /// Bytes drained from a lingering connection before it is closed anyway.
@@ -217,7 +221,7 @@ struct Whole {
 static NEXT_BODY: AtomicU64 = AtomicU64::new(0);
 
 /// Whole responses each thread keeps, and their bytes at most.
-const WHOLES_KEPT: usize = 64;
+const WHOLES_KEPT: usize = 16;
 const WHOLES_BUDGET: usize = 16 * 1024 * 1024;
 
 /// A cached whole response: its body's id and `keep`, and the response.
@@ -288,6 +292,8 @@ impl FileBody {
                     return w;
                 }
             }
+            // Made in an earlier second: their `Date` is over, no head matches them again.
+            ws.retain(|(_, w)| now.saturating_duration_since(w.made) < Duration::from_secs(2));
             let w = Arc::new(Whole {
                 head: head.to_vec(),
                 fd: sealed_memfd(&[head, &self.bytes])?,
@@ -478,7 +484,7 @@ impl Server {
         let mut links = Vec::new();
         for _ in 0..threads {
             links.push(Link {
-                inbox: Mutex::new(Vec::new()),
+                inbox: Mutex::new(Inbox::default()),
                 wake: nix::sys::eventfd::EventFd::from_flags(
                     nix::sys::eventfd::EfdFlags::EFD_CLOEXEC
                         | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
@@ -727,9 +733,16 @@ type Handoff = (TcpStream, SocketAddr, Option<Arc<rustls::ServerConfig>>);
 /// connections (measured: a 90/10 split of wrk's 100 keep-alive connections cut throughput
 /// by a fifth) while the other idles.
 struct Link {
-    inbox: Mutex<Vec<Handoff>>,
+    inbox: Mutex<Inbox>,
     /// Written after a push to the inbox; watched by the loop.
     wake: nix::sys::eventfd::EventFd,
+}
+
+#[derive(Default)]
+struct Inbox {
+    handed: Vec<Handoff>,
+    /// The loop has returned (shutdown): nothing more may be handed to it.
+    closed: bool,
 }
 
 /// One event loop.
@@ -979,7 +992,13 @@ impl Shard {
                 }
                 self.take_inbox();
                 if self.live == 0 {
-                    return;
+                    let mut inbox = lock(&self.links[self.me].inbox);
+                    if inbox.handed.is_empty() {
+                        // Under the inbox lock: a connection is either taken or never
+                        // handed here.
+                        inbox.closed = true;
+                        return;
+                    }
                 }
             }
         }
@@ -1041,7 +1060,12 @@ impl Shard {
                 Ok((sock, peer)) => {
                     let tls = self.listeners[li].1.clone();
                     match self.lighter() {
-                        Some(to) => self.hand(to, (sock, peer, tls)),
+                        Some(to) => {
+                            if let Err((sock, peer, tls)) = self.hand(to, (sock, peer, tls)) {
+                                self.load(self.me).fetch_add(1, Ordering::Relaxed);
+                                self.admit(sock, peer, tls);
+                            }
+                        }
                         None => {
                             self.load(self.me).fetch_add(1, Ordering::Relaxed);
                             self.admit(sock, peer, tls);
@@ -1095,23 +1119,31 @@ impl Shard {
         (load + 2 <= mine).then_some(to)
     }
 
-    /// Gives an accepted connection to loop `to`.
-    fn hand(&self, to: usize, h: Handoff) {
+    /// Gives an accepted connection to loop `to`; Err gives it back when that loop has
+    /// already returned (shutdown).
+    fn hand(&self, to: usize, h: Handoff) -> Result<(), Handoff> {
         let link = &self.links[to];
-        self.load(to).fetch_add(1, Ordering::Relaxed);
-        lock(&link.inbox).push(h);
+        {
+            let mut inbox = lock(&link.inbox);
+            if inbox.closed {
+                return Err(h);
+            }
+            self.load(to).fetch_add(1, Ordering::Relaxed);
+            inbox.handed.push(h);
+        }
         if let Err(e) = link.wake.write(1) {
             // Cannot happen (the counter would have to reach 2^64 - 1); the loop still
             // looks at its inbox on its next sweep.
             log::error!("waking an event loop: {e}");
         }
+        Ok(())
     }
 
     /// Admits the connections other loops handed to this one.
     fn take_inbox(&mut self) {
         let link = &self.links[self.me];
         let _ = link.wake.read();
-        let handed = std::mem::take(&mut *lock(&link.inbox));
+        let handed = std::mem::take(&mut lock(&link.inbox).handed);
         let any = !handed.is_empty();
         for (sock, peer, tls) in handed {
             self.admit(sock, peer, tls);
@@ -1464,7 +1496,9 @@ impl Shard {
             }
         }
         if c.buf.len() > before && c.head_start.is_none() {
-            let now = self.now;
+            // The start of the request's latency: not the batch's time, which may be a
+            // while before this event's turn.
+            let now = Instant::now();
             c.head_start = Some(now);
             if c.served > 0 {
                 // A new head on a keep-alive connection: it has the header time-out from now.

@@ -24,8 +24,14 @@ use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice, tee};
 pub const MAX_LEN: usize = 256 * 1024;
 /// Bytes a master holds at most (as many copies of its response as fit, at least one).
 const MASTER_BYTES: usize = 256 * 1024;
+/// Copies a master holds at most (a small response is not copied thousands of times).
+const MAX_COPIES: usize = 16;
 /// Bytes of masters each event loop keeps.
 pub const BUDGET: usize = 2 * 1024 * 1024;
+/// Descriptors a loop's masters hold at most: two pipes each.
+pub const MAX_FDS: usize = 4 * MAX_MASTERS;
+/// Masters a loop keeps at most.
+const MAX_MASTERS: usize = 16;
 /// Responses remembered as asked for once (the second ask gets a master).
 const SEEN: usize = 16;
 
@@ -72,8 +78,8 @@ struct Loop {
     masters: Vec<Master>,
     /// Addresses of responses asked for once without a master (compared, never followed).
     seen: Vec<usize>,
-    /// A pipe could not be made: this loop sends the memfd way.
-    off: bool,
+    /// A pipe could not be made: this loop sends the memfd way until then.
+    off_until: Option<std::time::Instant>,
 }
 
 thread_local! {
@@ -107,8 +113,11 @@ impl Loop {
         parts: &[&[u8]],
         len: usize,
     ) -> Option<nix::Result<usize>> {
-        if self.off {
-            return None;
+        if let Some(t) = self.off_until {
+            if std::time::Instant::now() < t {
+                return None;
+            }
+            self.off_until = None;
         }
         let at = self.master(key, parts, len)?;
         let m = &mut self.masters[at];
@@ -116,7 +125,9 @@ impl Loop {
             if m.scratch.is_none() {
                 m.scratch = Pipe::new(m.bytes());
                 if m.scratch.is_none() {
-                    self.off = true;
+                    // Out of descriptors or pipe pages, maybe for a moment: try again later.
+                    self.off_until =
+                        Some(std::time::Instant::now() + std::time::Duration::from_secs(1));
                     return None;
                 }
             }
@@ -176,18 +187,20 @@ impl Loop {
                 return None;
             }
         }
-        let copies = (MASTER_BYTES / len).max(1);
+        let copies = (MASTER_BYTES / len).clamp(1, MAX_COPIES);
         let pipe = Pipe::new(len * copies)?;
-        let mut w = std::fs::File::from(pipe.w.try_clone().ok()?);
+        let mut all = Vec::with_capacity(len * copies);
         for _ in 0..copies {
             for p in parts {
-                // The pipe holds them all, so a non-blocking write takes it all.
-                std::io::Write::write_all(&mut w, p).ok()?;
+                all.extend_from_slice(p);
             }
         }
-        drop(w);
+        // The pipe holds them all, so a non-blocking write takes it all.
+        std::io::Write::write_all(&mut std::fs::File::from(pipe.w.try_clone().ok()?), &all).ok()?;
         let mut held: usize = self.masters.iter().map(Master::bytes).sum();
-        while held + len * copies > BUDGET && !self.masters.is_empty() {
+        while (held + len * copies > BUDGET || self.masters.len() >= MAX_MASTERS)
+            && !self.masters.is_empty()
+        {
             held -= self.masters.remove(0).bytes();
         }
         let key: Arc<dyn Any + Send + Sync> = key.clone();
@@ -293,6 +306,16 @@ mod tests {
             LOOP.with_borrow(|l| {
                 assert!(l.masters.iter().map(Master::bytes).sum::<usize>() <= BUDGET);
                 assert!(l.seen.len() <= SEEN);
+            });
+        }
+        // Many small ones: a bounded number of masters, each with a bounded number of copies.
+        let small: Vec<_> = (0..40).map(|_| Arc::new(())).collect();
+        for k in &small {
+            let _ = send(&tx, k, &[b"HTTP/1.1 200 OK\r\n\r\nok"]);
+            let _ = send(&tx, k, &[b"HTTP/1.1 200 OK\r\n\r\nok"]);
+            LOOP.with_borrow(|l| {
+                assert!(l.masters.len() <= MAX_MASTERS);
+                assert!(l.masters.iter().all(|m| m.copies <= MAX_COPIES));
             });
         }
     }

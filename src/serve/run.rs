@@ -57,7 +57,11 @@ pub fn run(opts: &Options) -> Result<()> {
         max_connections_per_address: opts.max_connections_per_address,
         ..Default::default()
     };
-    raise_open_files_limit(&limits);
+    let threads = match opts.threads {
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(2, |n| n.get()),
+    };
+    raise_open_files_limit(&limits, threads);
     let conns = Arc::new(http::ConnStats::default());
     let app = Arc::new(App::new(opts, conns.clone(), &limits)?);
     app.restore();
@@ -91,10 +95,6 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     out.flush().ok();
     drop(out);
-    let threads = match opts.threads {
-        Some(n) => n,
-        None => std::thread::available_parallelism().map_or(2, |n| n.get()),
-    };
     let loops = server.start(&listeners, threads)?;
 
     let hup = Arc::new(AtomicBool::new(false));
@@ -139,7 +139,7 @@ pub fn run(opts: &Options) -> Result<()> {
 
 /// Raises the soft open-files limit to the hard one (every connection is a descriptor) and
 /// warns when even that is too low for --max-connections.
-fn raise_open_files_limit(l: &http::Limits) {
+fn raise_open_files_limit(l: &http::Limits, threads: usize) {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
         return;
@@ -148,7 +148,7 @@ fn raise_open_files_limit(l: &http::Limits) {
         log::warn!("could not raise the open-files limit from {soft} to {hard}");
     }
     let have = getrlimit(Resource::RLIMIT_NOFILE).map_or(soft, |(s, _)| s);
-    let need = (l.max_connections + l.reject_budget() + 64) as u64;
+    let need = (l.max_connections + l.reject_budget() + 64 + threads * http::LOOP_FDS) as u64;
     if have < need {
         log::warn!(
             "the open-files limit ({have}) is below --max-connections plus headroom ({need}): raise it (LimitNOFILE= in the unit) or lower --max-connections"
