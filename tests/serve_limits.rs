@@ -645,11 +645,9 @@ fn read_answer(c: &mut TcpStream) -> Resp {
     let mut buf = [0u8; 4096];
     loop {
         if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:")?.trim().parse().ok())
-                .unwrap_or(0);
+            let len: usize = parse_response(&got[..end + 4], true)
+                .header("content-length")
+                .map_or(0, |v| v.parse().unwrap());
             if got.len() >= end + 4 + len {
                 return parse_response(&got[..end + 4 + len], false);
             }

@@ -71,12 +71,15 @@ impl Active {
     }
 }
 
-/// The metrics label of spec version 3.`minor`.0.
+/// The metrics label of spec version 3.`minor`.0 (those of the known versions made once).
 fn version_label(minor: u8) -> Cow<'static, str> {
-    const LABELS: [&str; 7] = [
-        "3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0", "3.6.0",
-    ];
-    match LABELS.get(minor as usize) {
+    static LABELS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let labels = LABELS.get_or_init(|| {
+        (0..=crate::config::version::NEWEST_MINOR)
+            .map(|m| Version::new(m).to_string())
+            .collect()
+    });
+    match labels.get(minor as usize) {
         Some(l) => Cow::Borrowed(l),
         None => Cow::Owned(Version::new(minor).to_string()),
     }

@@ -197,9 +197,9 @@ impl Body {
 /// server's CPU time per ~50 KiB config). TLS encrypts from `bytes`.
 ///
 /// Each event loop also keeps the last whole response (head and body) in a memfd for
-/// keep-alive and for closing answers each (see `whole`): responses with the same head (the same second of `Date`) go out in
-/// one sendfile instead of a send for the head and a sendfile for the body (measured: that
-/// send was 8% of the server's CPU time).
+/// keep-alive and for closing answers each (see `whole`): responses with the same head (the
+/// same second of `Date`) go out in one call instead of a send for the head and a sendfile
+/// for the body (measured: that send was 8% of the server's CPU time).
 #[derive(Debug)]
 pub struct FileBody {
     pub bytes: Arc<[u8]>,
@@ -285,9 +285,9 @@ impl FileBody {
         WHOLES.with_borrow_mut(|ws| {
             if let Some(i) = ws.iter().position(|(k, _)| *k == (self.id, keep)) {
                 let e = ws.remove(i);
-                let fresh = now.duration_since(e.1.made) < Duration::from_millis(500);
-                if e.1.head == head || fresh {
-                    let w = (e.1.head == head).then(|| e.1.clone());
+                let same = e.1.head == head;
+                if same || now.duration_since(e.1.made) < Duration::from_millis(500) {
+                    let w = same.then(|| e.1.clone());
                     ws.push(e);
                     return w;
                 }
@@ -413,12 +413,6 @@ struct WaitPart(Mutex<BTreeSet<(u64, RawFd)>>);
 
 const WAIT_PARTS: usize = 8;
 
-static NEXT_WAIT_PART: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static WAIT_PART: usize = NEXT_WAIT_PART.fetch_add(1, Ordering::Relaxed) % WAIT_PARTS;
-}
-
 /// A waiting connection's entry: its part, when it started waiting, its socket.
 #[derive(Debug, Clone, Copy)]
 struct WaitKey {
@@ -543,7 +537,7 @@ impl Server {
     /// Registers a connection as waiting for a head; returns its key.
     fn wait_enter(&self, fd: RawFd, now: Instant) -> WaitKey {
         let k = WaitKey {
-            part: WAIT_PART.with(|p| *p),
+            part: super::thread_part(WAIT_PARTS),
             at: now.saturating_duration_since(self.born).as_nanos() as u64,
             fd,
         };
@@ -1058,18 +1052,13 @@ impl Shard {
             let res = self.listeners[li].0.accept();
             match res {
                 Ok((sock, peer)) => {
-                    let tls = self.listeners[li].1.clone();
-                    match self.lighter() {
-                        Some(to) => {
-                            if let Err((sock, peer, tls)) = self.hand(to, (sock, peer, tls)) {
-                                self.load(self.me).fetch_add(1, Ordering::Relaxed);
-                                self.admit(sock, peer, tls);
-                            }
-                        }
-                        None => {
-                            self.load(self.me).fetch_add(1, Ordering::Relaxed);
-                            self.admit(sock, peer, tls);
-                        }
+                    let h = (sock, peer, self.listeners[li].1.clone());
+                    let kept = match self.lighter() {
+                        Some(to) => self.hand(to, h),
+                        None => Err(h),
+                    };
+                    if let Err((sock, peer, tls)) = kept {
+                        self.admit(sock, peer, tls);
                     }
                 }
                 Err(e) if would_block(&e) => return,
@@ -1146,6 +1135,8 @@ impl Shard {
         let handed = std::mem::take(&mut lock(&link.inbox).handed);
         let any = !handed.is_empty();
         for (sock, peer, tls) in handed {
+            // Counted here by `hand` until now; counted again if it gets a slot.
+            self.load(self.me).fetch_sub(1, Ordering::Relaxed);
             self.admit(sock, peer, tls);
         }
         if any && self.draining {
@@ -1155,10 +1146,8 @@ impl Shard {
         }
     }
 
-    /// Takes on an accepted connection (added to this loop's load by the caller).
+    /// Takes on an accepted connection.
     fn admit(&mut self, sock: TcpStream, peer: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) {
-        // Counted again below if it gets a slot here.
-        self.load(self.me).fetch_sub(1, Ordering::Relaxed);
         let srv = self.srv.clone();
         if sock.set_nonblocking(true).is_err() {
             return;

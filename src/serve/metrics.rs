@@ -29,12 +29,6 @@ struct Tally {
 
 const TALLIES: usize = 8;
 
-static NEXT_TALLY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-thread_local! {
-    static TALLY: usize = NEXT_TALLY.fetch_add(1, Ordering::Relaxed) % TALLIES;
-}
-
 #[derive(Default)]
 pub struct Metrics {
     tallies: [Tally; TALLIES],
@@ -47,7 +41,7 @@ pub struct Metrics {
 impl Metrics {
     /// Records one request. `pool` must already be a bounded label (known pool or "-").
     pub fn request(&self, pool: &str, status: u16, version: &str, took: Duration) {
-        let t = &self.tallies[TALLY.with(|t| *t)];
+        let t = &self.tallies[super::thread_part(TALLIES)];
         // Hot path: a shared lock and an atomic add, no allocation.
         let found = t.requests.read().is_ok_and(|m| {
             m.iter()

@@ -100,3 +100,16 @@ impl Options {
             .unwrap_or_else(|| self.source.join("tokens"))
     }
 }
+
+static NEXT_THREAD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD: usize = NEXT_THREAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// This thread's part among `parts`: threads take parts in turn as they first ask, so each of
+/// a few event loops has one of its own (the per-thread parts of shared counters and sets,
+/// which keep loops on different CPUs from writing the same cache lines on every request).
+pub(crate) fn thread_part(parts: usize) -> usize {
+    THREAD.with(|t| *t) % parts
+}
