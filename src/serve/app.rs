@@ -119,7 +119,7 @@ pub struct App {
 }
 
 fn method_ok(req: &Request) -> Option<Response> {
-    if req.method == "GET" || req.method == "HEAD" {
+    if matches!(req.method(), "GET" | "HEAD") {
         None
     } else {
         Some(Response::new(405).header("Allow", "GET, HEAD"))
@@ -311,22 +311,23 @@ impl App {
             .map(|r| r.pool.clone())
     }
 
-    fn config(&self, req: &Request, name: &str) -> Response {
+    fn config(&self, req: &Request, name: &str, out: &mut Response) {
         if self.require_token {
-            return self.config_with_token(req, name);
+            return self.config_with_token(req, name, out);
         }
         if !source::valid_pool_name(name) {
-            return Response::new(404);
+            return out.reset(404);
         }
         self.active.with(|g| {
             let Some(g) = g else {
-                return Response::text(503, "no valid config generation loaded")
+                *out = Response::text(503, "no valid config generation loaded")
                     .header("Retry-After", "5");
+                return;
             };
-            let Some(pool) = g.pools.get(name) else {
-                return Response::new(404);
-            };
-            self.serve_pool(req, pool)
+            match g.pools.get(name) {
+                Some(pool) => self.serve_pool(req, pool, out),
+                None => out.reset(404),
+            }
         })
     }
 
@@ -334,51 +335,55 @@ impl App {
     /// up, so the answer never tells whether a pool the caller may not read exists: no or a
     /// malformed `Authorization` → 401, a well-formed unknown token → 503 (machines retry),
     /// another pool's token → 403, whether the requested pool exists or not.
-    fn config_with_token(&self, req: &Request, name: &str) -> Response {
+    fn config_with_token(&self, req: &Request, name: &str, out: &mut Response) {
         let grant = match self.authorize(req) {
             Ok(g) => g,
-            Err(r) => return r,
+            Err(r) => return *out = r,
         };
         if name != grant.pool {
-            return Response::text(403, "this token does not grant the requested pool");
+            *out = Response::text(403, "this token does not grant the requested pool");
+            return;
         }
         if self.active().is_none() {
-            return Response::text(503, "no valid config generation loaded")
-                .header("Retry-After", "5");
+            *out =
+                Response::text(503, "no valid config generation loaded").header("Retry-After", "5");
+            return;
         }
-        match self.granted_pool(&grant) {
-            Some(p) => self.serve_pool(req, &p),
+        self.granted(req, &grant, out)
+    }
+
+    fn ignition(&self, req: &Request, out: &mut Response) {
+        match self.authorize(req) {
+            Ok(grant) => self.granted(req, &grant, out),
+            Err(r) => *out = r,
+        }
+    }
+
+    /// The config `grant` names.
+    fn granted(&self, req: &Request, grant: &tokens::Grant, out: &mut Response) {
+        match self.granted_pool(grant) {
+            Some(p) => self.serve_pool(req, &p, out),
             None => {
-                Response::text(503, "token's pool is not being served").header("Retry-After", "5")
+                *out = Response::text(503, "token's pool is not being served")
+                    .header("Retry-After", "5")
             }
         }
     }
 
-    fn ignition(&self, req: &Request) -> Response {
-        let grant = match self.authorize(req) {
-            Ok(g) => g,
-            Err(r) => return r,
-        };
-        match self.granted_pool(&grant) {
-            Some(p) => self.serve_pool(req, &p),
-            None => {
-                Response::text(503, "token's pool is not being served").header("Retry-After", "5")
-            }
-        }
-    }
-
-    fn serve_pool(&self, req: &Request, pool: &Pool) -> Response {
+    /// `pool`'s config in the version the request negotiates. Labels the response with the
+    /// pool's name: only ever a served pool's, so the metrics' labels stay bounded.
+    fn serve_pool(&self, req: &Request, pool: &Pool, out: &mut Response) {
         let minor = match accept::negotiate(req.header("accept").as_deref()) {
             Negotiated::BadMajor(m) => {
-                let mut r = Response::text(
+                *out = Response::text(
                     400,
                     format!(
                         "spec version {m}.x is not served: this server speaks 3.0.0 through {}",
                         Version::NEWEST
                     ),
                 );
-                r.pool = pool.name.clone().into();
-                return r;
+                out.set_pool(&pool.name);
+                return;
             }
             Negotiated::Minor(m) => m,
             Negotiated::Default => pool.min_version.minor,
@@ -388,9 +393,9 @@ impl App {
             && let Some(v) = req.query_param("etcd_index")
         {
             if v.is_empty() || v.len() > 6 || !v.bytes().all(|b| b.is_ascii_digit()) {
-                let mut r = Response::text(400, "etcd_index must be a small non-negative integer");
-                r.pool = pool.name.clone().into();
-                return r;
+                *out = Response::text(400, "etcd_index must be a small non-negative integer");
+                out.set_pool(&pool.name);
+                return;
             }
             etcd = v.parse().ok();
         }
@@ -402,27 +407,23 @@ impl App {
                 owned.as_ref().map_err(|e| e.clone())
             }
         };
-        let mut r = match doc {
+        match doc {
             Ok(doc) => {
                 let hit = req
                     .header("if-none-match")
                     .is_some_and(|v| etag_matches(&v, &doc.etag));
-                let mut r = Response::new(if hit { 304 } else { 200 });
+                out.reset(if hit { 304 } else { 200 });
                 if !hit {
-                    r.body = doc.http_body();
+                    out.body = doc.http_body();
                 }
-                r.headers.reserve_exact(3);
-                r.headers
-                    .push(("Content-Type", doc.content_type().to_string()));
-                r.headers.push(("ETag", doc.etag.clone()));
-                r.headers.push(("Vary", "Accept".into()));
-                r
+                out.add_header("Content-Type", doc.content_type());
+                out.add_header("ETag", &doc.etag);
+                out.add_header("Vary", "Accept");
             }
-            Err(e) => Response::text(406, e),
-        };
-        r.pool = pool.name.clone().into();
-        r.version = version_label(minor);
-        r
+            Err(e) => *out = Response::text(406, e),
+        }
+        out.set_pool(&pool.name);
+        out.version = version_label(minor);
     }
 
     fn access_log(
@@ -441,9 +442,9 @@ impl App {
         let line = serde_json::json!({
             "time": (now * 1000.0).round() / 1000.0,
             "remote": peer.to_string(),
-            "method": req.map(|r| r.method.as_str()),
-            "path": req.map(|r| r.path.as_str()),
-            "pool": resp.pool,
+            "method": req.map(|r| r.method()),
+            "path": req.map(|r| r.path()),
+            "pool": resp.pool(),
             "status": resp.status,
             "version": resp.version,
             "bytes": bytes,
@@ -464,31 +465,25 @@ fn etag_matches(if_none_match: &str, etag: &str) -> bool {
     })
 }
 
-/// Limits the metrics labels to pools being served (no label explosion from random paths).
-fn bounded_pool<'a>(app: &App, pool: &'a str) -> &'a str {
-    if pool == "-" {
-        return "-";
-    }
-    app.active.with(|g| match g {
-        Some(g) if g.pools.contains_key(pool) => pool,
-        _ => "-",
-    })
-}
-
 impl http::Handler for App {
-    fn handle(&self, req: &Request) -> Response {
-        let path = req.path.as_str();
-        let known = matches!(
-            path,
-            "/healthz" | "/readyz" | "/status" | "/metrics" | "/ignition"
-        ) || path.starts_with("/config/");
+    fn handle(&self, req: &Request, out: &mut Response) {
+        let path = req.path();
+        let config = path.strip_prefix("/config/");
+        let known = config.is_some()
+            || matches!(
+                path,
+                "/healthz" | "/readyz" | "/status" | "/metrics" | "/ignition"
+            );
         if !known {
-            return Response::new(404);
+            return out.reset(404);
         }
         if let Some(r) = method_ok(req) {
-            return r;
+            return *out = r;
         }
-        match path {
+        if let Some(name) = config {
+            return self.config(req, name, out);
+        }
+        *out = match path {
             "/healthz" => Response::text(200, "ok"),
             "/readyz" => match self.active() {
                 Some(g) => Response::text(200, format!("ready: generation {}", g.id)),
@@ -504,9 +499,8 @@ impl http::Handler for App {
                 r.body = Body::Owned(self.metrics.render(&self.conns).into_bytes());
                 r.header("Content-Type", "text/plain; version=0.0.4")
             }
-            "/ignition" => self.ignition(req),
-            p => self.config(req, &p["/config/".len()..]),
-        }
+            _ => return self.ignition(req, out),
+        };
     }
 
     fn done(
@@ -517,12 +511,8 @@ impl http::Handler for App {
         took: Duration,
         peer: SocketAddr,
     ) {
-        self.metrics.request(
-            bounded_pool(self, &resp.pool),
-            resp.status,
-            &resp.version,
-            took,
-        );
+        self.metrics
+            .request(resp.pool(), resp.status, &resp.version, took);
         if self.access_log {
             self.access_log(req, resp, bytes, took, peer);
         }

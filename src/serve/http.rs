@@ -127,24 +127,58 @@ pub struct ConnStats {
     pub loops: std::sync::OnceLock<Arc<[AtomicUsize]>>,
 }
 
-#[derive(Debug, Clone)]
+/// A byte range of a request's text.
+type Span = (usize, usize);
+
+/// A parsed request head: its text, kept once, and where each part of it is. An event loop
+/// parses each of a connection's heads into the same `Request`, which keeps its buffers, so a
+/// keep-alive request allocates nothing (measured: the method, path and every header name
+/// and value in strings of their own were a tenth of the loop's own CPU time per request).
+#[derive(Debug, Clone, Default)]
 pub struct Request {
-    pub method: String,
-    pub path: String,
-    pub query: Option<String>,
-    pub headers: Vec<(String, String)>,
+    /// The head, invalid UTF-8 replaced.
+    text: String,
+    method: Span,
+    path: Span,
+    query: Option<Span>,
+    /// Each header's name and value (trimmed).
+    headers: Vec<(Span, Span)>,
     pub close: bool,
     pub has_body: bool,
 }
 
+/// Above this, a connection's request drops its buffers once a smaller head comes, so one
+/// large head does not hold memory for the rest of the connection.
+const REQUEST_KEPT: usize = 4096;
+
 impl Request {
+    fn at(&self, s: Span) -> &str {
+        &self.text[s.0..s.1]
+    }
+
+    pub fn method(&self) -> &str {
+        self.at(self.method)
+    }
+
+    pub fn path(&self) -> &str {
+        self.at(self.path)
+    }
+
+    pub fn query(&self) -> Option<&str> {
+        self.query.map(|q| self.at(q))
+    }
+
+    /// Each header's name and value, in the order sent.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.headers.iter().map(|&(n, v)| (self.at(n), self.at(v)))
+    }
+
     /// All values of a header joined with ", " (None when absent).
     pub fn header(&self, name: &str) -> Option<String> {
         let mut it = self
-            .headers
-            .iter()
+            .headers()
             .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str());
+            .map(|(_, v)| v);
         let first = it.next()?;
         let mut s = first.to_string();
         for v in it {
@@ -156,17 +190,140 @@ impl Request {
 
     /// The single value of a header that must not repeat.
     pub fn header_one(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
+        self.headers()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v)
     }
 
     /// A query parameter (no percent-decoding: our parameters are plain numbers).
     pub fn query_param(&self, name: &str) -> Option<&str> {
-        self.query.as_deref()?.split('&').find_map(|kv| {
+        self.query()?.split('&').find_map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
             (k == name).then_some(v)
+        })
+    }
+
+    /// Parses a request head (without the final blank line) into this request, reusing its
+    /// buffers; Err is the status to answer. Lines end in CRLF; a bare LF or CR is malformed
+    /// (400).
+    fn parse(&mut self, head: &[u8], max_headers: usize) -> Result<(), u16> {
+        if head.len() <= REQUEST_KEPT && self.text.capacity() > REQUEST_KEPT {
+            *self = Request::default();
+        }
+        self.text.clear();
+        self.headers.clear();
+        match std::str::from_utf8(head) {
+            Ok(s) => self.text.push_str(s),
+            Err(_) => self.text.push_str(&String::from_utf8_lossy(head)),
+        }
+        // The delimiters are ASCII: positions found in the bytes are character boundaries.
+        let text = self.text.as_bytes();
+        let mut lines = Lines { text, at: 0 };
+        let (line, _) = lines.next().ok_or(400u16)??;
+        let (method, target, http10) = parse_request_line(line)?;
+        self.method = (0, method.len());
+        let t0 = method.len() + 1;
+        let (path, query) = match target.find('?') {
+            Some(q) => ((t0, t0 + q), Some((t0 + q + 1, t0 + target.len()))),
+            None => ((t0, t0 + target.len()), None),
+        };
+        self.path = path;
+        self.query = query;
+        let mut close = http10;
+        let mut content_length: Option<u64> = None;
+        let mut chunked = false;
+        for l in lines {
+            let (l, start) = l?;
+            if self.headers.len() >= max_headers {
+                return Err(431);
+            }
+            let colon = l.iter().position(|&b| b == b':').ok_or(400u16)?;
+            let (name, value) = (&l[..colon], &l[colon + 1..]);
+            if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
+                // Also rejects obsolete line folding (a line starting with white space).
+                return Err(400);
+            }
+            // Control characters, a stray CR among them.
+            if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+                return Err(400);
+            }
+            let lead = value
+                .iter()
+                .take_while(|&&b| b == b' ' || b == b'\t')
+                .count();
+            let trail = value[lead..]
+                .iter()
+                .rev()
+                .take_while(|&&b| b == b' ' || b == b'\t')
+                .count();
+            let v0 = start + colon + 1 + lead;
+            let span = (
+                (start, start + colon),
+                (v0, v0 + value.len() - lead - trail),
+            );
+            let (name, value) = (
+                &self.text[span.0.0..span.0.1],
+                &self.text[span.1.0..span.1.1],
+            );
+            if name.eq_ignore_ascii_case("connection") {
+                for t in value.split(',') {
+                    let t = t.trim();
+                    if t.eq_ignore_ascii_case("close") {
+                        close = true;
+                    } else if t.eq_ignore_ascii_case("keep-alive") && http10 {
+                        close = false;
+                    }
+                }
+            } else if name.eq_ignore_ascii_case("content-length") {
+                let n: u64 = value.parse().map_err(|_| 400u16)?;
+                if content_length.is_some_and(|c| c != n) {
+                    return Err(400);
+                }
+                content_length = Some(n);
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = true;
+            }
+            self.headers.push(span);
+        }
+        self.close = close;
+        self.has_body = chunked || content_length.unwrap_or(0) > 0;
+        Ok(())
+    }
+}
+
+/// The lines of a head and where each starts: every line but the last ends in CRLF (a bare LF
+/// is Err(400)); the last has no line end (a CR there is Err(400)). A CR inside a line is
+/// left to the line's own checks, which refuse control characters.
+struct Lines<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = Result<(&'a [u8], usize), u16>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let start = self.at;
+        if start > self.text.len() {
+            return None;
+        }
+        let rest = &self.text[start..];
+        Some(match rest.iter().position(|&b| b == b'\n') {
+            Some(n) => {
+                self.at = start + n + 1;
+                match rest[..n].strip_suffix(b"\r") {
+                    Some(l) => Ok((l, start)),
+                    None => Err(400),
+                }
+            }
+            None => {
+                self.at = self.text.len() + 1;
+                if rest.last() == Some(&b'\r') {
+                    Err(400)
+                } else {
+                    Ok((rest, start))
+                }
+            }
         })
     }
 }
@@ -310,13 +467,17 @@ impl FileBody {
     }
 }
 
+/// A response. An event loop answers each of a connection's requests into the same
+/// `Response`, which keeps its buffers (see [`Request`]).
 #[derive(Debug, Clone)]
 pub struct Response {
     pub status: u16,
-    pub headers: Vec<(&'static str, String)>,
+    /// The header lines, each `Name: value` and CRLF.
+    lines: String,
     pub body: Body,
-    /// Labels for metrics and the access log.
-    pub pool: Cow<'static, str>,
+    /// Labels for metrics and the access log: the pool ("-" when none, kept as empty) and
+    /// the spec version.
+    pool: String,
     pub version: Cow<'static, str>,
 }
 
@@ -324,29 +485,69 @@ impl Response {
     pub fn new(status: u16) -> Self {
         Response {
             status,
-            headers: Vec::new(),
+            lines: String::new(),
             body: Body::Empty,
-            pool: Cow::Borrowed("-"),
+            pool: String::new(),
             version: Cow::Borrowed("-"),
         }
     }
+
     pub fn text(status: u16, msg: impl Into<String>) -> Self {
         let mut r = Response::new(status);
         let mut m = msg.into();
         m.push('\n');
         r.body = Body::Owned(m.into_bytes());
-        r.headers
-            .push(("Content-Type", "text/plain; charset=utf-8".into()));
+        r.add_header("Content-Type", "text/plain; charset=utf-8");
         r
     }
-    pub fn header(mut self, k: &'static str, v: impl Into<String>) -> Self {
-        self.headers.push((k, v.into()));
+
+    pub fn header(mut self, k: &str, v: &str) -> Self {
+        self.add_header(k, v);
         self
+    }
+
+    pub fn add_header(&mut self, k: &str, v: &str) {
+        self.lines.push_str(k);
+        self.lines.push_str(": ");
+        self.lines.push_str(v);
+        self.lines.push_str("\r\n");
+    }
+
+    /// A new answer of `status` in this response's buffers.
+    pub fn reset(&mut self, status: u16) {
+        self.status = status;
+        self.lines.clear();
+        self.body = Body::Empty;
+        self.pool.clear();
+        self.version = Cow::Borrowed("-");
+    }
+
+    /// The value of header `k` (the first one).
+    pub fn header_value(&self, k: &str) -> Option<&str> {
+        self.lines.split("\r\n").find_map(|l| {
+            let (n, v) = l.split_once(": ")?;
+            n.eq_ignore_ascii_case(k).then_some(v)
+        })
+    }
+
+    pub fn pool(&self) -> &str {
+        if self.pool.is_empty() {
+            "-"
+        } else {
+            &self.pool
+        }
+    }
+
+    pub fn set_pool(&mut self, pool: &str) {
+        self.pool.clear();
+        self.pool.push_str(pool);
     }
 }
 
 pub trait Handler: Send + Sync + 'static {
-    fn handle(&self, req: &Request) -> Response;
+    /// Answers `req` in `out`, which comes as `Response::new(200)` would (with buffers kept
+    /// from earlier answers).
+    fn handle(&self, req: &Request, out: &mut Response);
     /// Called after each response is written (metrics, access log).
     fn done(
         &self,
@@ -663,8 +864,8 @@ enum Phase {
 
 /// What to report to the handler once a response is written.
 struct Finished {
-    req: Option<Request>,
-    resp: Response,
+    /// The response answers the connection's `req` (not a malformed or refused one).
+    has_req: bool,
     bytes: usize,
     started: Instant,
 }
@@ -709,7 +910,10 @@ struct Conn {
     /// Plain output of a shared body: head and body in one memfd (see [`FileBody`]).
     out_whole: Option<Arc<Whole>>,
     out_pos: usize,
-    finished: Option<Box<Finished>>,
+    finished: Option<Finished>,
+    /// The current request and its response, in buffers kept from one to the next.
+    req: Request,
+    resp: Response,
     interest: Option<EpollFlags>,
     lingered: usize,
 }
@@ -846,34 +1050,30 @@ fn scan_head(buf: &[u8], st: &mut ScanState, max: usize) -> Scan {
     Scan::More
 }
 
-/// The response head for `r`; `body_len` is what follows it (0 for HEAD and 304).
-fn response_head(r: &Response, keep: bool, content_length: usize, date: &str) -> Vec<u8> {
-    let mut h = String::with_capacity(256);
-    h.push_str("HTTP/1.1 ");
-    push_number(&mut h, r.status.into());
-    h.push(' ');
-    h.push_str(reason(r.status));
-    h.push_str("\r\nDate: ");
-    h.push_str(date);
+/// Writes the response head for `r` into `h`; `content_length` is the body's whole length
+/// (sent for HEAD too; none for 304).
+fn response_head(r: &Response, keep: bool, content_length: usize, date: &str, h: &mut Vec<u8>) {
+    h.clear();
+    h.extend_from_slice(b"HTTP/1.1 ");
+    push_number(h, r.status.into());
+    h.push(b' ');
+    h.extend_from_slice(reason(r.status).as_bytes());
+    h.extend_from_slice(b"\r\nDate: ");
+    h.extend_from_slice(date.as_bytes());
     if r.status != 304 {
-        h.push_str("\r\nContent-Length: ");
-        push_number(&mut h, content_length);
+        h.extend_from_slice(b"\r\nContent-Length: ");
+        push_number(h, content_length);
     }
-    for (k, v) in &r.headers {
-        h.push_str("\r\n");
-        h.push_str(k);
-        h.push_str(": ");
-        h.push_str(v);
-    }
+    h.extend_from_slice(b"\r\n");
+    h.extend_from_slice(r.lines.as_bytes());
     if !keep {
-        h.push_str("\r\nConnection: close");
+        h.extend_from_slice(b"Connection: close\r\n");
     }
-    h.push_str("\r\n\r\n");
-    h.into_bytes()
+    h.extend_from_slice(b"\r\n");
 }
 
 /// Appends `n` in decimal.
-fn push_number(h: &mut String, mut n: usize) {
+fn push_number(h: &mut Vec<u8>, mut n: usize) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {
@@ -884,7 +1084,7 @@ fn push_number(h: &mut String, mut n: usize) {
             break;
         }
     }
-    h.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+    h.extend_from_slice(&digits[at..]);
 }
 
 /// Writes rustls's pending records. Ok(true): all written; Ok(false): the socket is full.
@@ -1221,6 +1421,8 @@ impl Shard {
             out_whole: None,
             out_pos: 0,
             finished: None,
+            req: Request::default(),
+            resp: Response::new(200),
             interest: None,
             lingered: 0,
         });
@@ -1306,8 +1508,9 @@ impl Shard {
         }
         if let Some(f) = c.finished.take() {
             // The response could not be written.
+            let req = f.has_req.then_some(&c.req);
             srv.handler
-                .done(f.req.as_ref(), &f.resp, 0, f.started.elapsed(), c.peer);
+                .done(req, &c.resp, 0, f.started.elapsed(), c.peer);
         }
         drop(c);
     }
@@ -1338,7 +1541,8 @@ impl Shard {
                         let ours = self.leave_waiting(&mut c);
                         if ours {
                             let started = c.head_start.unwrap_or(now);
-                            self.queue(&mut c, None, Response::new(408), false, false, started);
+                            c.resp.reset(408);
+                            self.queue(&mut c, false, false, false, started);
                         }
                         self.slots[idx].conn = Some(c);
                         if ours {
@@ -1374,58 +1578,49 @@ impl Shard {
     }
 
     fn queue_reject(&self, c: &mut Conn) {
-        let r = Response::text(503, "the server is at its connection limit; retry shortly")
+        c.resp = Response::text(503, "the server is at its connection limit; retry shortly")
             .header("Retry-After", "1");
-        self.queue(c, None, r, false, false, self.now);
+        self.queue(c, false, false, false, self.now);
         // A refused connection is neither logged nor counted as a request.
         c.finished = None;
     }
 
-    /// Queues a response and switches to writing it.
-    fn queue(
-        &self,
-        c: &mut Conn,
-        req: Option<Request>,
-        mut resp: Response,
-        keep: bool,
-        head_only: bool,
-        started: Instant,
-    ) {
-        let body = std::mem::replace(&mut resp.body, Body::Empty);
+    /// Queues `c.resp` and switches to writing it; `has_req`: it answers `c.req`.
+    fn queue(&self, c: &mut Conn, has_req: bool, keep: bool, head_only: bool, started: Instant) {
+        let body = std::mem::replace(&mut c.resp.body, Body::Empty);
         let full_len = body.bytes().len();
-        let send_body = !head_only && resp.status != 304;
-        let head = response_head(&resp, keep, full_len, &self.date);
+        let send_body = !head_only && c.resp.status != 304;
+        response_head(&c.resp, keep, full_len, &self.date, &mut c.out_head);
+        let head = &c.out_head;
         let sent_len = if send_body { full_len } else { 0 };
         let bytes = head.len() + sent_len;
         match c.tls.as_mut() {
             Some(t) => {
                 let mut w = t.writer();
-                let _ = w.write_all(&head);
+                let _ = w.write_all(head);
                 if send_body {
                     let _ = w.write_all(body.bytes());
                 }
                 if !keep {
                     t.send_close_notify();
                 }
-                c.out_head = Vec::new();
+                c.out_head.clear();
                 c.out_body = Body::Empty;
             }
             None => {
                 c.out_whole = match &body {
-                    Body::File(f) if send_body => f.whole(&head, keep, self.now),
+                    Body::File(f) if send_body => f.whole(head, keep, self.now),
                     _ => None,
                 };
-                c.out_head = head;
                 c.out_body = if send_body { body } else { Body::Empty };
             }
         }
         c.out_pos = 0;
-        c.finished = Some(Box::new(Finished {
-            req,
-            resp,
+        c.finished = Some(Finished {
+            has_req,
             bytes,
             started,
-        }));
+        });
         c.close_after = !keep;
         c.phase = Phase::Writing;
         c.deadline = self.now + self.srv.limits.write_timeout;
@@ -1552,35 +1747,31 @@ impl Shard {
                                 return None;
                             }
                             let started = c.head_start.unwrap_or_else(Instant::now);
-                            self.queue(c, None, Response::new(status), false, false, started);
+                            c.resp.reset(status);
+                            self.queue(c, false, false, false, started);
                         }
                         Scan::Head { start, end, next } => {
                             if !self.leave_waiting(c) {
                                 return None;
                             }
                             let started = c.head_start.unwrap_or_else(Instant::now);
-                            let parsed = parse_head(&c.buf[start..end], srv.limits.max_headers);
+                            let parsed = c.req.parse(&c.buf[start..end], srv.limits.max_headers);
                             c.buf.drain(..next);
                             c.scan = ScanState::default();
                             c.head_start = None;
                             match parsed {
-                                Ok(req) => {
-                                    let resp = srv.handler.handle(&req);
-                                    let keep = !req.close
-                                        && !req.has_body
+                                Ok(()) => {
+                                    c.resp.reset(200);
+                                    srv.handler.handle(&c.req, &mut c.resp);
+                                    let keep = !c.req.close
+                                        && !c.req.has_body
                                         && !srv.shutdown.load(Ordering::Relaxed);
-                                    let head_only = req.method == "HEAD";
-                                    self.queue(c, Some(req), resp, keep, head_only, started);
+                                    let head_only = c.req.method() == "HEAD";
+                                    self.queue(c, true, keep, head_only, started);
                                 }
                                 Err(status) => {
-                                    self.queue(
-                                        c,
-                                        None,
-                                        Response::new(status),
-                                        false,
-                                        false,
-                                        started,
-                                    );
+                                    c.resp.reset(status);
+                                    self.queue(c, false, false, false, started);
                                 }
                             }
                         }
@@ -1599,14 +1790,14 @@ impl Shard {
                         }
                         Ok(true) => {}
                     }
-                    c.out_head = Vec::new();
+                    c.out_head.clear();
                     c.out_body = Body::Empty;
                     c.out_whole = None;
                     let now = Instant::now();
                     if let Some(f) = c.finished.take() {
                         srv.handler.done(
-                            f.req.as_ref(),
-                            &f.resp,
+                            f.has_req.then_some(&c.req),
+                            &c.resp,
                             f.bytes,
                             now.saturating_duration_since(f.started),
                             c.peer,
@@ -1756,11 +1947,14 @@ fn is_tchar(b: u8) -> bool {
 /// Checks a complete request line (without its CRLF): `METHOD /target HTTP/1.x`.
 /// Ok((method, target, is HTTP/1.0)); Err is the status to answer.
 fn parse_request_line(line: &[u8]) -> Result<(&[u8], &str, bool), u16> {
-    let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-    if parts.len() != 3 {
+    let mut parts = line.splitn(3, |&b| b == b' ');
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(400);
+    };
+    if version.contains(&b' ') {
         return Err(400);
     }
-    let (method, target, version) = (parts[0], parts[1], parts[2]);
     if method.is_empty()
         || method.len() > MAX_METHOD
         || !method.iter().all(|b| b.is_ascii_uppercase())
@@ -1801,79 +1995,6 @@ fn check_line_prefix(l: &[u8]) -> Result<(), u16> {
     Ok(())
 }
 
-/// Parses a request head (without the final blank line); Err is the status to answer.
-/// Lines end in CRLF; a bare LF or CR is malformed (400).
-pub fn parse_head(head: &[u8], max_headers: usize) -> Result<Request, u16> {
-    for (i, &b) in head.iter().enumerate() {
-        let bad = match b {
-            b'\n' => i == 0 || head[i - 1] != b'\r',
-            b'\r' => head.get(i + 1) != Some(&b'\n'),
-            _ => false,
-        };
-        if bad {
-            return Err(400);
-        }
-    }
-    let mut lines = head
-        .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let line = lines.next().ok_or(400u16)?;
-    let (method, target, http10) = parse_request_line(line)?;
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_string(), Some(q.to_string())),
-        None => (target.to_string(), None),
-    };
-    let mut headers = Vec::new();
-    let mut close = http10;
-    let mut content_length: Option<u64> = None;
-    let mut chunked = false;
-    for l in lines {
-        if headers.len() >= max_headers {
-            return Err(431);
-        }
-        let colon = l.iter().position(|&b| b == b':').ok_or(400u16)?;
-        let (name, value) = (&l[..colon], &l[colon + 1..]);
-        if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
-            // Also rejects obsolete line folding (a line starting with white space).
-            return Err(400);
-        }
-        if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-            return Err(400);
-        }
-        let name = String::from_utf8_lossy(name).into_owned();
-        let value = String::from_utf8_lossy(value)
-            .trim_matches([' ', '\t'])
-            .to_string();
-        if name.eq_ignore_ascii_case("connection") {
-            for t in value.split(',') {
-                let t = t.trim();
-                if t.eq_ignore_ascii_case("close") {
-                    close = true;
-                } else if t.eq_ignore_ascii_case("keep-alive") && http10 {
-                    close = false;
-                }
-            }
-        } else if name.eq_ignore_ascii_case("content-length") {
-            let n: u64 = value.parse().map_err(|_| 400u16)?;
-            if content_length.is_some_and(|c| c != n) {
-                return Err(400);
-            }
-            content_length = Some(n);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = true;
-        }
-        headers.push((name, value));
-    }
-    Ok(Request {
-        method: String::from_utf8_lossy(method).into_owned(),
-        path,
-        query,
-        headers,
-        close,
-        has_body: chunked || content_length.unwrap_or(0) > 0,
-    })
-}
-
 /// RFC 9110 IMF-fixdate of `secs` since the epoch.
 pub fn http_date(secs: u64) -> String {
     const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
@@ -1900,9 +2021,9 @@ mod tests {
     #[test]
     fn numbers() {
         for n in [0, 7, 10, 200, 54_609, usize::MAX] {
-            let mut s = String::from("x");
+            let mut s = b"x".to_vec();
             push_number(&mut s, n);
-            assert_eq!(s, format!("x{n}"));
+            assert_eq!(s, format!("x{n}").as_bytes());
         }
     }
 
@@ -1913,6 +2034,12 @@ mod tests {
         assert_eq!(http_date(1709251200), "Fri, 01 Mar 2024 00:00:00 GMT");
     }
 
+    fn parse_head(head: &[u8], max_headers: usize) -> Result<Request, u16> {
+        let mut r = Request::default();
+        r.parse(head, max_headers)?;
+        Ok(r)
+    }
+
     #[test]
     fn heads() {
         let r = parse_head(
@@ -1920,7 +2047,7 @@ mod tests {
             64,
         )
         .unwrap();
-        assert_eq!(r.path, "/config/worker");
+        assert_eq!(r.path(), "/config/worker");
         assert_eq!(r.query_param("etcd_index"), Some("2"));
         assert_eq!(r.header("accept").as_deref(), Some("a, b"));
         assert!(!r.close);
@@ -1965,6 +2092,63 @@ mod tests {
         assert_eq!(
             parse_head(format!("GET / HTTP/1.1{many}").as_bytes(), 5).unwrap_err(),
             431
+        );
+    }
+
+    /// A request parsed into one that answered another keeps nothing of it: not its query,
+    /// headers, `close` or body flag, and a large head's buffers are dropped at the next
+    /// small one.
+    #[test]
+    fn reused_request() {
+        let mut r = Request::default();
+        let big = format!("X: {}", "a".repeat(2 * REQUEST_KEPT));
+        let first = format!("POST /a?x=1 HTTP/1.0\r\nAccept: a\r\nContent-Length: 3\r\n{big}");
+        r.parse(first.as_bytes(), 64).unwrap();
+        assert_eq!(
+            (r.method(), r.path(), r.query()),
+            ("POST", "/a", Some("x=1"))
+        );
+        assert!(r.close && r.has_body);
+        assert!(r.text.capacity() > REQUEST_KEPT);
+        r.parse(b"GET /config/w HTTP/1.1\r\nHost:  h \t", 64)
+            .unwrap();
+        assert_eq!(
+            (r.method(), r.path(), r.query()),
+            ("GET", "/config/w", None)
+        );
+        assert!(!r.close && !r.has_body);
+        assert_eq!(r.headers().collect::<Vec<_>>(), [("Host", "h")]);
+        assert_eq!(r.header("accept"), None);
+        assert!(r.text.capacity() <= REQUEST_KEPT);
+        // A failed parse leaves no header of the last one behind either.
+        assert_eq!(r.parse(b"GET / HTTP/1.1\r\nBad Name: x", 64), Err(400));
+        r.parse(b"GET / HTTP/1.1", 64).unwrap();
+        assert_eq!(r.headers().count(), 0);
+        // Invalid UTF-8 is replaced; the parts after it are still found.
+        r.parse(b"GET /\xff?q=\xfe HTTP/1.1\r\nX-A: \xfdv", 64)
+            .unwrap();
+        assert_eq!((r.path(), r.query()), ("/\u{fffd}", Some("q=\u{fffd}")));
+        assert_eq!(r.header_one("x-a"), Some("\u{fffd}v"));
+    }
+
+    #[test]
+    fn response_reset_and_headers() {
+        let mut r = Response::text(503, "busy").header("Retry-After", "1");
+        r.set_pool("worker");
+        assert_eq!(r.header_value("retry-after"), Some("1"));
+        assert_eq!(r.pool(), "worker");
+        r.reset(404);
+        assert_eq!(
+            (r.status, r.pool(), r.header_value("retry-after")),
+            (404, "-", None)
+        );
+        assert!(r.body.bytes().is_empty());
+        let mut h = Vec::new();
+        response_head(&r.header("ETag", "\"e\""), false, 7, "D", &mut h);
+        assert_eq!(
+            String::from_utf8(h).unwrap(),
+            "HTTP/1.1 404 Not Found\r\nDate: D\r\nContent-Length: 7\r\nETag: \"e\"\r\n\
+             Connection: close\r\n\r\n"
         );
     }
 
