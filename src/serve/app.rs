@@ -416,9 +416,7 @@ impl App {
                 if !hit {
                     out.body = doc.http_body();
                 }
-                out.add_header("Content-Type", doc.content_type());
-                out.add_header("ETag", &doc.etag);
-                out.add_header("Vary", "Accept");
+                out.add_lines(doc.header_lines());
             }
             Err(e) => *out = Response::text(406, e),
         }

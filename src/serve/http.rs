@@ -365,9 +365,14 @@ pub struct FileBody {
     id: u64,
 }
 
-/// A whole response: its head and a sealed memfd holding head and body.
+/// A whole response: its head and a sealed memfd holding head and body. The head is that of
+/// a response of `status` and header `lines` at second `date_secs` (see [`response_head`]),
+/// which is how the next response finds it without making its own head.
 #[derive(Debug)]
 struct Whole {
+    status: u16,
+    date_secs: u64,
+    lines: String,
     head: Vec<u8>,
     fd: std::os::fd::OwnedFd,
     made: Instant,
@@ -430,30 +435,52 @@ impl FileBody {
         })
     }
 
-    /// The whole response for `head`: this thread's cached one when its head is the same,
-    /// else a new one, made at most twice a second per body and `keep` (a head that changes
-    /// more often, which the server's own responses never do, is sent apart). None also for
-    /// a body over the cache's budget.
-    fn whole(&self, head: &[u8], keep: bool, now: Instant) -> Option<Arc<Whole>> {
-        let len = head.len() + self.bytes.len();
-        if len > WHOLES_BUDGET {
+    /// The whole response of `r` with this body at second `date_secs` (whose `Date` is
+    /// `date`): this thread's cached one when its head is the same, else a new one, made at
+    /// most twice a second per body and `keep` (a head that changes more often, which the
+    /// server's own responses never do, is sent apart). None also for a body over the
+    /// cache's budget.
+    fn whole(
+        &self,
+        r: &Response,
+        keep: bool,
+        (date_secs, date): (u64, &str),
+        now: Instant,
+    ) -> Option<Arc<Whole>> {
+        if self.bytes.len() + r.lines.len() + 256 > WHOLES_BUDGET {
             return None;
         }
         WHOLES.with_borrow_mut(|ws| {
-            if let Some(i) = ws.iter().position(|(k, _)| *k == (self.id, keep)) {
-                let e = ws.remove(i);
-                let same = e.1.head == head;
-                if same || now.duration_since(e.1.made) < Duration::from_millis(500) {
-                    let w = same.then(|| e.1.clone());
-                    ws.push(e);
+            let last = ws.len().checked_sub(1);
+            let at = match last {
+                // The one used last: most often the one wanted.
+                Some(l) if ws[l].0 == (self.id, keep) => Some(l),
+                _ => ws.iter().position(|(k, _)| *k == (self.id, keep)),
+            };
+            if let Some(i) = at {
+                let w = &ws[i].1;
+                let same = w.status == r.status && w.date_secs == date_secs && w.lines == r.lines;
+                if same || now.duration_since(w.made) < Duration::from_millis(500) {
+                    let w = same.then(|| w.clone());
+                    if Some(i) != last {
+                        let e = ws.remove(i);
+                        ws.push(e);
+                    }
                     return w;
                 }
+                ws.remove(i);
             }
             // Made in an earlier second: their `Date` is over, no head matches them again.
             ws.retain(|(_, w)| now.saturating_duration_since(w.made) < Duration::from_secs(2));
+            let mut head = Vec::new();
+            response_head(r, keep, self.bytes.len(), date, &mut head);
+            let len = head.len() + self.bytes.len();
             let w = Arc::new(Whole {
-                head: head.to_vec(),
-                fd: sealed_memfd(&[head, &self.bytes])?,
+                status: r.status,
+                date_secs,
+                lines: r.lines.clone(),
+                fd: sealed_memfd(&[&head, &self.bytes])?,
+                head,
                 made: now,
                 len,
             });
@@ -511,6 +538,12 @@ impl Response {
         self.lines.push_str(": ");
         self.lines.push_str(v);
         self.lines.push_str("\r\n");
+    }
+
+    /// Header lines made beforehand: each `Name: value` and CRLF.
+    pub fn add_lines(&mut self, lines: &str) {
+        debug_assert!(lines.is_empty() || lines.ends_with("\r\n"));
+        self.lines.push_str(lines);
     }
 
     /// A new answer of `status` in this response's buffers.
@@ -1590,14 +1623,14 @@ impl Shard {
         let body = std::mem::replace(&mut c.resp.body, Body::Empty);
         let full_len = body.bytes().len();
         let send_body = !head_only && c.resp.status != 304;
-        response_head(&c.resp, keep, full_len, &self.date, &mut c.out_head);
-        let head = &c.out_head;
         let sent_len = if send_body { full_len } else { 0 };
-        let bytes = head.len() + sent_len;
+        let bytes;
         match c.tls.as_mut() {
             Some(t) => {
+                response_head(&c.resp, keep, full_len, &self.date, &mut c.out_head);
+                bytes = c.out_head.len() + sent_len;
                 let mut w = t.writer();
-                let _ = w.write_all(head);
+                let _ = w.write_all(&c.out_head);
                 if send_body {
                     let _ = w.write_all(body.bytes());
                 }
@@ -1609,9 +1642,19 @@ impl Shard {
             }
             None => {
                 c.out_whole = match &body {
-                    Body::File(f) if send_body => f.whole(head, keep, self.now),
+                    Body::File(f) if send_body => {
+                        f.whole(&c.resp, keep, (self.date_secs, &self.date), self.now)
+                    }
                     _ => None,
                 };
+                // A whole response has its head; only others need one made.
+                match &c.out_whole {
+                    Some(w) => bytes = w.head.len() + sent_len,
+                    None => {
+                        response_head(&c.resp, keep, full_len, &self.date, &mut c.out_head);
+                        bytes = c.out_head.len() + sent_len;
+                    }
+                }
                 c.out_body = if send_body { body } else { Body::Empty };
             }
         }
@@ -1877,7 +1920,10 @@ impl Shard {
 /// Writes the plain response. Ok(true): all written; Ok(false): the socket is full.
 fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
     loop {
-        let head = &c.out_head;
+        let head = match &c.out_whole {
+            Some(w) => &w.head,
+            None => &c.out_head,
+        };
         let body = c.out_body.bytes();
         let total = head.len() + body.len();
         if c.out_pos >= total {
@@ -2150,6 +2196,38 @@ mod tests {
             "HTTP/1.1 404 Not Found\r\nDate: D\r\nContent-Length: 7\r\nETag: \"e\"\r\n\
              Connection: close\r\n\r\n"
         );
+    }
+
+    /// A whole response is found again for the same status, header lines and second, and
+    /// made anew (at most twice a second) when one of them changes; its memfd holds exactly
+    /// the head `response_head` makes and the body.
+    #[test]
+    fn whole_responses_follow_their_head() {
+        let f = FileBody::new(Arc::from(&b"the body"[..])).unwrap();
+        let mut r = Response::new(200);
+        r.add_header("ETag", "\"a\"");
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let w1 = f.whole(&r, true, (100, "D100"), t0).unwrap();
+        let mut head = Vec::new();
+        response_head(&r, true, 8, "D100", &mut head);
+        assert_eq!(w1.head, head);
+        let stored = std::fs::read(format!("/proc/self/fd/{}", w1.fd.as_raw_fd())).unwrap();
+        assert_eq!(stored, [&head[..], b"the body"].concat());
+        let again = f.whole(&r, true, (100, "D100"), t0 + ms(10)).unwrap();
+        assert!(Arc::ptr_eq(&w1, &again));
+        // The next second: sent apart until the last one is half a second old.
+        assert!(f.whole(&r, true, (101, "D101"), t0 + ms(100)).is_none());
+        let w2 = f.whole(&r, true, (101, "D101"), t0 + ms(600)).unwrap();
+        assert!(String::from_utf8_lossy(&w2.head).contains("\r\nDate: D101\r\n"));
+        // Other header lines or status are another head too.
+        r.add_header("X-Other", "1");
+        assert!(f.whole(&r, true, (101, "D101"), t0 + ms(700)).is_none());
+        r.reset(200);
+        assert!(f.whole(&r, true, (101, "D101"), t0 + ms(700)).is_none());
+        // Closing responses are kept apart from keep-alive ones.
+        let c = f.whole(&r, false, (101, "D101"), t0 + ms(700)).unwrap();
+        assert!(String::from_utf8_lossy(&c.head).ends_with("Connection: close\r\n\r\n"));
     }
 
     fn scan_all(input: &[u8], max: usize) -> Scan {

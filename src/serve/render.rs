@@ -25,7 +25,8 @@ pub struct Rendered {
     pub body: Arc<[u8]>,
     pub etag: String,
     pub version: Version,
-    content_type: String,
+    /// Its response header lines (Content-Type, ETag, Vary), made once.
+    header_lines: String,
     /// Pre-rendered documents: the body in a sealed memfd for sendfile, made when first
     /// served (None inside: no memfd could be made).
     file: Option<Arc<OnceLock<Option<Arc<FileBody>>>>>,
@@ -34,18 +35,22 @@ pub struct Rendered {
 impl Rendered {
     fn new(body: Vec<u8>, version: Version) -> Self {
         let etag = format!("\"{}\"", hex(&Sha256::digest(&body)[..16]));
+        let header_lines = format!(
+            "Content-Type: application/vnd.coreos.ignition+json;version={version}\r\n\
+             ETag: {etag}\r\nVary: Accept\r\n"
+        );
         Rendered {
             body: body.into(),
             etag,
             version,
-            content_type: format!("application/vnd.coreos.ignition+json;version={version}"),
+            header_lines,
             file: None,
         }
     }
 
-    /// The Content-Type of this document.
-    pub fn content_type(&self) -> &str {
-        &self.content_type
+    /// Its response header lines: Content-Type, ETag and Vary (on Accept), each with CRLF.
+    pub fn header_lines(&self) -> &str {
+        &self.header_lines
     }
 
     /// Served many times: keep it ready for sendfile.
