@@ -7,6 +7,11 @@
 #   request, reads the answer and closes (benches/tools/herd.rs, a one-thread epoll client
 #   built here with rustc); p50/p99/max latency from connect to the last byte, and errors
 #   (target: p99 <= 500 ms, no errors). The same herd runs against nginx as the reference.
+# - the floor: benches/tools/floor.rs, the agent's send path with nothing else (one recv and
+#   one splice per request, no HTTP), measured in the same keep-alive rounds. wrk shares the
+#   machine's cores with the server, so the kernel's TCP path and wrk's own work bound what
+#   any server can reach here: the floor's ratio to nginx is that bound, and agent/floor is
+#   what the agent's own code costs.
 #
 # The machine is shared, so nginx and agent are measured in alternating rounds; the summary
 # gives each side's best keep-alive round, the median of the per-round ratios, and each side's
@@ -39,10 +44,13 @@ chmod 755 "$TMP"
 cp "${AGENT_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/agent}" "$TMP/agent"
 AGENT=$TMP/agent
 rustc -O --edition 2024 benches/tools/herd.rs -o "$TMP/herd"
+rustc -O --edition 2024 benches/tools/floor.rs -o "$TMP/floor"
 AGENT_PID=""
 NGINX_PID=""
+FLOOR_PID=""
 cleanup() {
     [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
+    [ -n "$FLOOR_PID" ] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
     [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null && wait "$NGINX_PID" 2>/dev/null || true
     rm -rf "$TMP"
 }
@@ -118,6 +126,13 @@ for _ in $(seq 50); do python3 -c "import socket; socket.create_connection(('127
 cmp <(python3 -c "import urllib.request,sys; sys.stdout.buffer.write(urllib.request.urlopen('http://127.0.0.1:$NGINX_PORT/config/worker').read())") \
     "$TMP/www/config/worker" || { echo "nginx does not serve the same bytes" >&2; exit 1; }
 
+FLOOR_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$TMP/floor" "127.0.0.1:$FLOOR_PORT" "$TMP/www/config/worker" application/vnd.coreos.ignition+json >"$TMP/floor.out" &
+FLOOR_PID=$!
+for _ in $(seq 50); do grep -q listening "$TMP/floor.out" 2>/dev/null && break; sleep 0.1; done
+cmp <(python3 -c "import urllib.request,sys; sys.stdout.buffer.write(urllib.request.urlopen('http://127.0.0.1:$FLOOR_PORT/config/worker').read())") \
+    "$TMP/www/config/worker" || { echo "the floor server does not serve the same bytes" >&2; exit 1; }
+
 # CPU time (user+system, in clock ticks) used so far by process $1 and its children
 # (nginx's workers). On a shared machine this is steadier than req/s.
 cpu_ticks() {
@@ -163,24 +178,31 @@ herd() {
 }
 
 echo "config size: $SIZE bytes; wrk -t2 -c$CONNS -d$DURATION, $ROUNDS alternating rounds; access log: $([ "$ACCESS_LOG" = 1 ] && echo on || echo off)"
-N_BEST="0 0 0 0"; A_BEST="0 0 0 0"; RATIOS=""
+N_BEST="0 0 0 0"; A_BEST="0 0 0 0"; F_BEST="0 0 0 0"; RATIOS=""; F_RATIOS=""; AF_RATIOS=""
 best() { # keeps the round with the higher req/s
     python3 -c "import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(' '.join(a if float(a[0])>=float(b[0]) else b))" "$1" "$2"
 }
 median() { python3 -c "import sys, statistics; print(statistics.median_low([float(x) for x in sys.argv[1:]]))" "$@"; }
 for r in $(seq "$ROUNDS"); do
     N=$(measure "http://127.0.0.1:$NGINX_PORT/config/worker" "$CONNS" "$NGINX_PID")
+    F=$(measure "http://127.0.0.1:$FLOOR_PORT/config/worker" "$CONNS" "$FLOOR_PID")
     A=$(measure "http://$AGENT_ADDR/config/worker" "$CONNS" "$AGENT_PID")
-    echo "  round $r: nginx $N | agent $A   (req/s p99_ms errors server_cpu_us/req)"
-    N_BEST=$(best "$N_BEST" "$N"); A_BEST=$(best "$A_BEST" "$A")
+    echo "  round $r: nginx $N | floor $F | agent $A   (req/s p99_ms errors server_cpu_us/req)"
+    N_BEST=$(best "$N_BEST" "$N"); A_BEST=$(best "$A_BEST" "$A"); F_BEST=$(best "$F_BEST" "$F")
     RATIOS="$RATIOS $(python3 -c "print(${A%% *}/max(${N%% *},1))")"
+    F_RATIOS="$F_RATIOS $(python3 -c "print(${F%% *}/max(${N%% *},1))")"
+    AF_RATIOS="$AF_RATIOS $(python3 -c "print(${A%% *}/max(${F%% *},1))")"
 done
 read -r N_RPS N_P99 N_ERR N_CPU <<<"$N_BEST"
+read -r F_RPS F_P99 F_ERR F_CPU <<<"$F_BEST"
 read -r A_RPS A_P99 A_ERR A_CPU <<<"$A_BEST"
 printf 'nginx (static file): %8s req/s  p99 %8s ms  errors %s  server CPU %s us/req\n' "$N_RPS" "$N_P99" "$N_ERR" "$N_CPU"
+printf 'floor (recv+splice): %8s req/s  p99 %8s ms  errors %s  server CPU %s us/req\n' "$F_RPS" "$F_P99" "$F_ERR" "$F_CPU"
 printf 'agent serve:         %8s req/s  p99 %8s ms  errors %s  server CPU %s us/req\n' "$A_RPS" "$A_P99" "$A_ERR" "$A_CPU"
 # shellcheck disable=SC2086
 echo "throughput ratio agent/nginx: best rounds $(python3 -c "print(f'{$A_RPS/$N_RPS:.2f}')"), median of rounds $(python3 -c "print(f'{$(median $RATIOS):.2f}')") (target >= 1.2); p99 at $CONNS keep-alive connections: agent $A_P99 ms, nginx $N_P99 ms (target <= 50 ms)"
+# shellcheck disable=SC2086
+echo "the machine's bound: floor/nginx median of rounds $(python3 -c "print(f'{$(median $F_RATIOS):.2f}')"); agent/floor median of rounds $(python3 -c "print(f'{$(median $AF_RATIOS):.2f}')")"
 
 echo "thundering herd: $HERD concurrent fresh connections (connect, one request, read, close), $HERD_ROUNDS alternating rounds"
 NH=(); AH=(); H_ERR=0
