@@ -617,6 +617,38 @@ fn sigterm_is_graceful_and_sighup_reloads() {
     assert!(s.terminate(), "clean exit on SIGTERM");
 }
 
+/// The source watcher sleeps until the source changes, a signal or a quarter second: an idle
+/// server's watcher wakes a few times a second (it checked every 25 ms before: 80 times in
+/// two seconds). Counts the thread's voluntary switches, which do not depend on the
+/// machine's speed.
+#[test]
+fn an_idle_watcher_sleeps() {
+    let t = TempDir::new("idle-watch");
+    let src = plain_source(&t);
+    let s = start_plain(&src, &["--no-access-log"]);
+    let task = std::fs::read_dir(format!("/proc/{}/task", s.child.id()))
+        .unwrap()
+        .flatten()
+        .find(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "watch"))
+        .expect("a thread named watch")
+        .path();
+    let switches = || -> u64 {
+        let st = std::fs::read_to_string(task.join("status")).unwrap();
+        st.lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let before = switches();
+    std::thread::sleep(Duration::from_secs(2));
+    let woke = switches() - before;
+    assert!(woke <= 30, "the idle watcher woke {woke} times in 2 s");
+    assert_eq!(s.get("/healthz").status, 200);
+}
+
 #[test]
 fn small_thundering_herd() {
     let t = TempDir::new("herd");

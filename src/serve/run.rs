@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::app::App;
-use super::watch::watch_loop;
+use super::watch::{Nudges, watch_loop};
 use super::{Options, http, tls};
 
 /// Runs the server until SIGTERM or SIGINT: binds the listeners (printing `listening
@@ -97,21 +97,20 @@ pub fn run(opts: &Options) -> Result<()> {
     drop(out);
     let loops = server.start(&listeners, threads)?;
 
-    let hup = Arc::new(AtomicBool::new(false));
+    let nudges = Arc::new(Nudges::new(shutdown.clone())?);
     let watcher = {
-        let (app, hup, shutdown, resolver) =
-            (app.clone(), hup.clone(), shutdown.clone(), resolver.clone());
+        let (app, nudges, resolver) = (app.clone(), nudges.clone(), resolver.clone());
         let poll = opts.poll_interval;
         let td = token_dir.clone();
         std::thread::Builder::new()
             .name("watch".into())
-            .spawn(move || watch_loop(&app, poll, resolver.as_deref(), Some(&td), &hup, &shutdown))
+            .spawn(move || watch_loop(&app, poll, resolver.as_deref(), Some(&td), &nudges))
             .context("starting watcher thread")?
     };
 
     loop {
         match sigs.wait() {
-            Ok(Signal::SIGHUP) => hup.store(true, Ordering::SeqCst),
+            Ok(Signal::SIGHUP) => nudges.hup(),
             Ok(s) => {
                 log::info!("{s}: shutting down gracefully");
                 break;
@@ -120,6 +119,7 @@ pub fn run(opts: &Options) -> Result<()> {
         }
     }
     shutdown.store(true, Ordering::SeqCst);
+    nudges.nudge();
     for l in &listeners {
         http::stop_listener(&l.sock);
     }

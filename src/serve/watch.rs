@@ -401,6 +401,44 @@ fn cap_retained(r: &mut BTreeMap<(String, String), Retained>) {
     }
 }
 
+/// What the signal thread tells the watcher: SIGHUP (reload now) and shutdown, each with a
+/// nudge on an event fd so the watcher wakes at once instead of polling for them.
+pub struct Nudges {
+    pub hup: AtomicBool,
+    pub shutdown: Arc<AtomicBool>,
+    wake: nix::sys::eventfd::EventFd,
+}
+
+impl Nudges {
+    pub fn new(shutdown: Arc<AtomicBool>) -> Result<Nudges> {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        let wake = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+            .map_err(|e| anyhow::anyhow!("creating an event fd: {e}"))?;
+        Ok(Nudges {
+            hup: AtomicBool::new(false),
+            shutdown,
+            wake,
+        })
+    }
+
+    /// SIGHUP: reload the source and the certificate now.
+    pub fn hup(&self) {
+        self.hup.store(true, Ordering::SeqCst);
+        self.nudge();
+    }
+
+    /// Wakes the watcher (after `shutdown` was set, so it returns).
+    pub fn nudge(&self) {
+        // Fails only when the counter would overflow: the watcher is then awake anyway.
+        let _ = self.wake.write(1);
+    }
+}
+
+/// The watcher's sleep: until the source changes (the inotify fd is readable), a nudge, or
+/// `QUIET` passes. It wakes a few times a second when nothing happens, not every few
+/// milliseconds.
+const QUIET: Duration = Duration::from_millis(250);
+
 /// Watches the source (inotify on the directory, its parent and pools/, with polling as the
 /// fallback), the token store and the TLS files; exits on shutdown.
 pub fn watch_loop(
@@ -408,13 +446,45 @@ pub fn watch_loop(
     poll: Duration,
     tls: Option<&tls::CertResolver>,
     token_dir: Option<&Path>,
-    hup: &AtomicBool,
-    shutdown: &AtomicBool,
+    nudges: &Nudges,
 ) {
+    use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
     use nix::sys::inotify::{AddWatchFlags as F, InitFlags, Inotify};
+    let (hup, shutdown) = (&nudges.hup, &*nudges.shutdown);
     let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
         .map_err(|e| log::warn!("inotify unavailable, polling every {poll:?}: {e}"))
         .ok();
+    // Sleeps on the inotify fd and the nudges together; without an epoll set (out of
+    // descriptors) it sleeps in short slices as the fallback.
+    let sleeper = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+        .and_then(|ep| {
+            ep.add(&nudges.wake, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+            if let Some(ino) = &ino {
+                ep.add(ino, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
+            }
+            Ok(ep)
+        })
+        .map_err(|e| log::warn!("watching for changes with epoll: {e}; checking every 25 ms"))
+        .ok();
+    // Sleeps until `end` at most; true when the source changed (inotify is readable).
+    let sleep = |end: Instant| -> bool {
+        let Some(ep) = &sleeper else {
+            std::thread::sleep(Duration::from_millis(25));
+            return ino
+                .as_ref()
+                .is_some_and(|i| i.read_events().is_ok_and(|e| !e.is_empty()));
+        };
+        let mut evs = [EpollEvent::empty(); 2];
+        let n = ep
+            .wait(
+                &mut evs,
+                EpollTimeout::try_from(end.saturating_duration_since(Instant::now()))
+                    .unwrap_or(EpollTimeout::ZERO),
+            )
+            .unwrap_or(0);
+        let _ = nudges.wake.read();
+        evs[..n].iter().any(|e| e.data() == 1)
+    };
     let mask = F::IN_CREATE
         | F::IN_DELETE
         | F::IN_MOVED_TO
@@ -448,17 +518,9 @@ pub fn watch_loop(
         let mut changed = false;
         if let Some(ino) = &ino {
             rewatch(ino);
-            // The inotify fd is non-blocking: check it in short slices.
-            for _ in 0..10 {
-                std::thread::sleep(Duration::from_millis(25));
-                let mut got = false;
-                while let Ok(ev) = ino.read_events() {
-                    if ev.is_empty() {
-                        break;
-                    }
-                    got = true;
-                }
-                if got {
+            let end = Instant::now() + QUIET;
+            while Instant::now() < end {
+                if sleep(end) {
                     // Let a burst of changes settle, then drain.
                     std::thread::sleep(Duration::from_millis(30));
                     while let Ok(ev) = ino.read_events() {
@@ -474,7 +536,13 @@ pub fn watch_loop(
                 }
             }
         } else {
-            std::thread::sleep(Duration::from_millis(250));
+            let end = Instant::now() + QUIET;
+            while Instant::now() < end
+                && !shutdown.load(Ordering::SeqCst)
+                && !hup.load(Ordering::SeqCst)
+            {
+                sleep(end);
+            }
         }
         let forced = hup.swap(false, Ordering::SeqCst);
         if forced {
