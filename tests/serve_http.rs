@@ -626,12 +626,24 @@ fn an_idle_watcher_sleeps() {
     let t = TempDir::new("idle-watch");
     let src = plain_source(&t);
     let s = start_plain(&src, &["--no-access-log"]);
-    let task = std::fs::read_dir(format!("/proc/{}/task", s.child.id()))
-        .unwrap()
-        .flatten()
-        .find(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "watch"))
-        .expect("a thread named watch")
-        .path();
+    // The watcher starts just after the server prints `listening`: look for up to 10 s.
+    let find = || {
+        std::fs::read_dir(format!("/proc/{}/task", s.child.id()))
+            .unwrap()
+            .flatten()
+            .find(|e| {
+                std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "watch")
+            })
+            .map(|e| e.path())
+    };
+    let task = (0..100)
+        .find_map(|_| {
+            find().or_else(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                None
+            })
+        })
+        .expect("a thread named watch");
     let switches = || -> u64 {
         let st = std::fs::read_to_string(task.join("status")).unwrap();
         st.lines()
