@@ -15,30 +15,21 @@
 //!     floor 127.0.0.1:8081 body-file content-type
 //! Prints `listening` once it accepts connections; runs until killed.
 
+mod sys;
+
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::os::raw::{c_int, c_uint, c_void};
 
-#[repr(C, packed)]
-#[derive(Clone, Copy)]
-struct EpollEvent {
-    events: u32,
-    data: u64,
-}
+use sys::*;
 
 unsafe extern "C" {
-    fn epoll_create1(flags: c_int) -> c_int;
-    fn epoll_ctl(ep: c_int, op: c_int, fd: c_int, ev: *mut EpollEvent) -> c_int;
-    fn epoll_wait(ep: c_int, evs: *mut EpollEvent, max: c_int, timeout: c_int) -> c_int;
     fn accept4(fd: c_int, addr: *mut c_void, len: *mut c_void, flags: c_int) -> c_int;
     fn recv(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize;
     fn splice(fd_in: c_int, off_in: *mut i64, fd_out: c_int, off_out: *mut i64, n: usize, flags: c_uint) -> isize;
     fn tee(fd_in: c_int, fd_out: c_int, n: usize, flags: c_uint) -> isize;
     fn pipe2(fds: *mut c_int, flags: c_int) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
-    fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
-    fn write(fd: c_int, buf: *const c_void, n: usize) -> isize;
-    fn close(fd: c_int) -> c_int;
     fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: u32) -> c_int;
     fn sched_yield() -> c_int;
 }

@@ -9,7 +9,9 @@
 //! Prints one line: `p50_ms p99_ms max_ms errors ok wall_ms` (latency from socket() to the
 //! last byte of the answer).
 
-use std::os::raw::{c_int, c_void};
+mod sys;
+
+use std::os::raw::c_int;
 use std::time::{Duration, Instant};
 
 #[repr(C)]
@@ -20,22 +22,11 @@ struct SockaddrIn {
     zero: [u8; 8],
 }
 
-#[repr(C, packed)]
-#[derive(Clone, Copy)]
-struct EpollEvent {
-    events: u32,
-    data: u64,
-}
+use sys::*;
 
 unsafe extern "C" {
     fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int;
     fn connect(fd: c_int, addr: *const SockaddrIn, len: u32) -> c_int;
-    fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
-    fn write(fd: c_int, buf: *const c_void, n: usize) -> isize;
-    fn close(fd: c_int) -> c_int;
-    fn epoll_create1(flags: c_int) -> c_int;
-    fn epoll_ctl(ep: c_int, op: c_int, fd: c_int, ev: *mut EpollEvent) -> c_int;
-    fn epoll_wait(ep: c_int, evs: *mut EpollEvent, max: c_int, timeout: c_int) -> c_int;
     fn __errno_location() -> *mut c_int;
 }
 
