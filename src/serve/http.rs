@@ -217,8 +217,8 @@ impl Request {
             Err(_) => {
                 // The request line as sent (its target must be UTF-8): checked before the
                 // replacement below would make any target valid. Header values keep theirs.
-                let first = head.split(|&b| b == b'\n').next().unwrap_or(head);
-                parse_request_line(first.strip_suffix(b"\r").unwrap_or(first))?;
+                let (first, _) = Lines { text: head, at: 0 }.next().ok_or(400u16)??;
+                parse_request_line(first)?;
                 self.text.push_str(&String::from_utf8_lossy(head))
             }
         }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use super::app::App;
 use super::checkpoint::{MAX_RETAINED_PER_POOL, Retained, Snapshot};
@@ -404,8 +404,8 @@ fn cap_retained(r: &mut BTreeMap<(String, String), Retained>) {
 /// What the signal thread tells the watcher: SIGHUP (reload now) and shutdown, each with a
 /// nudge on an event fd so the watcher wakes at once instead of polling for them.
 pub struct Nudges {
-    pub hup: AtomicBool,
-    pub shutdown: Arc<AtomicBool>,
+    hup: AtomicBool,
+    shutdown: Arc<AtomicBool>,
     wake: nix::sys::eventfd::EventFd,
 }
 
@@ -413,7 +413,7 @@ impl Nudges {
     pub fn new(shutdown: Arc<AtomicBool>) -> Result<Nudges> {
         use nix::sys::eventfd::{EfdFlags, EventFd};
         let wake = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-            .map_err(|e| anyhow::anyhow!("creating an event fd: {e}"))?;
+            .context("creating an event fd")?;
         Ok(Nudges {
             hup: AtomicBool::new(false),
             shutdown,
@@ -518,30 +518,24 @@ pub fn watch_loop(
         let mut changed = false;
         if let Some(ino) = &ino {
             rewatch(ino);
-            let end = Instant::now() + QUIET;
-            while Instant::now() < end {
-                if sleep(end) {
-                    // Let a burst of changes settle, then drain.
-                    std::thread::sleep(Duration::from_millis(30));
-                    while let Ok(ev) = ino.read_events() {
-                        if ev.is_empty() {
-                            break;
-                        }
-                    }
-                    changed = true;
-                    break;
-                }
-                if shutdown.load(Ordering::SeqCst) || hup.load(Ordering::SeqCst) {
-                    break;
-                }
-            }
-        } else {
-            let end = Instant::now() + QUIET;
-            while Instant::now() < end
-                && !shutdown.load(Ordering::SeqCst)
-                && !hup.load(Ordering::SeqCst)
+        }
+        let end = Instant::now() + QUIET;
+        while Instant::now() < end
+            && !shutdown.load(Ordering::SeqCst)
+            && !hup.load(Ordering::SeqCst)
+        {
+            if sleep(end)
+                && let Some(ino) = &ino
             {
-                sleep(end);
+                // Let a burst of changes settle, then drain.
+                std::thread::sleep(Duration::from_millis(30));
+                while let Ok(ev) = ino.read_events() {
+                    if ev.is_empty() {
+                        break;
+                    }
+                }
+                changed = true;
+                break;
             }
         }
         let forced = hup.swap(false, Ordering::SeqCst);
