@@ -34,19 +34,14 @@ impl Netns {
         let ns = Netns { name };
         sh("ip", &["-n", &ns.name, "link", "set", "lo", "up"], None);
         for a in addrs {
-            sh(
-                "ip",
-                &[
-                    "-n",
-                    &ns.name,
-                    "addr",
-                    "add",
-                    &format!("{a}/{}", if a.contains(':') { 128 } else { 32 }),
-                    "dev",
-                    "lo",
-                ],
-                None,
-            );
+            let cidr = format!("{a}/{}", if a.contains(':') { 128 } else { 32 });
+            let mut args = vec!["-n", &ns.name, "addr", "add", &cidr, "dev", "lo"];
+            if a.contains(':') {
+                // Usable at once: no duplicate address detection (a tentative address cannot
+                // be bound).
+                args.push("nodad");
+            }
+            sh("ip", &args, None);
         }
         ns
     }
@@ -69,7 +64,19 @@ impl Netns {
             let f = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
             nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET)
                 .unwrap_or_else(|e| panic!("setns {path}: {e}"));
-            TcpListener::bind(&addr).unwrap_or_else(|e| panic!("bind {addr} in {path}: {e}"))
+            // An address just added may not be bindable for a moment (EADDRNOTAVAIL while
+            // the kernel sets it up): try for up to 5 s.
+            let mut tries = 0;
+            loop {
+                match TcpListener::bind(&addr) {
+                    Ok(l) => break l,
+                    Err(e) if e.raw_os_error() == Some(nix::libc::EADDRNOTAVAIL) && tries < 50 => {
+                        tries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                    Err(e) => panic!("bind {addr} in {path}: {e}"),
+                }
+            }
         })
         .join()
         .expect("binding inside the namespace")
