@@ -22,7 +22,7 @@
 //! are removed after each checkpoint.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -175,21 +175,11 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
     res
 }
 
-/// Reads at most `max` bytes of `path`; None when it does not exist.
+/// Reads at most `max` bytes of the regular file `path`, never blocking (a FIFO, device or
+/// link in the checkpoint directory is refused before a byte is read); None when it does
+/// not exist.
 fn read_bounded(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
-    };
-    let mut b = Vec::new();
-    f.take(max + 1)
-        .read_to_end(&mut b)
-        .with_context(|| format!("reading {}", path.display()))?;
-    if b.len() as u64 > max {
-        bail!("{} is larger than {max} bytes", path.display());
-    }
-    Ok(Some(b))
+    super::source::read_regular(path, max)
 }
 
 fn valid_hash(h: &str) -> bool {
@@ -278,7 +268,7 @@ impl Checkpoint {
                 "pool {name}: config file {}: {}",
                 p.display(),
                 r.errors()
-                    .map(|d| d.to_string())
+                    .map(|d| super::source::redact(&d.to_string()))
                     .collect::<Vec<_>>()
                     .join("; ")
             )
