@@ -127,14 +127,20 @@ fn links_out_of_the_source_are_refused_and_contents_never_quoted() {
     assert_eq!(s.get("/config/leak").status, 503, "nothing valid loaded");
     assert_eq!(s.get("/readyz").status, 503);
     let body = s.get("/status").text();
-    assert!(!body.contains("secretsalt") && !body.contains("root:"), "{body}");
+    assert!(
+        !body.contains("secretsalt") && !body.contains("root:"),
+        "{body}"
+    );
 
     // The same bytes inside the source: an error at line 1 col 1, without the bytes.
     std::fs::remove_file(src.join("pools/leak.ign")).unwrap();
     write(&src.join("pools/leak.ign"), SECRET);
     s.wait_for("the parse error", 20, |s| error(s).contains("line 1 col 1"));
     let body = s.get("/status").text();
-    assert!(!body.contains("secretsalt") && !body.contains("root:"), "{body}");
+    assert!(
+        !body.contains("secretsalt") && !body.contains("root:"),
+        "{body}"
+    );
     // JSON with a secret as a key and as a value.
     write(
         &src.join("pools/leak.ign"),
@@ -147,7 +153,10 @@ fn links_out_of_the_source_are_refused_and_contents_never_quoted() {
     assert!(!body.contains("secretsalt"), "{body}");
     // A Butane file that is not YAML.
     std::fs::remove_file(src.join("pools/leak.ign")).unwrap();
-    write(&src.join("pools/leak.bu"), &format!("{SECRET}\n'secretsalt: [x\n"));
+    write(
+        &src.join("pools/leak.bu"),
+        &format!("{SECRET}\n'secretsalt: [x\n"),
+    );
     s.wait_for("the Butane error", 20, |s| error(s).contains("leak.bu"));
     let body = s.get("/status").text();
     assert!(!body.contains("secretsalt"), "{body}");
@@ -161,10 +170,15 @@ fn atomic_writer_and_git_sync_links_still_work() {
     let t = TempDir::new("src-links");
     // AtomicWriter.
     let v = t.path().join("volume");
-    write(&v.join("..2024_01/pools/worker.ign"), &worker_config("atomic"));
-    write(&v.join("..2024_01/shared/infra.ign"), &worker_config("shared"));
-    std::os::unix::fs::symlink("../shared/infra.ign", v.join("..2024_01/pools/infra.ign"))
-        .unwrap();
+    write(
+        &v.join("..2024_01/pools/worker.ign"),
+        &worker_config("atomic"),
+    );
+    write(
+        &v.join("..2024_01/shared/infra.ign"),
+        &worker_config("shared"),
+    );
+    std::os::unix::fs::symlink("../shared/infra.ign", v.join("..2024_01/pools/infra.ign")).unwrap();
     std::os::unix::fs::symlink("..2024_01", v.join("..data")).unwrap();
     std::os::unix::fs::symlink("..data/pools", v.join("pools")).unwrap();
     let s = start(&v, &[]);
@@ -197,7 +211,10 @@ fn a_fifo_in_the_checkpoint_is_refused() {
     let mut s = start(&src, &["--state-dir", state.to_str().unwrap()]);
     assert_eq!(s.get("/config/worker").status, 200);
     let errs = s.status()["checkpoint"]["errors"].to_string();
-    assert!(errs.contains("active.json") && errs.contains("FIFO"), "{errs}");
+    assert!(
+        errs.contains("active.json") && errs.contains("FIFO"),
+        "{errs}"
+    );
     assert!(s.terminate());
 }
 
@@ -245,7 +262,11 @@ fn a_slow_source_does_not_keep_the_server_from_listening() {
         let a = args(if with_checkpoint { &state } else { &other });
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
         let mut s = Server::start_listening(&a, &[]);
-        assert_eq!(s.get("/readyz").status, ready, "checkpoint: {with_checkpoint}");
+        assert_eq!(
+            s.get("/readyz").status,
+            ready,
+            "checkpoint: {with_checkpoint}"
+        );
         assert_eq!(s.get("/healthz").status, 200);
         if with_checkpoint {
             let r = s.get("/config/worker");

@@ -268,7 +268,7 @@ impl Checkpoint {
                 "pool {name}: config file {}: {}",
                 p.display(),
                 r.errors()
-                    .map(|d| super::source::redact(&d.to_string()))
+                    .map(super::source::redact_diag)
                     .collect::<Vec<_>>()
                     .join("; ")
             )

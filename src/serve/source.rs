@@ -98,47 +98,71 @@ fn not_regular(path: &Path, ft: &FileType) -> anyhow::Error {
     )
 }
 
-/// Reads the regular file `path` whole, at most `max` bytes, without ever blocking on it:
-/// the path is checked (lstat: a symlink, FIFO, socket or device is refused without being
-/// opened), opened with `O_NONBLOCK | O_NOFOLLOW` and checked again on the open descriptor
-/// (fstat) before a byte is read, so a swap in between cannot make it read a FIFO or a
-/// device. None when it does not exist. Errors name the file and why, never its contents.
-pub fn read_regular(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
+/// Opens the regular file `path` for reading without ever blocking on it: the path is
+/// checked (lstat: a symlink, FIFO, socket or device is refused without being opened),
+/// opened with `O_NONBLOCK | O_NOFOLLOW` and checked again on the open descriptor (fstat),
+/// so a swap in between cannot make the caller read a FIFO or a device. Errors name the
+/// file and what it is (an `io::Error` of kind `NotFound` when it does not exist).
+pub fn open_regular(path: &Path) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
+    let meta =
+        std::fs::symlink_metadata(path).with_context(|| format!("reading {}", path.display()))?;
     if !meta.file_type().is_file() {
         return Err(not_regular(path, &meta.file_type()));
     }
-    let f = match std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW | nix::libc::O_NOCTTY)
         .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
-    };
+        .with_context(|| format!("opening {}", path.display()))?;
     let meta = f
         .metadata()
         .with_context(|| format!("reading {}", path.display()))?;
     if !meta.file_type().is_file() {
         return Err(not_regular(path, &meta.file_type()));
     }
+    Ok(f)
+}
+
+/// A size limit in words: `64 MiB`, `4096 bytes`.
+fn size_words(n: u64) -> String {
+    if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// Reads the regular file `path` whole (opened by [`open_regular`]), at most `max` bytes;
+/// None when it does not exist. Errors name the file and why, never its contents.
+pub fn read_regular(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
+    let f = match open_regular(path) {
+        Ok(f) => f,
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+            }) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
     let too_large = || {
         anyhow!(
-            "{} is larger than the {} MiB limit for a file the server reads",
+            "{} is larger than the {} limit for a file the server reads",
             path.display(),
-            max >> 20
+            size_words(max)
         )
     };
-    if meta.len() > max {
+    let len = f
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?
+        .len();
+    if len > max {
         return Err(too_large());
     }
-    let mut b = Vec::with_capacity(meta.len() as usize);
+    let mut b = Vec::with_capacity(len as usize);
     f.take(max + 1)
         .read_to_end(&mut b)
         .with_context(|| format!("reading {}", path.display()))?;
@@ -158,13 +182,12 @@ fn read_source_file(path: &Path) -> Result<Vec<u8>> {
 }
 
 /// Error text without the contents of the file it is about: quoted strings longer than one
-/// character become `"…"`, and JSON-path keys that are not plain identifiers (letters,
-/// digits, `_`, `-`) become `…`. Line and column and the reason stay. Used on every parse or
-/// translation error the server reports (log and `/status`), so that a file that should
-/// never have been read (a secret, a link that was refused) is not quoted either.
+/// character become `"…"` (line, column and the reason stay). With [`redact_diag`] and
+/// [`redact_butane`] on every parse, validation or translation error the server reports (log
+/// and `/status`), so that a file that should never have been read is not quoted either.
 pub fn redact(msg: &str) -> String {
     let mut out = String::with_capacity(msg.len());
-    let mut chars = msg.char_indices().peekable();
+    let mut chars = msg.char_indices();
     while let Some((i, c)) = chars.next() {
         // An apostrophe inside a word ("doesn't") opens nothing.
         let word_before = msg[..i]
@@ -178,43 +201,80 @@ pub fn redact(msg: &str) -> String {
                 && rest[end..].starts_with(c)
             {
                 let inner = &rest[..end];
-                if inner.chars().count() <= 1 {
-                    out.push(c);
-                    out.push_str(inner);
-                    out.push(c);
+                out.push(c);
+                out.push_str(if inner.chars().count() <= 1 {
+                    inner
                 } else {
-                    out.push(c);
-                    out.push('…');
-                    out.push(c);
-                }
-                let skip = inner.chars().count() + 1;
-                for _ in 0..skip {
+                    "…"
+                });
+                out.push(c);
+                for _ in 0..inner.chars().count() + 1 {
                     chars.next();
                 }
                 continue;
             }
         }
-        // A JSON path: `$` followed by `.segment`s up to a comma, colon or space.
-        if c == '$' && (i == 0 || msg[..i].ends_with(' ')) {
-            let rest = &msg[i + 1..];
-            let end = rest.find([',', ' ', ':']).unwrap_or(rest.len());
-            out.push('$');
-            for seg in rest[..end].split('.').skip(1) {
-                out.push('.');
-                let plain = !seg.is_empty()
-                    && seg.len() <= 64
-                    && seg
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-                out.push_str(if plain { seg } else { "…" });
-            }
-            for _ in 0..rest[..end].chars().count() {
-                chars.next();
-            }
-            continue;
-        }
         out.push(c);
     }
+    out
+}
+
+/// A JSON-path key as shown in errors: itself when it is a plain identifier (letters,
+/// digits, `_`, `-`; the keys of the spec), else `…` (a key is file content too).
+fn path_key(k: &str) -> &str {
+    let plain = !k.is_empty()
+        && k.len() <= 64
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if plain { k } else { "…" }
+}
+
+/// A config diagnostic as the server reports it: severity, JSON path (keys through
+/// [`path_key`]), line and column, and the [`redact`]ed reason.
+pub fn redact_diag(d: &config::Diagnostic) -> String {
+    use std::fmt::Write;
+    let mut out = String::from(match d.severity {
+        config::Severity::Error => "error at $",
+        config::Severity::Warning => "warning at $",
+    });
+    for seg in &d.path.0 {
+        match seg {
+            config::diag::Seg::Key(k) => {
+                out.push('.');
+                out.push_str(path_key(k));
+            }
+            config::diag::Seg::Index(i) => {
+                let _ = write!(out, ".{i}");
+            }
+        }
+    }
+    if let Some((l, c)) = d.line_col {
+        let _ = write!(out, ", line {l} col {c}");
+    }
+    let _ = write!(out, ": {}", redact(&d.message));
+    out
+}
+
+/// A Butane diagnostic as the server reports it (as [`redact_diag`]).
+pub fn redact_butane(d: &butane::Diag) -> String {
+    use std::fmt::Write;
+    let mut out = String::from(if d.error { "error" } else { "warning" });
+    if let Some(rest) = d.path.strip_prefix('$') {
+        out.push_str(" at $");
+        for seg in rest.split('.').skip(1) {
+            out.push('.');
+            out.push_str(path_key(seg));
+        }
+        if d.pos.is_some() {
+            out.push(',');
+        }
+    } else if d.pos.is_some() {
+        out.push_str(" at");
+    }
+    if let Some(p) = d.pos {
+        let _ = write!(out, " line {} col {}", p.line, p.col);
+    }
+    let _ = write!(out, ": {}", redact(&d.message));
     out
 }
 
@@ -345,11 +405,7 @@ impl std::fmt::Debug for Translations {
 impl Translations {
     /// The translation of the Butane file `bytes` with `files_dir` as its files dir, and the
     /// local files it read (for the generation id).
-    fn get(
-        &mut self,
-        bytes: &[u8],
-        files_dir: &Path,
-    ) -> (Result<Arc<Vec<u8>>, String>, Vec<Dep>) {
+    fn get(&mut self, bytes: &[u8], files_dir: &Path) -> (Result<Arc<Vec<u8>>, String>, Vec<Dep>) {
         let files = crate::butane_files::DirFiles {
             root: files_dir.to_path_buf(),
             confine_symlinks: true,
@@ -383,7 +439,7 @@ impl Translations {
         let result = match butane::translate(bytes, &opts) {
             Ok(out) => {
                 for w in &out.report.diags {
-                    log::debug!("{}: {}", files_dir.display(), redact(&w.to_string()));
+                    log::debug!("{}: {}", files_dir.display(), redact_butane(w));
                 }
                 Ok(Arc::new(out.json))
             }
@@ -391,7 +447,7 @@ impl Translations {
                 .diags
                 .iter()
                 .filter(|d| d.error)
-                .map(|d| redact(&d.to_string()))
+                .map(redact_butane)
                 .collect::<Vec<_>>()
                 .join("; ")),
         };
@@ -724,7 +780,10 @@ fn read_from(root: &Path, bases: &Bases, translations: &mut Translations) -> Res
                 continue;
             };
             if !valid_pool_name(pool) {
-                bail!("invalid pool file name {name:?} in {}", shown_pools.display());
+                bail!(
+                    "invalid pool file name {name:?} in {}",
+                    shown_pools.display()
+                );
             }
             e.confined(&shown)?;
             if !e.ft.is_file() {
@@ -756,7 +815,7 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
         let mut merged: Option<Config> = None;
         for (f, bytes) in frags {
             let parsed = config::parse(bytes).map_err(|r| {
-                let msgs: Vec<String> = r.errors().map(|d| redact(&d.to_string())).collect();
+                let msgs: Vec<String> = r.errors().map(redact_diag).collect();
                 invalid(format!("pool {name}: {f}: {}", msgs.join("; ")))
             })?;
             for w in &parsed.warnings.diagnostics {
@@ -772,7 +831,7 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
         };
         let report = config::check(&cfg);
         if report.has_errors() {
-            let msgs: Vec<String> = report.errors().map(|d| redact(&d.to_string())).collect();
+            let msgs: Vec<String> = report.errors().map(redact_diag).collect();
             return Err(invalid(format!(
                 "pool {name}: merged config is invalid: {}",
                 msgs.join("; ")
@@ -878,7 +937,8 @@ mod tests {
             std::fs::rename(&tmp, dir.join("..data")).unwrap();
             std::fs::remove_dir_all(dir.join("..g0")).unwrap();
         });
-        let g = read(&v.0, &mut Translations::default()).expect("read retries a generation removed mid-resolve");
+        let g = read(&v.0, &mut Translations::default())
+            .expect("read retries a generation removed mid-resolve");
         let frags = &g.pools["worker"];
         assert!(frags.iter().all(|(_, b)| b.as_slice() == b"1"), "{frags:?}");
         assert!(g.dir.ends_with("..g1"));
@@ -977,6 +1037,87 @@ mod tests {
             matches!(load(&t.0), Err(LoadError::Read(_))),
             "no pools/ at all"
         );
+    }
+
+    /// N reads of an unchanged `.bu` pool translate it once; a changed local file or `.bu`
+    /// once more each; the id follows the bytes read (local files included).
+    #[test]
+    fn translations_are_kept_by_content() {
+        let t = tmp("translations");
+        let bu = "variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /etc/m\n      contents:\n        local: m.txt\n";
+        put(&t.0.join("pools/worker/a.bu"), bu);
+        put(&t.0.join("pools/worker/m.txt"), "one");
+        let mut tr = Translations::default();
+        let first = read(&t.0, &mut tr).unwrap();
+        for _ in 0..10 {
+            assert_eq!(read(&t.0, &mut tr).unwrap().id, first.id);
+        }
+        assert_eq!(tr.count, 1, "ten more reads, no translation");
+        put(&t.0.join("pools/worker/m.txt"), "two");
+        let second = read(&t.0, &mut tr).unwrap();
+        assert_ne!(second.id, first.id, "a local file counts in the id");
+        assert!(
+            String::from_utf8_lossy(&second.pools["worker"][0].1).contains("data:,two"),
+            "{second:?}"
+        );
+        read(&t.0, &mut tr).unwrap();
+        assert_eq!(tr.count, 2);
+        put(
+            &t.0.join("pools/worker/a.bu"),
+            &bu.replace("/etc/m", "/etc/n"),
+        );
+        read(&t.0, &mut tr).unwrap();
+        read(&t.0, &mut tr).unwrap();
+        assert_eq!(tr.count, 3);
+        assert_eq!(tr.entries.len(), 1, "the old translations are dropped");
+    }
+
+    #[test]
+    fn read_regular_refuses_what_is_not_a_regular_file() {
+        let t = tmp("regular");
+        let fifo = t.0.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = format!("{:#}", read_regular(&fifo, 10).unwrap_err());
+        assert!(e.contains("FIFO") && e.contains("fifo"), "{e}");
+        std::os::unix::fs::symlink("/dev/null", t.0.join("link")).unwrap();
+        let e = format!("{:#}", read_regular(&t.0.join("link"), 10).unwrap_err());
+        assert!(e.contains("symbolic link"), "{e}");
+        put(&t.0.join("big"), "0123456789a");
+        let e = format!("{:#}", read_regular(&t.0.join("big"), 10).unwrap_err());
+        assert!(e.contains("larger than"), "{e}");
+        assert_eq!(read_regular(&t.0.join("none"), 10).unwrap(), None);
+    }
+
+    #[test]
+    fn redact_keeps_positions_and_reasons_only() {
+        for (input, want) in [
+            (
+                "invalid JSON: unexpected character 'r'",
+                "invalid JSON: unexpected character 'r'",
+            ),
+            (
+                r#"unknown key "root:x:0:0" doesn't fit"#,
+                r#"unknown key "…" doesn't fit"#,
+            ),
+            ("bad `secret` and 'secret'", "bad `…` and '…'"),
+        ] {
+            assert_eq!(redact(input), want);
+        }
+        let r = config::parse(
+            br#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"rel/s3cret"}]}}"#,
+        )
+        .err()
+        .expect("invalid");
+        let e = r.errors().map(redact_diag).collect::<Vec<_>>().join("; ");
+        assert_eq!(
+            e,
+            "error at $.storage.files.0.path, line 1 col 61: path not absolute"
+        );
+        let r = config::parse(b"root:$6$s3cret:19000::")
+            .err()
+            .expect("invalid");
+        let e = r.errors().map(redact_diag).collect::<Vec<_>>().join("; ");
+        assert!(e.contains("line 1 col 1") && !e.contains("s3cret"), "{e}");
     }
 
     #[test]
