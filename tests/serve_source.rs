@@ -354,3 +354,41 @@ fn status_under_require_token_names_no_pool() {
     let s = start(&src, &[]);
     assert!(s.get("/status").text().contains("secretpool"));
 }
+
+/// A FIFO as the token key: the server refuses to start and names it. Before: it hung
+/// opening the FIFO (and a key replaced by a FIFO later hung the watcher).
+#[test]
+fn a_fifo_as_the_token_key_is_refused() {
+    let t = TempDir::new("src-key-fifo");
+    let src = t.path().join("src");
+    write(&src.join("pools/worker.ign"), &worker_config("w1"));
+    let key = t.path().join("token.key");
+    mkfifo(&key);
+    let mut child = std::process::Command::new(AGENT)
+        .args(["serve", "--source", src.to_str().unwrap()])
+        .args(["--listen-http", "127.0.0.1:0", "--token-key"])
+        .arg(&key)
+        .arg("--state-dir")
+        .arg(t.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("agent serve hung on a FIFO token key");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("token.key") && err.contains("FIFO"), "{err}");
+}
