@@ -53,9 +53,10 @@ fn fifos_devices_and_links_out_are_refused_and_named() {
     assert_eq!(s.get("/config/worker").status, 200);
     let gen0 = s.status()["sources"][0]["active"]["generation"].clone();
 
-    let cases: Vec<(&str, Box<dyn Fn(&Path)>, &str)> = vec![
-        ("fifo.ign", Box::new(|p| mkfifo(p)), "FIFO"),
-        ("pool/frag.ign", Box::new(|p| mkfifo(p)), "FIFO"),
+    type Make = Box<dyn Fn(&Path)>;
+    let cases: Vec<(&str, Make, &str)> = vec![
+        ("fifo.ign", Box::new(mkfifo), "FIFO"),
+        ("pool/frag.ign", Box::new(mkfifo), "FIFO"),
         (
             "zero.ign",
             Box::new(|p| {

@@ -59,10 +59,14 @@ pub struct RawGeneration {
     pub dir: PathBuf,
     /// pool → fragments (file name, bytes) in file-name order; a Butane fragment's bytes
     /// are its Ignition translation.
-    pub pools: BTreeMap<String, Vec<(String, Arc<Vec<u8>>)>>,
+    pub pools: BTreeMap<String, Vec<Fragment>>,
     /// Butane fragments that did not translate: "pool: file: errors".
     pub butane_errors: Vec<String>,
 }
+
+/// A fragment: its file name and its Ignition bytes (shared with the translation kept for
+/// a `.bu` file).
+pub type Fragment = (String, Arc<Vec<u8>>);
 
 fn is_source(name: &str) -> bool {
     name.ends_with(".ign") || name.ends_with(".bu")
@@ -126,7 +130,7 @@ pub fn open_regular(path: &Path) -> Result<std::fs::File> {
 
 /// A size limit in words: `64 MiB`, `4096 bytes`.
 fn size_words(n: u64) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
     } else {
         format!("{n} bytes")
@@ -197,7 +201,7 @@ pub fn redact(msg: &str) -> String {
         if matches!(c, '"' | '`') || (c == '\'' && !word_before) {
             // A closing quote of the same kind on this line?
             let rest = &msg[i + c.len_utf8()..];
-            if let Some(end) = rest.find(|x| x == c || x == '\n')
+            if let Some(end) = rest.find([c, '\n'])
                 && rest[end..].starts_with(c)
             {
                 let inner = &rest[..end];
@@ -493,13 +497,7 @@ impl Reader<'_> {
     /// Reads one fragment (its real path `path`, in directory `dir`) of `pool`: its bytes
     /// count in the id as read; a `.bu` fragment is translated (or its kept translation
     /// reused) with `dir` as its files dir, and the local files it read count too.
-    fn fragment(
-        &mut self,
-        pool: &str,
-        name: &str,
-        path: &Path,
-        dir: &Path,
-    ) -> Result<(String, Arc<Vec<u8>>)> {
+    fn fragment(&mut self, pool: &str, name: &str, path: &Path, dir: &Path) -> Result<Fragment> {
         let bytes = read_source_file(path)?;
         self.field(pool.as_bytes());
         self.field(name.as_bytes());
@@ -1106,16 +1104,13 @@ mod tests {
         let r = config::parse(
             br#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"rel/s3cret"}]}}"#,
         )
-        .err()
-        .expect("invalid");
+        .expect_err("invalid");
         let e = r.errors().map(redact_diag).collect::<Vec<_>>().join("; ");
         assert_eq!(
             e,
             "error at $.storage.files.0.path, line 1 col 61: path not absolute"
         );
-        let r = config::parse(b"root:$6$s3cret:19000::")
-            .err()
-            .expect("invalid");
+        let r = config::parse(b"root:$6$s3cret:19000::").expect_err("invalid");
         let e = r.errors().map(redact_diag).collect::<Vec<_>>().join("; ");
         assert!(e.contains("line 1 col 1") && !e.contains("s3cret"), "{e}");
     }
