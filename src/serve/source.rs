@@ -408,14 +408,21 @@ impl std::fmt::Debug for Translations {
 
 impl Translations {
     /// The translation of the Butane file `bytes` with `files_dir` as its files dir, and the
-    /// local files it read (for the generation id).
-    fn get(&mut self, bytes: &[u8], files_dir: &Path) -> (Result<Arc<Vec<u8>>, String>, Vec<Dep>) {
+    /// local files it read (for the generation id). `place` is that directory relative to the
+    /// generation's (`pools`, `pools/<pool>`): the key, so that a new AtomicWriter or
+    /// git-sync directory with the same files reuses the translation.
+    fn get(
+        &mut self,
+        bytes: &[u8],
+        files_dir: &Path,
+        place: &str,
+    ) -> (Result<Arc<Vec<u8>>, String>, Vec<Dep>) {
         let files = crate::butane_files::DirFiles {
             root: files_dir.to_path_buf(),
             confine_symlinks: true,
         };
         let mut h = Sha256::new();
-        h.update(files_dir.as_os_str().as_encoded_bytes());
+        h.update(place.as_bytes());
         h.update([0]);
         h.update(bytes);
         let key: [u8; 32] = h.finalize().into();
@@ -497,7 +504,14 @@ impl Reader<'_> {
     /// Reads one fragment (its real path `path`, in directory `dir`) of `pool`: its bytes
     /// count in the id as read; a `.bu` fragment is translated (or its kept translation
     /// reused) with `dir` as its files dir, and the local files it read count too.
-    fn fragment(&mut self, pool: &str, name: &str, path: &Path, dir: &Path) -> Result<Fragment> {
+    fn fragment(
+        &mut self,
+        pool: &str,
+        name: &str,
+        path: &Path,
+        dir: &Path,
+        place: &str,
+    ) -> Result<Fragment> {
         let bytes = read_source_file(path)?;
         self.field(pool.as_bytes());
         self.field(name.as_bytes());
@@ -505,7 +519,7 @@ impl Reader<'_> {
         if !name.ends_with(".bu") {
             return Ok((name.to_string(), Arc::new(bytes)));
         }
-        let (res, deps) = self.translations.get(&bytes, dir);
+        let (res, deps) = self.translations.get(&bytes, dir, place);
         for d in &deps {
             let (tag, rel, hash) = match d {
                 Dep::File(r, h) => (b"f", r, h),
@@ -758,7 +772,13 @@ fn read_from(root: &Path, bases: &Bases, translations: &mut Translations) -> Res
                 if !f.ft.is_file() {
                     return Err(not_regular(&fshown, &f.ft));
                 }
-                frags.push(r.fragment(name, &f.name, &f.real, &e.real)?);
+                frags.push(r.fragment(
+                    name,
+                    &f.name,
+                    &f.real,
+                    &e.real,
+                    &format!("pools/{name}"),
+                )?);
             }
             if frags.is_empty() {
                 bail!(
@@ -787,7 +807,7 @@ fn read_from(root: &Path, bases: &Bases, translations: &mut Translations) -> Res
             if !e.ft.is_file() {
                 return Err(not_regular(&shown, &e.ft));
             }
-            let frag = r.fragment(pool, name, &e.real, &pools_dir)?;
+            let frag = r.fragment(pool, name, &e.real, &pools_dir, "pools")?;
             if r.g.pools.insert(pool.to_string(), vec![frag]).is_some() {
                 bail!("pool {pool:?} is given twice ({pool}.ign, {pool}.bu or {pool}/)");
             }
@@ -1068,6 +1088,31 @@ mod tests {
         read(&t.0, &mut tr).unwrap();
         assert_eq!(tr.count, 3);
         assert_eq!(tr.entries.len(), 1, "the old translations are dropped");
+
+        // AtomicWriter: a new generation directory with the same .bu and local file (another
+        // pool changed) reuses the translation; a changed local file in it does not.
+        let v = tmp("translations-atomic");
+        let make_gen = |n: usize, local: &str, other: &str| {
+            let d = v.0.join(format!("..g{n}"));
+            put(&d.join("pools/worker/a.bu"), bu);
+            put(&d.join("pools/worker/m.txt"), local);
+            put(&d.join("pools/infra.ign"), other);
+            let tmp = v.0.join("..data_tmp");
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(format!("..g{n}"), &tmp).unwrap();
+            std::fs::rename(&tmp, v.0.join("..data")).unwrap();
+        };
+        let mut tr = Translations::default();
+        make_gen(0, "one", C);
+        let g0 = read(&v.0, &mut tr).unwrap();
+        make_gen(1, "one", r#"{"ignition":{"version":"3.1.0"}}"#);
+        let g1 = read(&v.0, &mut tr).unwrap();
+        assert_ne!(g0.id, g1.id);
+        assert_eq!(tr.count, 1, "same .bu and local file in a new directory");
+        make_gen(2, "two", r#"{"ignition":{"version":"3.1.0"}}"#);
+        let g2 = read(&v.0, &mut tr).unwrap();
+        assert_eq!(tr.count, 2);
+        assert!(String::from_utf8_lossy(&g2.pools["worker"][0].1).contains("data:,two"));
     }
 
     #[test]
