@@ -393,3 +393,45 @@ fn a_fifo_as_the_token_key_is_refused() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert!(err.contains("token.key") && err.contains("FIFO"), "{err}");
 }
+
+/// A checkpoint directory beside the source (in the directory the watcher watches as the
+/// source's parent): saving a checkpoint does not wake the watcher into another read. With a
+/// poll interval of an hour, the source is read once at start and once per SIGHUP, however
+/// long the server runs. Before: every save changed the directory's mode (an inotify event),
+/// which read the source again, which saved again: hundreds of reads a minute.
+#[test]
+fn checkpoints_beside_the_source_do_not_wake_the_watcher() {
+    let t = TempDir::new("src-beside");
+    let src = t.path().join("src");
+    write(&src.join("pools/worker.ign"), &worker_config("w1"));
+    let state = t.path().join("state");
+    // Derived tokens: the legacy token store (SOURCE/tokens) would write beside the pools.
+    let key = t.path().join("token.key");
+    write(&key, "a-key-of-at-least-32-bytes-for-the-test\n");
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "1h",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--token-key",
+            key.to_str().unwrap(),
+            "--no-access-log",
+        ],
+        &[],
+    );
+    let pid = nix::unistd::Pid::from_raw(s.child.id() as i32);
+    for n in 2..=4 {
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+        s.wait_for("the SIGHUP reload", 20, |s| {
+            s.metric("agent_serve_source_reads_total") >= n
+        });
+        // Time for a save to wake the watcher, if it did.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert_eq!(s.metric("agent_serve_source_reads_total"), n);
+    }
+}

@@ -136,6 +136,16 @@ fn mkdir_private(d: &Path) -> Result<()> {
         .mode(0o700)
         .create(d)
         .with_context(|| format!("creating {}", d.display()))?;
+    // Only when it differs: a chmod, even to the same mode, is an inotify IN_ATTRIB event
+    // for whoever watches the parent directory — the source watcher itself when the
+    // checkpoint directory sits beside the source, which then reloaded on every save.
+    let mode = std::fs::metadata(d)
+        .with_context(|| format!("reading {}", d.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o7777 == 0o700 {
+        return Ok(());
+    }
     std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("setting the mode of {} to 0700", d.display()))
 }
