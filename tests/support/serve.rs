@@ -77,6 +77,8 @@ impl Server {
         }
         let mut child = cmd.spawn().expect("starting agent serve");
         let stdout = child.stdout.take().unwrap();
+        // Killed (SIGKILL) should it never report its address: no server left behind.
+        let mut child = KillOnDrop(Some(child));
         let expect =
             args.contains(&"--tls-cert") as usize + args.contains(&"--listen-http") as usize;
         let (tx, rx) = std::sync::mpsc::channel();
@@ -109,7 +111,7 @@ impl Server {
             assert!(line.starts_with("source "), "unexpected: {line:?}");
         }
         Server {
-            child,
+            child: child.0.take().unwrap(),
             addr: listeners[0].1,
             scheme: listeners[0].0.clone(),
             listeners,
@@ -197,6 +199,18 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         false
+    }
+}
+
+/// A child process killed on drop unless taken out.
+struct KillOnDrop(Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
