@@ -173,6 +173,13 @@ fn check_daemonset(ds: &Value) {
         assert_eq!(k["securityContext"]["allowPrivilegeEscalation"], false);
         assert_eq!(k["securityContext"]["readOnlyRootFilesystem"], true);
     }
+    // Tokens are required (so /status names no pool either).
+    assert!(
+        args(ds)
+            .iter()
+            .any(|(k, v)| k == "--require-token" && v.is_empty()),
+        "--require-token"
+    );
     // The key from a Secret, the listener on 22623, checkpoints on the host.
     let key = arg(ds, "--token-key");
     let mounts = c["volumeMounts"].as_array().unwrap();
@@ -340,7 +347,8 @@ fn deploy_manifests_render_and_validate() {
             "--state-dir" => dir.join("state").display().to_string(),
             _ => v,
         };
-        real.push(format!("{k}={v}"));
+        // A switch (`--require-token`) has no value.
+        real.push(if v.is_empty() { k } else { format!("{k}={v}") });
     }
     let refs: Vec<&str> = real.iter().map(String::as_str).collect();
     let s = Server::start(&refs, &[]);

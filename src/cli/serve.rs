@@ -71,7 +71,8 @@ pub struct ServeArgs {
     /// private to this server.
     #[arg(long, default_value = "/var/lib/agent-serve")]
     pub state_dir: PathBuf,
-    /// Require a pool's bearer token on /config/<pool> too.
+    /// Require a pool's bearer token on /config/<pool> too; /status then names no pool
+    /// (only ready, the generation served and whether there are errors).
     #[arg(long)]
     pub require_token: bool,
     /// Fallback polling interval for source, token and certificate changes.
@@ -100,7 +101,8 @@ pub struct ServeArgs {
     /// Largest request head in bytes.
     #[arg(long, default_value_t = 16 * 1024)]
     pub max_header_bytes: usize,
-    /// Time in-flight requests get to finish on SIGTERM.
+    /// Time in-flight requests get to finish on SIGTERM (the process exits at most 1 s
+    /// after it, whatever the source watcher is doing).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
     /// Do not write a JSON access-log line per request.

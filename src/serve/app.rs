@@ -91,6 +91,8 @@ pub struct App {
     pub(super) clock: Box<dyn Clock>,
     pub metrics: Metrics,
     pub(super) tracker: Mutex<Tracker>,
+    /// Butane translations kept from one read of the source to the next.
+    pub(super) translations: Mutex<super::source::Translations>,
     pub(super) active: Active,
     /// Legacy mode: the shared token directory.
     pub(super) token_store: Option<tokens::Store>,
@@ -172,6 +174,7 @@ impl App {
             clock: tokens::default_clock(),
             metrics: Metrics::default(),
             tracker: Mutex::new(Tracker::default()),
+            translations: Mutex::default(),
             active: Active::default(),
             token_store: key.is_none().then(|| tokens::Store::new(opts.token_dir())),
             token_key_file: opts.token_key.clone(),
@@ -204,6 +207,38 @@ impl App {
 
     pub(super) fn active(&self) -> Option<Arc<Generation>> {
         self.active.get()
+    }
+
+    /// `/status` under `--require-token`: only what tells no pool, config, path or error
+    /// text (there is no admin credential to show more to): whether the server is ready,
+    /// the generation served, and whether the source, the tokens or the checkpoint have an
+    /// error. The details are in the log.
+    fn public_status_json(&self) -> Vec<u8> {
+        let t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = t.active.as_ref().map(|g| g.id.clone());
+        let error = t.error.is_some();
+        drop(t);
+        let tokens_error = self
+            .token_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        let checkpoint_error = !self
+            .checkpoint_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        let v = serde_json::json!({
+            "ready": generation.is_some(),
+            "generation": generation,
+            "error": error,
+            "tokensError": tokens_error,
+            "checkpointError": checkpoint_error,
+            "detail": "with --require-token /status names no pool: see the server's log",
+        });
+        let mut b = serde_json::to_vec_pretty(&v).unwrap_or_default();
+        b.push(b'\n');
+        b
     }
 
     fn status_json(&self) -> Vec<u8> {
@@ -489,7 +524,11 @@ impl http::Handler for App {
             },
             "/status" => {
                 let mut r = Response::new(200);
-                r.body = Body::Owned(self.status_json());
+                r.body = Body::Owned(if self.require_token {
+                    self.public_status_json()
+                } else {
+                    self.status_json()
+                });
                 r.header("Content-Type", "application/json")
             }
             "/metrics" => {

@@ -22,7 +22,7 @@
 //! are removed after each checkpoint.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -136,6 +136,16 @@ fn mkdir_private(d: &Path) -> Result<()> {
         .mode(0o700)
         .create(d)
         .with_context(|| format!("creating {}", d.display()))?;
+    // Only when it differs: a chmod, even to the same mode, is an inotify IN_ATTRIB event
+    // for whoever watches the parent directory — the source watcher itself when the
+    // checkpoint directory sits beside the source, which then reloaded on every save.
+    let mode = std::fs::metadata(d)
+        .with_context(|| format!("reading {}", d.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o7777 == 0o700 {
+        return Ok(());
+    }
     std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("setting the mode of {} to 0700", d.display()))
 }
@@ -175,21 +185,11 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
     res
 }
 
-/// Reads at most `max` bytes of `path`; None when it does not exist.
+/// Reads at most `max` bytes of the regular file `path`, never blocking (a FIFO, device or
+/// link in the checkpoint directory is refused before a byte is read); None when it does
+/// not exist.
 fn read_bounded(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
-    };
-    let mut b = Vec::new();
-    f.take(max + 1)
-        .read_to_end(&mut b)
-        .with_context(|| format!("reading {}", path.display()))?;
-    if b.len() as u64 > max {
-        bail!("{} is larger than {max} bytes", path.display());
-    }
-    Ok(Some(b))
+    super::source::read_regular(path, max)
 }
 
 fn valid_hash(h: &str) -> bool {
@@ -278,7 +278,7 @@ impl Checkpoint {
                 "pool {name}: config file {}: {}",
                 p.display(),
                 r.errors()
-                    .map(|d| d.to_string())
+                    .map(super::source::redact_diag)
                     .collect::<Vec<_>>()
                     .join("; ")
             )

@@ -36,6 +36,10 @@ pub struct Metrics {
     pub reload_failures: AtomicU64,
     pub token_rotations: AtomicU64,
     pub tls_reloads: AtomicU64,
+    /// Reads of the source (each poll, change, SIGHUP).
+    pub source_reads: AtomicU64,
+    /// Butane translations run (a `.bu` file new or changed since the last read).
+    pub butane_translations: AtomicU64,
 }
 
 impl Metrics {
@@ -139,6 +143,16 @@ impl Metrics {
                 "agent_serve_tls_reloads_total",
                 "TLS certificate reloads.",
                 &self.tls_reloads,
+            ),
+            (
+                "agent_serve_source_reads_total",
+                "Reads of the config source (on a change, SIGHUP or every poll interval).",
+                &self.source_reads,
+            ),
+            (
+                "agent_serve_butane_translations_total",
+                "Butane files translated (new or changed since the last read; unchanged ones are not translated again).",
+                &self.butane_translations,
             ),
             (
                 "agent_serve_connections_rejected_total",

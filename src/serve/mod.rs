@@ -70,7 +70,7 @@ pub struct Options {
     pub token_clock_skew: Duration,
     /// Checkpoint directory (lastKnownGood, active, old payloads); None: none.
     pub state_dir: Option<PathBuf>,
-    /// Require a pool's bearer token on `/config/<pool>` too.
+    /// Require a pool's bearer token on `/config/<pool>` too; `/status` then names no pool.
     pub require_token: bool,
     /// Fallback polling interval for source, token and certificate changes.
     pub poll_interval: Duration,

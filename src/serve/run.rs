@@ -1,6 +1,8 @@
-//! The run loop of `agent serve`: checks the options, binds the listeners, starts the
-//! event loops ([`super::http::Server`]) and the source watcher ([`super::watch`]), then
-//! waits for signals: SIGHUP forces a reload, SIGTERM/SIGINT shut down gracefully.
+//! The run loop of `agent serve`: checks the options, puts back the checkpoint, binds the
+//! listeners, starts the event loops ([`super::http::Server`]) and the source watcher
+//! ([`super::watch`], which loads the source first), then waits for signals: SIGHUP forces
+//! a reload, SIGTERM/SIGINT shut down gracefully, within `--shutdown-grace` plus
+//! [`WATCHER_MARGIN`] whatever the watcher is doing.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -64,9 +66,10 @@ pub fn run(opts: &Options) -> Result<()> {
     raise_open_files_limit(&limits, threads);
     let conns = Arc::new(http::ConnStats::default());
     let app = Arc::new(App::new(opts, conns.clone(), &limits)?);
+    // What the checkpoint kept is served from the start; the source is loaded by the
+    // watcher once the listeners are up, so a slow or broken source never keeps the server
+    // from answering (`/readyz` is 503 until there is something to serve).
     app.restore();
-    app.reload(true);
-    app.tick();
 
     let resolver = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => Some(Arc::new(tls::CertResolver::new(c.clone(), k.clone())?)),
@@ -104,7 +107,16 @@ pub fn run(opts: &Options) -> Result<()> {
         let td = token_dir.clone();
         std::thread::Builder::new()
             .name("watch".into())
-            .spawn(move || watch_loop(&app, poll, resolver.as_deref(), Some(&td), &nudges))
+            .spawn(move || {
+                watch_loop(
+                    &app,
+                    poll,
+                    resolver.as_deref(),
+                    Some(&td),
+                    &nudges,
+                    report_first_load,
+                )
+            })
             .context("starting watcher thread")?
     };
 
@@ -132,9 +144,41 @@ pub fn run(opts: &Options) -> Result<()> {
     if loops.iter().any(|t| !t.is_finished()) {
         log::warn!("{left} connections still open after the grace period");
     }
-    let _ = watcher.join();
+    // The watcher was nudged and stops between two steps; one busy with a long read or
+    // translation is not waited for past the grace period plus WATCHER_MARGIN.
+    let end = deadline.max(Instant::now()) + WATCHER_MARGIN;
+    while !watcher.is_finished() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if watcher.is_finished() {
+        let _ = watcher.join();
+    } else {
+        log::warn!(
+            "the source watcher is still busy (reading or translating the source): exiting without it"
+        );
+    }
     log::info!("stopped");
     Ok(())
+}
+
+/// How long after the grace period shutdown waits for the source watcher.
+pub const WATCHER_MARGIN: Duration = Duration::from_secs(1);
+
+/// After the first load of the source: one line on stdout (after the `listening` lines)
+/// saying whether it loaded and what is served, for scripts and tests that wait for it.
+fn report_first_load(app: &App) {
+    let t = app.tracker.lock().unwrap_or_else(|e| e.into_inner());
+    let serving = t
+        .active
+        .as_ref()
+        .map_or("nothing".to_string(), |g| format!("generation {}", g.id));
+    let line = match &t.error {
+        None => format!("source loaded: serving {serving}"),
+        Some(_) => format!("source not loaded (see /status): serving {serving}"),
+    };
+    drop(t);
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
 }
 
 /// Raises the soft open-files limit to the hard one (every connection is a descriptor) and

@@ -5,15 +5,26 @@
 //! ones in `pools/<pool>/`. Each is translated while the generation is read, with the
 //! directory it is in as the files dir (symlinks included, nothing outside it is read), so the
 //! local files it embeds belong to the same generation and count in its id. A Butane error
-//! makes the generation invalid, like any other error.
+//! makes the generation invalid, like any other error. Translations are kept by content
+//! ([`Translations`]): a `.bu` file is translated again only when its bytes or a local file it
+//! read changed, so polling an unchanged source costs reads and hashes, not translations.
 //!
 //! The directory may be a plain tree, a Kubernetes AtomicWriter volume (`..data` → `..<stamp>`
 //! swapped by rename(2)) or a git-sync link (the directory itself is a symlink that is swapped).
 //! A generation is read whole from the directory the link pointed to when we resolved it once,
 //! so two generations are never mixed; when that directory vanishes mid-read (the writer
 //! reclaimed it) we resolve again and start over. Names starting with `..` are never content.
+//!
+//! Only what is inside the source is read: a symlink is followed only when its target is
+//! inside the generation's directory or the source directory itself (AtomicWriter's and
+//! git-sync's own links are), and only regular files are read, each opened without blocking
+//! and checked (fstat) before a byte is read, at most [`MAX_SOURCE_FILE_BYTES`] each: a FIFO,
+//! a device or a socket named like a pool file makes the generation invalid with an error
+//! naming it, never a hung watcher. Errors never quote file contents ([`redact`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::FileType;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -26,10 +37,15 @@ use crate::config::{self, Config};
 /// How often a vanished or replaced directory is re-resolved before giving up.
 const VANISH_RETRIES: usize = 8;
 
+/// Largest source file read (each `.ign` or `.bu` pool file or fragment): the largest config
+/// the agent itself accepts.
+pub const MAX_SOURCE_FILE_BYTES: u64 = crate::limits::DEFAULT_MAX_CONFIG_SIZE;
+
 /// A validated generation of the source, ready to serve.
 #[derive(Debug)]
 pub struct Generation {
-    /// Content hash of every pool file (short hex): equal on every replica for equal input.
+    /// Content hash of the bytes read (every pool file, and the local files `.bu` files
+    /// embed; short hex): equal on every replica for equal input.
     pub id: String,
     /// The resolved directory it was read from.
     pub dir: PathBuf,
@@ -43,49 +59,485 @@ pub struct RawGeneration {
     pub dir: PathBuf,
     /// pool → fragments (file name, bytes) in file-name order; a Butane fragment's bytes
     /// are its Ignition translation.
-    pub pools: BTreeMap<String, Vec<(String, Vec<u8>)>>,
+    pub pools: BTreeMap<String, Vec<Fragment>>,
     /// Butane fragments that did not translate: "pool: file: errors".
     pub butane_errors: Vec<String>,
 }
+
+/// A fragment: its file name and its Ignition bytes (shared with the translation kept for
+/// a `.bu` file).
+pub type Fragment = (String, Arc<Vec<u8>>);
 
 fn is_source(name: &str) -> bool {
     name.ends_with(".ign") || name.ends_with(".bu")
 }
 
-/// A fragment's Ignition bytes: `.ign` as read, `.bu` translated with `files_dir` (the
-/// directory the file is in) as its confined files dir.
-fn fragment(
-    g: &mut RawGeneration,
-    pool: &str,
-    name: &str,
-    bytes: Vec<u8>,
-    files_dir: &Path,
-) -> Vec<u8> {
-    if !name.ends_with(".bu") {
-        return bytes;
+/// What a file system object is, in words (for errors).
+fn kind_of(ft: &FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_file() {
+        "a regular file"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
     }
-    let files = crate::butane_files::DirFiles {
-        root: files_dir.to_path_buf(),
-        confine_symlinks: true,
+}
+
+fn not_regular(path: &Path, ft: &FileType) -> anyhow::Error {
+    anyhow!(
+        "{} is {}, not a regular file: only regular files are read",
+        path.display(),
+        kind_of(ft)
+    )
+}
+
+/// Opens the regular file `path` for reading without ever blocking on it: the path is
+/// checked (lstat: a symlink, FIFO, socket or device is refused without being opened),
+/// opened with `O_NONBLOCK | O_NOFOLLOW` and checked again on the open descriptor (fstat),
+/// so a swap in between cannot make the caller read a FIFO or a device. Errors name the
+/// file and what it is (an `io::Error` of kind `NotFound` when it does not exist).
+pub fn open_regular(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta =
+        std::fs::symlink_metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular(path, &meta.file_type()));
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW | nix::libc::O_NOCTTY)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let meta = f
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular(path, &meta.file_type()));
+    }
+    Ok(f)
+}
+
+/// A size limit in words: `64 MiB`, `4096 bytes`.
+fn size_words(n: u64) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// Reads the regular file `path` whole (opened by [`open_regular`]), at most `max` bytes;
+/// None when it does not exist. Errors name the file and why, never its contents.
+pub fn read_regular(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
+    let f = match open_regular(path) {
+        Ok(f) => f,
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+            }) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
     };
-    let opts = butane::Options {
-        files_dir: Some(&files),
-        max_size: usize::try_from(crate::limits::DEFAULT_MAX_CONFIG_SIZE).unwrap_or(usize::MAX),
-        ..Default::default()
+    let too_large = || {
+        anyhow!(
+            "{} is larger than the {} limit for a file the server reads",
+            path.display(),
+            size_words(max)
+        )
     };
-    match butane::translate(&bytes, &opts) {
-        Ok(out) => {
-            for w in &out.report.diags {
-                log::debug!("pool {pool}: {name}: {w}");
+    let len = f
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?
+        .len();
+    if len > max {
+        return Err(too_large());
+    }
+    let mut b = Vec::with_capacity(len as usize);
+    f.take(max + 1)
+        .read_to_end(&mut b)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if b.len() as u64 > max {
+        return Err(too_large());
+    }
+    Ok(Some(b))
+}
+
+/// A source file's bytes (see [`read_regular`]); a file that vanished is a `NotFound` error,
+/// which [`read`] takes for a generation being swapped.
+fn read_source_file(path: &Path) -> Result<Vec<u8>> {
+    read_regular(path, MAX_SOURCE_FILE_BYTES)?.ok_or_else(|| {
+        anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
+            .context(format!("reading {}", path.display()))
+    })
+}
+
+/// Error text without the contents of the file it is about: quoted strings longer than one
+/// character become `"…"` (line, column and the reason stay). With [`redact_diag`] and
+/// [`redact_butane`] on every parse, validation or translation error the server reports (log
+/// and `/status`), so that a file that should never have been read is not quoted either.
+pub fn redact(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut chars = msg.char_indices();
+    while let Some((i, c)) = chars.next() {
+        // An apostrophe inside a word ("doesn't") opens nothing.
+        let word_before = msg[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|p| p.is_alphanumeric());
+        if matches!(c, '"' | '`') || (c == '\'' && !word_before) {
+            // A closing quote of the same kind on this line?
+            let rest = &msg[i + c.len_utf8()..];
+            if let Some(end) = rest.find([c, '\n'])
+                && rest[end..].starts_with(c)
+            {
+                let inner = &rest[..end];
+                out.push(c);
+                out.push_str(if inner.chars().count() <= 1 {
+                    inner
+                } else {
+                    "…"
+                });
+                out.push(c);
+                for _ in 0..inner.chars().count() + 1 {
+                    chars.next();
+                }
+                continue;
             }
-            out.json
         }
-        Err(report) => {
-            let msgs: Vec<String> = report.diags.iter().map(|d| d.to_string()).collect();
-            let msg = format!("pool {pool}: {name}: {}", msgs.join("; "));
-            g.butane_errors.push(msg.clone());
-            msg.into_bytes()
+        out.push(c);
+    }
+    out
+}
+
+/// A JSON-path key as shown in errors: itself when it is a plain identifier (letters,
+/// digits, `_`, `-`; the keys of the spec), else `…` (a key is file content too).
+fn path_key(k: &str) -> &str {
+    let plain = !k.is_empty()
+        && k.len() <= 64
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if plain { k } else { "…" }
+}
+
+/// A config diagnostic as the server reports it: severity, JSON path (keys through
+/// [`path_key`]), line and column, and the [`redact`]ed reason.
+pub fn redact_diag(d: &config::Diagnostic) -> String {
+    use std::fmt::Write;
+    let mut out = String::from(match d.severity {
+        config::Severity::Error => "error at $",
+        config::Severity::Warning => "warning at $",
+    });
+    for seg in &d.path.0 {
+        match seg {
+            config::diag::Seg::Key(k) => {
+                out.push('.');
+                out.push_str(path_key(k));
+            }
+            config::diag::Seg::Index(i) => {
+                let _ = write!(out, ".{i}");
+            }
         }
+    }
+    if let Some((l, c)) = d.line_col {
+        let _ = write!(out, ", line {l} col {c}");
+    }
+    let _ = write!(out, ": {}", redact(&d.message));
+    out
+}
+
+/// A Butane diagnostic as the server reports it (as [`redact_diag`]).
+pub fn redact_butane(d: &butane::Diag) -> String {
+    use std::fmt::Write;
+    let mut out = String::from(if d.error { "error" } else { "warning" });
+    if let Some(rest) = d.path.strip_prefix('$') {
+        out.push_str(" at $");
+        for seg in rest.split('.').skip(1) {
+            out.push('.');
+            out.push_str(path_key(seg));
+        }
+        if d.pos.is_some() {
+            out.push(',');
+        }
+    } else if d.pos.is_some() {
+        out.push_str(" at");
+    }
+    if let Some(p) = d.pos {
+        let _ = write!(out, " line {} col {}", p.line, p.col);
+    }
+    let _ = write!(out, ": {}", redact(&d.message));
+    out
+}
+
+/// The directories links may lead into: the generation's directory and the source
+/// directory itself (for an AtomicWriter volume, the volume holding `..data`).
+struct Bases(Vec<PathBuf>);
+
+impl Bases {
+    fn contains(&self, real: &Path) -> bool {
+        self.0.iter().any(|b| real.starts_with(b))
+    }
+}
+
+/// One local file (or tree) a Butane translation read, and a hash of what it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Dep {
+    File(String, [u8; 32]),
+    Tree(String, [u8; 32]),
+}
+
+fn hash_read(r: &Result<Vec<u8>, String>) -> [u8; 32] {
+    let mut h = Sha256::new();
+    match r {
+        Ok(b) => {
+            h.update([1]);
+            h.update(b);
+        }
+        Err(e) => {
+            h.update([0]);
+            h.update(e.as_bytes());
+        }
+    }
+    h.finalize().into()
+}
+
+fn hash_walk(r: &Result<Vec<butane::TreeEntry>, String>) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let mut field = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    match r {
+        Ok(entries) => {
+            for e in entries {
+                match e {
+                    butane::TreeEntry::File {
+                        rel,
+                        contents,
+                        executable,
+                    } => {
+                        field(b"f");
+                        field(rel.as_bytes());
+                        field(contents);
+                        field(&[u8::from(*executable)]);
+                    }
+                    butane::TreeEntry::Symlink { rel, target } => {
+                        field(b"l");
+                        field(rel.as_bytes());
+                        field(target.as_bytes());
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            field(b"e");
+            field(e.as_bytes());
+        }
+    }
+    h.finalize().into()
+}
+
+/// Butane's files dir for a translation, recording every local file and tree it reads.
+struct Recorder<'a> {
+    inner: &'a crate::butane_files::DirFiles,
+    deps: std::cell::RefCell<Vec<Dep>>,
+}
+
+impl butane::FilesDir for Recorder<'_> {
+    fn read(&self, rel: &str) -> Result<Vec<u8>, String> {
+        let r = self.inner.read(rel);
+        self.deps
+            .borrow_mut()
+            .push(Dep::File(rel.to_string(), hash_read(&r)));
+        r
+    }
+
+    fn walk(&self, rel: &str) -> Result<Vec<butane::TreeEntry>, String> {
+        let r = self.inner.walk(rel);
+        self.deps
+            .borrow_mut()
+            .push(Dep::Tree(rel.to_string(), hash_walk(&r)));
+        r
+    }
+}
+
+/// A translation kept by [`Translations`].
+struct Translated {
+    deps: Vec<Dep>,
+    /// The Ignition JSON, or the (redacted) errors.
+    result: Result<Arc<Vec<u8>>, String>,
+    /// Used by the latest read (entries no read used are dropped after it).
+    used: bool,
+}
+
+/// Butane translations kept from one read of the source to the next, by the SHA-256 of the
+/// `.bu` file's bytes and its files dir. An entry is reused when every local file (and tree)
+/// the translation read still reads the same (read again and hashed, which costs I/O, not a
+/// translation); entries the latest read did not use are dropped, so it holds at most the
+/// translations of one generation.
+#[derive(Default)]
+pub struct Translations {
+    entries: HashMap<[u8; 32], Translated>,
+    /// Translations run (not found or out of date), for `/metrics`.
+    pub count: u64,
+}
+
+impl std::fmt::Debug for Translations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Translations({} kept, {} run)",
+            self.entries.len(),
+            self.count
+        )
+    }
+}
+
+impl Translations {
+    /// The translation of the Butane file `bytes` with `files_dir` as its files dir, and the
+    /// local files it read (for the generation id). `place` is that directory relative to the
+    /// generation's (`pools`, `pools/<pool>`): the key, so that a new AtomicWriter or
+    /// git-sync directory with the same files reuses the translation.
+    fn get(
+        &mut self,
+        bytes: &[u8],
+        files_dir: &Path,
+        place: &str,
+    ) -> (Result<Arc<Vec<u8>>, String>, Vec<Dep>) {
+        let files = crate::butane_files::DirFiles {
+            root: files_dir.to_path_buf(),
+            confine_symlinks: true,
+        };
+        let mut h = Sha256::new();
+        h.update(place.as_bytes());
+        h.update([0]);
+        h.update(bytes);
+        let key: [u8; 32] = h.finalize().into();
+        if let Some(t) = self.entries.get_mut(&key) {
+            use butane::FilesDir;
+            let current = t.deps.iter().all(|d| match d {
+                Dep::File(rel, hash) => hash_read(&files.read(rel)) == *hash,
+                Dep::Tree(rel, hash) => hash_walk(&files.walk(rel)) == *hash,
+            });
+            if current {
+                t.used = true;
+                return (t.result.clone(), t.deps.clone());
+            }
+        }
+        self.count += 1;
+        let rec = Recorder {
+            inner: &files,
+            deps: Default::default(),
+        };
+        let opts = butane::Options {
+            files_dir: Some(&rec),
+            max_size: usize::try_from(MAX_SOURCE_FILE_BYTES).unwrap_or(usize::MAX),
+            ..Default::default()
+        };
+        let result = match butane::translate(bytes, &opts) {
+            Ok(out) => {
+                for w in &out.report.diags {
+                    log::debug!("{}: {}", files_dir.display(), redact_butane(w));
+                }
+                Ok(Arc::new(out.json))
+            }
+            Err(report) => Err(report
+                .diags
+                .iter()
+                .filter(|d| d.error)
+                .map(redact_butane)
+                .collect::<Vec<_>>()
+                .join("; ")),
+        };
+        let deps = rec.deps.into_inner();
+        self.entries.insert(
+            key,
+            Translated {
+                deps: deps.clone(),
+                result: result.clone(),
+                used: true,
+            },
+        );
+        (result, deps)
+    }
+
+    /// Before a read: nothing used yet.
+    fn begin(&mut self) {
+        for t in self.entries.values_mut() {
+            t.used = false;
+        }
+    }
+
+    /// After a read: drop what it did not use.
+    fn end(&mut self) {
+        self.entries.retain(|_, t| t.used);
+    }
+}
+
+/// Reading one generation: what was read so far, the id's hash, the translations.
+struct Reader<'a> {
+    g: RawGeneration,
+    id: Sha256,
+    bases: &'a Bases,
+    translations: &'a mut Translations,
+}
+
+impl Reader<'_> {
+    fn field(&mut self, b: &[u8]) {
+        self.id.update((b.len() as u64).to_le_bytes());
+        self.id.update(b);
+    }
+
+    /// Reads one fragment (its real path `path`, in directory `dir`) of `pool`: its bytes
+    /// count in the id as read; a `.bu` fragment is translated (or its kept translation
+    /// reused) with `dir` as its files dir, and the local files it read count too.
+    fn fragment(
+        &mut self,
+        pool: &str,
+        name: &str,
+        path: &Path,
+        dir: &Path,
+        place: &str,
+    ) -> Result<Fragment> {
+        let bytes = read_source_file(path)?;
+        self.field(pool.as_bytes());
+        self.field(name.as_bytes());
+        self.field(&bytes);
+        if !name.ends_with(".bu") {
+            return Ok((name.to_string(), Arc::new(bytes)));
+        }
+        let (res, deps) = self.translations.get(&bytes, dir, place);
+        for d in &deps {
+            let (tag, rel, hash) = match d {
+                Dep::File(r, h) => (b"f", r, h),
+                Dep::Tree(r, h) => (b"t", r, h),
+            };
+            self.field(tag);
+            self.field(rel.as_bytes());
+            self.field(hash);
+        }
+        Ok(match res {
+            Ok(json) => (name.to_string(), json),
+            Err(e) => {
+                self.g
+                    .butane_errors
+                    .push(format!("pool {pool}: {name}: {e}"));
+                (name.to_string(), Arc::new(Vec::new()))
+            }
+        })
     }
 }
 
@@ -148,8 +600,16 @@ fn vanished(e: &anyhow::Error) -> bool {
 }
 
 /// Reads one whole generation, retrying when the resolved directory vanishes mid-read,
-/// including between reading the `..data` link and resolving its target.
-pub fn read(dir: &Path) -> Result<RawGeneration> {
+/// including between reading the `..data` link and resolving its target. Butane
+/// translations are looked up in (and kept for the next read in) `translations`.
+pub fn read(dir: &Path, translations: &mut Translations) -> Result<RawGeneration> {
+    translations.begin();
+    let res = read_retrying(dir, translations);
+    translations.end();
+    res
+}
+
+fn read_retrying(dir: &Path, translations: &mut Translations) -> Result<RawGeneration> {
     let mut last = None;
     for _ in 0..VANISH_RETRIES {
         let root = match resolve(dir) {
@@ -162,7 +622,13 @@ pub fn read(dir: &Path) -> Result<RawGeneration> {
             }
             Err(e) => return Err(e),
         };
-        let res = read_from(&root);
+        let mut bases = vec![root.clone()];
+        if let Ok(d) = std::fs::canonicalize(dir)
+            && d != root
+        {
+            bases.push(d);
+        }
+        let res = read_from(&root, &Bases(bases), translations);
         // A writer reclaims a generation only after swapping the link away from it: if the
         // link still points here, what we read (or failed to read) was not being deleted.
         // Otherwise the directory may have vanished or been half-removed while we listed it
@@ -202,7 +668,31 @@ mod hooks {
     }
 }
 
-fn sorted_entries(dir: &Path) -> Result<Vec<(String, std::fs::FileType, PathBuf)>> {
+/// An entry of a source directory: its name, its real path (symlinks resolved) and what
+/// is there, and whether that is outside the source (a link out of it).
+struct Entry {
+    name: String,
+    real: PathBuf,
+    ft: FileType,
+    outside: bool,
+}
+
+impl Entry {
+    /// Refuses an entry that is to be read but leads out of the source.
+    fn confined(&self, shown: &Path) -> Result<()> {
+        if self.outside {
+            bail!(
+                "{} is a symbolic link to a place outside the source: links are followed only within the source directory",
+                shown.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The entries of `dir` (a real path inside the source) in name order, without names
+/// starting with `.`; links are resolved and marked when they lead out of `bases`.
+fn sorted_entries(dir: &Path, bases: &Bases) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
         let e = e.with_context(|| format!("listing {}", dir.display()))?;
@@ -215,50 +705,92 @@ fn sorted_entries(dir: &Path) -> Result<Vec<(String, std::fs::FileType, PathBuf)
             continue;
         }
         let path = e.path();
-        // Follow symlinks (AtomicWriter's user-visible names are links into `..data`).
-        let ft = std::fs::metadata(&path)
-            .with_context(|| format!("reading {}", path.display()))?
-            .file_type();
-        out.push((name.to_string(), ft, path));
+        let ft = e
+            .file_type()
+            .with_context(|| format!("reading {}", path.display()))?;
+        let (real, ft) = if ft.is_symlink() {
+            // Follow symlinks within the source (AtomicWriter's user-visible names are
+            // links into `..data`); resolving one does not open what it leads to.
+            let real = std::fs::canonicalize(&path)
+                .with_context(|| format!("resolving {}", path.display()))?;
+            let ft = std::fs::symlink_metadata(&real)
+                .with_context(|| format!("reading {}", path.display()))?
+                .file_type();
+            (real, ft)
+        } else {
+            (path, ft)
+        };
+        let outside = !bases.contains(&real);
+        out.push(Entry {
+            name: name.to_string(),
+            real,
+            ft,
+            outside,
+        });
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
 }
 
-fn read_from(root: &Path) -> Result<RawGeneration> {
-    let pools_dir = root.join("pools");
-    let mut g = RawGeneration {
-        dir: root.to_path_buf(),
-        ..Default::default()
+fn read_from(root: &Path, bases: &Bases, translations: &mut Translations) -> Result<RawGeneration> {
+    let shown_pools = root.join("pools");
+    let pools_dir = std::fs::canonicalize(&shown_pools)
+        .with_context(|| format!("listing {}", shown_pools.display()))?;
+    if !bases.contains(&pools_dir) {
+        bail!(
+            "{} is a symbolic link to a place outside the source: links are followed only within the source directory",
+            shown_pools.display()
+        );
+    }
+    let mut r = Reader {
+        g: RawGeneration {
+            dir: root.to_path_buf(),
+            ..Default::default()
+        },
+        id: Sha256::new(),
+        bases,
+        translations,
     };
-    for (name, ft, path) in sorted_entries(&pools_dir)? {
-        if ft.is_dir() {
-            if !valid_pool_name(&name) {
+    for e in sorted_entries(&pools_dir, bases)? {
+        let shown = shown_pools.join(&e.name);
+        if e.ft.is_dir() {
+            let name = &e.name;
+            if !valid_pool_name(name) {
                 bail!(
                     "invalid pool directory name {name:?} in {}",
-                    pools_dir.display()
+                    shown_pools.display()
                 );
             }
+            e.confined(&shown)?;
             let mut frags = Vec::new();
-            for (f, fft, fpath) in sorted_entries(&path)? {
-                if !fft.is_file() || !is_source(&f) {
+            for f in sorted_entries(&e.real, r.bases)? {
+                if !is_source(&f.name) || f.ft.is_dir() {
                     continue;
                 }
-                let b = std::fs::read(&fpath)
-                    .with_context(|| format!("reading {}", fpath.display()))?;
-                let b = fragment(&mut g, &name, &f, b, &path);
-                frags.push((f, b));
+                let fshown = shown.join(&f.name);
+                f.confined(&fshown)?;
+                if !f.ft.is_file() {
+                    return Err(not_regular(&fshown, &f.ft));
+                }
+                frags.push(r.fragment(
+                    name,
+                    &f.name,
+                    &f.real,
+                    &e.real,
+                    &format!("pools/{name}"),
+                )?);
             }
             if frags.is_empty() {
                 bail!(
                     "pool directory {} holds no .ign or .bu fragments",
-                    path.display()
+                    shown.display()
                 );
             }
-            if g.pools.insert(name.clone(), frags).is_some() {
+            if r.g.pools.insert(name.clone(), frags).is_some() {
                 bail!("pool {name:?} is given both as {name}.ign and as {name}/");
             }
-        } else if ft.is_file() {
+        } else {
+            let name = &e.name;
             let Some(pool) = name
                 .strip_suffix(".ign")
                 .or_else(|| name.strip_suffix(".bu"))
@@ -266,30 +798,23 @@ fn read_from(root: &Path) -> Result<RawGeneration> {
                 continue;
             };
             if !valid_pool_name(pool) {
-                bail!("invalid pool file name {name:?} in {}", pools_dir.display());
+                bail!(
+                    "invalid pool file name {name:?} in {}",
+                    shown_pools.display()
+                );
             }
-            let b = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            let b = fragment(&mut g, pool, &name, b, &pools_dir);
-            if g.pools
-                .insert(pool.to_string(), vec![(name.clone(), b)])
-                .is_some()
-            {
+            e.confined(&shown)?;
+            if !e.ft.is_file() {
+                return Err(not_regular(&shown, &e.ft));
+            }
+            let frag = r.fragment(pool, name, &e.real, &pools_dir, "pools")?;
+            if r.g.pools.insert(pool.to_string(), vec![frag]).is_some() {
                 bail!("pool {pool:?} is given twice ({pool}.ign, {pool}.bu or {pool}/)");
             }
         }
     }
-    let mut h = Sha256::new();
-    for (pool, frags) in &g.pools {
-        h.update((pool.len() as u64).to_le_bytes());
-        h.update(pool.as_bytes());
-        for (f, b) in frags {
-            h.update((f.len() as u64).to_le_bytes());
-            h.update(f.as_bytes());
-            h.update((b.len() as u64).to_le_bytes());
-            h.update(b);
-        }
-    }
-    g.id = crate::encoding::hex(&h.finalize()[..8]);
+    let mut g = r.g;
+    g.id = crate::encoding::hex(&r.id.finalize()[..8]);
     Ok(g)
 }
 
@@ -308,7 +833,7 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
         let mut merged: Option<Config> = None;
         for (f, bytes) in frags {
             let parsed = config::parse(bytes).map_err(|r| {
-                let msgs: Vec<String> = r.errors().map(|d| d.to_string()).collect();
+                let msgs: Vec<String> = r.errors().map(redact_diag).collect();
                 invalid(format!("pool {name}: {f}: {}", msgs.join("; ")))
             })?;
             for w in &parsed.warnings.diagnostics {
@@ -324,7 +849,7 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
         };
         let report = config::check(&cfg);
         if report.has_errors() {
-            let msgs: Vec<String> = report.errors().map(|d| d.to_string()).collect();
+            let msgs: Vec<String> = report.errors().map(redact_diag).collect();
             return Err(invalid(format!(
                 "pool {name}: merged config is invalid: {}",
                 msgs.join("; ")
@@ -340,9 +865,9 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
     })
 }
 
-/// Reads and builds the current generation of `dir`.
+/// Reads and builds the current generation of `dir` (translating every `.bu` file).
 pub fn load(dir: &Path) -> Result<Generation, LoadError> {
-    let raw = read(dir).map_err(LoadError::Read)?;
+    let raw = read(dir, &mut Translations::default()).map_err(LoadError::Read)?;
     build(raw)
 }
 
@@ -430,9 +955,10 @@ mod tests {
             std::fs::rename(&tmp, dir.join("..data")).unwrap();
             std::fs::remove_dir_all(dir.join("..g0")).unwrap();
         });
-        let g = read(&v.0).expect("read retries a generation removed mid-resolve");
+        let g = read(&v.0, &mut Translations::default())
+            .expect("read retries a generation removed mid-resolve");
         let frags = &g.pools["worker"];
-        assert!(frags.iter().all(|(_, b)| b == b"1"), "{frags:?}");
+        assert!(frags.iter().all(|(_, b)| b.as_slice() == b"1"), "{frags:?}");
         assert!(g.dir.ends_with("..g1"));
     }
 
@@ -483,7 +1009,7 @@ mod tests {
         // machine) has swapped at least once; bounded either way.
         while reads < 300 || (gens.len() < 2 && reads < 20_000) {
             reads += 1;
-            match read(&v.0) {
+            match read(&v.0, &mut Translations::default()) {
                 Ok(g) => {
                     let frags = &g.pools["worker"];
                     assert_eq!(frags.len(), 3);
@@ -491,7 +1017,7 @@ mod tests {
                         frags.iter().all(|(_, b)| *b == frags[0].1),
                         "mixed: {frags:?}"
                     );
-                    gens.insert(frags[0].1.clone());
+                    gens.insert(frags[0].1.to_vec());
                     ok += 1;
                 }
                 Err(e) => assert!(format!("{e:#}").contains("kept changing"), "{e:#}"),
@@ -529,6 +1055,109 @@ mod tests {
             matches!(load(&t.0), Err(LoadError::Read(_))),
             "no pools/ at all"
         );
+    }
+
+    /// N reads of an unchanged `.bu` pool translate it once; a changed local file or `.bu`
+    /// once more each; the id follows the bytes read (local files included).
+    #[test]
+    fn translations_are_kept_by_content() {
+        let t = tmp("translations");
+        let bu = "variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /etc/m\n      contents:\n        local: m.txt\n";
+        put(&t.0.join("pools/worker/a.bu"), bu);
+        put(&t.0.join("pools/worker/m.txt"), "one");
+        let mut tr = Translations::default();
+        let first = read(&t.0, &mut tr).unwrap();
+        for _ in 0..10 {
+            assert_eq!(read(&t.0, &mut tr).unwrap().id, first.id);
+        }
+        assert_eq!(tr.count, 1, "ten more reads, no translation");
+        put(&t.0.join("pools/worker/m.txt"), "two");
+        let second = read(&t.0, &mut tr).unwrap();
+        assert_ne!(second.id, first.id, "a local file counts in the id");
+        assert!(
+            String::from_utf8_lossy(&second.pools["worker"][0].1).contains("data:,two"),
+            "{second:?}"
+        );
+        read(&t.0, &mut tr).unwrap();
+        assert_eq!(tr.count, 2);
+        put(
+            &t.0.join("pools/worker/a.bu"),
+            &bu.replace("/etc/m", "/etc/n"),
+        );
+        read(&t.0, &mut tr).unwrap();
+        read(&t.0, &mut tr).unwrap();
+        assert_eq!(tr.count, 3);
+        assert_eq!(tr.entries.len(), 1, "the old translations are dropped");
+
+        // AtomicWriter: a new generation directory with the same .bu and local file (another
+        // pool changed) reuses the translation; a changed local file in it does not.
+        let v = tmp("translations-atomic");
+        let make_gen = |n: usize, local: &str, other: &str| {
+            let d = v.0.join(format!("..g{n}"));
+            put(&d.join("pools/worker/a.bu"), bu);
+            put(&d.join("pools/worker/m.txt"), local);
+            put(&d.join("pools/infra.ign"), other);
+            let tmp = v.0.join("..data_tmp");
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(format!("..g{n}"), &tmp).unwrap();
+            std::fs::rename(&tmp, v.0.join("..data")).unwrap();
+        };
+        let mut tr = Translations::default();
+        make_gen(0, "one", C);
+        let g0 = read(&v.0, &mut tr).unwrap();
+        make_gen(1, "one", r#"{"ignition":{"version":"3.1.0"}}"#);
+        let g1 = read(&v.0, &mut tr).unwrap();
+        assert_ne!(g0.id, g1.id);
+        assert_eq!(tr.count, 1, "same .bu and local file in a new directory");
+        make_gen(2, "two", r#"{"ignition":{"version":"3.1.0"}}"#);
+        let g2 = read(&v.0, &mut tr).unwrap();
+        assert_eq!(tr.count, 2);
+        assert!(String::from_utf8_lossy(&g2.pools["worker"][0].1).contains("data:,two"));
+    }
+
+    #[test]
+    fn read_regular_refuses_what_is_not_a_regular_file() {
+        let t = tmp("regular");
+        let fifo = t.0.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = format!("{:#}", read_regular(&fifo, 10).unwrap_err());
+        assert!(e.contains("FIFO") && e.contains("fifo"), "{e}");
+        std::os::unix::fs::symlink("/dev/null", t.0.join("link")).unwrap();
+        let e = format!("{:#}", read_regular(&t.0.join("link"), 10).unwrap_err());
+        assert!(e.contains("symbolic link"), "{e}");
+        put(&t.0.join("big"), "0123456789a");
+        let e = format!("{:#}", read_regular(&t.0.join("big"), 10).unwrap_err());
+        assert!(e.contains("larger than"), "{e}");
+        assert_eq!(read_regular(&t.0.join("none"), 10).unwrap(), None);
+    }
+
+    #[test]
+    fn redact_keeps_positions_and_reasons_only() {
+        for (input, want) in [
+            (
+                "invalid JSON: unexpected character 'r'",
+                "invalid JSON: unexpected character 'r'",
+            ),
+            (
+                r#"unknown key "root:x:0:0" doesn't fit"#,
+                r#"unknown key "…" doesn't fit"#,
+            ),
+            ("bad `secret` and 'secret'", "bad `…` and '…'"),
+        ] {
+            assert_eq!(redact(input), want);
+        }
+        let r = config::parse(
+            br#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"rel/s3cret"}]}}"#,
+        )
+        .expect_err("invalid");
+        let e = r.errors().map(redact_diag).collect::<Vec<_>>().join("; ");
+        assert_eq!(
+            e,
+            "error at $.storage.files.0.path, line 1 col 61: path not absolute"
+        );
+        let r = config::parse(b"root:$6$s3cret:19000::").expect_err("invalid");
+        let e = r.errors().map(redact_diag).collect::<Vec<_>>().join("; ");
+        assert!(e.contains("line 1 col 1") && !e.contains("s3cret"), "{e}");
     }
 
     #[test]

@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -359,7 +359,16 @@ impl Key {
 
     /// Reads the key file (at most [`MAX_KEY_BYTES`]).
     pub fn from_file(p: &Path) -> Result<Key> {
-        let f = std::fs::File::open(p).with_context(|| {
+        // A Secret volume's file is a link into `..data`: resolve it, then open only a
+        // regular file, without blocking (a FIFO or device is refused, never waited on).
+        let real = std::fs::canonicalize(p).with_context(|| {
+            format!(
+                "reading the token key {} (--token-key): create it, e.g. `head -c 32 /dev/urandom | base64 -w0 > {}`, or mount the Secret that holds it",
+                p.display(),
+                p.display()
+            )
+        })?;
+        let f = super::source::open_regular(&real).with_context(|| {
             format!(
                 "reading the token key {} (--token-key): create it, e.g. `head -c 32 /dev/urandom | base64 -w0 > {}`, or mount the Secret that holds it",
                 p.display(),
@@ -536,7 +545,14 @@ impl Store {
         let p = self.dir.join(".lock");
         // Opened read-only once it exists: closing it then raises no inotify write event, so
         // watchers of the directory (replicas) are not woken by a mere lock.
-        let f = match std::fs::File::open(&p) {
+        // Never blocks opening (a FIFO put there would otherwise hang the watcher).
+        let open_ro = |p: &Path| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW)
+                .open(p)
+        };
+        let f = match open_ro(&p) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::OpenOptions::new()
@@ -545,7 +561,7 @@ impl Store {
                     .write(true)
                     .open(&p)
                     .with_context(|| format!("creating {}", p.display()))?;
-                std::fs::File::open(&p).with_context(|| format!("opening {}", p.display()))?
+                open_ro(&p).with_context(|| format!("opening {}", p.display()))?
             }
             Err(e) => return Err(e).with_context(|| format!("opening {}", p.display())),
         };
@@ -589,18 +605,19 @@ impl Store {
         let root =
             std::fs::canonicalize(data).with_context(|| format!("resolving {}", data.display()))?;
         let sp = root.join("state.json");
-        let bytes = std::fs::read(&sp).with_context(|| format!("reading {}", sp.display()))?;
+        let bytes = super::source::read_regular(&sp, 64 << 20)?.ok_or_else(|| {
+            anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
+                .context(format!("reading {}", sp.display()))
+        })?;
         let state: State =
             serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", sp.display()))?;
         let mut plaintext = BTreeMap::new();
         for p in state.pools.keys() {
             let tp = root.join(format!("{p}.token"));
-            match std::fs::read_to_string(&tp) {
-                Ok(t) => {
-                    plaintext.insert(p.clone(), t.trim().to_string());
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("reading {}", tp.display())),
+            if let Some(t) = super::source::read_regular(&tp, 4096)? {
+                let t = String::from_utf8(t)
+                    .with_context(|| format!("reading {}: not UTF-8", tp.display()))?;
+                plaintext.insert(p.clone(), t.trim().to_string());
             }
         }
         Ok(Stored { state, plaintext })

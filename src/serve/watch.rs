@@ -69,7 +69,17 @@ impl App {
     }
 
     fn load(&self, force: bool, now: u64) {
-        let raw = match source::read(&self.source) {
+        let read = {
+            let mut tr = self.translations.lock().unwrap_or_else(|e| e.into_inner());
+            let before = tr.count;
+            let r = source::read(&self.source, &mut tr);
+            self.metrics
+                .butane_translations
+                .fetch_add(tr.count - before, Ordering::Relaxed);
+            self.metrics.source_reads.fetch_add(1, Ordering::Relaxed);
+            r
+        };
+        let raw = match read {
             Ok(r) => r,
             Err(e) => {
                 return self.failed(
@@ -439,14 +449,16 @@ impl Nudges {
 /// milliseconds.
 const QUIET: Duration = Duration::from_millis(250);
 
-/// Watches the source (inotify on the directory, its parent and pools/, with polling as the
-/// fallback), the token store and the TLS files; exits on shutdown.
+/// Loads the source (then calls `loaded`), and watches it (inotify on the directory, its
+/// parent and pools/, with polling as the fallback), the token store and the TLS files;
+/// exits on shutdown.
 pub fn watch_loop(
     app: &App,
     poll: Duration,
     tls: Option<&tls::CertResolver>,
     token_dir: Option<&Path>,
     nudges: &Nudges,
+    loaded: impl FnOnce(&App),
 ) {
     use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
     use nix::sys::inotify::{AddWatchFlags as F, InitFlags, Inotify};
@@ -513,6 +525,13 @@ pub fn watch_loop(
             let _ = ino.add_watch(&p, mask);
         }
     };
+    // The first load, with the watches already in place so no change is missed.
+    if let Some(ino) = &ino {
+        rewatch(ino);
+    }
+    app.reload(true);
+    app.tick();
+    loaded(app);
     let mut last_poll = Instant::now();
     while !shutdown.load(Ordering::SeqCst) {
         let mut changed = false;

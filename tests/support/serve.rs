@@ -31,13 +31,29 @@ pub struct Server {
 
 impl Server {
     /// Starts `agent serve` with `args` (which must include a listener) and waits for its
-    /// "listening" lines (one per listener).
+    /// "listening" lines (one per listener) and the line that reports the first load of the
+    /// source (the server listens, serving its checkpoint, before it loads the source).
     pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Server {
         Self::start_logged(args, envs, None)
     }
 
     /// Like `start`, with the server's stderr (logs) going to `log` when given.
     pub fn start_logged(args: &[&str], envs: &[(&str, &str)], log: Option<&Path>) -> Server {
+        Self::start_with(args, envs, log, true)
+    }
+
+    /// Like `start`, but returns once the server listens, without waiting for the first
+    /// load of the source.
+    pub fn start_listening(args: &[&str], envs: &[(&str, &str)]) -> Server {
+        Self::start_with(args, envs, None, false)
+    }
+
+    fn start_with(
+        args: &[&str],
+        envs: &[(&str, &str)],
+        log: Option<&Path>,
+        wait_load: bool,
+    ) -> Server {
         let mut cmd = Command::new(AGENT);
         cmd.arg("serve")
             .args(args)
@@ -61,12 +77,14 @@ impl Server {
         }
         let mut child = cmd.spawn().expect("starting agent serve");
         let stdout = child.stdout.take().unwrap();
+        // Killed (SIGKILL) should it never report its address: no server left behind.
+        let mut child = KillOnDrop(Some(child));
         let expect =
             args.contains(&"--tls-cert") as usize + args.contains(&"--listen-http") as usize;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut r = BufReader::new(stdout);
-            for _ in 0..expect.max(1) {
+            for _ in 0..expect.max(1) + 1 {
                 let mut line = String::new();
                 let _ = r.read_line(&mut line);
                 let _ = tx.send(line);
@@ -86,8 +104,14 @@ impl Server {
             let (scheme, addr) = rest.split_once("://").unwrap();
             listeners.push((scheme.to_string(), addr.parse().unwrap()));
         }
+        if wait_load {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("agent serve did not report its first load of the source");
+            assert!(line.starts_with("source "), "unexpected: {line:?}");
+        }
         Server {
-            child,
+            child: child.0.take().unwrap(),
             addr: listeners[0].1,
             scheme: listeners[0].0.clone(),
             listeners,
@@ -175,6 +199,18 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         false
+    }
+}
+
+/// A child process killed on drop unless taken out.
+struct KillOnDrop(Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
