@@ -117,6 +117,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         files: stages::files::Options {
             kargs_helper: a.kargs_helper,
             ssh_keys_file: a.ssh_keys_file,
+            ..Default::default()
         },
     };
     stages::run(&stages, &ctx)

@@ -3,14 +3,14 @@
 //! with `close()`, or from `Drop` on failure). The directories created as mount points are
 //! remembered: like Ignition, the files stage gives those inside a user's home to that user.
 
-use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use log::{info, warn};
 use sys_mount::{Mount, MountFlags, UnmountFlags};
 
-use super::resolve::{Root, elements, kind_name, logical};
+use super::resolve::{Root, elements};
 use crate::config::types::Filesystem;
 
 /// Filesystems mounted by the stage; unmounts them (deepest first) on close or drop.
@@ -78,33 +78,18 @@ impl MountGuard {
         if elems.iter().any(|e| e == "..") {
             bail!("mount path {path} of {} is not normalised", f.device);
         }
-        // The mount point must be reached through real directories only.
-        for i in 1..=elems.len() {
-            let host = root.host_path(&elems[..i]);
-            match std::fs::symlink_metadata(&host) {
-                Ok(md) if md.is_dir() => {}
-                Ok(md) => bail!(
-                    "mount path {path} of {}: {} is a {}, not a directory",
-                    f.device,
-                    host.display(),
-                    kind_name(&md.file_type())
-                ),
-                Err(e) if e.kind() == ErrorKind::NotFound => {
-                    std::fs::create_dir(&host)
-                        .with_context(|| format!("creating mount point {}", host.display()))?;
-                    std::fs::set_permissions(
-                        &host,
-                        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-                    )
-                    .with_context(|| format!("setting mode of {}", host.display()))?;
-                    self.created.push(logical(&elems[..i]));
-                }
-                Err(e) => {
-                    return Err(e).with_context(|| format!("inspecting {}", host.display()));
-                }
-            }
-        }
+        // The mount point must be reached through real directories only: it is opened from
+        // the root's descriptor with no link followed (missing directories made on the way),
+        // and the filesystem is mounted on that descriptor (`/proc/self/fd/N`), so no swap
+        // of a directory for a link can move the mount out of the root.
+        let dir = root
+            .open_dir(&elems, true, &mut self.created)
+            .with_context(|| format!("mount path {path} of {}", f.device))?
+            .expect("missing directories are created");
         let target = root.host_path(&elems);
+        let fd_path = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        // Without /proc (never in an initramfs) the path, checked just now, is used.
+        let mount_at = if fd_path.exists() { &fd_path } else { &target };
         let (flags, data) = split_options(&f.mount_options);
         let mut b = Mount::builder().flags(flags);
         if !data.is_empty() {
@@ -117,7 +102,7 @@ impl MountGuard {
         if let Some(t) = fstype {
             b = b.fstype(t);
         }
-        let m = b.mount(&f.device, &target).with_context(|| {
+        let m = b.mount(&f.device, mount_at).with_context(|| {
             format!(
                 "mounting {} ({}) at {} with options {:?}",
                 f.device,
