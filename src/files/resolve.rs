@@ -71,6 +71,14 @@ pub struct Root {
 )]
 pub struct Changed(pub String);
 
+/// An element on the way to a directory is not a directory (a link is not followed there).
+#[derive(Debug, thiserror::Error)]
+#[error("{what} is a {kind}, not a directory")]
+pub struct NotDir {
+    pub what: String,
+    pub kind: &'static str,
+}
+
 /// Where a config path lands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
@@ -291,7 +299,14 @@ impl Root {
             match self.open_dir(&r.parent, create, &mut created) {
                 Ok(Some(dir)) => return Ok(Some(Place { r, dir, created })),
                 Ok(None) => return Ok(None),
-                Err(e) if e.is::<Changed>() && attempt < MAX_RETRIES => {
+                // Resolution found directories there a moment ago.
+                Err(e) if e.is::<Changed>() || e.is::<NotDir>() => {
+                    if attempt == MAX_RETRIES {
+                        let what = e
+                            .downcast_ref::<NotDir>()
+                            .map_or(logical(r.parent.iter()), |n| n.what.clone());
+                        return Err(e).context(Changed(what));
+                    }
                     log::warn!("{path}: {e}; resolving it again");
                     attempt += 1;
                 }
@@ -321,11 +336,9 @@ impl Root {
                 match openat2(self.fd.as_fd(), rel.as_str(), how()) {
                     Ok(fd) => return Ok(Some(fd)),
                     Err(Errno::EAGAIN) => continue,
-                    // Something is missing: the walk below finds what (and creates it).
-                    Err(Errno::ENOENT) => break,
-                    Err(Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV) => {
-                        return Err(Changed(logical(elems.iter())).into());
-                    }
+                    // Something is missing, or not a directory: the walk below finds what
+                    // (and creates what is missing).
+                    Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV) => break,
                     Err(e) => {
                         return Err(e).with_context(|| format!("opening {}", logical(elems.iter())));
                     }
@@ -335,6 +348,16 @@ impl Root {
         let mut fd = self.fd.try_clone().context("duplicating the root's descriptor")?;
         for (i, e) in elems.iter().enumerate() {
             let here = || logical(elems[..=i].iter());
+            let not_dir = |fd: &OwnedFd| -> anyhow::Error {
+                match stat_at(fd.as_fd(), e, &here()) {
+                    Ok(Some(st)) => NotDir {
+                        what: here(),
+                        kind: stat_kind_name(&st),
+                    }
+                    .into(),
+                    _ => Changed(here()).into(),
+                }
+            };
             fd = match openat(&fd, e.as_str(), STEP, Mode::empty()) {
                 Ok(next) => next,
                 Err(Errno::ENOENT) if create => match mkdir_at(fd.as_fd(), e, 0o755, &here())? {
@@ -345,12 +368,12 @@ impl Root {
                     // Another writer made it first.
                     None => match openat(&fd, e.as_str(), STEP, Mode::empty()) {
                         Ok(next) => next,
-                        Err(Errno::ENOTDIR | Errno::ELOOP) => return Err(Changed(here()).into()),
+                        Err(Errno::ENOTDIR | Errno::ELOOP) => return Err(not_dir(&fd)),
                         Err(e) => return Err(e).with_context(|| format!("opening {}", here())),
                     },
                 },
                 Err(Errno::ENOENT) => return Ok(None),
-                Err(Errno::ENOTDIR | Errno::ELOOP) => return Err(Changed(here()).into()),
+                Err(Errno::ENOTDIR | Errno::ELOOP) => return Err(not_dir(&fd)),
                 Err(err) => return Err(err).with_context(|| format!("opening {}", here())),
             };
         }
