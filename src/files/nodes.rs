@@ -741,3 +741,244 @@ pub fn join_logical(parent: &[String], name: &str) -> String {
     v.push(name.to_string());
     logical(v.iter())
 }
+
+#[cfg(test)]
+mod tests {
+    //! Each kind of node written through the root's descriptors, with `openat2` and with the
+    //! element-by-element walk of kernels without it; a directory swapped for a link to the
+    //! outside between resolution and writing never leads outside.
+    use super::*;
+    use crate::fetch::Fetcher;
+    use crate::files::resolve::{NotDir, Root};
+    use std::os::unix::fs::{MetadataExt, symlink};
+    use std::path::{Path, PathBuf};
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "agent-nodes-{name}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn writer<'f>(d: &Path, fetcher: &'f Fetcher, openat2: bool) -> Writer<'f> {
+        let mut root = Root::open(d, &[]).unwrap();
+        root.set_openat2(openat2);
+        Writer::new(root, fetcher)
+    }
+
+    fn modes() -> [bool; 2] {
+        [true, false]
+    }
+
+    fn owner_root() -> bool {
+        nix::unistd::geteuid().is_root()
+    }
+
+    #[test]
+    fn files_directories_symlinks_and_hard_links_in_both_modes() {
+        let fetcher = Fetcher::new(Default::default());
+        for openat2 in modes() {
+            let d = tmp("kinds");
+            let outside = tmp("kinds-outside");
+            let w = writer(&d, &fetcher, openat2);
+            let attrs = |mode| Attrs {
+                mode: Some(mode),
+                ..Attrs::default()
+            };
+            // A file in new directories; then replaced (rename in the same directory).
+            w.put_file("/a/b/f", Contents::Bytes(b"one"), attrs(0o640), false)
+                .unwrap();
+            assert_eq!(std::fs::read(d.join("a/b/f")).unwrap(), b"one");
+            assert_eq!(
+                std::fs::metadata(d.join("a/b/f")).unwrap().mode() & 0o7777,
+                0o640
+            );
+            assert_eq!(
+                std::fs::metadata(d.join("a")).unwrap().mode() & 0o7777,
+                0o755
+            );
+            w.put_file("/a/b/f", Contents::Bytes(b"two"), attrs(0o600), true)
+                .unwrap();
+            assert_eq!(std::fs::read(d.join("a/b/f")).unwrap(), b"two");
+            let e = w
+                .put_file("/a/b/f", Contents::Bytes(b"3"), attrs(0o600), false)
+                .unwrap_err();
+            assert!(format!("{e:#}").contains("overwrite is false"), "{e:#}");
+            // Directories: created with their mode; an existing one adjusted.
+            w.put_dir("/a/dir", attrs(0o700), false).unwrap();
+            assert_eq!(
+                std::fs::metadata(d.join("a/dir")).unwrap().mode() & 0o7777,
+                0o700
+            );
+            w.put_dir("/a/dir", attrs(0o750), false).unwrap();
+            assert_eq!(
+                std::fs::metadata(d.join("a/dir")).unwrap().mode() & 0o7777,
+                0o750
+            );
+            assert!(w.set_dir_attrs("/a/dir", attrs(0o711)).unwrap());
+            assert!(!w.set_dir_attrs("/a/none", attrs(0o711)).unwrap());
+            // A directory with contents replaced by a file (overwrite): removed through
+            // descriptors.
+            std::fs::create_dir_all(d.join("a/dir/x/y")).unwrap();
+            std::fs::write(d.join("a/dir/x/y/z"), "z").unwrap();
+            symlink(&outside, d.join("a/dir/x/out")).unwrap();
+            std::fs::write(outside.join("keep"), "k").unwrap();
+            w.put_file("/a/dir", Contents::Bytes(b"f"), attrs(0o644), true)
+                .unwrap();
+            assert_eq!(std::fs::read(d.join("a/dir")).unwrap(), b"f");
+            assert!(outside.join("keep").exists(), "a link in the tree is not followed");
+            // Symbolic links: written verbatim, not followed; replaced atomically.
+            w.put_symlink("/a/l", "/etc/target", Attrs::default(), false)
+                .unwrap();
+            assert_eq!(
+                std::fs::read_link(d.join("a/l")).unwrap(),
+                Path::new("/etc/target")
+            );
+            w.put_symlink("/a/l", "/etc/target", Attrs::default(), false)
+                .unwrap();
+            w.put_symlink("/a/l", "other", Attrs::default(), true)
+                .unwrap();
+            assert_eq!(std::fs::read_link(d.join("a/l")).unwrap(), Path::new("other"));
+            if owner_root() {
+                let a = Attrs {
+                    uid: Some(1234),
+                    gid: Some(4321),
+                    mode: None,
+                };
+                w.put_symlink("/a/owned", "x", a, false).unwrap();
+                let md = std::fs::symlink_metadata(d.join("a/owned")).unwrap();
+                assert_eq!((md.uid(), md.gid()), (1234, 4321));
+                w.put_file("/a/owned-f", Contents::Bytes(b""), a, false)
+                    .unwrap();
+                let md = std::fs::metadata(d.join("a/owned-f")).unwrap();
+                assert_eq!((md.uid(), md.gid()), (1234, 4321));
+            }
+            // Hard links: to a file, and to a symlink itself (not followed).
+            w.put_hard_link("/a/h", "/a/b/f", false).unwrap();
+            assert_eq!(
+                std::fs::metadata(d.join("a/h")).unwrap().ino(),
+                std::fs::metadata(d.join("a/b/f")).unwrap().ino()
+            );
+            w.put_hard_link("/a/h", "/a/b/f", false).unwrap();
+            w.put_hard_link("/a/hl", "/a/l", false).unwrap();
+            assert!(
+                std::fs::symlink_metadata(d.join("a/hl"))
+                    .unwrap()
+                    .file_type()
+                    .is_symlink()
+            );
+            let e = w.put_hard_link("/a/h2", "/a/none", false).unwrap_err();
+            assert!(format!("{e:#}").contains("does not exist"), "{e:#}");
+            let e = w.put_hard_link("/a/h3", "/a/b", false).unwrap_err();
+            assert!(format!("{e:#}").contains("is a directory"), "{e:#}");
+            // A hard link target reached through a link to the outside resolves inside the
+            // root (an absolute link is re-rooted): the outside file is never linked.
+            symlink(&outside, d.join("toout")).unwrap();
+            let target = format!("/toout/keep");
+            let e = w.put_hard_link("/a/h4", &target, false).unwrap_err();
+            assert!(format!("{e:#}").contains("does not exist"), "{e:#}");
+            // Nothing left behind: no temporary nodes, nothing written outside.
+            let leftovers: Vec<_> = std::fs::read_dir(d.join("a"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("agent-tmp"))
+                .collect();
+            assert!(leftovers.is_empty(), "{leftovers:?}");
+            let out: Vec<_> = std::fs::read_dir(&outside).unwrap().collect();
+            assert_eq!(out.len(), 1, "only the test's own file is outside");
+            std::fs::remove_dir_all(&d).unwrap();
+            std::fs::remove_dir_all(&outside).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_link_after_resolution_never_leads_outside() {
+        let fetcher = Fetcher::new(Default::default());
+        for openat2 in modes() {
+            let d = tmp("swap");
+            let outside = tmp("swap-outside");
+            let w = writer(&d, &fetcher, openat2);
+            std::fs::create_dir(d.join("d")).unwrap();
+            // Resolved while /d is a directory ...
+            let r = w.root.resolve("/d/f").unwrap();
+            assert_eq!(r.logical(), "/d/f");
+            // ... then swapped for a link to the outside.
+            std::fs::rename(d.join("d"), d.join("d.moved")).unwrap();
+            symlink(&outside, d.join("d")).unwrap();
+            let e = w
+                .root
+                .open_dir(&r.parent, true, &mut Vec::new())
+                .unwrap_err();
+            assert!(e.is::<NotDir>(), "{e:#}");
+            // Writing resolves again: the link is followed inside the root (re-rooted, as
+            // every absolute link is), never to the outside directory.
+            w.put_file("/d/f", Contents::Bytes(b"x"), Attrs::default(), false)
+                .unwrap();
+            let inside = d.join(outside.strip_prefix("/").unwrap()).join("f");
+            assert_eq!(std::fs::read(&inside).unwrap(), b"x");
+            w.put_dir("/d/sub", Attrs::default(), false).unwrap();
+            w.put_symlink("/d/l", "t", Attrs::default(), false).unwrap();
+            w.put_hard_link("/d/h", "/d/f", false).unwrap();
+            assert!(
+                std::fs::read_dir(&outside).unwrap().next().is_none(),
+                "nothing outside"
+            );
+            // A link to a file on the way is an error naming it.
+            std::fs::write(d.join("file"), "").unwrap();
+            let e = w
+                .root
+                .open_dir(&["file".into(), "x".into()], true, &mut Vec::new())
+                .unwrap_err();
+            assert!(e.to_string().contains("/file is a regular file"), "{e:#}");
+            std::fs::remove_dir_all(&d).unwrap();
+            std::fs::remove_dir_all(&outside).unwrap();
+        }
+    }
+
+    #[test]
+    fn files_are_read_through_the_root() {
+        for openat2 in modes() {
+            let d = tmp("read");
+            let mut root = Root::open(&d, &[]).unwrap();
+            root.set_openat2(openat2);
+            std::fs::create_dir_all(d.join("real/etc")).unwrap();
+            std::fs::write(d.join("real/etc/passwd"), "inside").unwrap();
+            symlink("/real/etc", d.join("etc")).unwrap();
+            symlink("../../real/etc/passwd", d.join("real/etc/rel")).unwrap();
+            symlink("/etc/passwd", d.join("real/etc/abs")).unwrap();
+            assert_eq!(root.read_file("/etc/passwd").unwrap().unwrap(), b"inside");
+            // Final links are followed inside the root too, never to the host's file.
+            assert_eq!(root.read_file("/etc/rel").unwrap().unwrap(), b"inside");
+            assert_eq!(root.read_file("/etc/abs").unwrap().unwrap(), b"inside");
+            assert!(root.read_file("/etc/none").unwrap().is_none());
+            nix::unistd::mkfifo(&d.join("fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+            let e = root.read_file("/fifo").unwrap_err().to_string();
+            assert!(e.contains("fifo, not a regular file"), "{e}");
+            std::fs::remove_dir_all(&d).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_mount_point_in_a_replaced_directory_is_refused() {
+        // The same check as before, now by device number through descriptors: a directory
+        // on another filesystem (here /proc's) is never descended into or removed.
+        let fetcher = Fetcher::new(Default::default());
+        let d = tmp("mp");
+        let w = writer(&d, &fetcher, true);
+        let p = w.root.place("/x", true).unwrap().unwrap();
+        let e = remove_tree_at(
+            nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+                .unwrap()
+                .as_fd(),
+            "proc",
+            "/proc",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("mount point"), "{e:#}");
+        drop(p);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
