@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use anyhow::{Context, Result};
-use nix::unistd::UnlinkatFlags;
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+use nix::unistd::UnlinkatFlags;
 
 /// The signals that clean up and end the process.
 pub const SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
@@ -161,7 +161,10 @@ impl Drop for Temp {
 
 /// Paths registered now (tests).
 pub fn registered() -> Vec<PathBuf> {
-    temps().iter().map(|(_, l)| l.shown().to_path_buf()).collect()
+    temps()
+        .iter()
+        .map(|(_, l)| l.shown().to_path_buf())
+        .collect()
 }
 
 extern "C" fn on_signal(sig: nix::libc::c_int) {

@@ -75,7 +75,13 @@ fn race(
         std::fs::create_dir_all(root.join(&format!("/{dir}"))).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let swaps = Arc::new(AtomicU64::new(0));
-        let h = swapper(root.path(), dir, outside.path(), stop.clone(), swaps.clone());
+        let h = swapper(
+            root.path(),
+            dir,
+            outside.path(),
+            stop.clone(),
+            swaps.clone(),
+        );
         let r = run_opts(cfg, root.path(), opts);
         stop.store(true, Ordering::Relaxed);
         h.join().unwrap();
@@ -157,8 +163,18 @@ fn options(openat2: bool) -> agent::stages::files::Options {
 fn storage_race(openat2: bool) {
     must_be_root();
     for mixed in [false, true] {
-        let tag = format!("{}-{}", if openat2 { "openat2" } else { "fallback" }, if mixed { "mixed" } else { "files" });
-        let (ok, errors) = race(&tag, "d", &storage_config(200, mixed), &options(openat2), 30);
+        let tag = format!(
+            "{}-{}",
+            if openat2 { "openat2" } else { "fallback" },
+            if mixed { "mixed" } else { "files" }
+        );
+        let (ok, errors) = race(
+            &tag,
+            "d",
+            &storage_config(200, mixed),
+            &options(openat2),
+            30,
+        );
         assert_eq!(ok + errors.len(), 30);
     }
 }
@@ -180,7 +196,17 @@ fn swapping_a_directory_for_a_link_never_writes_outside_the_root_fallback() {
 fn swapping_the_unit_directory_never_writes_outside_the_root() {
     must_be_root();
     for openat2 in [true, false] {
-        let tag = if openat2 { "units-openat2" } else { "units-fallback" };
-        race(tag, "etc/systemd/system", &units_config(60), &options(openat2), 20);
+        let tag = if openat2 {
+            "units-openat2"
+        } else {
+            "units-fallback"
+        };
+        race(
+            tag,
+            "etc/systemd/system",
+            &units_config(60),
+            &options(openat2),
+            20,
+        );
     }
 }

@@ -594,8 +594,7 @@ impl Writer<'_> {
             self.root.host_path(&p.r.parent).join(&tmp),
             |dir, name| {
                 // Without AT_SYMLINK_FOLLOW: a link to a symlink links the symlink itself.
-                linkat(&t.dir, t.name(), dir, name, AtFlags::empty())
-                    .map_err(std::io::Error::from)
+                linkat(&t.dir, t.name(), dir, name, AtFlags::empty()).map_err(std::io::Error::from)
             },
         )
         .with_context(|| {
@@ -681,9 +680,7 @@ pub fn open_dir_at(dir: BorrowedFd, name: &str, what: &str) -> Result<OwnedFd> {
         Mode::empty(),
     ) {
         Ok(fd) => Ok(fd),
-        Err(Errno::ENOTDIR | Errno::ELOOP | Errno::ENOENT) => {
-            Err(Changed(what.to_string()).into())
-        }
+        Err(Errno::ENOTDIR | Errno::ELOOP | Errno::ENOENT) => Err(Changed(what.to_string()).into()),
         Err(e) => Err(e).with_context(|| format!("opening directory {what}")),
     }
 }
@@ -701,11 +698,9 @@ pub fn remove_tree_at(dir: BorrowedFd, name: &str, what: &str) -> Result<()> {
         bail!("{what}: refusing to remove it: it is a mount point");
     }
     let entries: Vec<String> = {
-        let listing = nix::dir::Dir::from_fd(
-            d.try_clone()
-                .with_context(|| format!("listing {what}"))?,
-        )
-        .with_context(|| format!("listing {what}"))?;
+        let listing =
+            nix::dir::Dir::from_fd(d.try_clone().with_context(|| format!("listing {what}"))?)
+                .with_context(|| format!("listing {what}"))?;
         let mut v = Vec::new();
         for e in listing {
             let e = e.with_context(|| format!("listing {what}"))?;
@@ -829,7 +824,10 @@ mod tests {
             w.put_file("/a/dir", Contents::Bytes(b"f"), attrs(0o644), true)
                 .unwrap();
             assert_eq!(std::fs::read(d.join("a/dir")).unwrap(), b"f");
-            assert!(outside.join("keep").exists(), "a link in the tree is not followed");
+            assert!(
+                outside.join("keep").exists(),
+                "a link in the tree is not followed"
+            );
             // Symbolic links: written verbatim, not followed; replaced atomically.
             w.put_symlink("/a/l", "/etc/target", Attrs::default(), false)
                 .unwrap();
@@ -841,7 +839,10 @@ mod tests {
                 .unwrap();
             w.put_symlink("/a/l", "other", Attrs::default(), true)
                 .unwrap();
-            assert_eq!(std::fs::read_link(d.join("a/l")).unwrap(), Path::new("other"));
+            assert_eq!(
+                std::fs::read_link(d.join("a/l")).unwrap(),
+                Path::new("other")
+            );
             if owner_root() {
                 let a = Attrs {
                     uid: Some(1234),
@@ -877,8 +878,7 @@ mod tests {
             // A hard link target reached through a link to the outside resolves inside the
             // root (an absolute link is re-rooted): the outside file is never linked.
             symlink(&outside, d.join("toout")).unwrap();
-            let target = format!("/toout/keep");
-            let e = w.put_hard_link("/a/h4", &target, false).unwrap_err();
+            let e = w.put_hard_link("/a/h4", "/toout/keep", false).unwrap_err();
             assert!(format!("{e:#}").contains("does not exist"), "{e:#}");
             // Nothing left behind: no temporary nodes, nothing written outside.
             let leftovers: Vec<_> = std::fs::read_dir(d.join("a"))

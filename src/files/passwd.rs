@@ -26,8 +26,8 @@ use super::Writer;
 use super::nodes::{Attrs, Contents};
 use super::owners::{PasswdEntry, parse_group, parse_passwd};
 use super::resolve::{Root, elements, kind, logical};
-use nix::sys::stat::SFlag;
 use crate::config::types::{Group, Passwd, User};
+use nix::sys::stat::SFlag;
 
 /// Where SSH keys go inside `~/.ssh`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -31,7 +31,6 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -305,7 +304,10 @@ impl Root {
                         let what = e
                             .downcast_ref::<NotDir>()
                             .map_or(logical(r.parent.iter()), |n| n.what.clone());
-                        return Err(e).context(Changed(what));
+                        return Err(e).context(Changed(what)).context(format!(
+                            "{path}: gave up after resolving it {} times (at most {MAX_RETRIES} retries)",
+                            MAX_RETRIES + 1
+                        ));
                     }
                     log::warn!("{path}: {e}; resolving it again");
                     attempt += 1;
@@ -326,7 +328,9 @@ impl Root {
     ) -> Result<Option<OwnedFd>> {
         if elems.is_empty() {
             return Ok(Some(
-                self.fd.try_clone().context("duplicating the root's descriptor")?,
+                self.fd
+                    .try_clone()
+                    .context("duplicating the root's descriptor")?,
             ));
         }
         if self.openat2 {
@@ -340,12 +344,16 @@ impl Root {
                     // (and creates what is missing).
                     Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV) => break,
                     Err(e) => {
-                        return Err(e).with_context(|| format!("opening {}", logical(elems.iter())));
+                        return Err(e)
+                            .with_context(|| format!("opening {}", logical(elems.iter())));
                     }
                 }
             }
         }
-        let mut fd = self.fd.try_clone().context("duplicating the root's descriptor")?;
+        let mut fd = self
+            .fd
+            .try_clone()
+            .context("duplicating the root's descriptor")?;
         for (i, e) in elems.iter().enumerate() {
             let here = || logical(elems[..=i].iter());
             let not_dir = |fd: &OwnedFd| -> anyhow::Error {
@@ -623,27 +631,6 @@ pub fn mkdir_at(dir: BorrowedFd, name: &str, mode: u32, what: &str) -> Result<Op
     nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(mode))
         .with_context(|| format!("setting mode of {what}"))?;
     Ok(Some(fd))
-}
-
-/// A short name for a node kind, for messages.
-pub fn kind_name(ft: &std::fs::FileType) -> &'static str {
-    if ft.is_dir() {
-        "directory"
-    } else if ft.is_symlink() {
-        "symbolic link"
-    } else if ft.is_file() {
-        "regular file"
-    } else if ft.is_fifo() {
-        "fifo"
-    } else if ft.is_socket() {
-        "socket"
-    } else if ft.is_block_device() {
-        "block device"
-    } else if ft.is_char_device() {
-        "character device"
-    } else {
-        "special file"
-    }
 }
 
 #[cfg(test)]

@@ -115,17 +115,16 @@ fn write_all(
 }
 
 fn write_result(w: &mut Writer, ctx: &Context) -> Result<()> {
-    let mut previous = result::previous_report(
-        w.root.read_file(result::RESULT_FILE)?,
-        result::RESULT_FILE,
-    );
+    let mut previous =
+        result::previous_report(w.root.read_file(result::RESULT_FILE)?, result::RESULT_FILE);
     if previous.is_none() {
         // A root provisioned by an earlier release has its report under the old name (a
         // regular file there; the link to the new name of later releases is not followed).
         let old = result::COMPAT_RESULT_FILE;
-        if w.root.stat(old)?.is_some_and(|st| {
-            crate::files::resolve::kind(&st) == nix::sys::stat::SFlag::S_IFREG
-        }) {
+        if w.root
+            .stat(old)?
+            .is_some_and(|st| crate::files::resolve::kind(&st) == nix::sys::stat::SFlag::S_IFREG)
+        {
             previous = result::previous_report(w.root.read_file(old)?, old);
         }
     }
