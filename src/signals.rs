@@ -96,12 +96,12 @@ impl Temp {
     /// [`Temp::create`] for the node `name` of the open directory `dir` (`shown`: its path,
     /// for messages): it is created and later removed relative to `dir`, never by path.
     pub fn create_at<T>(
-        dir: BorrowedFd,
+        dir: &Arc<OwnedFd>,
         name: &str,
         shown: PathBuf,
         create: impl FnOnce(BorrowedFd, &str) -> std::io::Result<T>,
     ) -> std::io::Result<(T, Temp)> {
-        let dir = Arc::new(dir.try_clone_to_owned()?);
+        let dir = Arc::clone(dir);
         let _creating = CREATING.read().unwrap_or_else(|e| e.into_inner());
         let t = create(dir.as_fd(), name)?;
         Ok((

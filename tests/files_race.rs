@@ -57,14 +57,34 @@ fn listing(dir: &Path) -> Vec<String> {
     out
 }
 
-/// Runs the stage `runs` times on fresh roots with `<root>/<dir>` created first (and
-/// `prepare` run on the root), while the swapper works; returns (successes, errors seen).
+/// Names of the entries anywhere under `dir` for which `pick` holds, each once.
+fn names_under(dir: &Path, pick: &dyn Fn(&str) -> bool) -> std::collections::BTreeSet<String> {
+    listing(dir)
+        .iter()
+        .filter_map(|p| Path::new(p).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| pick(n))
+        .collect()
+}
+
+/// What an error of a raced run may say: the root changed, or (for a hard link whose target
+/// was resolved through the swapped link, inside the root) its target is not there.
+const CLEAR_ERRORS: [&str; 2] = [
+    "the target root changed while the stage was writing",
+    "does not exist",
+];
+
+/// Runs the stage `runs` times on fresh roots with `<root>/<dir>` created first, while the
+/// swapper works; a successful run must have written the `expected` names (`pick`) inside
+/// the root, a failed one must say why clearly; returns (successes, errors seen).
 fn race(
     tag: &str,
     dir: &str,
     cfg: &agent::config::Config,
     opts: &agent::stages::files::Options,
     runs: usize,
+    expected: usize,
+    pick: &dyn Fn(&str) -> bool,
 ) -> (usize, Vec<String>) {
     let outside = TempDir::new(&format!("race-outside-{tag}"));
     let mut ok = 0;
@@ -92,8 +112,20 @@ fn race(
             "run {i} ({tag}) wrote outside the root: {escaped:?} (result: {r:?})"
         );
         match r {
-            Ok(()) => ok += 1,
-            Err(e) => errors.push(format!("{e:#}")),
+            Ok(()) => {
+                // Everything landed inside the root (where the swaps left it).
+                let written = names_under(root.path(), pick);
+                assert_eq!(written.len(), expected, "run {i} ({tag}): {written:?}");
+                ok += 1;
+            }
+            Err(e) => {
+                let e = format!("{e:#}");
+                assert!(
+                    CLEAR_ERRORS.iter().any(|c| e.contains(c)),
+                    "run {i} ({tag}): unclear error: {e}"
+                );
+                errors.push(e);
+            }
         }
     }
     assert!(swaps_total > 0, "the swapper never swapped");
@@ -174,6 +206,11 @@ fn storage_race(openat2: bool) {
             &storage_config(200, mixed),
             &options(openat2),
             30,
+            200,
+            &|n| {
+                n.strip_prefix('f')
+                    .is_some_and(|d| d.parse::<u32>().is_ok())
+            },
         );
         assert_eq!(ok + errors.len(), 30);
     }
@@ -207,6 +244,8 @@ fn swapping_the_unit_directory_never_writes_outside_the_root() {
             &units_config(60),
             &options(openat2),
             20,
+            60,
+            &|n| n.starts_with('u') && n.ends_with(".service"),
         );
     }
 }

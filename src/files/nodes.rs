@@ -291,7 +291,7 @@ impl Writer<'_> {
         };
         let create = |name: &str, mode: u32| {
             Temp::create_at(
-                p.dir.as_fd(),
+                &p.dir,
                 name,
                 self.root.host_path(&p.r.parent).join(name),
                 |dir, name| {
@@ -540,7 +540,7 @@ impl Writer<'_> {
         }
         let tmp = tmp_name(p.name());
         let ((), t) = Temp::create_at(
-            p.dir.as_fd(),
+            &p.dir,
             &tmp,
             self.root.host_path(&p.r.parent).join(&tmp),
             |dir, name| symlinkat(target, dir, name).map_err(std::io::Error::from),
@@ -589,7 +589,7 @@ impl Writer<'_> {
         }
         let tmp = tmp_name(p.name());
         let ((), temp) = Temp::create_at(
-            p.dir.as_fd(),
+            &p.dir,
             &tmp,
             self.root.host_path(&p.r.parent).join(&tmp),
             |dir, name| {

@@ -32,6 +32,7 @@ use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use nix::errno::Errno;
@@ -66,7 +67,7 @@ pub struct Root {
 /// something else).
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "{0} changed while the stage was writing (a directory was removed, or replaced by a link or a file): something else is changing the target root"
+    "{0}: the target root changed while the stage was writing (a directory on the way was removed, or replaced by a link or a file): something else is changing it"
 )]
 pub struct Changed(pub String);
 
@@ -99,7 +100,8 @@ impl Resolved {
 #[derive(Debug)]
 pub struct Place {
     pub r: Resolved,
-    pub dir: OwnedFd,
+    /// Shared with the temporary nodes made in it (see `signals::Temp::create_at`).
+    pub dir: Arc<OwnedFd>,
     /// Logical paths of the parent directories created to reach it, shallowest first.
     pub created: Vec<String>,
 }
@@ -270,7 +272,7 @@ impl Root {
 
     /// Resolves a config path (absolute) to its place inside the root.
     pub fn resolve(&self, path: &str) -> Result<Resolved> {
-        self.resolve_memo(path, None)
+        Ok(self.resolve_memo(path, None)?.0)
     }
 
     /// [`Root::resolve`] for many paths while nothing is created or removed: `missing`
@@ -283,7 +285,7 @@ impl Root {
         let mut missing = HashSet::new();
         paths
             .into_iter()
-            .map(|p| self.resolve_memo(p, Some(&mut missing)))
+            .map(|p| Ok(self.resolve_memo(p, Some(&mut missing))?.0))
             .collect()
     }
 
@@ -294,9 +296,22 @@ impl Root {
         let mut attempt = 0;
         let mut created = Vec::new();
         loop {
-            let r = self.resolve(path)?;
+            let (r, fd) = self.resolve_memo(path, None)?;
+            if let Some(dir) = fd {
+                return Ok(Some(Place {
+                    r,
+                    dir: Arc::new(dir),
+                    created,
+                }));
+            }
             match self.open_dir(&r.parent, create, &mut created) {
-                Ok(Some(dir)) => return Ok(Some(Place { r, dir, created })),
+                Ok(Some(dir)) => {
+                    return Ok(Some(Place {
+                        r,
+                        dir: Arc::new(dir),
+                        created,
+                    }));
+                }
                 Ok(None) => return Ok(None),
                 // Resolution found directories there a moment ago.
                 Err(e) if e.is::<Changed>() || e.is::<NotDir>() => {
@@ -326,29 +341,10 @@ impl Root {
         create: bool,
         created: &mut Vec<String>,
     ) -> Result<Option<OwnedFd>> {
-        if elems.is_empty() {
-            return Ok(Some(
-                self.fd
-                    .try_clone()
-                    .context("duplicating the root's descriptor")?,
-            ));
-        }
-        if self.openat2 {
-            let rel = elems.join("/");
-            // A rename elsewhere on the filesystem makes the kernel answer EAGAIN: try again.
-            for _ in 0..8 {
-                match openat2(self.fd.as_fd(), rel.as_str(), how()) {
-                    Ok(fd) => return Ok(Some(fd)),
-                    Err(Errno::EAGAIN) => continue,
-                    // Something is missing, or not a directory: the walk below finds what
-                    // (and creates what is missing).
-                    Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV) => break,
-                    Err(e) => {
-                        return Err(e)
-                            .with_context(|| format!("opening {}", logical(elems.iter())));
-                    }
-                }
-            }
+        // One call when everything is there; else the walk below finds what is missing
+        // (and creates it) or what is not a directory.
+        if let Some(fd) = self.open_plain(elems) {
+            return Ok(Some(fd));
         }
         let mut fd = self
             .fd
@@ -447,11 +443,14 @@ impl Root {
         }
     }
 
+    /// Resolves `path`; with `openat2`, a path whose parent directories all exist and are no
+    /// links is resolved (and its parent opened, returned) by one `openat2` call, as the
+    /// walk would resolve it (no link, no `..`: the logical path is the path itself).
     fn resolve_memo(
         &self,
         path: &str,
         missing: Option<&mut HashSet<Vec<String>>>,
-    ) -> Result<Resolved> {
+    ) -> Result<(Resolved, Option<OwnedFd>)> {
         // What no system call would take, said before anything is written (the walk does not
         // look below a missing element, so it would not find out).
         if path.contains('\0') {
@@ -477,8 +476,38 @@ impl Root {
             all.push(name.clone());
             all
         });
+        if let Some(fd) = self.open_plain(&elems) {
+            return Ok((
+                Resolved {
+                    parent: elems,
+                    name,
+                },
+                Some(fd),
+            ));
+        }
         let parent = self.resolve_dir(path, elems, &fs, missing)?;
-        Ok(Resolved { parent, name })
+        Ok((Resolved { parent, name }, None))
+    }
+
+    /// The directory at `elems` opened by one `openat2` call when every element exists and
+    /// is a directory (no link); `None` otherwise, or without `openat2`.
+    fn open_plain(&self, elems: &[String]) -> Option<OwnedFd> {
+        if !self.openat2 {
+            return None;
+        }
+        if elems.is_empty() {
+            return self.fd.try_clone().ok();
+        }
+        let rel = elems.join("/");
+        // A rename elsewhere on the filesystem makes the kernel answer EAGAIN: try again.
+        for _ in 0..8 {
+            match openat2(self.fd.as_fd(), rel.as_str(), how()) {
+                Ok(fd) => return Some(fd),
+                Err(Errno::EAGAIN) => continue,
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     /// Resolves the directory elements `queue` (following every symlink) for `path`, confined
