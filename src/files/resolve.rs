@@ -691,6 +691,51 @@ mod tests {
     }
 
     #[test]
+    fn openat2_is_used_where_the_kernel_has_it_and_can_be_turned_off() {
+        let d = tmp("openat2");
+        let mut r = Root::open(&d, &[]).unwrap();
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut v = release
+            .trim()
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+        if (major, minor) >= (5, 6) {
+            assert!(r.uses_openat2(), "Linux {release} has openat2");
+        }
+        r.set_openat2(false);
+        assert!(!r.uses_openat2());
+        // Both ways open the same directories and refuse the same links.
+        std::fs::create_dir_all(d.join("a/b")).unwrap();
+        symlink("a", d.join("l")).unwrap();
+        for on in [true, false] {
+            r.set_openat2(on);
+            let fd = r
+                .open_dir(&elements("/a/b"), false, &mut Vec::new())
+                .unwrap();
+            assert!(fd.is_some());
+            assert!(
+                r.open_dir(&elements("/a/none"), false, &mut Vec::new())
+                    .unwrap()
+                    .is_none()
+            );
+            let e = r
+                .open_dir(&elements("/l/b"), false, &mut Vec::new())
+                .unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("/l is a symbolic link, not a directory"),
+                "{e}"
+            );
+            let mut created = Vec::new();
+            r.open_dir(&elements(&format!("/n{on}/m")), true, &mut created)
+                .unwrap();
+            assert_eq!(created, [format!("/n{on}"), format!("/n{on}/m")]);
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn follows_parent_links_inside_root() {
         let d = tmp("parent");
         std::fs::create_dir_all(d.join("real/etc")).unwrap();
