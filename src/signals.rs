@@ -16,25 +16,58 @@
 
 use std::fs::File;
 use std::io::{ErrorKind, Read};
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+use nix::unistd::UnlinkatFlags;
 
 /// The signals that clean up and end the process.
 pub const SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 
-static TEMPS: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+/// Where a temporary node is: a path, or a name in a directory held open (the files stage
+/// never names a node of the target root by host path: see `files::resolve`).
+#[derive(Debug, Clone)]
+enum Loc {
+    Path(PathBuf),
+    At {
+        dir: Arc<OwnedFd>,
+        name: String,
+        /// For messages only.
+        shown: PathBuf,
+    },
+}
+
+impl Loc {
+    fn shown(&self) -> &Path {
+        match self {
+            Loc::Path(p) => p,
+            Loc::At { shown, .. } => shown,
+        }
+    }
+
+    fn remove(&self) -> std::io::Result<()> {
+        match self {
+            Loc::Path(p) => std::fs::remove_file(p),
+            Loc::At { dir, name, .. } => {
+                nix::unistd::unlinkat(dir.as_fd(), name.as_str(), UnlinkatFlags::NoRemoveDir)
+                    .map_err(std::io::Error::from)
+            }
+        }
+    }
+}
+
+static TEMPS: Mutex<Vec<(u64, Loc)>> = Mutex::new(Vec::new());
 /// Read-held while a temporary node is created and registered; write-held by [`terminate`].
 static CREATING: RwLock<()> = RwLock::new(());
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 static PIPE_WR: AtomicI32 = AtomicI32::new(-1);
 static INSTALLED: OnceLock<()> = OnceLock::new();
 
-fn temps() -> MutexGuard<'static, Vec<(u64, PathBuf)>> {
+fn temps() -> MutexGuard<'static, Vec<(u64, Loc)>> {
     TEMPS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -43,7 +76,7 @@ fn temps() -> MutexGuard<'static, Vec<(u64, PathBuf)>> {
 #[derive(Debug)]
 pub struct Temp {
     id: u64,
-    path: PathBuf,
+    loc: Loc,
     armed: bool,
 }
 
@@ -57,20 +90,43 @@ impl Temp {
     ) -> std::io::Result<(T, Temp)> {
         let _creating = CREATING.read().unwrap_or_else(|e| e.into_inner());
         let t = create(path)?;
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        temps().push((id, path.to_path_buf()));
+        Ok((t, Temp::register(Loc::Path(path.to_path_buf()))))
+    }
+
+    /// [`Temp::create`] for the node `name` of the open directory `dir` (`shown`: its path,
+    /// for messages): it is created and later removed relative to `dir`, never by path.
+    pub fn create_at<T>(
+        dir: &Arc<OwnedFd>,
+        name: &str,
+        shown: PathBuf,
+        create: impl FnOnce(BorrowedFd, &str) -> std::io::Result<T>,
+    ) -> std::io::Result<(T, Temp)> {
+        let dir = Arc::clone(dir);
+        let _creating = CREATING.read().unwrap_or_else(|e| e.into_inner());
+        let t = create(dir.as_fd(), name)?;
         Ok((
             t,
-            Temp {
-                id,
-                path: path.to_path_buf(),
-                armed: true,
-            },
+            Temp::register(Loc::At {
+                dir,
+                name: name.to_string(),
+                shown,
+            }),
         ))
     }
 
+    fn register(loc: Loc) -> Temp {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        temps().push((id, loc.clone()));
+        Temp {
+            id,
+            loc,
+            armed: true,
+        }
+    }
+
+    /// The node's path (for a node created with [`Temp::create_at`]: as shown in messages).
     pub fn path(&self) -> &Path {
-        &self.path
+        self.loc.shown()
     }
 
     /// The node has been renamed into place: stop tracking it without removing anything.
@@ -94,10 +150,10 @@ impl Drop for Temp {
         if !self.armed {
             return;
         }
-        match std::fs::remove_file(&self.path) {
+        match self.loc.remove() {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => log::warn!("removing {}: {e}", self.path.display()),
+            Err(e) => log::warn!("removing {}: {e}", self.loc.shown().display()),
         }
         unregister(self.id);
     }
@@ -105,7 +161,10 @@ impl Drop for Temp {
 
 /// Paths registered now (tests).
 pub fn registered() -> Vec<PathBuf> {
-    temps().iter().map(|(_, p)| p.clone()).collect()
+    temps()
+        .iter()
+        .map(|(_, l)| l.shown().to_path_buf())
+        .collect()
 }
 
 extern "C" fn on_signal(sig: nix::libc::c_int) {
@@ -162,11 +221,11 @@ fn terminate(sig: i32) -> ! {
     let creating = CREATING.write().unwrap_or_else(|e| e.into_inner());
     let g = temps();
     let mut removed = 0;
-    for (_, p) in g.iter() {
-        match std::fs::remove_file(p) {
+    for (_, l) in g.iter() {
+        match l.remove() {
             Ok(()) => removed += 1,
             Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => log::warn!("removing {}: {e}", p.display()),
+            Err(e) => log::warn!("removing {}: {e}", l.shown().display()),
         }
     }
     let name = Signal::try_from(sig).map_or("a signal", |s| s.as_str());

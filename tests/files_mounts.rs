@@ -125,3 +125,43 @@ fn nested_mounts_shallowest_first() {
         "mount point made on the outer filesystem"
     );
 }
+
+/// A directory above a mount point swapped for a link to a directory outside the root (that
+/// has a mount of its own at the same name) after the stage mounted: unmounting goes through
+/// the descriptor of the mount point's parent, so the stage unmounts its own filesystem and
+/// never the outside one (unmounting by host path would follow the link).
+#[test]
+#[ignore = "needs root: make test-root"]
+fn unmounting_follows_no_link_swapped_in_after_mounting() {
+    must_be_root();
+    let root = TempDir::new("mswap");
+    let outside = TempDir::new("mswap-outside");
+    std::fs::create_dir_all(outside.join("/m")).unwrap();
+    let outside_m = outside.join("/m");
+    agent::util::run(
+        "mount",
+        &["-t", "tmpfs", "tmpfs", outside_m.to_str().unwrap()],
+    )
+    .unwrap();
+    let _outside_mount = TestMount(outside_m.clone());
+    let r = agent::files::resolve::Root::open(root.path(), &["/a/m".into()]).unwrap();
+    let fs = agent::config::types::Filesystem {
+        device: "tmpfs".into(),
+        format: Some("tmpfs".into()),
+        path: Some("/a/m".into()),
+        ..Default::default()
+    };
+    let g = agent::files::mounts::MountGuard::mount_all(&r, &[fs]).unwrap();
+    assert!(mounted_under(&root.join("/a/m")));
+    std::fs::rename(root.join("/a"), root.join("/a2")).unwrap();
+    symlink(outside.path(), root.join("/a")).unwrap();
+    g.close().unwrap();
+    assert!(
+        mounted_under(&outside_m),
+        "the outside mount was unmounted through the swapped link"
+    );
+    assert!(
+        !mounted_under(&root.join("/a2/m")),
+        "the stage's own mount is gone"
+    );
+}

@@ -104,6 +104,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         limits.max_config_refs = n;
     }
     limits.refuse_tls_downgrade |= a.refuse_tls_downgrade;
+    // Test builds add a field to the files options (`no_openat2`): the update fills it.
+    #[allow(clippy::needless_update)]
     let ctx = stages::Context {
         root: a.root,
         state_dir: a.state_dir,
@@ -117,6 +119,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         files: stages::files::Options {
             kargs_helper: a.kargs_helper,
             ssh_keys_file: a.ssh_keys_file,
+            ..Default::default()
         },
     };
     stages::run(&stages, &ctx)

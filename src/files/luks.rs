@@ -10,13 +10,15 @@
 //! refused, not replaced.
 //! The records and keys come from the state directory ([`crate::state`]).
 
-use std::path::PathBuf;
+use std::io::Read;
+use std::os::fd::AsFd;
 
 use anyhow::{Context, Result, bail};
+use nix::sys::stat::SFlag;
 
 use super::Writer;
 use super::nodes::{Attrs, Contents};
-use super::resolve::kind_name;
+use super::resolve::{Place, kind, open_regular_at, stat_kind_name};
 use crate::state::{LuksRecord, LuksVolume};
 
 /// The crypttab of the target.
@@ -96,8 +98,15 @@ impl Writer<'_> {
             self.put_file(&path, Contents::Bytes(key), attrs, true)?;
         }
         let old = match self.existing(CRYPTTAB, false, "the crypttab of the LUKS volumes")? {
-            Some(host) => std::fs::read_to_string(&host)
-                .with_context(|| format!("reading {}", host.display()))?,
+            Some(p) => {
+                let what = p.r.logical();
+                let mut s = String::new();
+                if let Some(mut f) = open_regular_at(p.dir.as_fd(), p.name(), &what)? {
+                    f.read_to_string(&mut s)
+                        .with_context(|| format!("reading {what}"))?;
+                }
+                s
+            }
             None => String::new(),
         };
         let records: Vec<&LuksRecord> = volumes.iter().map(|v| &v.record).collect();
@@ -113,9 +122,10 @@ impl Writer<'_> {
         let mut present = vec![KEY_DIR.to_string()];
         present.extend(records.iter().map(|r| key_path(&r.name)));
         for p in present {
-            let r = self.root.resolve(&p)?;
-            if self.root.host_path(&r.parent).join(&r.name).exists() {
-                self.touch(r.logical());
+            if let Some(pl) = self.root.place(&p, false)?
+                && pl.stat()?.is_some()
+            {
+                self.touch(pl.r.logical());
             }
         }
         let names: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
@@ -127,21 +137,22 @@ impl Writer<'_> {
         Ok(names)
     }
 
-    /// The host path of what exists at `path` (resolved in the root), `None` when nothing is
+    /// The place of what exists at `path` (resolved in the root), `None` when nothing is
     /// there; anything but a directory (`dir`) or a regular file is refused (`what`: what
     /// would be written there).
-    fn existing(&self, path: &str, dir: bool, what: &str) -> Result<Option<PathBuf>> {
-        let r = self.root.resolve(path)?;
-        let host = self.root.host_path(&r.parent).join(&r.name);
-        match std::fs::symlink_metadata(&host) {
-            Ok(md) if (dir && md.is_dir()) || (!dir && md.is_file()) => Ok(Some(host)),
-            Ok(md) => bail!(
+    fn existing(&self, path: &str, dir: bool, what: &str) -> Result<Option<Place>> {
+        let Some(p) = self.root.place(path, false)? else {
+            return Ok(None);
+        };
+        let want = if dir { SFlag::S_IFDIR } else { SFlag::S_IFREG };
+        match p.stat()? {
+            Some(st) if kind(&st) == want => Ok(Some(p)),
+            Some(st) => bail!(
                 "{path}: a {} exists at {}; refusing to replace it with {what}",
-                kind_name(&md.file_type()),
-                r.logical()
+                stat_kind_name(&st),
+                p.r.logical()
             ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("inspecting {}", host.display())),
+            None => Ok(None),
         }
     }
 }

@@ -77,7 +77,7 @@ impl<'a> Writer<'a> {
     /// The target's users and groups, read once (and again after `forget_owners`).
     pub fn owners(&mut self) -> Result<&Owners> {
         if self.owners.is_none() {
-            self.owners = Some(Owners::load(&self.root.host)?);
+            self.owners = Some(Owners::load(&self.root)?);
         }
         Ok(self.owners.as_ref().expect("just loaded"))
     }

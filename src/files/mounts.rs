@@ -3,19 +3,26 @@
 //! with `close()`, or from `Drop` on failure). The directories created as mount points are
 //! remembered: like Ignition, the files stage gives those inside a user's home to that user.
 
-use std::io::ErrorKind;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use log::{info, warn};
-use sys_mount::{Mount, MountFlags, UnmountFlags};
+use nix::mount::MntFlags;
+use sys_mount::{Mount, MountFlags};
 
-use super::resolve::{Root, elements, kind_name, logical};
+use super::resolve::{Root, elements};
 use crate::config::types::Filesystem;
 
 /// Filesystems mounted by the stage; unmounts them (deepest first) on close or drop.
 pub struct MountGuard {
     mounted: Vec<PathBuf>,
+    /// For each of `mounted` (the stage's mounts), the mount point's parent directory opened
+    /// through the target root's descriptor, and the mount point's name: unmounted through
+    /// it, so that a parent directory swapped for a link meanwhile cannot make the stage
+    /// unmount something else. (The parent, not the mount itself: a descriptor inside the
+    /// mount would keep it busy.)
+    roots: Vec<Option<(OwnedFd, String)>>,
     /// Logical paths of the directories created as (or on the way to) mount points.
     created: Vec<String>,
 }
@@ -64,6 +71,7 @@ impl MountGuard {
         fss.sort_by_key(|f| elements(f.path.as_deref().unwrap_or("/")).len());
         let mut guard = MountGuard {
             mounted: Vec::new(),
+            roots: Vec::new(),
             created: Vec::new(),
         };
         for f in fss {
@@ -78,33 +86,18 @@ impl MountGuard {
         if elems.iter().any(|e| e == "..") {
             bail!("mount path {path} of {} is not normalised", f.device);
         }
-        // The mount point must be reached through real directories only.
-        for i in 1..=elems.len() {
-            let host = root.host_path(&elems[..i]);
-            match std::fs::symlink_metadata(&host) {
-                Ok(md) if md.is_dir() => {}
-                Ok(md) => bail!(
-                    "mount path {path} of {}: {} is a {}, not a directory",
-                    f.device,
-                    host.display(),
-                    kind_name(&md.file_type())
-                ),
-                Err(e) if e.kind() == ErrorKind::NotFound => {
-                    std::fs::create_dir(&host)
-                        .with_context(|| format!("creating mount point {}", host.display()))?;
-                    std::fs::set_permissions(
-                        &host,
-                        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-                    )
-                    .with_context(|| format!("setting mode of {}", host.display()))?;
-                    self.created.push(logical(&elems[..i]));
-                }
-                Err(e) => {
-                    return Err(e).with_context(|| format!("inspecting {}", host.display()));
-                }
-            }
-        }
+        // The mount point must be reached through real directories only: it is opened from
+        // the root's descriptor with no link followed (missing directories made on the way),
+        // and the filesystem is mounted on that descriptor (`/proc/self/fd/N`), so no swap
+        // of a directory for a link can move the mount out of the root.
+        let dir = root
+            .open_dir(&elems, true, &mut self.created)
+            .with_context(|| format!("mount path {path} of {}", f.device))?
+            .expect("missing directories are created");
         let target = root.host_path(&elems);
+        let fd_path = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        // Without /proc (never in an initramfs) the path, checked just now, is used.
+        let mount_at = if fd_path.exists() { &fd_path } else { &target };
         let (flags, data) = split_options(&f.mount_options);
         let mut b = Mount::builder().flags(flags);
         if !data.is_empty() {
@@ -117,7 +110,7 @@ impl MountGuard {
         if let Some(t) = fstype {
             b = b.fstype(t);
         }
-        let m = b.mount(&f.device, &target).with_context(|| {
+        let m = b.mount(&f.device, mount_at).with_context(|| {
             format!(
                 "mounting {} ({}) at {} with options {:?}",
                 f.device,
@@ -129,7 +122,17 @@ impl MountGuard {
         // `Mount` does not unmount on drop: the guard owns unmounting.
         drop(m);
         info!("mounted {} at {}", f.device, target.display());
+        // The mount point's parent, reached as the mount point was (no link followed); none
+        // for a filesystem mounted on the root itself.
+        let at = elems.split_last().and_then(|(name, parent)| {
+            let fd = root
+                .open_dir(parent, false, &mut Vec::new())
+                .ok()
+                .flatten()?;
+            Some((fd, name.clone()))
+        });
         self.mounted.push(target);
+        self.roots.push(at);
         Ok(())
     }
 
@@ -163,6 +166,7 @@ impl MountGuard {
         );
         Ok(MountGuard {
             mounted: vec![target.to_path_buf()],
+            roots: vec![None],
             created: Vec::new(),
         })
     }
@@ -186,10 +190,22 @@ impl MountGuard {
     fn unmount_all(&mut self) -> Result<()> {
         let mut first: Option<anyhow::Error> = None;
         while let Some(p) = self.mounted.pop() {
+            let at = self.roots.pop().flatten();
+            let by_fd = at
+                .as_ref()
+                .map(|(fd, name)| PathBuf::from(format!("/proc/self/fd/{}/{name}", fd.as_raw_fd())))
+                .filter(|p| p.exists());
             // A probe (blkid) or a child forked elsewhere can hold it busy for a moment.
+            // (nix's flag: sys-mount's `UnmountFlags::NOFOLLOW` is O_NOFOLLOW, which umount2
+            // refuses.)
             let r = crate::util::retry_while_errno(nix::libc::EBUSY, || {
-                sys_mount::unmount(&p, UnmountFlags::empty())
+                match &by_fd {
+                    Some(f) => nix::mount::umount2(f, MntFlags::empty()),
+                    None => nix::mount::umount2(&p, MntFlags::UMOUNT_NOFOLLOW),
+                }
+                .map_err(std::io::Error::from)
             });
+            drop(at);
             if let Err(e) = r {
                 let err = anyhow::anyhow!("unmounting {}: {e}", p.display());
                 warn!("{err}");

@@ -2,11 +2,10 @@
 //! Parsed directly: the static binary must never use NSS (getpwnam crashes it).
 
 use std::collections::HashMap;
-use std::io::ErrorKind;
-use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
+use super::resolve::Root;
 use crate::config::types::NodeUser;
 
 /// One `/etc/passwd` entry.
@@ -26,15 +25,16 @@ pub struct Owners {
 }
 
 impl Owners {
-    /// Reads `<root>/etc/passwd` and `<root>/etc/group`; a missing file is an empty table.
-    pub fn load(root: &Path) -> Result<Self> {
+    /// Reads the root's `/etc/passwd` and `/etc/group` (through the root's descriptor, links
+    /// followed inside the root); a missing file is an empty table.
+    pub fn load(root: &Root) -> Result<Self> {
         let mut o = Owners::default();
-        if let Some(text) = read_opt(&root.join("etc/passwd"))? {
+        if let Some(text) = read_opt(root, "/etc/passwd")? {
             for e in parse_passwd(&text) {
                 o.users.entry(e.name.clone()).or_insert(e);
             }
         }
-        if let Some(text) = read_opt(&root.join("etc/group"))? {
+        if let Some(text) = read_opt(root, "/etc/group")? {
             for (name, gid) in parse_group(&text) {
                 o.groups.entry(name).or_insert(gid);
             }
@@ -90,12 +90,11 @@ pub fn usable_id(id: i64, kind: &str, what: &str) -> Result<u32> {
     }
 }
 
-fn read_opt(p: &Path) -> Result<Option<String>> {
-    match std::fs::read(p) {
-        Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
-    }
+fn read_opt(root: &Root, path: &str) -> Result<Option<String>> {
+    Ok(root
+        .read_file(path)
+        .with_context(|| format!("reading the target's {path}"))?
+        .map(|b| String::from_utf8_lossy(&b).into_owned()))
 }
 
 /// Parses passwd lines `name:pw:uid:gid:gecos:home:shell`; malformed lines are skipped.

@@ -23,10 +23,11 @@ use anyhow::{Context, Result, bail};
 use log::info;
 
 use super::Writer;
-use super::nodes::{Attrs, Contents, set_attrs};
+use super::nodes::{Attrs, Contents};
 use super::owners::{PasswdEntry, parse_group, parse_passwd};
-use super::resolve::{elements, logical};
+use super::resolve::{Root, elements, kind, logical};
 use crate::config::types::{Group, Passwd, User};
+use nix::sys::stat::SFlag;
 
 /// Where SSH keys go inside `~/.ssh`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,24 +83,23 @@ fn run_tool(root: &Path, name: &str, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Lines of a target database file (empty if missing).
-fn read_db(root: &Path, rel: &str) -> Result<String> {
-    let p = root.join(rel);
-    match std::fs::read_to_string(&p) {
-        Ok(s) => Ok(s),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
-    }
+/// Lines of a target database file (empty if missing), read through the root.
+fn read_db(root: &Root, path: &str) -> Result<String> {
+    let b = root
+        .read_file(path)
+        .with_context(|| format!("reading the target's {path}"))?
+        .unwrap_or_default();
+    Ok(String::from_utf8_lossy(&b).into_owned())
 }
 
-fn group_exists(root: &Path, name: &str) -> Result<bool> {
-    Ok(parse_group(&read_db(root, "etc/group")?)
+fn group_exists(root: &Root, name: &str) -> Result<bool> {
+    Ok(parse_group(&read_db(root, "/etc/group")?)
         .iter()
         .any(|(n, _)| n == name))
 }
 
-fn user_exists(root: &Path, name: &str) -> Result<bool> {
-    Ok(parse_passwd(&read_db(root, "etc/passwd")?)
+fn user_exists(root: &Root, name: &str) -> Result<bool> {
+    Ok(parse_passwd(&read_db(root, "/etc/passwd")?)
         .iter()
         .any(|u| u.name == name))
 }
@@ -202,6 +202,7 @@ impl Writer<'_> {
             return Ok(());
         }
         let root = self.root.host.clone();
+        let troot = &self.root;
         for (i, g) in p.groups.iter().enumerate() {
             check_id(
                 g.gid,
@@ -212,7 +213,7 @@ impl Writer<'_> {
             check_id(u.uid, &format!("$.passwd.users.{i}.uid (user {})", u.name))?;
         }
         for g in &p.groups {
-            let exists = group_exists(&root, &g.name)?;
+            let exists = group_exists(troot, &g.name)?;
             if g.should_exist == Some(false) {
                 if exists {
                     run_tool(&root, "groupdel", std::slice::from_ref(&g.name))
@@ -234,7 +235,7 @@ impl Writer<'_> {
             info!("{verb} group {}: done", g.name);
         }
         for u in &p.users {
-            let exists = user_exists(&root, &u.name)?;
+            let exists = user_exists(troot, &u.name)?;
             if u.should_exist == Some(false) {
                 if exists {
                     // Like Ignition: the home directory and mail spool go with the account.
@@ -256,7 +257,7 @@ impl Writer<'_> {
             }
             if !exists && u.no_create_home != Some(true) {
                 // Relabel the new home (found after the user database reload below).
-                if let Some(e) = parse_passwd(&read_db(&root, "etc/passwd")?)
+                if let Some(e) = parse_passwd(&read_db(troot, "/etc/passwd")?)
                     .into_iter()
                     .find(|e| e.name == u.name)
                     && e.home.starts_with('/')
@@ -267,7 +268,7 @@ impl Writer<'_> {
             }
         }
         for f in ["/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow"] {
-            if root.join(&f[1..]).exists() {
+            if troot.stat(f)?.is_some() {
                 self.touch(f.to_string());
             }
         }
@@ -328,17 +329,17 @@ impl Writer<'_> {
             .cloned()
             .collect();
         for d in dirs {
-            let host = self.root.host_path(&elements(&d));
-            if !host.is_dir() {
-                continue;
-            }
             let attrs = Attrs {
                 uid: Some(e.uid),
                 gid: Some(e.gid),
                 mode: Some(0o700),
             };
-            set_attrs(&host, attrs, false)
-                .with_context(|| format!("giving mount point {d} to user {}", u.name))?;
+            if !self
+                .set_dir_attrs(&d, attrs)
+                .with_context(|| format!("giving mount point {d} to user {}", u.name))?
+            {
+                continue;
+            }
             info!("mount point {d} given to {} (mode 0700)", u.name);
             self.touch(d);
         }
@@ -350,9 +351,13 @@ impl Writer<'_> {
     fn user_dir(&self, path: &str, owner: Attrs) -> Result<String> {
         let elems = self.dir_logical(path)?;
         let l = logical(elems.iter());
-        match std::fs::symlink_metadata(self.root.host_path(&elems)) {
-            Ok(md) if md.is_dir() => {}
-            _ => self.put_dir(&l, owner, false)?,
+        let is_dir = elems.is_empty()
+            || self
+                .root
+                .stat(&l)?
+                .is_some_and(|st| kind(&st) == SFlag::S_IFDIR);
+        if !is_dir {
+            self.put_dir(&l, owner, false)?;
         }
         Ok(l)
     }

@@ -12,10 +12,8 @@
 //! the fetch stage's record, `crate::state`); `None` (no record) is written as `null`
 //! (unknown).
 
-use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result};
 use log::warn;
 use serde_json::{Value, json};
 
@@ -58,18 +56,12 @@ pub fn report(user_config: Option<bool>, previous: Option<Value>) -> Value {
     v
 }
 
-/// Reads a previous report from `host_path` (warning if the root was provisioned before).
-pub fn previous_report(host_path: &Path) -> Result<Option<Value>> {
-    let bytes = match std::fs::read(host_path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", host_path.display())),
-    };
+/// A previous report from the bytes of the file `path` of the root, read through the root
+/// (warning if the root was provisioned before).
+pub fn previous_report(bytes: Option<Vec<u8>>, path: &str) -> Option<Value> {
+    let bytes = bytes?;
     let v: Value = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-        warn!(
-            "previous result file {} is not JSON ({e}): kept as text",
-            host_path.display()
-        );
+        warn!("previous result file {path} is not JSON ({e}): kept as text");
         Value::String(String::from_utf8_lossy(&bytes).into_owned())
     });
     let when = v
@@ -77,7 +69,7 @@ pub fn previous_report(host_path: &Path) -> Result<Option<Value>> {
         .and_then(Value::as_str)
         .unwrap_or("an unknown date");
     warn!("this root was already provisioned (on {when}): re-provisioning");
-    Ok(Some(v))
+    Some(v)
 }
 
 #[cfg(test)]

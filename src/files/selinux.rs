@@ -4,7 +4,9 @@
 //! relabelled nothing.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use super::resolve::{Root, kind};
 
 use anyhow::{Context, Result, bail};
 use log::{debug, info};
@@ -42,13 +44,15 @@ pub fn parse_config(text: &str) -> (Option<String>, Option<String>) {
 
 /// The target's policy, or `None` when it has no SELinux config, names no policy, or is
 /// disabled.
-pub fn target_policy(root: &Path) -> Result<Option<Policy>> {
-    let cfg = root.join("etc/selinux/config");
-    let text = match std::fs::read_to_string(&cfg) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", cfg.display())),
+pub fn target_policy(root: &Root) -> Result<Option<Policy>> {
+    let cfg = root.host.join("etc/selinux/config");
+    let Some(bytes) = root
+        .read_file("/etc/selinux/config")
+        .with_context(|| format!("reading {}", cfg.display()))?
+    else {
+        return Ok(None);
     };
+    let text = String::from_utf8_lossy(&bytes);
     let (mode, ty) = parse_config(&text);
     let Some(name) = ty.filter(|t| !t.is_empty()) else {
         return Ok(None);
@@ -61,8 +65,15 @@ pub fn target_policy(root: &Path) -> Result<Option<Policy>> {
     if name.contains('/') || name == ".." {
         bail!("{}: invalid SELINUXTYPE {name:?}", cfg.display());
     }
-    let fc = root.join(format!("etc/selinux/{name}/contexts/files/file_contexts"));
-    if !fc.is_file() {
+    let fc_path = format!("/etc/selinux/{name}/contexts/files/file_contexts");
+    let fc = root.host.join(&fc_path[1..]);
+    let is_file = root
+        .place(&fc_path, false)?
+        .map(|p| p.stat())
+        .transpose()?
+        .flatten()
+        .is_some_and(|st| kind(&st) == nix::sys::stat::SFlag::S_IFREG);
+    if !is_file {
         bail!(
             "{} names policy {name:?} but {} is missing",
             cfg.display(),
@@ -93,15 +104,16 @@ pub fn minimal_paths(logical: &[String]) -> Vec<String> {
 
 /// Relabels `logical` paths of `root` with the target's policy, if it has one.
 /// Returns how many paths were handed to setfiles.
-pub fn relabel(root: &Path, logical: &[String]) -> Result<usize> {
-    let Some(policy) = target_policy(root)? else {
+pub fn relabel(troot: &Root, logical: &[String]) -> Result<usize> {
+    let root = troot.host.as_path();
+    let Some(policy) = target_policy(troot)? else {
         debug!("target has no SELinux policy: nothing to relabel");
         return Ok(0);
     };
     debug!("host SELinux support: {:?}", selinux::kernel_support());
     let paths: Vec<String> = minimal_paths(logical)
         .into_iter()
-        .filter(|p| std::fs::symlink_metadata(root.join(p.trim_start_matches('/'))).is_ok())
+        .filter(|p| troot.stat(p).ok().flatten().is_some())
         .collect();
     if paths.is_empty() {
         return Ok(0);

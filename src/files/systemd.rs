@@ -17,13 +17,17 @@
 //! systemd (which reads both) reaches the same result.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::ErrorKind;
+use std::os::fd::AsFd;
 
 use anyhow::{Context, Result};
 use log::info;
+use nix::fcntl::{OFlag, openat, readlinkat};
+use nix::sys::stat::{Mode, SFlag};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::Writer;
 use super::nodes::{Attrs, Contents};
+use super::resolve::{kind, logical, stat_at};
 use crate::config::types::Systemd;
 
 pub const UNIT_DIR: &str = "/etc/systemd/system";
@@ -177,10 +181,12 @@ impl Writer<'_> {
 
     /// Removes a mask (a link to /dev/null) if there is one.
     fn unmask(&mut self, unit_path: &str, name: &str) -> Result<()> {
-        let r = self.root.resolve(unit_path)?;
-        let host = self.root.host_path(&r.parent).join(&r.name);
-        if std::fs::read_link(&host).is_ok_and(|t| t.as_os_str() == "/dev/null") {
-            std::fs::remove_file(&host).with_context(|| format!("unmasking {}", host.display()))?;
+        let Some(p) = self.root.place(unit_path, false)? else {
+            return Ok(());
+        };
+        if readlinkat(&p.dir, p.name()).is_ok_and(|t| t.as_os_str() == "/dev/null") {
+            unlinkat(&p.dir, p.name(), UnlinkatFlags::NoRemoveDir)
+                .with_context(|| format!("unmasking {}", p.r.logical()))?;
             info!("unmasked {name}");
         }
         Ok(())
@@ -188,25 +194,41 @@ impl Writer<'_> {
 
     /// Removes `<unit dir>/*.wants/<name>` and `*.requires/<name>` links.
     fn remove_enablement_links(&mut self, name: &str) -> Result<()> {
-        let r = self.root.resolve(&format!("{UNIT_DIR}/x"))?;
-        let dir = self.root.host_path(&r.parent);
-        let rd = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+        let Some(p) = self.root.place(&format!("{UNIT_DIR}/x"), false)? else {
+            return Ok(());
         };
-        for ent in rd {
-            let ent = ent.with_context(|| format!("listing {}", dir.display()))?;
-            let n = ent.file_name();
-            let n = n.to_string_lossy();
-            if !(n.ends_with(".wants") || n.ends_with(".requires") || n.ends_with(".upholds")) {
-                continue;
+        let dir = logical(p.r.parent.iter());
+        let listing = openat(
+            &p.dir,
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .and_then(nix::dir::Dir::from_fd)
+        .with_context(|| format!("listing {dir}"))?;
+        let mut wants = Vec::new();
+        for ent in listing {
+            let ent = ent.with_context(|| format!("listing {dir}"))?;
+            let n = String::from_utf8_lossy(ent.file_name().to_bytes()).into_owned();
+            if n.ends_with(".wants") || n.ends_with(".requires") || n.ends_with(".upholds") {
+                wants.push(n);
             }
-            let link = ent.path().join(name);
-            if std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()) {
-                std::fs::remove_file(&link)
-                    .with_context(|| format!("removing enablement link {}", link.display()))?;
-                info!("disabled {name}: removed {}", link.display());
+        }
+        for n in wants {
+            // Only real directories: a `.wants` that is a link is not followed.
+            let Ok(w) = openat(
+                &p.dir,
+                n.as_str(),
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) else {
+                continue;
+            };
+            let link = format!("{dir}/{n}/{name}");
+            if stat_at(w.as_fd(), name, &link)?.is_some_and(|st| kind(&st) == SFlag::S_IFLNK) {
+                unlinkat(&w, name, UnlinkatFlags::NoRemoveDir)
+                    .with_context(|| format!("removing enablement link {link}"))?;
+                info!("disabled {name}: removed {link}");
             }
         }
         Ok(())
@@ -245,13 +267,8 @@ impl Writer<'_> {
 
     /// A file of the target root as text; empty when it does not exist.
     fn read_root_file(&self, path: &str) -> Result<String> {
-        let r = self.root.resolve(path)?;
-        let host = self.root.host_path(&r.parent).join(&r.name);
-        match std::fs::read_to_string(&host) {
-            Ok(s) => Ok(s),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(String::new()),
-            Err(e) => Err(e).with_context(|| format!("reading {}", host.display())),
-        }
+        let b = self.root.read_file(path)?.unwrap_or_default();
+        String::from_utf8(b).with_context(|| format!("reading {path}: not UTF-8"))
     }
 }
 

@@ -26,6 +26,10 @@ pub struct Options {
     pub kargs_helper: Option<PathBuf>,
     /// Where SSH keys are written in each home.
     pub ssh_keys_file: SshKeysFile,
+    /// Test builds only: open directories element by element with `O_NOFOLLOW`, as on a
+    /// kernel without `openat2` (see `files::resolve`).
+    #[cfg(feature = "test-hooks")]
+    pub no_openat2: bool,
 }
 
 /// Runs the stage with the options of the context ([`Context::files`]).
@@ -49,7 +53,12 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
         .filter(|f| mountable(f))
         .filter_map(|f| f.path.clone())
         .collect();
-    let root = Root::new(&ctx.root, &mount_paths);
+    #[allow(unused_mut)]
+    let mut root = Root::open(&ctx.root, &mount_paths)?;
+    #[cfg(feature = "test-hooks")]
+    if opts.no_openat2 {
+        root.set_openat2(false);
+    }
     let mounts = MountGuard::mount_all(&root, &config.storage.filesystems)?;
     // On failure the guard's Drop unmounts; on success close() reports unmount errors.
     write_all(
@@ -95,7 +104,7 @@ fn write_all(
         opts.kargs_helper.as_deref(),
     )?;
     write_result(&mut w, ctx)?;
-    selinux::relabel(&ctx.root, &w.touched())?;
+    selinux::relabel(&w.root, &w.touched())?;
     w.log_summary();
     // Durability: one syncfs per filesystem instead of an fsync per file.
     sync_fs(&ctx.root)?;
@@ -106,16 +115,17 @@ fn write_all(
 }
 
 fn write_result(w: &mut Writer, ctx: &Context) -> Result<()> {
-    let host_of = |w: &Writer, p: &str| -> Result<PathBuf> {
-        let r = w.root.resolve(p)?;
-        Ok(w.root.host_path(&r.parent).join(&r.name))
-    };
-    let mut previous = result::previous_report(&host_of(w, result::RESULT_FILE)?)?;
+    let mut previous =
+        result::previous_report(w.root.read_file(result::RESULT_FILE)?, result::RESULT_FILE);
     if previous.is_none() {
-        // A root provisioned by an earlier release has its report under the old name.
-        let old = host_of(w, result::COMPAT_RESULT_FILE)?;
-        if std::fs::symlink_metadata(&old).is_ok_and(|m| m.is_file()) {
-            previous = result::previous_report(&old)?;
+        // A root provisioned by an earlier release has its report under the old name (a
+        // regular file there; the link to the new name of later releases is not followed).
+        let old = result::COMPAT_RESULT_FILE;
+        if w.root
+            .stat(old)?
+            .is_some_and(|st| crate::files::resolve::kind(&st) == nix::sys::stat::SFlag::S_IFREG)
+        {
+            previous = result::previous_report(w.root.read_file(old)?, old);
         }
     }
     let report = result::report(ctx.state().user_config_provided(), previous);
