@@ -220,8 +220,7 @@ impl Walk<'_> {
                     executable: meta.permissions().mode() & 0o111 != 0,
                 });
             } else if ft.is_symlink() {
-                let target =
-                    std::fs::read_link(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let target = std::fs::read_link(&p).map_err(|e| format!("{}: {e}", p.display()))?;
                 let target = target.to_string_lossy().into_owned();
                 self.count(target.len())?;
                 self.out.push(TreeEntry::Symlink { rel, target });

@@ -50,18 +50,26 @@ fn without_hanging<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) ->
 }
 
 fn file_cfg(local: &str) -> String {
-    format!("{HEAD}storage:\n  files:\n    - path: /etc/x\n      contents:\n        local: {local}\n")
+    format!(
+        "{HEAD}storage:\n  files:\n    - path: /etc/x\n      contents:\n        local: {local}\n"
+    )
 }
 
 #[test]
 fn a_fifo_is_refused_not_read() {
     let t = tmp("fifo");
-    nix::unistd::mkfifo(&t.0.join("pipe"), nix::sys::stat::Mode::from_bits_truncate(0o600))
-        .unwrap();
+    nix::unistd::mkfifo(
+        &t.0.join("pipe"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
     let dir = t.0.clone();
     let e = without_hanging(move || translate(&dir, &file_cfg("pipe"), Default::default()))
         .unwrap_err();
-    assert!(e.contains("a FIFO") && e.contains("only regular files"), "{e}");
+    assert!(
+        e.contains("a FIFO") && e.contains("only regular files"),
+        "{e}"
+    );
     // In a tree too.
     std::fs::create_dir(t.0.join("tree")).unwrap();
     std::fs::rename(t.0.join("pipe"), t.0.join("tree/pipe")).unwrap();
@@ -78,7 +86,10 @@ fn a_device_through_a_symlink_is_refused_not_read() {
     let dir = t.0.clone();
     let e = without_hanging(move || translate(&dir, &file_cfg("zero"), Default::default()))
         .unwrap_err();
-    assert!(e.contains("a device") && e.contains("only regular files"), "{e}");
+    assert!(
+        e.contains("a device") && e.contains("only regular files"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -93,7 +104,10 @@ fn each_file_and_the_total_are_bounded() {
         ..Default::default()
     };
     let e = translate(&t.0, &file_cfg("big"), small_file).unwrap_err();
-    assert!(e.contains("max-local-file") && e.contains("1000 bytes"), "{e}");
+    assert!(
+        e.contains("max-local-file") && e.contains("1000 bytes"),
+        "{e}"
+    );
 
     // Three distinct files of 1500 bytes: more than 4000 read in all.
     let mut cfg = format!("{HEAD}storage:\n  files:\n");
@@ -105,7 +119,10 @@ fn each_file_and_the_total_are_bounded() {
         ..Default::default()
     };
     let e = translate(&t.0, &cfg, small_total()).unwrap_err();
-    assert!(e.contains("max-local-total") && e.contains("4000 bytes"), "{e}");
+    assert!(
+        e.contains("max-local-total") && e.contains("4000 bytes"),
+        "{e}"
+    );
 
     // A tree is bounded by the same total.
     std::fs::create_dir(t.0.join("tree")).unwrap();
@@ -149,7 +166,10 @@ fn one_file_used_ten_times_is_read_and_compressed_once() {
         ..Default::default()
     };
     let e = translate(&t.0, &cfg(10), opts).unwrap_err();
-    assert!(e.contains("embedded") && e.contains("max-local-total"), "{e}");
+    assert!(
+        e.contains("embedded") && e.contains("max-local-total"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -173,7 +193,9 @@ fn trees_translate_in_linear_time() {
     assert!(ratio < 2.5, "work grew {ratio:.2}x when the tree doubled");
 }
 
-/// Peak RSS (KiB) of the real binary translating `file`, from wait4's rusage of that child.
+/// Exit code and peak RSS (KiB) of the real binary run with `args`, from wait4's rusage of
+/// that child (waited for by `wait4`, which clippy does not see).
+#[allow(clippy::zombie_processes)]
 fn peak_rss_kib(args: &[&str]) -> (i32, i64) {
     let child = Command::new(AGENT)
         .args(args)
@@ -214,7 +236,10 @@ fn anchors_are_shared_not_copied() {
     eprintln!("input {input_kib} KiB, peak RSS {rss} KiB");
     // The documented bound (docs/butane.md): a translation's memory is a small multiple of
     // its input; 10x leaves room for the tree, the text and the allocator.
-    assert!(rss < 10 * input_kib + 16 * 1024, "peak RSS {rss} KiB for {input_kib} KiB of YAML");
+    assert!(
+        rss < 10 * input_kib + 16 * 1024,
+        "peak RSS {rss} KiB for {input_kib} KiB of YAML"
+    );
 }
 
 #[test]
@@ -234,7 +259,10 @@ fn validate_names_a_yaml_limit_not_invalid_json() {
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{err}");
-        assert!(err.contains(limit) && !err.contains("invalid JSON"), "{err}");
+        assert!(
+            err.contains(limit) && !err.contains("invalid JSON"),
+            "{err}"
+        );
     }
 }
 

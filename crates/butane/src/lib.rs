@@ -33,8 +33,7 @@ pub trait FilesDir {
     /// Every regular file and symlink under directory `rel`, in lexical walk order (as Go's
     /// `filepath.Walk`), with paths relative to `rel`; each file at most `max_file` bytes,
     /// all together at most `max_total`.
-    fn walk(&self, rel: &str, max_file: u64, max_total: u64)
-    -> Result<Vec<TreeEntry>, LocalError>;
+    fn walk(&self, rel: &str, max_file: u64, max_total: u64) -> Result<Vec<TreeEntry>, LocalError>;
 }
 
 /// Why a [`FilesDir`] read failed.

@@ -9,17 +9,30 @@ use spec::work;
 
 /// Work for inputs of `n` and `2n` entries; fails unless it grows less than 2.5x.
 fn assert_linear(what: &str, n: usize, make: impl Fn(usize) -> String, ok: bool) {
-    assert!(work::ENABLED, "the work count is compiled into butane's tests");
+    const {
+        assert!(
+            work::ENABLED,
+            "the work count is compiled into butane's tests"
+        )
+    };
     let run = |n: usize| {
         let text = make(n);
         let (r, w) = work::measure(|| translate(text.as_bytes(), &Options::default()));
-        assert_eq!(r.is_ok(), ok, "{what} at {n}: {:?}", r.err().map(|r| r.to_string()));
+        assert_eq!(
+            r.is_ok(),
+            ok,
+            "{what} at {n}: {:?}",
+            r.err().map(|r| r.to_string())
+        );
         w
     };
     let (small, big) = (run(n), run(2 * n));
     assert!(small > 0, "{what}: no work counted");
     let ratio = big as f64 / small as f64;
-    eprintln!("{what}: work {small} -> {big} ({ratio:.2}x) for {n} -> {}", 2 * n);
+    eprintln!(
+        "{what}: work {small} -> {big} ({ratio:.2}x) for {n} -> {}",
+        2 * n
+    );
     assert!(
         ratio < 2.5,
         "{what}: work grew {ratio:.2}x ({small} -> {big}) when the input doubled from {n}"
@@ -61,7 +74,8 @@ fn many_files_directories_and_links() {
         |n| {
             let mut s = HEAD.to_string() + "storage:\n  files:\n";
             for i in 0..n {
-                s += &format!("    - path: /f/{i}\n      contents:\n        inline: \"file {i}\"\n");
+                s +=
+                    &format!("    - path: /f/{i}\n      contents:\n        inline: \"file {i}\"\n");
             }
             s += "  directories:\n";
             for i in 0..n {
@@ -133,8 +147,13 @@ fn big_contents_compress_linearly() {
         "compression",
         50_000,
         |n| {
-            let body: String = (0..n).map(|i| format!("line {} {}\\n", i, i * 7919 % 1000)).collect();
-            HEAD.to_string() + &format!("storage:\n  files:\n    - path: /big\n      contents:\n        inline: \"{body}\"\n")
+            let body: String = (0..n)
+                .map(|i| format!("line {} {}\\n", i, i * 7919 % 1000))
+                .collect();
+            HEAD.to_string()
+                + &format!(
+                    "storage:\n  files:\n    - path: /big\n      contents:\n        inline: \"{body}\"\n"
+                )
         },
         true,
     );

@@ -184,7 +184,8 @@ pub fn merge(parent: &Obj, child: &Obj) -> Obj {
             }
             (Some(G::List(p)), G::List(c), _) => {
                 let mut list = p.clone();
-                let mut have: HashSet<MergeKey> = list.iter().filter_map(|x| merge_key(&x.0)).collect();
+                let mut have: HashSet<MergeKey> =
+                    list.iter().filter_map(|x| merge_key(&x.0)).collect();
                 spec::work::add(list.len());
                 for item in c {
                     spec::work::add(1);

@@ -164,13 +164,18 @@ struct Ctx<'a, 'o> {
     local: Local,
 }
 
+/// A local file's bytes (shared by its uses), or why it could not be read.
+type LocalRead = Result<Rc<Vec<u8>>, String>;
+/// A data URL and the compression to set with it (`data_url_for`).
+type DataUrl = (String, Option<String>);
+
 /// The local files of one translation: each path read once (ten uses of one file read and
 /// compress it once), and the bytes read and embedded, against `Options::max_local_total`.
 #[derive(Default)]
 struct Local {
-    files: RefCell<HashMap<String, Result<Rc<Vec<u8>>, String>>>,
+    files: RefCell<HashMap<String, LocalRead>>,
     /// Data URLs of local files, by path and the compression asked for.
-    urls: RefCell<HashMap<(String, Option<String>), (String, Option<String>)>>,
+    urls: RefCell<HashMap<(String, Option<String>), DataUrl>>,
     read: Cell<u64>,
     embedded: Cell<u64>,
 }
@@ -913,7 +918,10 @@ impl Ctx<'_, '_> {
                 let mut keys: Vec<(G, Pos)> = u.list("sshAuthorizedKeys").to_vec();
                 for (j, (f, fpos)) in files.iter().enumerate() {
                     let rel = f.as_str().unwrap_or("");
-                    match self.read_local(rel).and_then(|d| self.embed(d.len()).map(|_| d)) {
+                    match self
+                        .read_local(rel)
+                        .and_then(|d| self.embed(d.len()).map(|_| d))
+                    {
                         Ok(data) => {
                             let text = String::from_utf8_lossy(&data).into_owned();
                             for line in text.split('\n') {
@@ -956,7 +964,10 @@ impl Ctx<'_, '_> {
             return;
         }
         let pos = u.sugar_pos("contents_local");
-        match self.read_local(&rel).and_then(|d| self.embed(d.len()).map(|_| d)) {
+        match self
+            .read_local(&rel)
+            .and_then(|d| self.embed(d.len()).map(|_| d))
+        {
             Ok(data) => u.set_at(
                 "contents",
                 self.t.minor,

@@ -266,8 +266,8 @@ impl Parser<'_> {
                 members.iter().any(|m| m.key == key)
             } else {
                 crate::work::add(1);
-                let set = keys
-                    .get_or_insert_with(|| members.iter().map(|m| m.key.clone()).collect());
+                let set =
+                    keys.get_or_insert_with(|| members.iter().map(|m| m.key.clone()).collect());
                 !set.insert(key.clone())
             };
             if duplicate {

@@ -7,12 +7,15 @@ use crate::work;
 /// Work for inputs of `n` and `2n` entries; fails unless it grows less than 2.5x (n log n
 /// with a binary search stays near 2.2x; anything quadratic is near 4x).
 fn assert_linear(what: &str, n: usize, run: impl Fn(usize)) {
-    assert!(work::ENABLED, "the work count is compiled into tests");
+    const { assert!(work::ENABLED, "the work count is compiled into tests") };
     let (_, small) = work::measure(|| run(n));
     let (_, big) = work::measure(|| run(2 * n));
     assert!(small > 0, "{what}: no work counted");
     let ratio = big as f64 / small as f64;
-    eprintln!("{what}: work {small} -> {big} ({ratio:.2}x) for {n} -> {}", 2 * n);
+    eprintln!(
+        "{what}: work {small} -> {big} ({ratio:.2}x) for {n} -> {}",
+        2 * n
+    );
     assert!(
         ratio < 2.5,
         "{what}: work grew {ratio:.2}x ({small} -> {big}) when the input doubled from {n}"
@@ -75,7 +78,13 @@ fn many_valid_entries() {
 fn many_placed_partitions() {
     assert_linear("partitions", 2000, |n| {
         let parts: Vec<String> = (0..n)
-            .map(|i| format!("{{\"number\": {}, \"startMiB\": {}, \"sizeMiB\": 1}}", i + 1, 2 + 2 * i))
+            .map(|i| {
+                format!(
+                    "{{\"number\": {}, \"startMiB\": {}, \"sizeMiB\": 1}}",
+                    i + 1,
+                    2 + 2 * i
+                )
+            })
             .collect();
         let body = format!(
             ",\"storage\": {{\"disks\": [{{\"device\": \"/dev/vda\", \"partitions\": [{}]}}]}}",
@@ -89,7 +98,9 @@ fn many_placed_partitions() {
 fn merging_many_entries() {
     assert_linear("merge", 2000, |n| {
         let cfg = |off: usize| {
-            let users: Vec<String> = (0..n).map(|i| format!("{{\"name\": \"u{}\"}}", i + off)).collect();
+            let users: Vec<String> = (0..n)
+                .map(|i| format!("{{\"name\": \"u{}\"}}", i + off))
+                .collect();
             let keys: Vec<String> = (0..n).map(|i| format!("\"k{}\"", i + off)).collect();
             let body = format!(
                 ",\"passwd\": {{\"users\": [{}]}}, \"kernelArguments\": {{\"shouldExist\": [{}]}}",
@@ -110,7 +121,9 @@ fn deep_duplicate_free_objects() {
     // Many small objects (the common shape) and one big one: no per-object overhead that
     // grows with the document.
     assert_linear("objects", 4000, |n| {
-        let body: String = (0..n).map(|i| format!(",\"o{i}\": {{\"a\": 1, \"b\": [1, 2]}}")).collect();
+        let body: String = (0..n)
+            .map(|i| format!(",\"o{i}\": {{\"a\": 1, \"b\": [1, 2]}}"))
+            .collect();
         let _ = super::parse(&doc(&body));
     });
 }

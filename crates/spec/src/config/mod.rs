@@ -124,14 +124,12 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, Report> {
         .filter(|d| d.severity == Severity::Error)
         .map(|d| d.path.clone())
         .collect();
-    report.diagnostics.extend(
-        validate::validate(&config)
-            .into_iter()
-            .filter(|d| {
-                crate::work::add(1);
-                d.severity != Severity::Error || !decoded_errors.contains(&d.path)
-            }),
-    );
+    report
+        .diagnostics
+        .extend(validate::validate(&config).into_iter().filter(|d| {
+            crate::work::add(1);
+            d.severity != Severity::Error || !decoded_errors.contains(&d.path)
+        }));
     if report.has_errors() {
         report.locate(&tree, bytes);
         return Err(report);
