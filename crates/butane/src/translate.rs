@@ -270,7 +270,7 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
     let mut report = Report::default();
     // The agent validates stable versions; an experimental spec is checked as the newest
     // stable one it extends.
-    let text = if t.ign_version.ends_with("-experimental") {
+    let text: std::borrow::Cow<'_, str> = if t.ign_version.ends_with("-experimental") {
         json.replacen(
             &format!("\"version\":\"{}\"", t.ign_version),
             "\"version\":\"3.6.0\"",
@@ -281,8 +281,10 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
             "\"version\": \"3.6.0\"",
             1,
         )
+        .into()
     } else {
-        json.to_string()
+        // Not copied: the output of a big translation is hundreds of MiB.
+        json.into()
     };
     let diags = match spec::config::parse(text.as_bytes()) {
         Ok(p) => p.warnings.diagnostics,
@@ -826,6 +828,9 @@ impl Ctx<'_, '_> {
                 let data = self.read_local(rel)?;
                 let u = data_url_for(self.t.minor, &data, compression);
                 self.local.urls.borrow_mut().insert(key, u.clone());
+                // The URL is what later uses need: the bytes are not kept (another kind of
+                // use, e.g. `contents_local`, reads the file again and counts it again).
+                self.local.files.borrow_mut().remove(rel);
                 u
             }
         };
