@@ -246,7 +246,11 @@ fn anchors_are_shared_not_copied() {
 fn validate_names_a_yaml_limit_not_invalid_json() {
     let t = tmp("validate-limit");
     let deep = t.0.join("deep.bu");
-    std::fs::write(&deep, "[".repeat(10_000) + &"]".repeat(10_000)).unwrap();
+    std::fs::write(
+        &deep,
+        format!("{HEAD}x: {}{}", "[".repeat(10_000), "]".repeat(10_000)),
+    )
+    .unwrap();
     let many = t.0.join("many.bu");
     let mut s = format!("{HEAD}x: [");
     s += &"1,".repeat(2_100_000);

@@ -209,7 +209,9 @@ pub fn looks_like_butane(input: &[u8]) -> bool {
         .position(|b| !b.is_ascii_whitespace())
         .map(|i| &input[i..])
         .unwrap_or(&[]);
-    if trimmed.first() == Some(&b'{') {
+    // A JSON object (a config) or array (not one, but JSON's error says so): never Butane,
+    // which is a mapping.
+    if matches!(trimmed.first(), Some(b'{' | b'[')) {
         return false;
     }
     let Ok(text) = std::str::from_utf8(input) else {
@@ -298,5 +300,9 @@ mod tests {
             b"{\"ignition\":{\"version\":\"3.4.0\"}}"
         ));
         assert!(!looks_like_butane(b"just: yaml\n"));
+        // YAML over a limit is Butane (its error names the limit), unless it is JSON.
+        let deep = format!("a: {}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(looks_like_butane(deep.as_bytes()));
+        assert!(!looks_like_butane(deep[3..].as_bytes()));
     }
 }

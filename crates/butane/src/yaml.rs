@@ -422,6 +422,41 @@ mod tests {
     }
 
     #[test]
+    fn aliases_share_the_anchored_node() {
+        let n = parse("a: &x [1, [2]]\nb: *x\n", &Limits::default()).unwrap();
+        let (Kind::Seq(a), Kind::Seq(b)) = (&n.get("a").unwrap().kind, &n.get("b").unwrap().kind)
+        else {
+            panic!("sequences expected")
+        };
+        assert!(Rc::ptr_eq(a, b));
+        assert_eq!(n.get("b").unwrap().pos, Pos { line: 2, col: 4 });
+    }
+
+    #[test]
+    fn limits_count_what_they_say() {
+        let limits = Limits {
+            max_nodes: 1000,
+            max_alias_nodes: 10,
+            ..Limits::default()
+        };
+        // 999 nodes, no alias: only max-nodes applies.
+        let list = format!("[{}]", vec!["x"; 998].join(","));
+        assert!(parse(&list, &limits).is_ok());
+        let e = parse(&format!("[{}]", vec!["x"; 1000].join(",")), &limits).unwrap_err();
+        assert!(e.limit && e.message.contains("max-nodes"), "{}", e.message);
+        // Anchors without aliases add nothing; each alias adds its whole subtree (5 nodes).
+        let anchored = "a: &a [1, &b [2, 3]]\n";
+        assert!(parse(anchored, &limits).is_ok());
+        assert!(parse(&format!("{anchored}b: [*a, *a]\n"), &limits).is_ok());
+        let e = parse(&format!("{anchored}b: [*a, *a, *a]\n"), &limits).unwrap_err();
+        assert!(
+            e.limit && e.message.contains("max-alias-nodes"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
     fn big_scalar_aliases_are_refused() {
         let big = "x".repeat(1 << 20);
         let mut s = format!("a: &a \"{big}\"\nb: [");
