@@ -117,6 +117,31 @@ fn merging_many_entries() {
 }
 
 #[test]
+fn merging_kernel_arguments_both_ways() {
+    // A child's shouldNotExist cancels the parent's shouldExist of the same argument, and
+    // the other way round.
+    assert_linear("kernel arguments", 2000, |n| {
+        let cfg = |exist: &str, not: &str| {
+            let list = |p: &str| {
+                (0..n)
+                    .map(|i| format!("\"{p}{i}\""))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let body = format!(
+                ",\"kernelArguments\": {{\"shouldExist\": [{}], \"shouldNotExist\": [{}]}}",
+                list(exist),
+                list(not)
+            );
+            super::parse(&doc(&body)).unwrap().config
+        };
+        let m = super::merge(&cfg("a", "b"), &cfg("b", "a"));
+        assert_eq!(m.kernel_arguments.should_exist.len(), n);
+        assert_eq!(m.kernel_arguments.should_not_exist.len(), n);
+    });
+}
+
+#[test]
 fn deep_duplicate_free_objects() {
     // Many small objects (the common shape) and one big one: no per-object overhead that
     // grows with the document.
