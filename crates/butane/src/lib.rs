@@ -303,6 +303,6 @@ mod tests {
         // YAML over a limit is Butane (its error names the limit), unless it is JSON.
         let deep = format!("a: {}{}", "[".repeat(10_000), "]".repeat(10_000));
         assert!(looks_like_butane(deep.as_bytes()));
-        assert!(!looks_like_butane(deep[3..].as_bytes()));
+        assert!(!looks_like_butane(&deep.as_bytes()[3..]));
     }
 }
