@@ -5,6 +5,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use butane::{LocalError, TreeEntry};
+
 /// Local files for Butane, confined to one directory: a path that leaves it (by `..`, or,
 /// with `confine_symlinks`, through a symlink) is refused.
 pub struct DirFiles {
@@ -54,30 +56,27 @@ impl DirFiles {
 }
 
 impl butane::FilesDir for DirFiles {
-    fn read(&self, rel: &str) -> Result<Vec<u8>, String> {
+    fn read(&self, rel: &str, max: u64) -> Result<Vec<u8>, LocalError> {
         let p = self.resolve(rel)?;
         let shown = self.root.join(rel);
-        let meta = std::fs::metadata(&p)
-            .map_err(|e| format!("open {}: {}", shown.display(), os_msg(&e)))?;
-        if meta.len() > crate::limits::DEFAULT_MAX_CONFIG_SIZE {
-            return Err(format!(
-                "{}: larger than {} bytes",
-                shown.display(),
-                crate::limits::DEFAULT_MAX_CONFIG_SIZE
-            ));
-        }
-        std::fs::read(&p).map_err(|e| format!("read {}: {}", shown.display(), os_msg(&e)))
+        read_regular(&p, &shown, max, true)
     }
 
-    fn walk(&self, rel: &str) -> Result<Vec<butane::TreeEntry>, String> {
+    fn walk(&self, rel: &str, max_file: u64, max_total: u64) -> Result<Vec<TreeEntry>, LocalError> {
         let base = self.resolve(rel)?;
         let meta = std::fs::metadata(&base)
             .map_err(|e| format!("stat {}: {}", base.display(), os_msg(&e)))?;
         if !meta.is_dir() {
-            return Err("tree local must be a directory".into());
+            return Err("tree local must be a directory".to_string().into());
         }
         let mut out = Vec::new();
-        walk_dir(&base, "", &mut out, 0)?;
+        let mut walk = Walk {
+            out: &mut out,
+            max_file,
+            max_total,
+            total: 0,
+        };
+        walk.dir(&base, "", 0)?;
         Ok(out)
     }
 }
@@ -89,48 +88,150 @@ fn os_msg(e: &std::io::Error) -> String {
     }
 }
 
-fn walk_dir(
-    dir: &Path,
-    prefix: &str,
-    out: &mut Vec<butane::TreeEntry>,
-    depth: usize,
-) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    if depth > 64 {
-        return Err(format!("{}: tree nested too deep", dir.display()));
+/// Reads `path` if it is a regular file of at most `max` bytes. Anything else is refused
+/// before it is read: a FIFO (which would block), a device (`/dev/zero` reads forever), a
+/// socket, a directory. The file is opened non-blocking and checked again through the
+/// descriptor, so swapping in a FIFO after the check cannot block either; and no more than
+/// `max` + 1 bytes are read even if the file grows meanwhile. `follow`: a symlink is followed
+/// (as Butane does for `local`); without it a symlink is refused (a tree's files, found by
+/// `lstat`, are opened as what was found).
+fn read_regular(path: &Path, shown: &Path, max: u64, follow: bool) -> Result<Vec<u8>, LocalError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = if follow {
+        std::fs::metadata(path)
+    } else {
+        std::fs::symlink_metadata(path)
     }
-    let mut names: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name())
-        .collect();
-    names.sort();
-    for name in names {
-        let p = dir.join(&name);
-        let rel = format!("{prefix}{}", name.to_string_lossy());
-        let meta = std::fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-        let ft = meta.file_type();
-        if ft.is_dir() {
-            walk_dir(&p, &format!("{rel}/"), out, depth + 1)?;
-        } else if ft.is_file() {
-            if meta.len() > crate::limits::DEFAULT_MAX_CONFIG_SIZE {
-                return Err(format!("{}: file too large", p.display()));
-            }
-            let contents = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-            out.push(butane::TreeEntry::File {
-                rel,
-                contents,
-                executable: meta.permissions().mode() & 0o111 != 0,
+    .map_err(|e| format!("open {}: {}", shown.display(), os_msg(&e)))?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular(shown, &meta).into());
+    }
+    if meta.len() > max {
+        return Err(LocalError::TooLarge {
+            size: meta.len(),
+            total: false,
+        });
+    }
+    let mut flags = nix::libc::O_NONBLOCK;
+    if !follow {
+        flags |= nix::libc::O_NOFOLLOW;
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| format!("open {}: {}", shown.display(), os_msg(&e)))?;
+    let fmeta = f
+        .metadata()
+        .map_err(|e| format!("stat {}: {}", shown.display(), os_msg(&e)))?;
+    if !fmeta.file_type().is_file() {
+        return Err(not_regular(shown, &fmeta).into());
+    }
+    let mut data = Vec::with_capacity(usize::try_from(fmeta.len().min(max)).unwrap_or(0));
+    f.take(max.saturating_add(1))
+        .read_to_end(&mut data)
+        .map_err(|e| format!("read {}: {}", shown.display(), os_msg(&e)))?;
+    if data.len() as u64 > max {
+        return Err(LocalError::TooLarge {
+            size: data.len() as u64,
+            total: false,
+        });
+    }
+    Ok(data)
+}
+
+fn not_regular(shown: &Path, meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let ft = meta.file_type();
+    let kind = if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    };
+    format!(
+        "{}: {kind}: only regular files are read as local files",
+        shown.display()
+    )
+}
+
+/// One walk of a tree: its entries, and the bytes they hold so far (contents and paths)
+/// against `max_total`.
+struct Walk<'a> {
+    out: &'a mut Vec<TreeEntry>,
+    max_file: u64,
+    max_total: u64,
+    total: u64,
+}
+
+impl Walk<'_> {
+    fn count(&mut self, n: usize) -> Result<(), LocalError> {
+        self.total = self.total.saturating_add(n as u64);
+        if self.total > self.max_total {
+            return Err(LocalError::TooLarge {
+                size: self.total,
+                total: true,
             });
-        } else if ft.is_symlink() {
-            let target = std::fs::read_link(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-            out.push(butane::TreeEntry::Symlink {
-                rel,
-                target: target.to_string_lossy().into_owned(),
-            });
-        } else {
-            return Err(format!("{}: file type not supported", p.display()));
         }
+        Ok(())
     }
-    Ok(())
+
+    fn dir(&mut self, dir: &Path, prefix: &str, depth: usize) -> Result<(), LocalError> {
+        use std::os::unix::fs::PermissionsExt;
+        if depth > 64 {
+            return Err(format!("{}: tree nested too deep", dir.display()).into());
+        }
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        for name in names {
+            let p = dir.join(&name);
+            let rel = format!("{prefix}{}", name.to_string_lossy());
+            self.count(rel.len())?;
+            let meta =
+                std::fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let ft = meta.file_type();
+            if ft.is_dir() {
+                self.dir(&p, &format!("{rel}/"), depth + 1)?;
+            } else if ft.is_file() {
+                let max = self.max_file.min(self.max_total.saturating_sub(self.total));
+                let contents = match read_regular(&p, &p, max, false) {
+                    Err(LocalError::TooLarge { size, .. }) if max < self.max_file => {
+                        return Err(LocalError::TooLarge {
+                            size: self.total.saturating_add(size),
+                            total: true,
+                        });
+                    }
+                    r => r?,
+                };
+                self.count(contents.len())?;
+                self.out.push(TreeEntry::File {
+                    rel,
+                    contents,
+                    executable: meta.permissions().mode() & 0o111 != 0,
+                });
+            } else if ft.is_symlink() {
+                let target = std::fs::read_link(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let target = target.to_string_lossy().into_owned();
+                self.count(target.len())?;
+                self.out.push(TreeEntry::Symlink { rel, target });
+            } else {
+                return Err(format!(
+                    "{}: file type not supported (only regular files, directories and symlinks)",
+                    p.display()
+                )
+                .into());
+            }
+        }
+        Ok(())
+    }
 }

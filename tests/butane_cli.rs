@@ -122,7 +122,7 @@ fn errors_and_exit_codes() {
     let o = run(&["butane"], &bomb);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("max-nodes"),
+        String::from_utf8_lossy(&o.stderr).contains("max-alias-nodes"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );

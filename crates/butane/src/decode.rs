@@ -3,6 +3,8 @@
 //! also takes `yes`/`no`/`on`/`off`/`y`/`n`); any scalar fits a string field; unknown keys are
 //! Butane's "unused key" warnings; a duplicate key is an error.
 
+use std::collections::HashMap;
+
 use crate::schema::{Def, K, T};
 use crate::value::{G, Obj};
 use crate::yaml::{Kind, Node, Pos, Style};
@@ -13,7 +15,8 @@ pub struct Decoder<'r> {
     pub report: &'r mut Report,
 }
 
-/// Expands `<<` merge keys and refuses duplicate keys; returns the mapping's entries.
+/// Expands `<<` merge keys and refuses duplicate keys; returns the mapping's entries. In time
+/// linear in the entries (an index of the keys seen).
 pub fn entries<'a>(
     node: &'a Node,
     path: &str,
@@ -23,8 +26,12 @@ pub fn entries<'a>(
         return Vec::new();
     };
     let mut out: Vec<(&'a str, &'a Node, Pos)> = Vec::new();
+    // Where each key of `out` was defined.
+    let mut seen: HashMap<&'a str, Pos> = HashMap::new();
     let mut merged: Vec<(&'a str, &'a Node, Pos)> = Vec::new();
-    for (k, v) in list {
+    let mut merged_seen: HashMap<&'a str, ()> = HashMap::new();
+    for (k, v) in list.iter() {
+        spec::work::add(1);
         let Some(key) = k.scalar() else {
             report.push(Diag::error(path, k.pos, "mapping keys must be scalars"));
             continue;
@@ -45,14 +52,15 @@ pub fn entries<'a>(
             };
             for m in maps {
                 for (mk, mv, mp) in entries(m, path, report) {
-                    if !merged.iter().any(|(k2, _, _)| *k2 == mk) {
+                    spec::work::add(1);
+                    if merged_seen.insert(mk, ()).is_none() {
                         merged.push((mk, mv, mp));
                     }
                 }
             }
             continue;
         }
-        if let Some((_, _, p)) = out.iter().find(|(k2, _, _)| *k2 == key) {
+        if let Some(p) = seen.get(key) {
             report.push(Diag::error(
                 path,
                 k.pos,
@@ -60,10 +68,12 @@ pub fn entries<'a>(
             ));
             continue;
         }
+        seen.insert(key, k.pos);
         out.push((key, v, k.pos));
     }
     for m in merged {
-        if !out.iter().any(|(k, _, _)| *k == m.0) {
+        spec::work::add(1);
+        if !seen.contains_key(m.0) {
             out.push(m);
         }
     }
@@ -183,6 +193,7 @@ impl Decoder<'_> {
                 };
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
+                    spec::work::add(1);
                     let p = format!("{path}.{i}");
                     let g = match t {
                         T::ListStr => {

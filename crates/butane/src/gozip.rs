@@ -620,6 +620,7 @@ impl Compressor {
         let mut found = None;
         let mut i = prev_head;
         while tries > 0 {
+            spec::work::add(1);
             let iu = i as usize;
             if w_end == win[iu + length] {
                 let n = win[iu..iu + min_look]
@@ -660,6 +661,7 @@ impl Compressor {
         }
         let max_insert = self.window_end as i64 - (MIN_MATCH as i64 - 1);
         loop {
+            spec::work::add(1);
             let lookahead = self.window_end - self.index;
             if lookahead < MIN_MATCH + MAX_MATCH {
                 if !self.sync {

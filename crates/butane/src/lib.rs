@@ -7,6 +7,8 @@
 
 mod decode;
 mod gozip;
+#[cfg(test)]
+mod linear;
 mod schema;
 mod sugar;
 mod translate;
@@ -19,13 +21,35 @@ pub use translate::{Release, Target, target};
 pub use yaml::{Limits, Pos};
 
 /// Where `local:`, `contents_local:`, `ssh_authorized_keys_local:` and `storage.trees` read.
+///
+/// Only regular files are read (a FIFO or a device is refused, never opened for reading), and
+/// never more than `max` bytes: the translation passes what is left of its bounds
+/// ([`Options::max_local_file`], [`Options::max_local_total`]) and names the limit when an
+/// implementation answers [`LocalError::TooLarge`].
 pub trait FilesDir {
-    /// The bytes of the file at `rel` (a slash-separated path relative to the files dir).
-    /// Implementations refuse paths that leave the directory.
-    fn read(&self, rel: &str) -> Result<Vec<u8>, String>;
+    /// The bytes of the regular file at `rel` (a slash-separated path relative to the files
+    /// dir), at most `max`. Implementations refuse paths that leave the directory.
+    fn read(&self, rel: &str, max: u64) -> Result<Vec<u8>, LocalError>;
     /// Every regular file and symlink under directory `rel`, in lexical walk order (as Go's
-    /// `filepath.Walk`), with paths relative to `rel`.
-    fn walk(&self, rel: &str) -> Result<Vec<TreeEntry>, String>;
+    /// `filepath.Walk`), with paths relative to `rel`; each file at most `max_file` bytes,
+    /// all together at most `max_total`.
+    fn walk(&self, rel: &str, max_file: u64, max_total: u64) -> Result<Vec<TreeEntry>, LocalError>;
+}
+
+/// Why a [`FilesDir`] read failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalError {
+    /// More than the caller accepts: `size` bytes at least were found; `total` says the
+    /// files of a tree together were too many bytes (not one file).
+    TooLarge { size: u64, total: bool },
+    /// Anything else (missing, not a regular file, outside the directory), as text.
+    Other(String),
+}
+
+impl From<String> for LocalError {
+    fn from(s: String) -> Self {
+        LocalError::Other(s)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -53,7 +77,18 @@ pub struct Options<'a> {
     pub limits: Limits,
     /// Which Butane release's experimental spec mapping to follow.
     pub release: Release,
+    /// Largest local file read (`local`, `contents_local`, `ssh_authorized_keys_local`, each
+    /// file of a tree): `max-local-file`.
+    pub max_local_file: u64,
+    /// Bytes of local files one translation reads, all together (a file used twice is read
+    /// once), and bytes of contents it embeds from them (counting every use): `max-local-total`.
+    pub max_local_total: u64,
 }
+
+/// Default [`Options::max_local_file`]: 64 MiB (the agent's config size limit).
+pub const MAX_LOCAL_FILE: u64 = 64 << 20;
+/// Default [`Options::max_local_total`]: 256 MiB.
+pub const MAX_LOCAL_TOTAL: u64 = 256 << 20;
 
 impl Default for Options<'_> {
     fn default() -> Self {
@@ -64,6 +99,8 @@ impl Default for Options<'_> {
             max_size: 8 << 20,
             limits: Limits::default(),
             release: Release::Newest,
+            max_local_file: MAX_LOCAL_FILE,
+            max_local_total: MAX_LOCAL_TOTAL,
         }
     }
 }
@@ -172,7 +209,9 @@ pub fn looks_like_butane(input: &[u8]) -> bool {
         .position(|b| !b.is_ascii_whitespace())
         .map(|i| &input[i..])
         .unwrap_or(&[]);
-    if trimmed.first() == Some(&b'{') {
+    // A JSON object (a config) or array (not one, but JSON's error says so): never Butane,
+    // which is a mapping.
+    if matches!(trimmed.first(), Some(b'{' | b'[')) {
         return false;
     }
     let Ok(text) = std::str::from_utf8(input) else {
@@ -183,7 +222,9 @@ pub fn looks_like_butane(input: &[u8]) -> bool {
             n.get("variant").and_then(|v| v.scalar()).is_some()
                 && n.get("version").and_then(|v| v.scalar()).is_some()
         }
-        Err(_) => false,
+        // YAML too big for a limit: not JSON (no `{`), so it is meant as Butane, and the
+        // translation names the limit (rather than "invalid JSON").
+        Err(e) => e.limit,
     }
 }
 
@@ -259,5 +300,9 @@ mod tests {
             b"{\"ignition\":{\"version\":\"3.4.0\"}}"
         ));
         assert!(!looks_like_butane(b"just: yaml\n"));
+        // YAML over a limit is Butane (its error names the limit), unless it is JSON.
+        let deep = format!("a: {}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(looks_like_butane(deep.as_bytes()));
+        assert!(!looks_like_butane(&deep.as_bytes()[3..]));
     }
 }

@@ -1,12 +1,15 @@
 //! Building blocks of Butane's sugar: data URLs as Butane chooses them, systemd unit-name
 //! escaping, and Ignition's merge of a rendered config (parent) with the user's (child).
 
+use std::collections::{HashMap, HashSet};
+
 use crate::schema::{K, T};
 use crate::value::{G, Obj};
 
 /// `dataurl.Escape` (vincent-petithory/dataurl): RFC 2396 unreserved bytes stay, the rest
 /// are `%XX` (upper case).
 pub fn escape(data: &[u8]) -> String {
+    spec::work::add(data.len());
     let mut s = String::with_capacity(data.len());
     for &b in data {
         if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
@@ -19,6 +22,7 @@ pub fn escape(data: &[u8]) -> String {
 }
 
 pub(crate) fn base64(data: &[u8]) -> String {
+    spec::work::add(data.len());
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for c in data.chunks(3) {
@@ -119,9 +123,24 @@ fn key_of(o: &Obj) -> Option<G> {
     o.get(k).cloned()
 }
 
+/// A list entry's merge key (a string or a number), hashable.
+#[derive(PartialEq, Eq, Hash)]
+enum MergeKey {
+    Str(String),
+    Int(i64),
+}
+
+fn merge_key(g: &G) -> Option<MergeKey> {
+    match g {
+        G::Str(s) => Some(MergeKey::Str(s.clone())),
+        G::Int(i) => Some(MergeKey::Int(*i)),
+        _ => None,
+    }
+}
+
 /// Ignition's merge of `child` onto `parent`: set fields of the child win, structs merge
 /// field by field, keyed lists merge entry by entry (parent order, then the child's new
-/// entries), lists of strings are unions.
+/// entries), lists of strings are unions. In time linear in the lists (an index of the keys).
 pub fn merge(parent: &Obj, child: &Obj) -> Obj {
     let mut out = parent.clone();
     for (i, f) in child.def.fields.iter().enumerate() {
@@ -130,27 +149,51 @@ pub fn merge(parent: &Obj, child: &Obj) -> Obj {
             (Some(G::Obj(p)), G::Obj(c), _) => G::Obj(merge(p, c)),
             (Some(G::List(p)), G::List(c), T::ListObj(_)) => {
                 let mut list = p.clone();
+                // The first entry of each key.
+                let mut index: HashMap<MergeKey, usize> = HashMap::new();
+                for (j, (pv, _)) in list.iter().enumerate() {
+                    spec::work::add(1);
+                    if let Some(k) = pv.as_obj().and_then(key_of).as_ref().and_then(merge_key) {
+                        index.entry(k).or_insert(j);
+                    }
+                }
                 for (cv, cpos) in c {
+                    spec::work::add(1);
                     let co = cv.as_obj().expect("object list");
                     let key = key_of(co);
-                    let hit = key.as_ref().and_then(|k| {
-                        list.iter()
-                            .position(|(pv, _)| pv.as_obj().and_then(key_of).as_ref() == Some(k))
+                    let hit = key.as_ref().and_then(|k| match merge_key(k) {
+                        Some(mk) => index.get(&mk).copied(),
+                        None => list
+                            .iter()
+                            .position(|(pv, _)| pv.as_obj().and_then(key_of).as_ref() == Some(k)),
                     });
                     match hit {
                         Some(j) => {
                             let m = merge(list[j].0.as_obj().expect("object list"), co);
                             list[j].0 = G::Obj(m);
                         }
-                        None => list.push((cv.clone(), *cpos)),
+                        None => {
+                            if let Some(mk) = key.as_ref().and_then(merge_key) {
+                                index.insert(mk, list.len());
+                            }
+                            list.push((cv.clone(), *cpos));
+                        }
                     }
                 }
                 G::List(list)
             }
             (Some(G::List(p)), G::List(c), _) => {
                 let mut list = p.clone();
+                let mut have: HashSet<MergeKey> =
+                    list.iter().filter_map(|x| merge_key(&x.0)).collect();
+                spec::work::add(list.len());
                 for item in c {
-                    if !list.iter().any(|x| x.0 == item.0) {
+                    spec::work::add(1);
+                    let new = match merge_key(&item.0) {
+                        Some(k) => have.insert(k),
+                        None => !list.iter().any(|x| x.0 == item.0),
+                    };
+                    if new {
                         list.push(item.clone());
                     }
                 }

@@ -6,7 +6,11 @@ use crate::schema::{self, Def, F, K, T};
 use crate::sugar::{make_data_url, merge, unit_path_escape};
 use crate::value::{G, Obj, to_json};
 use crate::yaml::{self, Kind, Node, Pos};
-use crate::{Diag, Options, Output, Report, TreeEntry};
+use crate::{Diag, LocalError, Options, Output, Report, TreeEntry};
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 /// Which Butane release's experimental versions to follow (they move between releases).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +161,23 @@ struct Ctx<'a, 'o> {
     opts: &'a Options<'o>,
     t: Target,
     report: Report,
+    local: Local,
+}
+
+/// A local file's bytes (shared by its uses), or why it could not be read.
+type LocalRead = Result<Rc<Vec<u8>>, String>;
+/// A data URL and the compression to set with it (`data_url_for`).
+type DataUrl = (String, Option<String>);
+
+/// The local files of one translation: each path read once (ten uses of one file read and
+/// compress it once), and the bytes read and embedded, against `Options::max_local_total`.
+#[derive(Default)]
+struct Local {
+    files: RefCell<HashMap<String, LocalRead>>,
+    /// Data URLs of local files, by path and the compression asked for.
+    urls: RefCell<HashMap<(String, Option<String>), DataUrl>>,
+    read: Cell<u64>,
+    embedded: Cell<u64>,
 }
 
 pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
@@ -211,7 +232,12 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         )));
         return Err(report);
     };
-    let mut cx = Ctx { opts, t, report };
+    let mut cx = Ctx {
+        opts,
+        t,
+        report,
+        local: Local::default(),
+    };
     let out = cx.translate(&root);
     if cx.report.has_errors() {
         return Err(cx.report);
@@ -244,7 +270,7 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
     let mut report = Report::default();
     // The agent validates stable versions; an experimental spec is checked as the newest
     // stable one it extends.
-    let text = if t.ign_version.ends_with("-experimental") {
+    let text: std::borrow::Cow<'_, str> = if t.ign_version.ends_with("-experimental") {
         json.replacen(
             &format!("\"version\":\"{}\"", t.ign_version),
             "\"version\":\"3.6.0\"",
@@ -255,8 +281,10 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
             "\"version\": \"3.6.0\"",
             1,
         )
+        .into()
     } else {
-        json.to_string()
+        // Not copied: the output of a big translation is hundreds of MiB.
+        json.into()
     };
     let diags = match spec::config::parse(text.as_bytes()) {
         Ok(p) => p.warnings.diagnostics,
@@ -421,7 +449,7 @@ impl Ctx<'_, '_> {
             }
         }
         let base = Node {
-            kind: Kind::Map(base_entries),
+            kind: Kind::Map(std::rc::Rc::new(base_entries)),
             pos: root.pos,
         };
         let mut dec = Decoder {
@@ -625,7 +653,7 @@ impl Ctx<'_, '_> {
     fn partitions_by_label(&mut self, cfg: &Obj, boot: Option<&Obj>) {
         let Some(st) = cfg.obj("storage") else { return };
         // Butane v0.29 no longer warns for the disks of boot_device.mirror.
-        let mirrored: Vec<&str> = match self.opts.release {
+        let mirrored: HashSet<&str> = match self.opts.release {
             Release::Newest => boot
                 .and_then(|b| b.obj("mirror"))
                 .map(|m| {
@@ -635,13 +663,13 @@ impl Ctx<'_, '_> {
                         .collect()
                 })
                 .unwrap_or_default(),
-            Release::V0_25 => Vec::new(),
+            Release::V0_25 => HashSet::new(),
         };
         for (i, (d, _)) in st.list("disks").iter().enumerate() {
             let d = d.as_obj().expect("object");
             if d.boolean("wipeTable") == Some(true)
                 || d.str("device") == Some("/dev/disk/by-id/coreos-boot-disk")
-                || d.str("device").is_some_and(|dev| mirrored.contains(&dev))
+                || d.str("device").is_some_and(|dev| mirrored.contains(dev))
             {
                 continue;
             }
@@ -759,10 +787,10 @@ impl Ctx<'_, '_> {
         if o.def.name != "Resource" {
             return;
         }
-        let contents = if let Some(G::Str(rel)) = o.sugar("local").cloned() {
+        let converted = if let Some(G::Str(rel)) = o.sugar("local").cloned() {
             let pos = o.sugar_pos("local");
-            match self.read_local(&rel) {
-                Ok(c) => Some((c, pos)),
+            match self.local_url(&rel, o.str("compression")) {
+                Ok(u) => Some((u, pos)),
                 Err(e) => {
                     self.report
                         .push(Diag::error(&format!("{path}.local"), pos, e));
@@ -770,12 +798,14 @@ impl Ctx<'_, '_> {
                 }
             }
         } else {
-            o.sugar("inline")
-                .and_then(G::as_str)
-                .map(|s| (s.as_bytes().to_vec(), o.sugar_pos("inline")))
+            o.sugar("inline").and_then(G::as_str).map(|s| {
+                (
+                    data_url_for(minor, s.as_bytes(), o.str("compression")),
+                    o.sugar_pos("inline"),
+                )
+            })
         };
-        if let Some((data, pos)) = contents {
-            let (url, compression) = data_url_for(minor, &data, o.str("compression"));
+        if let Some(((url, compression), pos)) = converted {
             o.set_at("source", minor, G::Str(url), pos);
             if let Some(c) = compression {
                 o.set_at("compression", minor, G::Str(c), pos);
@@ -783,11 +813,91 @@ impl Ctx<'_, '_> {
         }
     }
 
-    fn read_local(&self, rel: &str) -> Result<Vec<u8>, String> {
-        match self.opts.files_dir {
-            None => Err(no_files_dir()),
-            Some(fd) => fd.read(rel),
+    /// The data URL of local file `rel` (read and compressed once per translation), counted
+    /// as embedded once more.
+    fn local_url(
+        &self,
+        rel: &str,
+        compression: Option<&str>,
+    ) -> Result<(String, Option<String>), String> {
+        let key = (rel.to_string(), compression.map(str::to_string));
+        let cached = self.local.urls.borrow().get(&key).cloned();
+        let url = match cached {
+            Some(u) => u,
+            None => {
+                let data = self.read_local(rel)?;
+                let u = data_url_for(self.t.minor, &data, compression);
+                self.local.urls.borrow_mut().insert(key, u.clone());
+                // The URL is what later uses need: the bytes are not kept (another kind of
+                // use, e.g. `contents_local`, reads the file again and counts it again).
+                self.local.files.borrow_mut().remove(rel);
+                u
+            }
+        };
+        self.embed(url.0.len())?;
+        Ok(url)
+    }
+
+    /// Counts `n` more bytes embedded from local files against `max-local-total`.
+    fn embed(&self, n: usize) -> Result<(), String> {
+        let total = self.local.embedded.get().saturating_add(n as u64);
+        self.local.embedded.set(total);
+        if total > self.opts.max_local_total {
+            return Err(format!(
+                "contents embedded from local files exceed {} bytes in this translation, counting each use (limit max-local-total)",
+                self.opts.max_local_total
+            ));
         }
+        Ok(())
+    }
+
+    /// Bytes that may still be read from the files dir in this translation.
+    fn local_left(&self) -> u64 {
+        self.opts
+            .max_local_total
+            .saturating_sub(self.local.read.get())
+    }
+
+    /// The message for a local read over a bound: `max` was what was allowed.
+    fn too_large(&self, what: &str, size: u64, total: bool, max: u64) -> String {
+        if !total && max >= self.opts.max_local_file {
+            format!(
+                "{what} is {size} bytes or more, larger than the limit of {} bytes per local file (limit max-local-file)",
+                self.opts.max_local_file
+            )
+        } else {
+            format!(
+                "{what} would take the local files read by this translation past {} bytes (limit max-local-total)",
+                self.opts.max_local_total
+            )
+        }
+    }
+
+    /// Local file `rel`, read once per translation (later uses share it), within
+    /// `max-local-file` and what is left of `max-local-total`.
+    fn read_local(&self, rel: &str) -> Result<Rc<Vec<u8>>, String> {
+        if let Some(r) = self.local.files.borrow().get(rel) {
+            return r.clone();
+        }
+        let fd = self.opts.files_dir.ok_or_else(no_files_dir)?;
+        let max = self.opts.max_local_file.min(self.local_left());
+        let r = match fd.read(rel, max) {
+            Ok(data) => {
+                self.local
+                    .read
+                    .set(self.local.read.get().saturating_add(data.len() as u64));
+                Ok(Rc::new(data))
+            }
+            Err(LocalError::TooLarge { size, total }) => {
+                Err(self.too_large(&format!("local file {rel}"), size, total, max))
+            }
+            Err(LocalError::Other(e)) => Err(e),
+        };
+        self.local
+            .files
+            .borrow_mut()
+            .insert(rel.to_string(), r.clone());
+        r
     }
 
     fn users_and_units(&mut self, cfg: &mut Obj) {
@@ -813,7 +923,10 @@ impl Ctx<'_, '_> {
                 let mut keys: Vec<(G, Pos)> = u.list("sshAuthorizedKeys").to_vec();
                 for (j, (f, fpos)) in files.iter().enumerate() {
                     let rel = f.as_str().unwrap_or("");
-                    match self.read_local(rel) {
+                    match self
+                        .read_local(rel)
+                        .and_then(|d| self.embed(d.len()).map(|_| d))
+                    {
                         Ok(data) => {
                             let text = String::from_utf8_lossy(&data).into_owned();
                             for line in text.split('\n') {
@@ -856,7 +969,10 @@ impl Ctx<'_, '_> {
             return;
         }
         let pos = u.sugar_pos("contents_local");
-        match self.read_local(&rel) {
+        match self
+            .read_local(&rel)
+            .and_then(|d| self.embed(d.len()).map(|_| d))
+        {
             Ok(data) => u.set_at(
                 "contents",
                 self.t.minor,
@@ -894,19 +1010,18 @@ impl Ctx<'_, '_> {
                 ));
                 continue;
             }
-            let contents = match (q.sugar("contents"), q.sugar("contents_local")) {
-                (Some(G::Str(c)), _) => c.as_bytes().to_vec(),
-                (_, Some(G::Str(l))) => match self.read_local(l) {
-                    Ok(c) => c,
+            let (url, compression) = match (q.sugar("contents"), q.sugar("contents_local")) {
+                (Some(G::Str(c)), _) => data_url_for(minor, c.as_bytes(), None),
+                (_, Some(G::Str(l))) => match self.local_url(l, None) {
+                    Ok(u) => u,
                     Err(e) => {
                         self.report
                             .push(Diag::error(&format!("{path}.contents_local"), *pos, e));
                         continue;
                     }
                 },
-                _ => Vec::new(),
+                _ => data_url_for(minor, &[], None),
             };
-            let (url, compression) = data_url_for(minor, &contents, None);
             let mut res = Obj::new(&schema::RESOURCE, *pos);
             if let Some(c) = compression {
                 res.set("compression", minor, G::Str(c));
@@ -935,17 +1050,18 @@ impl Ctx<'_, '_> {
         let Some(storage) = cfg.obj("storage") else {
             return;
         };
-        let luks: Vec<(String, bool)> = storage
+        // Names of the LUKS volumes unlocked over the network (Tang).
+        let tang_luks: HashSet<&str> = storage
             .list("luks")
             .iter()
             .filter_map(|(l, _)| l.as_obj())
-            .map(|l| {
-                let tang = l
-                    .obj("clevis")
+            .filter(|l| {
+                spec::work::add(1);
+                l.obj("clevis")
                     .map(|c| !c.list("tang").is_empty())
-                    .unwrap_or(false);
-                (l.str("name").unwrap_or("").to_string(), tang)
+                    .unwrap_or(false)
             })
+            .map(|l| l.str("name").unwrap_or(""))
             .collect();
         let mut units = Vec::new();
         for (fs, pos) in storage.list("filesystems") {
@@ -955,13 +1071,11 @@ impl Ctx<'_, '_> {
             }
             let device = fs.str("device").unwrap_or("");
             let format = fs.str("format").unwrap_or("");
-            let remote = (device.starts_with("/dev/mapper/")
-                || device.starts_with("/dev/disk/by-id/dm-name-"))
-                && luks.iter().any(|(name, tang)| {
-                    *tang
-                        && (device == format!("/dev/mapper/{name}")
-                            || device == format!("/dev/disk/by-id/dm-name-{name}"))
-                });
+            spec::work::add(1);
+            let remote = device
+                .strip_prefix("/dev/mapper/")
+                .or_else(|| device.strip_prefix("/dev/disk/by-id/dm-name-"))
+                .is_some_and(|name| tang_luks.contains(name));
             let mount_options: Vec<&str> = fs
                 .list("mountOptions")
                 .iter()
@@ -1020,6 +1134,23 @@ impl Ctx<'_, '_> {
             Some(G::List(l)) if !l.is_empty() => l.clone(),
             _ => return,
         };
+        // The paths of the entries of each kind (the first entry of each), kept up to date
+        // as trees add files and links: each tree entry is a lookup, not a scan.
+        let paths = |cfg: &Obj, kind: &str| -> HashMap<String, usize> {
+            let mut m = HashMap::new();
+            if let Some(st) = cfg.obj("storage") {
+                for (j, (n, _)) in st.list(kind).iter().enumerate() {
+                    spec::work::add(1);
+                    if let Some(p) = n.as_obj().and_then(|n| n.str("path")) {
+                        m.entry(p.to_string()).or_insert(j);
+                    }
+                }
+            }
+            m
+        };
+        let mut file_paths = paths(cfg, "files");
+        let dir_paths = paths(cfg, "directories");
+        let mut link_paths = paths(cfg, "links");
         for (i, (tree, pos)) in trees.iter().enumerate() {
             let path = format!("$.storage.trees.{i}");
             let tree = tree.as_obj().expect("object");
@@ -1030,15 +1161,37 @@ impl Ctx<'_, '_> {
             let local = tree.sugar("local").and_then(G::as_str).unwrap_or("");
             let dest = tree.sugar("path").and_then(G::as_str).unwrap_or("/");
             let dest = if dest.is_empty() { "/" } else { dest };
-            let walked = match fd.walk(local) {
+            let left = self.local_left();
+            let walked = match fd.walk(local, self.opts.max_local_file, left) {
                 Ok(w) => w,
-                Err(e) => {
+                Err(LocalError::TooLarge { size, total }) => {
+                    let what = format!("a file of tree {local}");
+                    let e = if total {
+                        self.too_large(&format!("tree {local}"), size, true, left)
+                    } else {
+                        self.too_large(&what, size, false, self.opts.max_local_file)
+                    };
+                    self.report.push(Diag::error(&path, *pos, e));
+                    continue;
+                }
+                Err(LocalError::Other(e)) => {
                     self.report.push(Diag::error(&path, *pos, e));
                     continue;
                 }
             };
+            let read: u64 = walked
+                .iter()
+                .map(|e| match e {
+                    TreeEntry::File { contents, .. } => contents.len() as u64,
+                    TreeEntry::Symlink { .. } => 0,
+                })
+                .sum();
+            self.local
+                .read
+                .set(self.local.read.get().saturating_add(read));
             let storage = cfg.obj_mut("storage", minor);
             for e in walked {
+                spec::work::add(1);
                 match e {
                     TreeEntry::File {
                         rel,
@@ -1046,7 +1199,7 @@ impl Ctx<'_, '_> {
                         executable,
                     } => {
                         let dpath = join_path(dest, &rel);
-                        if exists_other(storage, "files", &dpath) {
+                        if dir_paths.contains_key(&dpath) || link_paths.contains_key(&dpath) {
                             self.report.push(Diag::error(
                                 &path,
                                 *pos,
@@ -1055,9 +1208,7 @@ impl Ctx<'_, '_> {
                             continue;
                         }
                         let files = storage.list_mut("files", minor);
-                        let idx = files.iter().position(|(f, _)| {
-                            f.as_obj().and_then(|f| f.str("path")) == Some(dpath.as_str())
-                        });
+                        let idx = file_paths.get(&dpath).copied();
                         let idx = match idx {
                             Some(i) => {
                                 let f = files[i].0.as_obj().expect("object");
@@ -1075,6 +1226,7 @@ impl Ctx<'_, '_> {
                                 let mut f = Obj::new(&schema::FILE, *pos);
                                 f.set("path", minor, G::Str(dpath.clone()));
                                 files.push((G::Obj(f), *pos));
+                                file_paths.insert(dpath.clone(), files.len() - 1);
                                 files.len() - 1
                             }
                         };
@@ -1084,6 +1236,10 @@ impl Ctx<'_, '_> {
                             .and_then(|c| c.str("compression"))
                             .map(str::to_string);
                         let (url, compression) = data_url_for(minor, &contents, current.as_deref());
+                        if let Err(e) = self.embed(url.len()) {
+                            self.report.push(Diag::error(&path, *pos, e));
+                            return;
+                        }
                         let c = f.obj_mut("contents", minor);
                         c.set("source", minor, G::Str(url));
                         if let Some(comp) = compression {
@@ -1099,7 +1255,7 @@ impl Ctx<'_, '_> {
                     }
                     TreeEntry::Symlink { rel, target } => {
                         let dpath = join_path(dest, &rel);
-                        if exists_other(storage, "links", &dpath) {
+                        if file_paths.contains_key(&dpath) || dir_paths.contains_key(&dpath) {
                             self.report.push(Diag::error(
                                 &path,
                                 *pos,
@@ -1108,9 +1264,7 @@ impl Ctx<'_, '_> {
                             continue;
                         }
                         let links = storage.list_mut("links", minor);
-                        let idx = links.iter().position(|(l, _)| {
-                            l.as_obj().and_then(|l| l.str("path")) == Some(dpath.as_str())
-                        });
+                        let idx = link_paths.get(&dpath).copied();
                         let idx = match idx {
                             Some(i) => {
                                 if links[i].0.as_obj().and_then(|l| l.str("target")).is_some() {
@@ -1127,6 +1281,7 @@ impl Ctx<'_, '_> {
                                 let mut l = Obj::new(&schema::LINK, *pos);
                                 l.set("path", minor, G::Str(dpath.clone()));
                                 links.push((G::Obj(l), *pos));
+                                link_paths.insert(dpath.clone(), links.len() - 1);
                                 links.len() - 1
                             }
                         };
@@ -1661,18 +1816,6 @@ fn want_boot_luks(l: &Obj) -> bool {
     l.boolean("tpm2") == Some(true)
         || !l.list("tang").is_empty()
         || l.obj("cex").and_then(|c| c.boolean("enabled")) == Some(true)
-}
-
-fn exists_other(storage: &Obj, except: &str, path: &str) -> bool {
-    ["files", "directories", "links"]
-        .iter()
-        .filter(|k| **k != except)
-        .any(|k| {
-            storage
-                .list(k)
-                .iter()
-                .any(|(n, _)| n.as_obj().and_then(|n| n.str("path")) == Some(path))
-        })
 }
 
 fn join_path(base: &str, rel: &str) -> String {

@@ -229,6 +229,7 @@ impl G {
 
 /// Writes `s` as a Go `encoding/json` string: `<`, `>`, `&`, U+2028 and U+2029 escaped.
 pub fn go_string(out: &mut String, s: &str) {
+    spec::work::add(s.len());
     out.push('"');
     for c in s.chars() {
         match c {

@@ -1,10 +1,18 @@
 //! YAML text to a node tree with positions, on top of `saphyr-parser`'s event stream.
 //!
 //! Hostile input is bounded: the text size (checked by the caller), the nesting depth, the
-//! number of nodes after alias expansion and the bytes of scalars after alias expansion. Each
-//! limit has a name that appears in its error.
+//! number of nodes written in the document, and the nodes and scalar bytes that aliases add
+//! (each alias counts as the whole subtree it stands for). Each limit has a name that
+//! appears in its error.
+//!
+//! Sequences and mappings are shared (`Rc`), not copied: an anchor keeps a reference to its
+//! node and an alias is another reference to it, so the tree costs memory proportional to
+//! the text whatever the anchors (a chain of 60 nested anchors once held 60 copies of the
+//! innermost subtree). What an alias expands to is still bounded, because the translation
+//! walks it.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 
@@ -29,8 +37,8 @@ pub enum Kind {
         style: Style,
         tag: Option<String>,
     },
-    Seq(Vec<Node>),
-    Map(Vec<(Node, Node)>),
+    Seq(Rc<Vec<Node>>),
+    Map(Rc<Vec<(Node, Node)>>),
 }
 
 #[derive(Debug, Clone)]
@@ -44,18 +52,23 @@ pub struct Node {
 pub struct Limits {
     /// `max-depth`: sequences and mappings nested deeper than this are refused.
     pub max_depth: usize,
-    /// `max-nodes`: nodes in the tree, counting every alias expansion.
+    /// `max-nodes`: nodes written in the document (scalars, sequences, mappings; an alias
+    /// is not one).
     pub max_nodes: usize,
-    /// `max-expanded-bytes`: scalar bytes in the tree, counting every alias expansion.
-    pub max_expanded_bytes: usize,
+    /// `max-alias-nodes`: nodes that aliases add, each alias counting every node of the
+    /// subtree it stands for (a billion laughs).
+    pub max_alias_nodes: usize,
+    /// `max-alias-bytes`: scalar bytes that aliases add, counted the same way.
+    pub max_alias_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_depth: 64,
-            max_nodes: 200_000,
-            max_expanded_bytes: 64 << 20,
+            max_nodes: 2_000_000,
+            max_alias_nodes: 1_000_000,
+            max_alias_bytes: 64 << 20,
         }
     }
 }
@@ -64,6 +77,8 @@ impl Default for Limits {
 pub struct YamlError {
     pub pos: Pos,
     pub message: String,
+    /// The document exceeded one of the [`Limits`] (it may well be YAML, just too big).
+    pub limit: bool,
 }
 
 impl Node {
@@ -115,21 +130,6 @@ impl Node {
             Kind::Map(_) => "mapping",
         }
     }
-
-    fn size(&self) -> (usize, usize) {
-        match &self.kind {
-            Kind::Scalar { value, .. } => (1, value.len()),
-            Kind::Seq(items) => items.iter().fold((1, 0), |(n, b), i| {
-                let (n2, b2) = i.size();
-                (n + n2, b + b2)
-            }),
-            Kind::Map(entries) => entries.iter().fold((1, 0), |(n, b), (k, v)| {
-                let (n1, b1) = k.size();
-                let (n2, b2) = v.size();
-                (n + n1 + n2, b + b1 + b2)
-            }),
-        }
-    }
 }
 
 fn pos_of(span: &Span) -> Pos {
@@ -139,43 +139,68 @@ fn pos_of(span: &Span) -> Pos {
     }
 }
 
+/// What a node stands for once its aliases are expanded: nodes and scalar bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Size {
+    nodes: usize,
+    bytes: usize,
+}
+
+impl Size {
+    fn add(&mut self, o: Size) {
+        self.nodes = self.nodes.saturating_add(o.nodes);
+        self.bytes = self.bytes.saturating_add(o.bytes);
+    }
+}
+
 enum Frame {
-    Seq(Vec<Node>, Pos, usize),
-    Map(Vec<(Node, Node)>, Option<Node>, Pos, usize),
+    Seq(Vec<Node>, Pos, usize, Size),
+    Map(Vec<(Node, Node)>, Option<Node>, Pos, usize, Size),
 }
 
 /// Parses the first document of `text`. An empty document is a null node.
 pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
     let mut parser = Parser::new_from_str(text);
     let mut stack: Vec<Frame> = Vec::new();
-    let mut anchors: HashMap<usize, Node> = HashMap::new();
+    // Each anchor's node (shared, not copied) and the size it expands to.
+    let mut anchors: HashMap<usize, (Node, Size)> = HashMap::new();
     let mut nodes = 0usize;
-    let mut bytes = 0usize;
+    let mut alias = Size::default();
     let mut root: Option<Node> = None;
     let mut started = false;
     let total_chars = text.chars().count();
     let ends_with_break = text.ends_with('\n') || text.ends_with('\r');
     loop {
+        spec::work::add(1);
         let (event, span) = match parser.next_event() {
             None => break,
             Some(Err(e)) => {
+                let (message, limit) = if e.info().contains("recursion limit") {
+                    // The scanner's own bound on nesting, reached before max-depth.
+                    (
+                        format!(
+                            "document nested deeper than {} levels (limit max-depth; the \
+                             parser stopped at its own recursion limit)",
+                            limits.max_depth
+                        ),
+                        true,
+                    )
+                } else {
+                    (e.info().to_string(), false)
+                };
                 return Err(YamlError {
                     pos: Pos {
                         line: e.marker().line(),
                         col: e.marker().col() + 1,
                     },
-                    message: if e.info().contains("recursion limit") {
-                        // The scanner's own bound on nesting, reached before max-depth.
-                        format!("document nested too deeply ({})", e.info())
-                    } else {
-                        e.info().to_string()
-                    },
+                    message,
+                    limit,
                 });
             }
             Some(Ok(ev)) => ev,
         };
         let pos = pos_of(&span);
-        let done: Option<(Node, usize)> = match event {
+        let done: Option<(Node, usize, Size)> = match event {
             Event::StreamStart | Event::Nothing => None,
             Event::StreamEnd => break,
             Event::DocumentStart(_) => {
@@ -188,24 +213,27 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
             }
             Event::DocumentEnd => break,
             Event::Alias(id) => {
-                let Some(n) = anchors.get(&id) else {
+                let Some((n, size)) = anchors.get(&id) else {
                     return Err(YamlError {
                         pos,
                         message: "unknown anchor".into(),
+                        limit: false,
                     });
                 };
-                let (n2, b2) = n.size();
-                nodes += n2;
-                bytes += b2;
-                check_totals(nodes, bytes, limits, pos)?;
+                alias.add(*size);
+                check_aliases(alias, limits, pos)?;
+                // Another reference to the anchored node: a sequence or mapping is shared.
                 let mut n = n.clone();
                 n.pos = pos;
-                Some((n, 0))
+                Some((n, 0, *size))
             }
             Event::Scalar(value, style, anchor, tag) => {
                 nodes += 1;
-                bytes += value.len();
-                check_totals(nodes, bytes, limits, pos)?;
+                check_nodes(nodes, limits, pos)?;
+                let size = Size {
+                    nodes: 1,
+                    bytes: value.len(),
+                };
                 let mut value = value.into_owned();
                 // A block scalar that ends the text without a final line break has none to
                 // keep (go-yaml); the scanner adds one.
@@ -234,81 +262,109 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
                         pos,
                     },
                     anchor,
+                    size,
                 ))
             }
             Event::SequenceStart(anchor, _) => {
                 nodes += 1;
-                check_totals(nodes, bytes, limits, pos)?;
+                check_nodes(nodes, limits, pos)?;
                 if stack.len() >= limits.max_depth {
                     return Err(depth_error(limits, pos));
                 }
-                stack.push(Frame::Seq(Vec::new(), pos, anchor));
+                let one = Size { nodes: 1, bytes: 0 };
+                stack.push(Frame::Seq(Vec::new(), pos, anchor, one));
                 None
             }
             Event::MappingStart(anchor, _) => {
                 nodes += 1;
-                check_totals(nodes, bytes, limits, pos)?;
+                check_nodes(nodes, limits, pos)?;
                 if stack.len() >= limits.max_depth {
                     return Err(depth_error(limits, pos));
                 }
-                stack.push(Frame::Map(Vec::new(), None, pos, anchor));
+                let one = Size { nodes: 1, bytes: 0 };
+                stack.push(Frame::Map(Vec::new(), None, pos, anchor, one));
                 None
             }
             Event::SequenceEnd => match stack.pop() {
-                Some(Frame::Seq(items, p, anchor)) => Some((
+                Some(Frame::Seq(items, p, anchor, size)) => Some((
                     Node {
-                        kind: Kind::Seq(items),
+                        kind: Kind::Seq(Rc::new(items)),
                         pos: p,
                     },
                     anchor,
+                    size,
                 )),
                 _ => unreachable!("parser emits balanced events"),
             },
             Event::MappingEnd => match stack.pop() {
-                Some(Frame::Map(entries, _, p, anchor)) => Some((
+                Some(Frame::Map(entries, _, p, anchor, size)) => Some((
                     Node {
-                        kind: Kind::Map(entries),
+                        kind: Kind::Map(Rc::new(entries)),
                         pos: p,
                     },
                     anchor,
+                    size,
                 )),
                 _ => unreachable!("parser emits balanced events"),
             },
         };
-        if let Some((node, anchor)) = done {
+        if let Some((node, anchor, size)) = done {
             if anchor != 0 {
-                anchors.insert(anchor, node.clone());
+                // A reference (an `Rc` for sequences and mappings), not a copy.
+                anchors.insert(anchor, (node.clone(), size));
             }
             match stack.last_mut() {
                 None => root = Some(node),
-                Some(Frame::Seq(items, _, _)) => items.push(node),
-                Some(Frame::Map(entries, key, _, _)) => match key.take() {
-                    None => *key = Some(node),
-                    Some(k) => entries.push((k, node)),
-                },
+                Some(Frame::Seq(items, _, _, total)) => {
+                    total.add(size);
+                    items.push(node)
+                }
+                Some(Frame::Map(entries, key, _, _, total)) => {
+                    total.add(size);
+                    match key.take() {
+                        None => *key = Some(node),
+                        Some(k) => entries.push((k, node)),
+                    }
+                }
             }
         }
     }
     Ok(root.unwrap_or_else(|| Node::null(Pos { line: 1, col: 1 })))
 }
 
-fn check_totals(nodes: usize, bytes: usize, limits: &Limits, pos: Pos) -> Result<(), YamlError> {
+fn check_nodes(nodes: usize, limits: &Limits, pos: Pos) -> Result<(), YamlError> {
     if nodes > limits.max_nodes {
         return Err(YamlError {
             pos,
             message: format!(
-                "document too large: more than {} nodes after alias expansion (limit max-nodes)",
+                "document too large: more than {} nodes (scalars, sequences and mappings; limit max-nodes)",
                 limits.max_nodes
             ),
+            limit: true,
         });
     }
-    if bytes > limits.max_expanded_bytes {
+    Ok(())
+}
+
+fn check_aliases(alias: Size, limits: &Limits, pos: Pos) -> Result<(), YamlError> {
+    if alias.nodes > limits.max_alias_nodes {
         return Err(YamlError {
             pos,
             message: format!(
-                "document too large: more than {} bytes of scalars after alias expansion (limit max-expanded-bytes)",
-                limits.max_expanded_bytes
+                "aliases expand to more than {} nodes (limit max-alias-nodes)",
+                limits.max_alias_nodes
             ),
+            limit: true,
+        });
+    }
+    if alias.bytes > limits.max_alias_bytes {
+        return Err(YamlError {
+            pos,
+            message: format!(
+                "aliases expand to more than {} bytes of scalars (limit max-alias-bytes)",
+                limits.max_alias_bytes
+            ),
+            limit: true,
         });
     }
     Ok(())
@@ -321,6 +377,7 @@ fn depth_error(limits: &Limits, pos: Pos) -> YamlError {
             "document nested deeper than {} levels (limit max-depth)",
             limits.max_depth
         ),
+        limit: true,
     }
 }
 
@@ -348,7 +405,7 @@ mod tests {
             prev = c;
         }
         let e = parse(&s, &Limits::default()).unwrap_err();
-        assert!(e.message.contains("max-nodes"), "{}", e.message);
+        assert!(e.message.contains("max-alias-nodes"), "{}", e.message);
     }
 
     #[test]
@@ -365,6 +422,41 @@ mod tests {
     }
 
     #[test]
+    fn aliases_share_the_anchored_node() {
+        let n = parse("a: &x [1, [2]]\nb: *x\n", &Limits::default()).unwrap();
+        let (Kind::Seq(a), Kind::Seq(b)) = (&n.get("a").unwrap().kind, &n.get("b").unwrap().kind)
+        else {
+            panic!("sequences expected")
+        };
+        assert!(Rc::ptr_eq(a, b));
+        assert_eq!(n.get("b").unwrap().pos, Pos { line: 2, col: 4 });
+    }
+
+    #[test]
+    fn limits_count_what_they_say() {
+        let limits = Limits {
+            max_nodes: 1000,
+            max_alias_nodes: 10,
+            ..Limits::default()
+        };
+        // 999 nodes, no alias: only max-nodes applies.
+        let list = format!("[{}]", vec!["x"; 998].join(","));
+        assert!(parse(&list, &limits).is_ok());
+        let e = parse(&format!("[{}]", vec!["x"; 1000].join(",")), &limits).unwrap_err();
+        assert!(e.limit && e.message.contains("max-nodes"), "{}", e.message);
+        // Anchors without aliases add nothing; each alias adds its whole subtree (5 nodes).
+        let anchored = "a: &a [1, &b [2, 3]]\n";
+        assert!(parse(anchored, &limits).is_ok());
+        assert!(parse(&format!("{anchored}b: [*a, *a]\n"), &limits).is_ok());
+        let e = parse(&format!("{anchored}b: [*a, *a, *a]\n"), &limits).unwrap_err();
+        assert!(
+            e.limit && e.message.contains("max-alias-nodes"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
     fn big_scalar_aliases_are_refused() {
         let big = "x".repeat(1 << 20);
         let mut s = format!("a: &a \"{big}\"\nb: [");
@@ -373,6 +465,6 @@ mod tests {
         }
         s.push_str("*a]\n");
         let e = parse(&s, &Limits::default()).unwrap_err();
-        assert!(e.message.contains("max-expanded-bytes"), "{}", e.message);
+        assert!(e.message.contains("max-alias-bytes"), "{}", e.message);
     }
 }

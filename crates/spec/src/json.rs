@@ -5,6 +5,7 @@
 //! one silently) and hostile input (deep nesting, invalid UTF-8, huge numbers) must produce a
 //! clear error instead of a stack overflow. Object members keep their order.
 
+use std::collections::HashSet;
 use std::fmt;
 
 /// Deepest nesting accepted. Real configs nest about 8 levels; this bounds recursion.
@@ -78,9 +79,40 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
+/// Objects with fewer members than this are checked for duplicate keys by scanning.
+const SCAN_KEYS: usize = 16;
+
+/// 1-based line and column (in characters) of each byte offset in `positions`, in one pass
+/// over `text` (after sorting the offsets): n log n for many diagnostics, where calling
+/// [`line_col`] for each would scan the text again every time.
+pub fn line_cols(text: &[u8], positions: &[usize]) -> Vec<(usize, usize)> {
+    let mut order: Vec<usize> = (0..positions.len()).collect();
+    order.sort_by_key(|&i| positions[i]);
+    crate::work::add(positions.len());
+    let mut out = vec![(1, 1); positions.len()];
+    let (mut at, mut line, mut col) = (0usize, 1usize, 1usize);
+    for i in order {
+        let pos = positions[i].min(text.len());
+        crate::work::add(pos - at + 1);
+        for &b in &text[at..pos] {
+            if b == b'\n' {
+                line += 1;
+                col = 1;
+            } else if (b & 0xC0) != 0x80 {
+                // Count characters, not bytes: continuation bytes do not start a character.
+                col += 1;
+            }
+        }
+        at = pos;
+        out[i] = (line, col);
+    }
+    out
+}
+
 /// 1-based line and column (in characters) of a byte offset.
 pub fn line_col(text: &[u8], pos: usize) -> (usize, usize) {
     let pos = pos.min(text.len());
+    crate::work::add(pos);
     let before = &text[..pos];
     let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
     let line_start = before
@@ -183,6 +215,7 @@ impl Parser<'_> {
         if depth > MAX_DEPTH {
             return Err(self.err(format!("nesting deeper than {MAX_DEPTH} levels")));
         }
+        crate::work::add(1);
         let pos = self.i;
         let kind = match self.s.get(self.i) {
             None => return Err(self.eof_err("a value")),
@@ -210,6 +243,8 @@ impl Parser<'_> {
     fn object(&mut self, depth: usize) -> Result<Kind, ParseError> {
         self.i += 1;
         let mut members: Vec<Member> = Vec::new();
+        // Keys seen, once the object is past a few members (hostile input has 100,000 keys).
+        let mut keys: Option<HashSet<String>> = None;
         self.ws();
         if self.s.get(self.i) == Some(&b'}') {
             self.i += 1;
@@ -224,8 +259,18 @@ impl Parser<'_> {
             }
             let key_pos = self.i;
             let key = self.string()?;
-            // Configs have few keys per object: a linear scan beats hashing.
-            if members.iter().any(|m| m.key == key) {
+            // Configs have few keys per object: a linear scan beats hashing up to a few, then
+            // a set keeps the check linear in the object's size.
+            let duplicate = if members.len() < SCAN_KEYS {
+                crate::work::add(members.len());
+                members.iter().any(|m| m.key == key)
+            } else {
+                crate::work::add(1);
+                let set =
+                    keys.get_or_insert_with(|| members.iter().map(|m| m.key.clone()).collect());
+                !set.insert(key.clone())
+            };
+            if duplicate {
                 return Err(ParseError {
                     pos: key_pos,
                     message: format!(
@@ -505,5 +550,8 @@ mod tests {
         let v = parse(text).unwrap();
         let b = v.get("b").unwrap();
         assert_eq!(line_col(text, b.pos), (2, 18));
+        let many = [b.pos, 0, 7, text.len(), 3, b.pos];
+        let want: Vec<_> = many.iter().map(|&p| line_col(text, p)).collect();
+        assert_eq!(line_cols(text, &many), want);
     }
 }

@@ -15,3 +15,4 @@
 pub mod config;
 pub mod encoding;
 pub mod json;
+pub mod work;

@@ -68,6 +68,7 @@ impl Decoder {
 
     fn finish(&mut self, o: Obj<'_>) {
         for (m, used) in o.members.iter().zip(o.used) {
+            crate::work::add(1);
             if !used {
                 let mut p = self.path();
                 p.0.push(Seg::Key(m.key.clone()));
@@ -80,6 +81,7 @@ impl Decoder {
 
     /// Index of the member `key`, marked as used; `None` when absent or null.
     fn take(&mut self, o: &mut Obj<'_>, key: &'static str) -> Option<usize> {
+        crate::work::add(o.members.len());
         let i = o.members.iter().position(|m| m.key == key)?;
         o.used[i] = true;
         if matches!(o.members[i].value.kind, Kind::Null) {
@@ -179,6 +181,7 @@ impl Decoder {
             Kind::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for (i, item) in items.iter_mut().enumerate() {
+                    crate::work::add(1);
                     d.at.push(Step::Index(i));
                     if let Some(t) = f(d, item) {
                         out.push(t);

@@ -1,18 +1,19 @@
 //! Diagnostics: errors and warnings about a config, each naming the JSON path of the value it
 //! is about and, when the config came from text, its line and column.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use crate::json;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Seg {
     Key(String),
     Index(usize),
 }
 
 /// A JSON path such as `$.storage.files.0.path`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Path(pub Vec<Seg>);
 
 impl Path {
@@ -132,13 +133,21 @@ impl Report {
         self.diagnostics.push(d);
     }
     /// Fills in line and column for diagnostics that lack them by walking the parsed tree.
+    /// In time linear in the text plus n log n in the diagnostics: each path is looked up
+    /// with an index of the big objects on its way, and all positions are turned into
+    /// lines and columns in one pass over the text.
     pub fn locate(&mut self, tree: &json::Value, text: &[u8]) {
-        for d in &mut self.diagnostics {
-            if d.line_col.is_none()
-                && let Some(pos) = d.offset.or_else(|| find(tree, &d.path))
-            {
-                d.line_col = Some(json::line_col(text, pos));
-            }
+        let mut finder = Finder::default();
+        let todo: Vec<(usize, usize)> = self
+            .diagnostics
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.line_col.is_none())
+            .filter_map(|(i, d)| Some((i, d.offset.or_else(|| finder.find(tree, &d.path))?)))
+            .collect();
+        let positions: Vec<usize> = todo.iter().map(|&(_, pos)| pos).collect();
+        for ((i, _), lc) in todo.iter().zip(json::line_cols(text, &positions)) {
+            self.diagnostics[*i].line_col = Some(lc);
         }
     }
 }
@@ -159,19 +168,45 @@ impl std::error::Error for Report {}
 
 /// Byte offset of the value at `path`, or of its deepest existing ancestor.
 pub fn find(tree: &json::Value, path: &Path) -> Option<usize> {
-    let mut v = tree;
-    for seg in &path.0 {
-        let next = match (seg, &v.kind) {
-            (Seg::Key(k), json::Kind::Object(members)) => {
-                members.iter().find(|m| &m.key == k).map(|m| &m.value)
+    Finder::default().find(tree, path)
+}
+
+/// Objects with more members than this get an index when a path is looked up in them.
+const SCAN_MEMBERS: usize = 16;
+
+/// Looks up paths in one tree, keeping an index of each big object it passed through (by
+/// the object's offset, unique in a tree): a path through an object of 100,000 keys costs
+/// one hash lookup there, not a scan.
+#[derive(Default)]
+struct Finder<'t> {
+    index: HashMap<usize, HashMap<&'t str, &'t json::Value>>,
+}
+
+impl<'t> Finder<'t> {
+    fn find(&mut self, tree: &'t json::Value, path: &Path) -> Option<usize> {
+        let mut v = tree;
+        for seg in &path.0 {
+            let next = match (seg, &v.kind) {
+                (Seg::Key(k), json::Kind::Object(members)) if members.len() > SCAN_MEMBERS => {
+                    let index = self.index.entry(v.pos).or_insert_with(|| {
+                        crate::work::add(members.len());
+                        members.iter().map(|m| (m.key.as_str(), &m.value)).collect()
+                    });
+                    crate::work::add(1);
+                    index.get(k.as_str()).copied()
+                }
+                (Seg::Key(k), json::Kind::Object(members)) => {
+                    crate::work::add(members.len());
+                    members.iter().find(|m| &m.key == k).map(|m| &m.value)
+                }
+                (Seg::Index(i), json::Kind::Array(items)) => items.get(*i),
+                _ => None,
+            };
+            match next {
+                Some(n) => v = n,
+                None => break,
             }
-            (Seg::Index(i), json::Kind::Array(items)) => items.get(*i),
-            _ => None,
-        };
-        match next {
-            Some(n) => v = n,
-            None => break,
         }
+        Some(v.pos)
     }
-    Some(v.pos)
 }

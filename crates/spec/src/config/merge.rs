@@ -88,53 +88,73 @@ pub fn append(p: &mut Vec<String>, c: &[String]) {
 }
 
 pub fn set(p: &mut Vec<String>, c: &[String]) {
+    if c.is_empty() {
+        return;
+    }
+    // The values already there (hashed: lists of 10,000 keys merge in linear time).
+    let mut have: std::collections::HashSet<String> = p.iter().cloned().collect();
+    crate::work::add(p.len());
     for x in c {
-        if !p.contains(x) {
+        crate::work::add(1);
+        if have.insert(x.clone()) {
             p.push(x.clone());
         }
     }
 }
 
+/// Entries with equal keys merge (into the first parent entry with that key), new entries are
+/// appended; in linear time (an index of the keys).
 pub fn keyed<T: Keyed + Merge + Clone>(p: &mut Vec<T>, c: &[T]) {
-    for item in c {
-        match item
-            .key()
-            .and_then(|k| p.iter().position(|x| x.key() == Some(k)))
-        {
-            Some(i) => p[i].merge_from(item),
-            None => p.push(item.clone()),
-        }
-    }
+    indexed(p, c, false);
 }
 
-/// `keyed` with an index, so that 10,000-entry lists merge in linear time. (Of parent
-/// entries with equal keys, the last one receives the child's fields.)
+/// `keyed` for files, directories and links. (Of parent entries with equal keys, the last one
+/// receives the child's fields.)
 pub fn by_path<T: Keyed + Merge + Clone>(p: &mut Vec<T>, c: &[T]) {
+    indexed(p, c, true);
+}
+
+/// `keyed` with an index: of parent entries with equal keys, the first (or with `last`, the
+/// last) receives a child entry's fields.
+fn indexed<T: Keyed + Merge + Clone>(p: &mut Vec<T>, c: &[T], last: bool) {
     if c.is_empty() {
         return;
     }
     // Where each child entry goes, decided before `p` changes: an existing entry, or the
     // next appended one.
     let targets: Vec<usize> = {
-        let mut index: HashMap<Key<'_>, usize> = p
-            .iter()
-            .enumerate()
-            .filter_map(|(i, x)| Some((x.key()?, i)))
-            .collect();
+        let mut index: HashMap<Key<'_>, usize> = HashMap::new();
+        for (i, x) in p.iter().enumerate() {
+            crate::work::add(1);
+            if let Some(k) = x.key() {
+                match index.entry(k) {
+                    Entry::Occupied(mut e) if last => {
+                        e.insert(i);
+                    }
+                    Entry::Occupied(_) => {}
+                    Entry::Vacant(e) => {
+                        e.insert(i);
+                    }
+                }
+            }
+        }
         let mut next = p.len();
         c.iter()
-            .map(|item| match item.key() {
-                None => {
-                    next += 1;
-                    next - 1
-                }
-                Some(k) => match index.entry(k) {
-                    Entry::Occupied(e) => *e.get(),
-                    Entry::Vacant(e) => {
+            .map(|item| {
+                crate::work::add(1);
+                match item.key() {
+                    None => {
                         next += 1;
-                        *e.insert(next - 1)
+                        next - 1
                     }
-                },
+                    Some(k) => match index.entry(k) {
+                        Entry::Occupied(e) => *e.get(),
+                        Entry::Vacant(e) => {
+                            next += 1;
+                            *e.insert(next - 1)
+                        }
+                    },
+                }
             })
             .collect()
     };
@@ -148,16 +168,40 @@ pub fn by_path<T: Keyed + Merge + Clone>(p: &mut Vec<T>, c: &[T]) {
 }
 
 pub fn headers(p: &mut Vec<HttpHeader>, c: &[HttpHeader]) {
-    for h in c {
-        let pos = p.iter().position(|x| x.name == h.name);
-        match (pos, &h.value) {
-            (Some(i), None) => {
-                p.remove(i);
-            }
-            (Some(i), Some(_)) => p[i].value.clone_from(&h.value),
-            (None, _) => p.push(h.clone()),
+    if c.is_empty() {
+        return;
+    }
+    // Each child header acts on the first remaining header of its name (removed when the
+    // child has no value); an index of names keeps it linear, removed entries are dropped at
+    // the end.
+    let mut slots: Vec<Option<HttpHeader>> = p.drain(..).map(Some).collect();
+    let mut index: HashMap<String, std::collections::VecDeque<usize>> = HashMap::new();
+    for (i, h) in slots.iter().enumerate() {
+        crate::work::add(1);
+        if let Some(h) = h {
+            index.entry(h.name.clone()).or_default().push_back(i);
         }
     }
+    for h in c {
+        crate::work::add(1);
+        let q = index.entry(h.name.clone()).or_default();
+        match (q.front().copied(), &h.value) {
+            (Some(i), None) => {
+                slots[i] = None;
+                q.pop_front();
+            }
+            (Some(i), Some(_)) => {
+                if let Some(x) = slots[i].as_mut() {
+                    x.value.clone_from(&h.value);
+                }
+            }
+            (None, _) => {
+                q.push_back(slots.len());
+                slots.push(Some(h.clone()));
+            }
+        }
+    }
+    p.extend(slots.into_iter().flatten());
 }
 
 // ---- struct rules (`premerge`) ----
@@ -186,8 +230,18 @@ pub fn paths_across_kinds(p: &mut Storage, c: &Storage) {
 /// The two kernel argument lists share one key space: a child's shouldNotExist cancels a
 /// parent's shouldExist of the same argument and the other way round.
 pub fn kargs_one_key_space(p: &mut KernelArguments, c: &KernelArguments) {
-    p.should_not_exist.retain(|a| !c.should_exist.contains(a));
-    p.should_exist.retain(|a| !c.should_not_exist.contains(a));
+    // Hashed: lists of 10,000 arguments merge in linear time.
+    let exist: std::collections::HashSet<&String> = c.should_exist.iter().collect();
+    let not: std::collections::HashSet<&String> = c.should_not_exist.iter().collect();
+    crate::work::add(exist.len() + not.len());
+    p.should_not_exist.retain(|a| {
+        crate::work::add(1);
+        !exist.contains(a)
+    });
+    p.should_exist.retain(|a| {
+        crate::work::add(1);
+        !not.contains(a)
+    });
 }
 
 /// Partitions are keyed by number, or by label when the number is 0 (next free).

@@ -40,6 +40,8 @@
 
 pub mod decode;
 pub mod diag;
+#[cfg(test)]
+mod linear;
 pub mod merge;
 mod spec;
 pub mod types;
@@ -116,17 +118,18 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, Report> {
         .extend(version::check(&mut config, version));
     // A value the decoder already reported (missing, wrong type) is not reported again by the
     // validator (e.g. "path is required" and then "path not specified").
-    let decoded_errors: Vec<Path> = report
+    let decoded_errors: std::collections::HashSet<Path> = report
         .diagnostics
         .iter()
         .filter(|d| d.severity == Severity::Error)
         .map(|d| d.path.clone())
         .collect();
-    report.diagnostics.extend(
-        validate::validate(&config)
-            .into_iter()
-            .filter(|d| d.severity != Severity::Error || !decoded_errors.contains(&d.path)),
-    );
+    report
+        .diagnostics
+        .extend(validate::validate(&config).into_iter().filter(|d| {
+            crate::work::add(1);
+            d.severity != Severity::Error || !decoded_errors.contains(&d.path)
+        }));
     if report.has_errors() {
         report.locate(&tree, bytes);
         return Err(report);

@@ -173,6 +173,31 @@ fn systemd_path_conflicts(v: &mut V, c: &Config, root: &Path) {
     }
 }
 
+/// Of partitions placed at `(index, startMiB, sizeMiB)`, one that overlaps another (the later
+/// in the list of an overlapping pair), found in n log n: sorted by start, each must begin
+/// after the furthest end before it. (A size of 0 counts as 1 MiB here.)
+fn first_overlap(mut placed: Vec<(usize, i64, i64)>) -> Option<usize> {
+    placed.sort_by_key(|&(j, s, _)| (s, j));
+    crate::work::add(placed.len());
+    // The furthest end so far, and whose it is.
+    let mut furthest: Option<(i64, usize)> = None;
+    for (j, s, z) in placed {
+        crate::work::add(1);
+        let end = s.saturating_add(z.max(1));
+        if let Some((fend, fj)) = furthest {
+            if s < fend {
+                return Some(j.max(fj));
+            }
+            if end > fend {
+                furthest = Some((end, j));
+            }
+        } else {
+            furthest = Some((end, j));
+        }
+    }
+    None
+}
+
 /// Errors for duplicate strings within one list of strings, at the later entry.
 fn unique_entries<'s>(v: &mut V, list: &Path, items: impl Iterator<Item = &'s String>, what: &str) {
     let mut seen = HashSet::new();
@@ -400,15 +425,8 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
                 _ => None,
             })
             .collect();
-        'overlap: for (a, &(_, s1, z1)) in placed.iter().enumerate() {
-            for &(j, s2, z2) in &placed[a + 1..] {
-                let end1 = s1 + z1.max(1);
-                let end2 = s2 + z2.max(1);
-                if s1 < end2 && s2 < end1 {
-                    v.err(pp.index(j), "partitions overlap");
-                    break 'overlap;
-                }
-            }
+        if let Some(j) = first_overlap(placed) {
+            v.err(pp.index(j), "partitions overlap");
         }
         let mut numbers = HashMap::new();
         let mut labels = HashMap::new();
@@ -734,6 +752,7 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
         }
     };
     for (i, f) in s.files.iter().enumerate() {
+        crate::work::add(1);
         let fp = p.key("files").index(i);
         through_link(v, &f.path, fp.clone(), "file");
         resource(v, &f.contents, &fp.key("contents"));
@@ -811,7 +830,14 @@ fn systemd(v: &mut V, s: &Systemd, p: &Path) {
         s.units.iter().map(|u| Some(u.name.clone())),
         "name",
     );
+    // The first unit of each name, for instances looking up their template.
+    let mut by_name: HashMap<&str, &Unit> = HashMap::new();
+    for u in &s.units {
+        crate::work::add(1);
+        by_name.entry(u.name.as_str()).or_insert(u);
+    }
     for (i, u) in s.units.iter().enumerate() {
+        crate::work::add(1);
         let up = p.key("units").index(i);
         if !UNIT_SUFFIXES.iter().any(|s| u.name.ends_with(s)) || u.name.contains('/') {
             v.err(
@@ -840,7 +866,7 @@ fn systemd(v: &mut V, s: &Systemd, p: &Path) {
         }
         if u.enabled == Some(true)
             && let Some(template) = template_of(&u.name)
-            && let Some(t) = s.units.iter().find(|t| t.name == template)
+            && let Some(t) = by_name.get(template.as_str())
             && let Some(tc) = t.contents.as_deref().filter(|c| !c.is_empty())
             && unit_sections(tc).is_ok_and(|s| !s.contains("Install"))
         {
