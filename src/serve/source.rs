@@ -295,11 +295,13 @@ impl Bases {
 /// One local file (or tree) a Butane translation read, and a hash of what it got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Dep {
-    File(String, [u8; 32]),
-    Tree(String, [u8; 32]),
+    /// A file: its path, the bytes the translation allowed, the hash.
+    File(String, u64, [u8; 32]),
+    /// A tree: its path, the bytes allowed per file and in all, the hash.
+    Tree(String, (u64, u64), [u8; 32]),
 }
 
-fn hash_read(r: &Result<Vec<u8>, String>) -> [u8; 32] {
+fn hash_read(r: &Result<Vec<u8>, butane::LocalError>) -> [u8; 32] {
     let mut h = Sha256::new();
     match r {
         Ok(b) => {
@@ -308,13 +310,13 @@ fn hash_read(r: &Result<Vec<u8>, String>) -> [u8; 32] {
         }
         Err(e) => {
             h.update([0]);
-            h.update(e.as_bytes());
+            h.update(format!("{e:?}").as_bytes());
         }
     }
     h.finalize().into()
 }
 
-fn hash_walk(r: &Result<Vec<butane::TreeEntry>, String>) -> [u8; 32] {
+fn hash_walk(r: &Result<Vec<butane::TreeEntry>, butane::LocalError>) -> [u8; 32] {
     let mut h = Sha256::new();
     let mut field = |b: &[u8]| {
         h.update((b.len() as u64).to_le_bytes());
@@ -344,7 +346,7 @@ fn hash_walk(r: &Result<Vec<butane::TreeEntry>, String>) -> [u8; 32] {
         }
         Err(e) => {
             field(b"e");
-            field(e.as_bytes());
+            field(format!("{e:?}").as_bytes());
         }
     }
     h.finalize().into()
@@ -357,19 +359,26 @@ struct Recorder<'a> {
 }
 
 impl butane::FilesDir for Recorder<'_> {
-    fn read(&self, rel: &str) -> Result<Vec<u8>, String> {
-        let r = self.inner.read(rel);
+    fn read(&self, rel: &str, max: u64) -> Result<Vec<u8>, butane::LocalError> {
+        let r = self.inner.read(rel, max);
         self.deps
             .borrow_mut()
-            .push(Dep::File(rel.to_string(), hash_read(&r)));
+            .push(Dep::File(rel.to_string(), max, hash_read(&r)));
         r
     }
 
-    fn walk(&self, rel: &str) -> Result<Vec<butane::TreeEntry>, String> {
-        let r = self.inner.walk(rel);
-        self.deps
-            .borrow_mut()
-            .push(Dep::Tree(rel.to_string(), hash_walk(&r)));
+    fn walk(
+        &self,
+        rel: &str,
+        max_file: u64,
+        max_total: u64,
+    ) -> Result<Vec<butane::TreeEntry>, butane::LocalError> {
+        let r = self.inner.walk(rel, max_file, max_total);
+        self.deps.borrow_mut().push(Dep::Tree(
+            rel.to_string(),
+            (max_file, max_total),
+            hash_walk(&r),
+        ));
         r
     }
 }
@@ -429,8 +438,10 @@ impl Translations {
         if let Some(t) = self.entries.get_mut(&key) {
             use butane::FilesDir;
             let current = t.deps.iter().all(|d| match d {
-                Dep::File(rel, hash) => hash_read(&files.read(rel)) == *hash,
-                Dep::Tree(rel, hash) => hash_walk(&files.walk(rel)) == *hash,
+                Dep::File(rel, max, hash) => hash_read(&files.read(rel, *max)) == *hash,
+                Dep::Tree(rel, (max_file, max_total), hash) => {
+                    hash_walk(&files.walk(rel, *max_file, *max_total)) == *hash
+                }
             });
             if current {
                 t.used = true;
@@ -522,8 +533,8 @@ impl Reader<'_> {
         let (res, deps) = self.translations.get(&bytes, dir, place);
         for d in &deps {
             let (tag, rel, hash) = match d {
-                Dep::File(r, h) => (b"f", r, h),
-                Dep::Tree(r, h) => (b"t", r, h),
+                Dep::File(r, _, h) => (b"f", r, h),
+                Dep::Tree(r, _, h) => (b"t", r, h),
             };
             self.field(tag);
             self.field(rel.as_bytes());
