@@ -957,6 +957,7 @@ impl Server {
         };
         parts[part].remove(&fd);
         // As in `evict_oldest`: the owner closes it once it sees the shutdown.
+        abort_on_close(fd);
         let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
         drop(parts);
         self.stats.open.fetch_sub(1, Ordering::SeqCst);
@@ -1788,6 +1789,7 @@ impl Shard {
                     let secs = limits.send_window.as_secs_f64();
                     if (got as f64) < limits.min_send_rate as f64 * secs {
                         self.srv.stats.too_slow.fetch_add(1, Ordering::Relaxed);
+                        abort_on_close(c.sock.as_raw_fd());
                         self.close(idx);
                         continue;
                     }
@@ -1877,11 +1879,15 @@ impl Shard {
 
     fn fill_with(&self, c: &mut Conn, cap: usize, tmp: &mut [u8]) -> Result<(), ()> {
         let before = c.buf.len();
+        let chunk = tmp.len();
         while c.buf.len() < cap && !c.eof {
             match c.tls.as_mut() {
-                None => match c.sock.read(tmp) {
+                // Never more than `cap`, and no spare capacity beyond it: a connection's
+                // buffer is at most the head size limit (docs/serve.md).
+                None => match c.sock.read(&mut tmp[..(cap - c.buf.len()).min(chunk)]) {
                     Ok(0) => c.eof = true,
                     Ok(n) => {
+                        c.buf.reserve_exact(n);
                         c.buf.extend_from_slice(&tmp[..n]);
                         if n < tmp.len() {
                             break;
@@ -2000,6 +2006,10 @@ impl Shard {
                             let started = c.head_start.unwrap_or_else(Instant::now);
                             let parsed = c.req.parse(&c.buf[start..end], srv.limits.max_headers);
                             c.buf.drain(..next);
+                            if c.buf.capacity() > REQUEST_KEPT && c.buf.len() <= REQUEST_KEPT {
+                                // A large head is not kept while its response is written.
+                                c.buf.shrink_to(REQUEST_KEPT);
+                            }
                             c.scan = ScanState::default();
                             c.head_start = None;
                             match parsed {
@@ -2058,6 +2068,10 @@ impl Shard {
                             c.peer,
                         );
                         c.served += 1;
+                    }
+                    if c.req.text.capacity() > REQUEST_KEPT {
+                        // A large head is not kept once it is answered.
+                        c.req = Request::default();
                     }
                     // No request in progress any more: evictable again, before the client
                     // can see the end of the response.
@@ -2241,6 +2255,27 @@ fn flush_tls_response(c: &mut Conn) -> std::io::Result<bool> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Makes the close of socket `fd` a reset (SO_LINGER 0): what its send buffer still holds
+/// is dropped at once, instead of the kernel going on sending it, unowned, to a client that
+/// does not read (a dropped slow response).
+fn abort_on_close(fd: RawFd) {
+    let l = nix::libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `fd` is an open socket (its owner closes it only after leaving the sets this
+    // is called under, or is the caller), and `l` is a valid linger value of the size given.
+    let _ = unsafe {
+        nix::libc::setsockopt(
+            fd,
+            nix::libc::SOL_SOCKET,
+            nix::libc::SO_LINGER,
+            (&raw const l).cast(),
+            std::mem::size_of::<nix::libc::linger>() as nix::libc::socklen_t,
+        )
+    };
 }
 
 /// Bytes written to `sock` that its peer has not acknowledged yet (SIOCOUTQ); 0 when it
