@@ -293,16 +293,26 @@ fn busy_server_refuses_in_the_listeners_protocol() {
     let src = source(&t);
     big_pool(&src, 256);
     let tls = tls_files();
+    // Refusal happens at the per-address cap: at the connection limit a response waiting for
+    // its client is evicted instead (`slowest_response_is_evicted_when_slots_run_out`).
+    // No minimum send rate: the blockers must stay.
     let s = start(
         &src,
         Some(&tls),
-        &["--max-connections", "2", "--idle-timeout", "120s"],
+        &[
+            "--max-connections-per-address",
+            "2",
+            "--idle-timeout",
+            "120s",
+            "--min-send-rate",
+            "0",
+        ],
     );
     let plain = s.addr_of("http");
     let https = s.addr_of("https");
-    assert_eq!(s.status()["limits"]["maxConnections"], 2);
+    assert_eq!(s.status()["limits"]["maxConnectionsPerAddress"], 2);
     // Two clients that pipeline requests for a big config and never read: the server's
-    // writes block, so both connections are busy with a request and cannot be evicted.
+    // writes block, so both connections are busy with a request and count against the cap.
     // 64 x 256 KiB, four times the most a loopback socket buffers (tcp_wmem max 4 MiB): with
     // 16 the server could write every response into the buffers, finish, and the then idle
     // connection was evicted (seen once under load: the probe got a 200).
@@ -330,7 +340,7 @@ fn busy_server_refuses_in_the_listeners_protocol() {
         plain,
         "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
-    assert_eq!(r.status, 503, "a full server refuses new connections");
+    assert_eq!(r.status, 503, "an address at its cap is refused");
     assert!(r.header("retry-after").is_some(), "{r:?}");
     // The TLS port answers in TLS: a 503 after the handshake (or a clean close), never
     // plaintext (which a TLS client sees as a protocol error) and never a reset.

@@ -12,13 +12,19 @@
 //! - `header_timeout` runs from accept (TLS handshake included) until the whole first head is
 //!   read, and from the first byte of each later head; a silent connection is closed then, a
 //!   partial head is answered 408.
-//! - `idle_timeout` between requests on a keep-alive connection; also the write time-out.
+//! - `idle_timeout` between requests on a keep-alive connection.
+//! - The minimum send rate: a response in progress must have `min_send_rate` bytes a second
+//!   acknowledged by its client in every `send_window` (the socket's unacknowledged bytes do
+//!   not count), or the connection is reset.
 //! - `max_connections` is global. At the limit the connection that has waited longest without
 //!   a whole request head (new and silent, mid-handshake, slow headers, idle keep-alive,
 //!   lingering after a close) is evicted to make room: silent connections, from one address
-//!   or many, cannot crowd out clients that send requests. Only when every connection is busy
-//!   with a request is a new one refused, in the listener's own protocol: a plain 503, or over
-//!   TLS a 503 after the handshake (a bounded number at a time; beyond that a bare close).
+//!   or many, cannot crowd out clients that send requests. When there is none, the slowest
+//!   response waiting for its client is evicted. Only when neither is left is a new one
+//!   refused, in the listener's own protocol: a plain 503, or over TLS a 503 after the
+//!   handshake (a bounded number at a time; beyond that a bare close).
+//! - Memory per connection is bounded whatever the response: bodies are shared, never
+//!   copied per connection; TLS is encrypted one record at a time as the socket takes it.
 //! - `max_connections_per_address` (0 = off) refuses connections over a per-address cap. A
 //!   connection stops counting against its address once it has sent its last response (while
 //!   it lingers, below); lingering connections have the same cap of their own, beyond which
@@ -754,12 +760,12 @@ struct SlowKey {
     fd: RawFd,
 }
 
-/// One part of the server's set of responses waiting for their client: per socket, the
-/// bytes per second it delivered in its last window of the minimum send rate (`u64::MAX`
-/// before its first) and when it joined.
+/// One part of the server's set of responses waiting for their client: per socket, when its
+/// response was queued (on the clock of `Server::waiting`) and the bytes of it the socket
+/// took so far (kept by its owner).
 #[derive(Default)]
 #[repr(align(128))]
-struct SlowPart(Mutex<HashMap<RawFd, (u64, u64)>>);
+struct SlowPart(Mutex<HashMap<RawFd, (u64, Arc<AtomicUsize>)>>);
 
 /// The server shared by every event loop.
 pub struct Server {
@@ -919,14 +925,15 @@ impl Server {
         true
     }
 
-    /// Registers a response that waits for its client; returns its key.
-    fn slow_enter(&self, fd: RawFd, now: Instant) -> SlowKey {
+    /// Registers a response queued at `queued` that waits for its client, with the counter
+    /// of its bytes the socket took; returns its key.
+    fn slow_enter(&self, fd: RawFd, queued: Instant, sent: Arc<AtomicUsize>) -> SlowKey {
         let k = SlowKey {
             part: super::thread_part(WAIT_PARTS),
             fd,
         };
-        let at = now.saturating_duration_since(self.born).as_nanos() as u64;
-        lock(&self.slow[k.part].0).insert(fd, (u64::MAX, at));
+        let at = queued.saturating_duration_since(self.born).as_nanos() as u64;
+        lock(&self.slow[k.part].0).insert(fd, (at, sent));
         k
     }
 
@@ -935,23 +942,25 @@ impl Server {
         lock(&self.slow[k.part].0).remove(&k.fd).is_some()
     }
 
-    /// Records the rate a waiting response delivered in its last window.
-    fn slow_rate(&self, k: SlowKey, rate: u64) {
-        if let Some(e) = lock(&self.slow[k.part].0).get_mut(&k.fd) {
-            e.0 = rate;
-        }
-    }
-
-    /// Evicts the slowest response waiting for its client (the lowest rate in its last
-    /// window; among those not yet measured, the one waiting longest) and releases its slot.
-    /// false: none is waiting.
+    /// Evicts the slowest response waiting for its client and releases its slot: the one
+    /// whose client acknowledged the fewest bytes per second since it was queued (counted
+    /// over at least a second, so a response just queued is not the slowest for having had
+    /// no time). false: none is waiting.
     fn evict_slowest(&self) -> bool {
         let mut parts: Vec<_> = self.slow.iter().map(|p| lock(&p.0)).collect();
-        let Some((_, _, part, fd)) = parts
+        let now = self.born.elapsed().as_nanos() as u64;
+        let rate = |fd: RawFd, at: u64, sent: &AtomicUsize| {
+            // The socket is open: its owner closes it only after removing its entry, under
+            // the lock held here.
+            let delivered = sent.load(Ordering::Relaxed).saturating_sub(unacked_fd(fd));
+            let secs = (now.saturating_sub(at) as f64 / 1e9).max(1.0);
+            delivered as f64 / secs
+        };
+        let Some((_, part, fd)) = parts
             .iter()
             .enumerate()
-            .flat_map(|(i, p)| p.iter().map(move |(&fd, &(rate, at))| (rate, at, i, fd)))
-            .min()
+            .flat_map(|(i, p)| p.iter().map(move |(&fd, (at, sent))| (rate(fd, *at, sent), i, fd)))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
         else {
             return false;
         };
@@ -1111,6 +1120,11 @@ struct Conn {
     notified: bool,
     /// Key in the server's set of responses waiting for their client, while in it.
     slow: Option<SlowKey>,
+    /// When the current response was queued.
+    queued: Instant,
+    /// The socket bytes of the current response, for the evicting thread (see
+    /// `Server::evict_slowest`); made when a response first waits for its client.
+    shared_sent: Option<Arc<AtomicUsize>>,
     finished: Option<Finished>,
     /// The current request and its response, in buffers kept from one to the next.
     req: Request,
@@ -1631,6 +1645,8 @@ impl Shard {
             delivered: 0,
             notified: false,
             slow: None,
+            queued: now,
+            shared_sent: None,
             finished: None,
             req: Request::default(),
             resp: Response::new(200),
@@ -1795,9 +1811,6 @@ impl Shard {
                     }
                     c.delivered = delivered;
                     c.deadline = now + limits.send_window;
-                    if let Some(k) = c.slow {
-                        self.srv.slow_rate(k, (got as f64 / secs) as u64);
-                    }
                 }
                 Phase::Linger => self.close(idx),
             }
@@ -1859,6 +1872,7 @@ impl Shard {
         c.out_pos = 0;
         c.sent = 0;
         c.delivered = 0;
+        c.queued = self.now;
         c.notified = false;
         c.finished = Some(Finished {
             has_req,
@@ -2041,8 +2055,16 @@ impl Shard {
                             // Waiting for the client: the deadline stays the end of the
                             // current window of the minimum send rate (see `sweep`), and at
                             // the connection limit it may be evicted, slowest first.
-                            if c.slow.is_none() && c.counted {
-                                c.slow = Some(srv.slow_enter(c.sock.as_raw_fd(), self.now));
+                            let sent = if c.tls.is_some() { c.sent } else { c.out_pos };
+                            match (&c.slow, &c.shared_sent) {
+                                (Some(_), Some(s)) => s.store(sent, Ordering::Relaxed),
+                                _ if c.counted => {
+                                    let s = c.shared_sent.get_or_insert_default();
+                                    s.store(sent, Ordering::Relaxed);
+                                    let s = s.clone();
+                                    c.slow = Some(srv.slow_enter(c.sock.as_raw_fd(), c.queued, s));
+                                }
+                                _ => {}
                             }
                             return Some(EpollFlags::EPOLLOUT);
                         }
@@ -2281,10 +2303,15 @@ fn abort_on_close(fd: RawFd) {
 /// Bytes written to `sock` that its peer has not acknowledged yet (SIOCOUTQ); 0 when it
 /// cannot be told.
 fn unacked(sock: &TcpStream) -> usize {
+    unacked_fd(sock.as_raw_fd())
+}
+
+/// [`unacked`] of an open socket's descriptor.
+fn unacked_fd(fd: RawFd) -> usize {
     let mut n: nix::libc::c_int = 0;
     // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one c_int to the valid, exclusively borrowed `n`;
-    // the socket is open for the duration of the call.
-    let r = unsafe { nix::libc::ioctl(sock.as_raw_fd(), nix::libc::TIOCOUTQ, &mut n) };
+    // the caller keeps the socket open for the duration of the call.
+    let r = unsafe { nix::libc::ioctl(fd, nix::libc::TIOCOUTQ, &mut n) };
     if r < 0 { 0 } else { n.max(0) as usize }
 }
 
