@@ -809,7 +809,10 @@ fn unread_responses_keep_memory_bounded() {
         // Every kind of answer once, read whole: what is made once (renders, memfds) is made.
         for i in 0..3 {
             let got = match scheme {
-                "http" => request(addr, &req(i).replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n")),
+                "http" => request(
+                    addr,
+                    &req(i).replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n"),
+                ),
                 _ => match tls_request(
                     addr,
                     &cfg,
@@ -851,7 +854,10 @@ fn unread_responses_keep_memory_bounded() {
         let end = Instant::now() + Duration::from_secs(120);
         for (i, (c, _)) in held.iter().enumerate() {
             while pending(c) < 2048 {
-                assert!(Instant::now() < end, "{scheme} {path}: client {i} got no answer");
+                assert!(
+                    Instant::now() < end,
+                    "{scheme} {path}: client {i} got no answer"
+                );
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
@@ -882,7 +888,8 @@ fn trickle(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<(usize, bool)> {
     std::thread::spawn(move || {
-        c.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
         let mut buf = vec![0u8; chunk.max(1)];
         let mut got = 0;
         let end = Instant::now() + Duration::from_secs(180);
@@ -944,7 +951,10 @@ fn slow_reader_is_dropped_at_the_minimum_rate() {
     ];
     for (what, r) in ["plain", "TLS"].into_iter().zip(readers) {
         let (got, closed) = r.join().unwrap();
-        assert!(closed, "{what}: the slow reader was never dropped ({got} bytes read)");
+        assert!(
+            closed,
+            "{what}: the slow reader was never dropped ({got} bytes read)"
+        );
         assert!(got < whole, "{what}: {got} bytes, the whole response");
     }
     assert!(s.metric("agent_serve_responses_too_slow_total") >= 2);
@@ -980,7 +990,8 @@ fn slowest_response_is_evicted_when_slots_run_out() {
     let fast = {
         let stop = fast_stop.clone();
         std::thread::spawn(move || {
-            fast.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+            fast.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
             let mut buf = vec![0u8; 5 * 1024];
             let mut got = Vec::new();
             let end = Instant::now() + Duration::from_secs(180);
@@ -1013,7 +1024,10 @@ fn slowest_response_is_evicted_when_slots_run_out() {
         addr,
         "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
-    assert_eq!(r.status, 200, "the new connection took the slowest one's slot");
+    assert_eq!(
+        r.status, 200,
+        "the new connection took the slowest one's slot"
+    );
     let (slow_got, slow_closed) = slow.join().unwrap();
     assert!(slow_closed, "the slowest response was evicted");
     assert!(slow_got < whole);
@@ -1043,11 +1057,17 @@ fn ambiguous_heads_are_400() {
     for (what, headers) in [
         (
             "two Authorization headers",
-            vec![("Authorization", worker.as_str()), ("Authorization", "Bearer x")],
+            vec![
+                ("Authorization", worker.as_str()),
+                ("Authorization", "Bearer x"),
+            ],
         ),
         (
             "the same Authorization twice",
-            vec![("Authorization", worker.as_str()), ("authorization", worker.as_str())],
+            vec![
+                ("Authorization", worker.as_str()),
+                ("authorization", worker.as_str()),
+            ],
         ),
         (
             "two Host headers",
@@ -1061,9 +1081,6 @@ fn ambiguous_heads_are_400() {
         let r = s.get_h("/config/worker", &headers);
         assert_eq!(r.status, 400, "{what}: {}", r.text());
     }
-    assert_eq!(
-        s.get_h("/healthz", &[("Content-Length", "+0")]).status,
-        400
-    );
+    assert_eq!(s.get_h("/healthz", &[("Content-Length", "+0")]).status, 400);
     assert_eq!(s.get_h("/healthz", &[("Content-Length", "0")]).status, 200);
 }

@@ -308,7 +308,10 @@ impl Request {
             } else if name.eq_ignore_ascii_case("transfer-encoding") {
                 chunked = true;
             } else if SINGLE.iter().any(|h| name.eq_ignore_ascii_case(h))
-                && self.headers.iter().any(|&(n, _)| self.text[n.0..n.1].eq_ignore_ascii_case(name))
+                && self
+                    .headers
+                    .iter()
+                    .any(|&(n, _)| self.text[n.0..n.1].eq_ignore_ascii_case(name))
             {
                 // Two credentials or two hosts: which one counts would be a guess.
                 return Err(400);
@@ -404,19 +407,24 @@ impl Body {
 
     /// Its bytes in order, as the contiguous pieces it holds.
     pub fn pieces(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        let (one, segs, fill): (&[u8], &[Box<[u8]>], &[u8]) = match self {
-            Body::Empty => (&[], &[], &[]),
-            Body::Shared(b) => (b, &[], &[]),
-            Body::File(f) => (&f.bytes, &[], &[]),
-            Body::Owned(b) => (b, &[], &[]),
-            Body::Spliced { segs, fill } => (&[], segs, fill),
+        let one: &[u8] = match self {
+            Body::Empty | Body::Spliced { .. } => &[],
+            Body::Shared(b) => b,
+            Body::File(f) => &f.bytes,
+            Body::Owned(b) => b,
+        };
+        let (segs, fill) = match self {
+            Body::Spliced { segs, fill } => (&segs[..], &fill[..]),
+            _ => (&[][..], &[][..]),
         };
         let spliced = segs
             .iter()
             .enumerate()
             .flat_map(move |(i, s)| [(i > 0).then_some(fill), Some(&s[..])])
             .flatten();
-        std::iter::once(one).chain(spliced).filter(|p| !p.is_empty())
+        std::iter::once(one)
+            .chain(spliced)
+            .filter(|p| !p.is_empty())
     }
 
     /// The whole body in one buffer (for tests and small bodies).
@@ -959,7 +967,10 @@ impl Server {
         let Some((_, part, fd)) = parts
             .iter()
             .enumerate()
-            .flat_map(|(i, p)| p.iter().map(move |(&fd, (at, sent))| (rate(fd, *at, sent), i, fd)))
+            .flat_map(|(i, p)| {
+                p.iter()
+                    .map(move |(&fd, (at, sent))| (rate(fd, *at, sent), i, fd))
+            })
             .min_by(|a, b| a.0.total_cmp(&b.0))
         else {
             return false;
@@ -2020,8 +2031,9 @@ impl Shard {
                             let started = c.head_start.unwrap_or_else(Instant::now);
                             let parsed = c.req.parse(&c.buf[start..end], srv.limits.max_headers);
                             c.buf.drain(..next);
-                            if c.buf.capacity() > REQUEST_KEPT && c.buf.len() <= REQUEST_KEPT {
-                                // A large head is not kept while its response is written.
+                            if c.buf.capacity() > REQUEST_KEPT {
+                                // A large head (or leading empty lines) is not kept while its
+                                // response is written: what is left is the next head's start.
                                 c.buf.shrink_to(REQUEST_KEPT);
                             }
                             c.scan = ScanState::default();

@@ -371,10 +371,12 @@ mod tests {
     /// its own, in every version; the template variable elsewhere (a file) stays as it is.
     #[test]
     fn etcd_renders_share_one_split_document() {
-        let c = cfg(r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/etc/{{.etcd_index}}",
+        let c = cfg(
+            r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/etc/{{.etcd_index}}",
             "contents":{"source":"data:,x"}}]},"systemd":{"units":[
             {"name":"etcd.service","contents":"a{{.etcd_index}}{{.etcd_index}}\n\"q\" @@agent-etcd-index-0@",
-             "dropins":[{"name":"x.conf","contents":"{{.etcd_index}}"}]}]}}"#);
+             "dropins":[{"name":"x.conf","contents":"{{.etcd_index}}"}]}]}}"#,
+        );
         let p = Pool::new("master", c).unwrap();
         for minor in 0..=version::NEWEST_MINOR {
             for idx in [0, 7, 42, 999_999] {
