@@ -73,6 +73,8 @@ pub const LOOP_FDS: usize = 2 + WHOLES_KEPT + super::pipes::MAX_FDS;
 
 /// The event token of a loop's inbox (connections other loops handed to it).
 const INBOX: u64 = LISTENER_BASE - 1;
+/// SO_SNDBUF of a connection (the kernel doubles it).
+const SNDBUF: usize = 64 * 1024;
 /// Bytes drained from a lingering connection before it is closed anyway.
 const LINGER_BYTES: usize = 256 * 1024;
 
@@ -1602,12 +1604,10 @@ impl Shard {
                 return;
             }
         } else {
-            // Room for a whole ~50 KiB config in one write.
-            let _ = nix::sys::socket::setsockopt(
-                &sock,
-                nix::sys::socket::sockopt::SndBuf,
-                &(256 * 1024),
-            );
+            // Room for a whole ~50 KiB config in one write (the kernel doubles it: 128 KiB),
+            // and no more: a client that does not read holds this much kernel memory
+            // (charged to the server's cgroup) until the minimum send rate drops it.
+            let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &SNDBUF);
         }
         let tls = match tls.map(rustls::ServerConnection::new) {
             None => None,
