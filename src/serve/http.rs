@@ -74,7 +74,7 @@ pub const LOOP_FDS: usize = 2 + WHOLES_KEPT + super::pipes::MAX_FDS;
 /// The event token of a loop's inbox (connections other loops handed to it).
 const INBOX: u64 = LISTENER_BASE - 1;
 /// SO_SNDBUF of a connection (the kernel doubles it).
-pub const SNDBUF: usize = 64 * 1024;
+const SNDBUF: usize = 64 * 1024;
 /// Bytes drained from a lingering connection before it is closed anyway.
 const LINGER_BYTES: usize = 256 * 1024;
 

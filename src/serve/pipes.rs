@@ -20,10 +20,8 @@ use std::sync::Arc;
 
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice, tee};
 
-/// Largest response kept in a master pipe: what a connection's socket buffer
-/// (`http::SNDBUF`, doubled by the kernel) takes whole, so a send from the start seldom
-/// leaves part of a copy behind (which costs the scratch pipe).
-pub const MAX_LEN: usize = 64 * 1024;
+/// Largest response kept in a master pipe.
+pub const MAX_LEN: usize = 256 * 1024;
 /// Bytes a master holds at most (as many copies of its response as fit, at least one).
 const MASTER_BYTES: usize = 256 * 1024;
 /// Copies a master holds at most (a small response is not copied thousands of times).
@@ -300,7 +298,7 @@ mod tests {
         assert!(send(&tx, &key, &[&big]).is_none());
         assert!(send(&tx, &key, &[&big]).is_none());
         // Many different responses: the masters never hold more than the budget.
-        let part = vec![1u8; MAX_LEN - 1024];
+        let part = vec![1u8; 200 * 1024];
         let keys: Vec<_> = (0..24).map(|_| Arc::new(())).collect();
         for k in &keys {
             let _ = send(&tx, k, &[&part]);
@@ -330,7 +328,7 @@ mod tests {
         nix::sys::socket::setsockopt(&rx, nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
         tx.set_nonblocking(true).unwrap();
         let key = Arc::new(());
-        let body = vec![9u8; MAX_LEN - 1024];
+        let body = vec![9u8; 100 * 1024];
         assert!(send(&tx, &key, &[&body]).is_none());
         let mut sends = 0;
         loop {
