@@ -74,7 +74,7 @@ pub const LOOP_FDS: usize = 2 + WHOLES_KEPT + super::pipes::MAX_FDS;
 /// The event token of a loop's inbox (connections other loops handed to it).
 const INBOX: u64 = LISTENER_BASE - 1;
 /// SO_SNDBUF of a connection (the kernel doubles it).
-const SNDBUF: usize = 64 * 1024;
+const SNDBUF: usize = 256 * 1024;
 /// Bytes drained from a lingering connection before it is closed anyway.
 const LINGER_BYTES: usize = 256 * 1024;
 
@@ -1604,9 +1604,10 @@ impl Shard {
                 return;
             }
         } else {
-            // Room for a whole ~50 KiB config in one write (the kernel doubles it: 128 KiB),
-            // and no more: a client that does not read holds this much kernel memory
-            // (charged to the server's cgroup) until the minimum send rate drops it.
+            // Room for a whole config of up to ~256 KiB in one write, which the pipe path
+            // (`super::pipes`) needs (measured: 64 KiB cost a config of 150 KiB a third more
+            // CPU per request). A client that does not read holds up to twice this of kernel
+            // memory (charged to the server's cgroup) until the minimum send rate drops it.
             let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &SNDBUF);
         }
         let tls = match tls.map(rustls::ServerConnection::new) {
