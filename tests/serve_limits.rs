@@ -293,16 +293,26 @@ fn busy_server_refuses_in_the_listeners_protocol() {
     let src = source(&t);
     big_pool(&src, 256);
     let tls = tls_files();
+    // Refusal happens at the per-address cap: at the connection limit a response waiting for
+    // its client is evicted instead (`slowest_response_is_evicted_when_slots_run_out`).
+    // No minimum send rate: the blockers must stay.
     let s = start(
         &src,
         Some(&tls),
-        &["--max-connections", "2", "--idle-timeout", "120s"],
+        &[
+            "--max-connections-per-address",
+            "2",
+            "--idle-timeout",
+            "120s",
+            "--min-send-rate",
+            "0",
+        ],
     );
     let plain = s.addr_of("http");
     let https = s.addr_of("https");
-    assert_eq!(s.status()["limits"]["maxConnections"], 2);
+    assert_eq!(s.status()["limits"]["maxConnectionsPerAddress"], 2);
     // Two clients that pipeline requests for a big config and never read: the server's
-    // writes block, so both connections are busy with a request and cannot be evicted.
+    // writes block, so both connections are busy with a request and count against the cap.
     // 64 x 256 KiB, four times the most a loopback socket buffers (tcp_wmem max 4 MiB): with
     // 16 the server could write every response into the buffers, finish, and the then idle
     // connection was evicted (seen once under load: the probe got a 200).
@@ -330,7 +340,7 @@ fn busy_server_refuses_in_the_listeners_protocol() {
         plain,
         "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
-    assert_eq!(r.status, 503, "a full server refuses new connections");
+    assert_eq!(r.status, 503, "an address at its cap is refused");
     assert!(r.header("retry-after").is_some(), "{r:?}");
     // The TLS port answers in TLS: a 503 after the handshake (or a clean close), never
     // plaintext (which a TLS client sees as a protocol error) and never a reset.
@@ -707,4 +717,370 @@ fn new_connections_are_spread_over_the_event_loops() {
             s.metric("agent_serve_open_connections") <= 1
         });
     }
+}
+
+/// The server's resident memory in KiB (`VmRSS` of /proc/PID/status).
+fn rss_kib(s: &Server) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
+    st.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// Bytes waiting to be read on a socket.
+fn pending(c: &TcpStream) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut n: nix::libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int to the valid, exclusively borrowed `n`.
+    let r = unsafe { nix::libc::ioctl(c.as_raw_fd(), nix::libc::FIONREAD, &mut n) };
+    assert_eq!(r, 0, "FIONREAD");
+    n as usize
+}
+
+/// A source with `big` and `master` pools of about `kib` KiB each (one big inline file);
+/// `master` has a unit with the etcd index template.
+fn big_source(t: &TempDir, kib: usize) -> PathBuf {
+    let src = t.path().join("src");
+    big_pool(&src, kib);
+    let data: String = (0..kib * 1024)
+        .map(|i| (b'A' + (i % 26) as u8) as char)
+        .collect();
+    write(
+        &src.join("pools/master.ign"),
+        &format!(
+            r#"{{"ignition":{{"version":"3.0.0"}},"storage":{{"files":[{{"path":"/etc/big","contents":{{"source":"data:,{data}"}}}}]}},"systemd":{{"units":[{{"name":"etcd.service","contents":"[Service]\nExecStart=/bin/etcd --name etcd-{{{{.etcd_index}}}}\n"}}]}}}}"#
+        ),
+    );
+    src
+}
+
+/// Connections whose clients never read are held by the server without a copy of the
+/// response: per connection at most the documented bound (docs/serve.md, "Connections and
+/// limits"), whatever the response's size, plain or TLS, with or without `etcd_index`.
+const UNREAD: usize = 2_000;
+/// The documented bound per connection at the default --max-header-bytes (16 KiB), in KiB:
+/// 2 x 16 KiB + 48 KiB (docs/serve.md, README "Limits").
+const PER_CONNECTION_KIB: u64 = 80;
+
+#[test]
+fn unread_responses_keep_memory_bounded() {
+    let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
+    let have = raise_nofile(8_000);
+    assert!(
+        have as usize > UNREAD + 1_000,
+        "the open-files limit ({have}) is too low for this test"
+    );
+    let t = TempDir::new("unread");
+    let src = big_source(&t, 1024);
+    let tls = tls_files();
+    let cfg = tls_client(&tls.ca);
+    let mut report = Vec::new();
+    for (scheme, path) in [
+        ("http", "/config/big"),
+        ("http", "/config/master?etcd_index="),
+        ("https", "/config/big"),
+        ("https", "/config/master?etcd_index="),
+    ] {
+        // A fresh server per case; long time-outs, so that nothing is closed for being slow
+        // while the test looks.
+        let s = start(
+            &src,
+            Some(&tls),
+            &[
+                "--idle-timeout",
+                "600s",
+                "--header-timeout",
+                "600s",
+                "--min-send-rate",
+                "0",
+            ],
+        );
+        let addr = s.addr_of(scheme);
+        let req = |i: usize| {
+            let p = if path.ends_with('=') {
+                format!("{path}{i}")
+            } else {
+                path.to_string()
+            };
+            format!("GET {p} HTTP/1.1\r\nHost: x\r\n\r\n")
+        };
+        // Every kind of answer once, read whole: what is made once (renders, memfds) is made.
+        for i in 0..3 {
+            let got = match scheme {
+                "http" => request(
+                    addr,
+                    &req(i).replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n"),
+                ),
+                _ => match tls_request(
+                    addr,
+                    &cfg,
+                    &req(i).replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n"),
+                ) {
+                    TlsOutcome::Response(r) => r,
+                    other => panic!("{other:?}"),
+                },
+            };
+            assert_eq!(got.status, 200);
+            assert!(got.body.len() > 1024 * 1024, "{}", got.body.len());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let before = rss_kib(&s);
+        // Clients with a small receive window that never read: the server cannot hand the
+        // response to the kernel and has to keep what is left of it.
+        let mut held = Vec::with_capacity(UNREAD);
+        for i in 0..UNREAD {
+            let mut c = connect_with(None, Some(4096), addr);
+            let tls_conn = if scheme == "https" {
+                let mut t =
+                    rustls::ClientConnection::new(cfg.clone(), "localhost".try_into().unwrap())
+                        .unwrap();
+                while t.is_handshaking() {
+                    t.complete_io(&mut c).expect("TLS handshake");
+                }
+                t.writer().write_all(req(i).as_bytes()).unwrap();
+                while t.wants_write() {
+                    t.write_tls(&mut c).unwrap();
+                }
+                Some(t)
+            } else {
+                c.write_all(req(i).as_bytes()).unwrap();
+                None
+            };
+            held.push((c, tls_conn));
+        }
+        // Every client has the start of its answer (its receive buffer is full).
+        let end = Instant::now() + Duration::from_secs(120);
+        for (i, (c, _)) in held.iter().enumerate() {
+            while pending(c) < 2048 {
+                assert!(
+                    Instant::now() < end,
+                    "{scheme} {path}: client {i} got no answer"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let after = rss_kib(&s);
+        let per = (after.saturating_sub(before)) as f64 / UNREAD as f64;
+        let line = format!(
+            "{scheme} {path}: {before} KiB -> {after} KiB with {UNREAD} unread connections ({per:.1} KiB each)"
+        );
+        eprintln!("{line}");
+        report.push((line, before, after));
+        drop(held);
+        drop(s);
+    }
+    for (_, before, after) in &report {
+        assert!(
+            *after <= before + UNREAD as u64 * PER_CONNECTION_KIB,
+            "over {PER_CONNECTION_KIB} KiB per connection: {report:#?}"
+        );
+    }
+}
+
+/// Reads `chunk` bytes every 100 ms until the server closes or `stop` is set; returns the
+/// bytes read and whether the server closed the connection.
+fn trickle(
+    mut c: TcpStream,
+    chunk: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(usize, bool)> {
+    std::thread::spawn(move || {
+        c.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut buf = vec![0u8; chunk.max(1)];
+        let mut got = 0;
+        let end = Instant::now() + Duration::from_secs(180);
+        while Instant::now() < end && !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            match c.read(&mut buf) {
+                Ok(0) => return (got, true),
+                Ok(n) => got += n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return (got, true),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (got, false)
+    })
+}
+
+/// Starts a TLS session on `c` and sends `req`; the client then reads the raw (encrypted)
+/// bytes off the socket itself, as slowly as it likes.
+fn tls_send(c: &mut TcpStream, cfg: &std::sync::Arc<rustls::ClientConfig>, req: &str) {
+    let mut t =
+        rustls::ClientConnection::new(cfg.clone(), "localhost".try_into().unwrap()).unwrap();
+    while t.is_handshaking() {
+        t.complete_io(c).expect("TLS handshake");
+    }
+    t.writer().write_all(req.as_bytes()).unwrap();
+    while t.wants_write() {
+        t.write_tls(c).unwrap();
+    }
+}
+
+/// A client that reads a few bytes a second is dropped by the minimum send rate (4 KiB/s
+/// over 10 s windows by default), on the plain and the TLS port, long before the idle
+/// time-out (600 s here): the server's writes make progress now and then, which used to
+/// restart the write time-out, and socket buffers full of unread bytes do not count.
+#[test]
+fn slow_reader_is_dropped_at_the_minimum_rate() {
+    let t = TempDir::new("slow-reader");
+    let src = source(&t);
+    big_pool(&src, 1024);
+    let tls = tls_files();
+    let cfg = tls_client(&tls.ca);
+    let s = start(&src, Some(&tls), &["--idle-timeout", "600s"]);
+    let whole = s.get("/config/big").body.len();
+    assert!(whole > 1024 * 1024);
+    let req = "GET /config/big HTTP/1.1\r\nHost: x\r\n\r\n";
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut plain = connect_with(None, Some(4096), s.addr_of("http"));
+    plain.write_all(req.as_bytes()).unwrap();
+    let mut tls_conn = connect_with(None, Some(4096), s.addr_of("https"));
+    tls_send(&mut tls_conn, &cfg, req);
+    // 16 bytes every 100 ms: 160 bytes a second.
+    let readers = [
+        trickle(plain, 16, stop.clone()),
+        trickle(tls_conn, 16, stop.clone()),
+    ];
+    for (what, r) in ["plain", "TLS"].into_iter().zip(readers) {
+        let (got, closed) = r.join().unwrap();
+        assert!(
+            closed,
+            "{what}: the slow reader was never dropped ({got} bytes read)"
+        );
+        assert!(got < whole, "{what}: {got} bytes, the whole response");
+    }
+    assert!(s.metric("agent_serve_responses_too_slow_total") >= 2);
+    let st = s.status();
+    assert_eq!(st["limits"]["minSendRateBytesPerSecond"], 4096);
+    assert_eq!(st["limits"]["sendRateWindowSeconds"], 10.0);
+}
+
+/// At the connection limit with every connection busy sending a response, a new
+/// connection evicts the slowest of them (by the rate its client took in its last window),
+/// not the oldest, instead of being refused.
+#[test]
+fn slowest_response_is_evicted_when_slots_run_out() {
+    let t = TempDir::new("evict-slowest");
+    let src = source(&t);
+    big_pool(&src, 2048);
+    let s = start(
+        &src,
+        None,
+        &["--max-connections", "2", "--idle-timeout", "600s"],
+    );
+    let addr = s.addr_of("http");
+    let whole = s.get("/config/big").body.len();
+    s.wait_for("a free server", 30, |s| {
+        s.metric("agent_serve_open_connections") <= 1
+    });
+    let req = "GET /config/big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The older one reads 50 KiB/s, the newer 8 KiB/s: both above the minimum rate.
+    let mut fast = connect_with(None, Some(4096), addr);
+    fast.write_all(req.as_bytes()).unwrap();
+    let fast_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fast = {
+        let stop = fast_stop.clone();
+        std::thread::spawn(move || {
+            fast.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            let mut buf = vec![0u8; 5 * 1024];
+            let mut got = Vec::new();
+            let end = Instant::now() + Duration::from_secs(180);
+            while Instant::now() < end {
+                let quick = stop.load(std::sync::atomic::Ordering::SeqCst);
+                match fast.read(&mut buf) {
+                    Ok(0) => return (got, true),
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(_) => return (got, true),
+                }
+                if !quick {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            (got, false)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut slow = connect_with(None, Some(4096), addr);
+    slow.write_all(req.as_bytes()).unwrap();
+    let slow = trickle(slow, 800, stop.clone());
+    // Past a whole window (10 s): both rates are measured.
+    std::thread::sleep(Duration::from_secs(13));
+    let r = request(
+        addr,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(
+        r.status, 200,
+        "the new connection took the slowest one's slot"
+    );
+    let (slow_got, slow_closed) = slow.join().unwrap();
+    assert!(slow_closed, "the slowest response was evicted");
+    assert!(slow_got < whole);
+    // The faster one is untouched: it reads the rest at full speed, whole.
+    fast_stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (fast_got, fast_closed) = fast.join().unwrap();
+    assert!(fast_closed);
+    let r = parse_response(&fast_got, false);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), whole, "the faster response is whole");
+    assert!(s.metric("agent_serve_connections_evicted_total") >= 1);
+    assert_eq!(s.metric("agent_serve_connections_rejected_total"), 0);
+    assert_eq!(s.metric("agent_serve_responses_too_slow_total"), 0);
+}
+
+/// Heads that could be read two ways are refused: two `Authorization` headers (which
+/// credential counts?), two `Host` headers, and a `Content-Length` that is not plain digits
+/// (`+0` parses as a number in Rust, but RFC 9110 allows only 1*DIGIT).
+#[test]
+fn ambiguous_heads_are_400() {
+    let t = TempDir::new("ambiguous");
+    let src = source(&t);
+    let s = start(&src, None, &["--require-token"]);
+    let worker = format!("Bearer {}", token_of(&src, "worker"));
+    let ok = s.get_h("/config/worker", &[("Authorization", &worker)]);
+    assert_eq!(ok.status, 200);
+    for (what, headers) in [
+        (
+            "two Authorization headers",
+            vec![
+                ("Authorization", worker.as_str()),
+                ("Authorization", "Bearer x"),
+            ],
+        ),
+        (
+            "the same Authorization twice",
+            vec![
+                ("Authorization", worker.as_str()),
+                ("authorization", worker.as_str()),
+            ],
+        ),
+        (
+            "two Host headers",
+            vec![("Authorization", worker.as_str()), ("Host", "y")],
+        ),
+        (
+            "Content-Length: +0",
+            vec![("Authorization", worker.as_str()), ("Content-Length", "+0")],
+        ),
+    ] {
+        let r = s.get_h("/config/worker", &headers);
+        assert_eq!(r.status, 400, "{what}: {}", r.text());
+    }
+    assert_eq!(s.get_h("/healthz", &[("Content-Length", "+0")]).status, 400);
+    assert_eq!(s.get_h("/healthz", &[("Content-Length", "0")]).status, 200);
 }

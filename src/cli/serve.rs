@@ -82,10 +82,16 @@ pub struct ServeArgs {
     /// and from the first byte of each later head; a silent connection is closed then.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub header_timeout: Duration,
-    /// Idle time between requests before a keep-alive connection is closed; also the time a
-    /// response may make no progress.
+    /// Idle time between requests before a keep-alive connection is closed.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
+    /// Minimum send rate in bytes per second (0: none): a response in progress whose client
+    /// accepts less than this times --send-rate-window in any such window is dropped.
+    #[arg(long, default_value_t = 4096)]
+    pub min_send_rate: usize,
+    /// The window over which --min-send-rate is measured.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub send_rate_window: Duration,
     /// Most open connections. At the limit the connection that has waited longest without
     /// sending a whole request head is closed to make room; when every connection is busy
     /// with a request, new ones are answered 503 (over TLS after the handshake).
@@ -128,6 +134,8 @@ impl From<ServeArgs> for crate::serve::Options {
             poll_interval: a.poll_interval,
             header_timeout: a.header_timeout,
             idle_timeout: a.idle_timeout,
+            min_send_rate: a.min_send_rate,
+            send_rate_window: a.send_rate_window,
             max_connections: usize::try_from(a.max_connections).unwrap_or(usize::MAX),
             max_connections_per_address: a.max_connections_per_address,
             // At most 256 (the flag's range).

@@ -434,15 +434,26 @@ impl App {
             }
             etcd = v.parse().ok();
         }
-        let owned;
-        let doc = match etcd {
-            None => pool.rendered(minor),
-            Some(i) => {
-                owned = pool.render(minor, Some(i));
-                owned.as_ref().map_err(|e| e.clone())
+        if let Some(i) = etcd {
+            // Shares the document with every other response for any index.
+            match pool.render_etcd(minor, i) {
+                Ok(doc) => {
+                    let hit = req
+                        .header("if-none-match")
+                        .is_some_and(|v| etag_matches(&v, &doc.etag));
+                    out.reset(if hit { 304 } else { 200 });
+                    if !hit {
+                        out.body = doc.body;
+                    }
+                    out.add_lines(&doc.header_lines);
+                }
+                Err(e) => *out = Response::text(406, e),
             }
-        };
-        match doc {
+            out.set_pool(&pool.name);
+            out.version = version_label(minor);
+            return;
+        }
+        match pool.rendered(minor) {
             Ok(doc) => {
                 let hit = req
                     .header("if-none-match")
@@ -564,7 +575,9 @@ fn limits_json(l: &http::Limits) -> serde_json::Value {
         "maxConnectionsPerAddress": l.max_connections_per_address,
         "headerTimeoutSeconds": l.header_timeout.as_secs_f64(),
         "idleTimeoutSeconds": l.idle_timeout.as_secs_f64(),
-        "writeTimeoutSeconds": l.write_timeout.as_secs_f64(),
+        // A response in progress must deliver this much per second, in every window.
+        "minSendRateBytesPerSecond": l.min_send_rate,
+        "sendRateWindowSeconds": l.send_window.as_secs_f64(),
         "maxHeaderBytes": l.max_header_bytes,
         "maxHeaders": l.max_headers,
         // Request bodies are never read: a request with one is answered and the

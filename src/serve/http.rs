@@ -12,13 +12,19 @@
 //! - `header_timeout` runs from accept (TLS handshake included) until the whole first head is
 //!   read, and from the first byte of each later head; a silent connection is closed then, a
 //!   partial head is answered 408.
-//! - `idle_timeout` between requests on a keep-alive connection; also the write time-out.
+//! - `idle_timeout` between requests on a keep-alive connection.
+//! - The minimum send rate: a response in progress must have `min_send_rate` bytes a second
+//!   acknowledged by its client in every `send_window` (the socket's unacknowledged bytes do
+//!   not count), or the connection is reset.
 //! - `max_connections` is global. At the limit the connection that has waited longest without
 //!   a whole request head (new and silent, mid-handshake, slow headers, idle keep-alive,
 //!   lingering after a close) is evicted to make room: silent connections, from one address
-//!   or many, cannot crowd out clients that send requests. Only when every connection is busy
-//!   with a request is a new one refused, in the listener's own protocol: a plain 503, or over
-//!   TLS a 503 after the handshake (a bounded number at a time; beyond that a bare close).
+//!   or many, cannot crowd out clients that send requests. When there is none, the slowest
+//!   response waiting for its client is evicted. Only when neither is left is a new one
+//!   refused, in the listener's own protocol: a plain 503, or over TLS a 503 after the
+//!   handshake (a bounded number at a time; beyond that a bare close).
+//! - Memory per connection is bounded whatever the response: bodies are shared, never
+//!   copied per connection; TLS is encrypted one record at a time as the socket takes it.
 //! - `max_connections_per_address` (0 = off) refuses connections over a per-address cap. A
 //!   connection stops counting against its address once it has sent its last response (while
 //!   it lingers, below); lingering connections have the same cap of their own, beyond which
@@ -67,6 +73,8 @@ pub const LOOP_FDS: usize = 2 + WHOLES_KEPT + super::pipes::MAX_FDS;
 
 /// The event token of a loop's inbox (connections other loops handed to it).
 const INBOX: u64 = LISTENER_BASE - 1;
+/// SO_SNDBUF of a connection (the kernel doubles it).
+const SNDBUF: usize = 256 * 1024;
 /// Bytes drained from a lingering connection before it is closed anyway.
 const LINGER_BYTES: usize = 256 * 1024;
 
@@ -78,8 +86,10 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// Between requests on a keep-alive connection.
     pub idle_timeout: Duration,
-    /// A response that makes no progress for this long is abandoned.
-    pub write_timeout: Duration,
+    /// The minimum send rate, in bytes per second: a response in progress that delivers less
+    /// than this times `send_window` in any window of `send_window` is dropped.
+    pub min_send_rate: usize,
+    pub send_window: Duration,
     pub max_connections: usize,
     /// 0: no per-address cap.
     pub max_connections_per_address: usize,
@@ -94,7 +104,8 @@ impl Default for Limits {
             max_headers: 64,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
-            write_timeout: Duration::from_secs(60),
+            min_send_rate: 4096,
+            send_window: Duration::from_secs(10),
             max_connections: 10_000,
             max_connections_per_address: 0,
             linger: Duration::from_secs(2),
@@ -122,6 +133,8 @@ pub struct ConnStats {
     /// Connections closed because no whole request head (or TLS handshake) arrived within
     /// the header time-out.
     pub header_timeouts: AtomicU64,
+    /// Responses dropped for delivering less than the minimum send rate.
+    pub too_slow: AtomicU64,
     /// Per event loop: the connections it has, with those handed to it and not yet taken
     /// (set when the loops start).
     pub loops: std::sync::OnceLock<Arc<[AtomicUsize]>>,
@@ -146,6 +159,9 @@ pub struct Request {
     pub close: bool,
     pub has_body: bool,
 }
+
+/// Headers a request may carry once only: a second one is answered 400.
+const SINGLE: [&str; 2] = ["authorization", "host"];
 
 /// Above this, a connection's request drops its buffers once a smaller head comes, so one
 /// large head does not hold memory for the rest of the connection.
@@ -188,7 +204,8 @@ impl Request {
         Some(s)
     }
 
-    /// The single value of a header that must not repeat.
+    /// The single value of a header that must not repeat (a request with two
+    /// `Authorization` or `Host` headers is refused when parsed).
     pub fn header_one(&self, name: &str) -> Option<&str> {
         self.headers()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -281,6 +298,10 @@ impl Request {
                     }
                 }
             } else if name.eq_ignore_ascii_case("content-length") {
+                // 1*DIGIT (RFC 9110 §8.6): no sign, which Rust's parse would take.
+                if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(400);
+                }
                 let n: u64 = value.parse().map_err(|_| 400u16)?;
                 if content_length.is_some_and(|c| c != n) {
                     return Err(400);
@@ -288,6 +309,14 @@ impl Request {
                 content_length = Some(n);
             } else if name.eq_ignore_ascii_case("transfer-encoding") {
                 chunked = true;
+            } else if SINGLE.iter().any(|h| name.eq_ignore_ascii_case(h))
+                && self
+                    .headers
+                    .iter()
+                    .any(|&(n, _)| self.text[n.0..n.1].eq_ignore_ascii_case(name))
+            {
+                // Two credentials or two hosts: which one counts would be a guess.
+                return Err(400);
             }
             self.headers.push(span);
         }
@@ -350,16 +379,80 @@ pub enum Body {
     /// A shared body that plain HTTP sends with sendfile(2) from a sealed memfd.
     File(Arc<FileBody>),
     Owned(Vec<u8>),
+    /// Shared segments with the same short text between each two (a template filled in for
+    /// one request: the etcd index). Many responses share the segments; each holds only its
+    /// text, so a response in progress never holds a copy of the document.
+    Spliced {
+        segs: Arc<[Box<[u8]>]>,
+        fill: Box<[u8]>,
+    },
 }
 
 impl Body {
-    pub fn bytes(&self) -> &[u8] {
+    /// The body's length in bytes.
+    pub fn len(&self) -> usize {
         match self {
-            Body::Empty => &[],
+            Body::Empty => 0,
+            Body::Shared(b) => b.len(),
+            Body::File(f) => f.bytes.len(),
+            Body::Owned(b) => b.len(),
+            Body::Spliced { segs, fill } => {
+                segs.iter().map(|s| s.len()).sum::<usize>()
+                    + segs.len().saturating_sub(1) * fill.len()
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its bytes in order, as the contiguous pieces it holds.
+    pub fn pieces(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let one: &[u8] = match self {
+            Body::Empty | Body::Spliced { .. } => &[],
             Body::Shared(b) => b,
             Body::File(f) => &f.bytes,
             Body::Owned(b) => b,
+        };
+        let (segs, fill) = match self {
+            Body::Spliced { segs, fill } => (&segs[..], &fill[..]),
+            _ => (&[][..], &[][..]),
+        };
+        let spliced = segs
+            .iter()
+            .enumerate()
+            .flat_map(move |(i, s)| [(i > 0).then_some(fill), Some(&s[..])])
+            .flatten();
+        std::iter::once(one)
+            .chain(spliced)
+            .filter(|p| !p.is_empty())
+    }
+
+    /// The whole body in one buffer (for tests and small bodies).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.pieces().flat_map(|p| p.iter().copied()).collect()
+    }
+
+    /// Fills `out` with the body's bytes from `pos` on, as slices of its pieces, at most
+    /// `max` bytes (as many pieces as `out` has room for); returns how many it filled.
+    fn slices_from<'a>(&'a self, mut pos: usize, max: usize, out: &mut [IoSlice<'a>]) -> usize {
+        let (mut left, mut n) = (max, 0);
+        for p in self.pieces() {
+            if left == 0 || n == out.len() {
+                break;
+            }
+            if pos >= p.len() {
+                pos -= p.len();
+                continue;
+            }
+            let take = (p.len() - pos).min(left);
+            out[n] = IoSlice::new(&p[pos..pos + take]);
+            n += 1;
+            left -= take;
+            pos = 0;
         }
+        n
     }
 }
 
@@ -670,6 +763,20 @@ struct WaitKey {
     fd: RawFd,
 }
 
+/// A connection's entry among the responses waiting for their client: its part, its socket.
+#[derive(Debug, Clone, Copy)]
+struct SlowKey {
+    part: usize,
+    fd: RawFd,
+}
+
+/// One part of the server's set of responses waiting for their client: per socket, when its
+/// response was queued (on the clock of `Server::waiting`) and the bytes of it the socket
+/// took so far (kept by its owner).
+#[derive(Default)]
+#[repr(align(128))]
+struct SlowPart(Mutex<HashMap<RawFd, (u64, Arc<AtomicUsize>)>>);
+
 /// The server shared by every event loop.
 pub struct Server {
     limits: Limits,
@@ -683,6 +790,10 @@ pub struct Server {
     waiting: [WaitPart; WAIT_PARTS],
     /// The clock of `waiting`.
     born: Instant,
+    /// Responses the socket took only part of, waiting for their client: the candidates for
+    /// eviction when no connection is waiting for a request head, slowest first. The same
+    /// rule as for `waiting`: the owner removes its entry before it closes the socket.
+    slow: [SlowPart; WAIT_PARTS],
     /// Per client address: connections counted against the cap, and lingering ones.
     per_address: Mutex<HashMap<IpAddr, AddressCount>>,
     /// Refused connections still being answered.
@@ -703,6 +814,7 @@ impl Server {
             shutdown,
             waiting: Default::default(),
             born: Instant::now(),
+            slow: Default::default(),
             per_address: Mutex::new(HashMap::new()),
             rejecting: AtomicUsize::new(0),
         })
@@ -823,12 +935,65 @@ impl Server {
         true
     }
 
-    /// Takes a connection slot, evicting a waiting connection at the limit.
+    /// Registers a response queued at `queued` that waits for its client, with the counter
+    /// of its bytes the socket took; returns its key.
+    fn slow_enter(&self, fd: RawFd, queued: Instant, sent: Arc<AtomicUsize>) -> SlowKey {
+        let k = SlowKey {
+            part: super::thread_part(WAIT_PARTS),
+            fd,
+        };
+        let at = queued.saturating_duration_since(self.born).as_nanos() as u64;
+        lock(&self.slow[k.part].0).insert(fd, (at, sent));
+        k
+    }
+
+    /// Unregisters a waiting response. false: it was evicted meanwhile.
+    fn slow_leave(&self, k: SlowKey) -> bool {
+        lock(&self.slow[k.part].0).remove(&k.fd).is_some()
+    }
+
+    /// Evicts the slowest response waiting for its client and releases its slot: the one
+    /// whose client acknowledged the fewest bytes per second since it was queued (counted
+    /// over at least a second, so a response just queued is not the slowest for having had
+    /// no time). false: none is waiting.
+    fn evict_slowest(&self) -> bool {
+        let mut parts: Vec<_> = self.slow.iter().map(|p| lock(&p.0)).collect();
+        let now = self.born.elapsed().as_nanos() as u64;
+        let rate = |fd: RawFd, at: u64, sent: &AtomicUsize| {
+            // The socket is open: its owner closes it only after removing its entry, under
+            // the lock held here.
+            let delivered = sent.load(Ordering::Relaxed).saturating_sub(unacked_fd(fd));
+            let secs = (now.saturating_sub(at) as f64 / 1e9).max(1.0);
+            delivered as f64 / secs
+        };
+        let Some((_, part, fd)) = parts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                p.iter()
+                    .map(move |(&fd, (at, sent))| (rate(fd, *at, sent), i, fd))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+        else {
+            return false;
+        };
+        parts[part].remove(&fd);
+        // As in `evict_oldest`: the owner closes it once it sees the shutdown.
+        abort_on_close(fd);
+        let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
+        drop(parts);
+        self.stats.open.fetch_sub(1, Ordering::SeqCst);
+        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Takes a connection slot, evicting at the limit a connection waiting for a request
+    /// head or, when there is none, the slowest response waiting for its client.
     fn acquire_slot(&self) -> bool {
         if self.stats.open.fetch_add(1, Ordering::SeqCst) < self.limits.max_connections {
             return true;
         }
-        if self.evict_oldest() {
+        if self.evict_oldest() || self.evict_slowest() {
             return true;
         }
         self.stats.open.fetch_sub(1, Ordering::SeqCst);
@@ -957,7 +1122,22 @@ struct Conn {
     out_body: Body,
     /// Plain output of a shared body: head and body in one memfd (see [`FileBody`]).
     out_whole: Option<Arc<Whole>>,
+    /// How much of head and body is written (TLS: handed to rustls).
     out_pos: usize,
+    /// TLS: bytes of the current response the socket took (plain: `out_pos`).
+    sent: usize,
+    /// Bytes of the current response the client had acknowledged when the current window of
+    /// the minimum send rate began.
+    delivered: usize,
+    /// TLS: the close_notify of a closing response is queued.
+    notified: bool,
+    /// Key in the server's set of responses waiting for their client, while in it.
+    slow: Option<SlowKey>,
+    /// When the current response was queued.
+    queued: Instant,
+    /// The socket bytes of the current response, for the evicting thread (see
+    /// `Server::evict_slowest`); made when a response first waits for its client.
+    shared_sent: Option<Arc<AtomicUsize>>,
     finished: Option<Finished>,
     /// The current request and its response, in buffers kept from one to the next.
     req: Request,
@@ -1137,9 +1317,18 @@ fn push_number(h: &mut Vec<u8>, mut n: usize) {
 
 /// Writes rustls's pending records. Ok(true): all written; Ok(false): the socket is full.
 fn flush_tls(t: &mut rustls::ServerConnection, sock: &mut TcpStream) -> std::io::Result<bool> {
+    flush_tls_counted(t, sock, &mut 0)
+}
+
+/// [`flush_tls`], adding the bytes the socket took to `sent`.
+fn flush_tls_counted(
+    t: &mut rustls::ServerConnection,
+    sock: &mut TcpStream,
+    sent: &mut usize,
+) -> std::io::Result<bool> {
     while t.wants_write() {
         match t.write_tls(sock) {
-            Ok(_) => {}
+            Ok(n) => *sent += n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -1415,21 +1604,17 @@ impl Shard {
                 return;
             }
         } else {
-            // Room for a whole ~50 KiB config in one write.
-            let _ = nix::sys::socket::setsockopt(
-                &sock,
-                nix::sys::socket::sockopt::SndBuf,
-                &(256 * 1024),
-            );
+            // Room for a whole config of up to ~256 KiB in one write, which the pipe path
+            // (`super::pipes`) needs (measured: 64 KiB cost a config of 150 KiB a third more
+            // CPU per request). A client that does not read holds up to twice this of kernel
+            // memory (charged to the server's cgroup) until the minimum send rate drops it.
+            let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &SNDBUF);
         }
         let tls = match tls.map(rustls::ServerConnection::new) {
             None => None,
-            Some(Ok(mut t)) => {
-                // One response at a time is queued (the next request is read only after it
-                // is written), so this is bounded by the largest response.
-                t.set_buffer_limit(None);
-                Some(Box::new(t))
-            }
+            // rustls's own buffer limit (64 KiB) stays: a response is handed to it one
+            // record at a time (`flush_tls_response`).
+            Some(Ok(t)) => Some(Box::new(t)),
             Some(Err(e)) => {
                 log::error!("starting a TLS session: {e}");
                 if slot {
@@ -1468,6 +1653,12 @@ impl Shard {
             out_body: Body::Empty,
             out_whole: None,
             out_pos: 0,
+            sent: 0,
+            delivered: 0,
+            notified: false,
+            slow: None,
+            queued: now,
+            shared_sent: None,
             finished: None,
             req: Request::default(),
             resp: Response::new(200),
@@ -1545,6 +1736,11 @@ impl Shard {
         {
             c.counted = false;
         }
+        if let Some(k) = c.slow.take()
+            && !srv.slow_leave(k)
+        {
+            c.counted = false;
+        }
         if c.counted {
             srv.stats.open.fetch_sub(1, Ordering::SeqCst);
         }
@@ -1609,7 +1805,26 @@ impl Shard {
                         self.close(idx);
                     }
                 }
-                Phase::Writing | Phase::Linger => self.close(idx),
+                Phase::Writing => {
+                    // The minimum send rate: each window, a response in progress must have
+                    // delivered (had acknowledged by the client) `min_send_rate` bytes per
+                    // second of it, or be dropped. What the socket buffers is not counted as
+                    // delivered, so the buffers cannot hide a client that does not read.
+                    let limits = &self.srv.limits;
+                    let sent = if c.tls.is_some() { c.sent } else { c.out_pos };
+                    let delivered = sent.saturating_sub(unacked(&c.sock));
+                    let got = delivered.saturating_sub(c.delivered);
+                    let secs = limits.send_window.as_secs_f64();
+                    if (got as f64) < limits.min_send_rate as f64 * secs {
+                        self.srv.stats.too_slow.fetch_add(1, Ordering::Relaxed);
+                        abort_on_close(c.sock.as_raw_fd());
+                        self.close(idx);
+                        continue;
+                    }
+                    c.delivered = delivered;
+                    c.deadline = now + limits.send_window;
+                }
+                Phase::Linger => self.close(idx),
             }
         }
     }
@@ -1636,24 +1851,17 @@ impl Shard {
     /// Queues `c.resp` and switches to writing it; `has_req`: it answers `c.req`.
     fn queue(&self, c: &mut Conn, has_req: bool, keep: bool, head_only: bool, started: Instant) {
         let body = std::mem::replace(&mut c.resp.body, Body::Empty);
-        let full_len = body.bytes().len();
+        let full_len = body.len();
         let send_body = !head_only && c.resp.status != 304;
         let sent_len = if send_body { full_len } else { 0 };
         let bytes;
         match c.tls.as_mut() {
-            Some(t) => {
+            // Encrypted as the socket takes it (`flush_tls_response`).
+            Some(_) => {
                 response_head(&c.resp, keep, full_len, &self.date, &mut c.out_head);
                 bytes = c.out_head.len() + sent_len;
-                let mut w = t.writer();
-                let _ = w.write_all(&c.out_head);
-                if send_body {
-                    let _ = w.write_all(body.bytes());
-                }
-                if !keep {
-                    t.send_close_notify();
-                }
-                c.out_head.clear();
-                c.out_body = Body::Empty;
+                c.out_whole = None;
+                c.out_body = if send_body { body } else { Body::Empty };
             }
             None => {
                 c.out_whole = match &body {
@@ -1674,6 +1882,10 @@ impl Shard {
             }
         }
         c.out_pos = 0;
+        c.sent = 0;
+        c.delivered = 0;
+        c.queued = self.now;
+        c.notified = false;
         c.finished = Some(Finished {
             has_req,
             bytes,
@@ -1681,7 +1893,8 @@ impl Shard {
         });
         c.close_after = !keep;
         c.phase = Phase::Writing;
-        c.deadline = self.now + self.srv.limits.write_timeout;
+        // The end of the first window of the minimum send rate.
+        c.deadline = self.now + self.srv.limits.send_window;
     }
 
     /// Reads what the socket has (up to the head size limit). Err: the connection is broken.
@@ -1692,11 +1905,15 @@ impl Shard {
 
     fn fill_with(&self, c: &mut Conn, cap: usize, tmp: &mut [u8]) -> Result<(), ()> {
         let before = c.buf.len();
+        let chunk = tmp.len();
         while c.buf.len() < cap && !c.eof {
             match c.tls.as_mut() {
-                None => match c.sock.read(tmp) {
+                // Never more than `cap`, and no spare capacity beyond it: a connection's
+                // buffer is at most the head size limit (docs/serve.md).
+                None => match c.sock.read(&mut tmp[..(cap - c.buf.len()).min(chunk)]) {
                     Ok(0) => c.eof = true,
                     Ok(n) => {
+                        c.buf.reserve_exact(n);
                         c.buf.extend_from_slice(&tmp[..n]);
                         if n < tmp.len() {
                             break;
@@ -1815,6 +2032,11 @@ impl Shard {
                             let started = c.head_start.unwrap_or_else(Instant::now);
                             let parsed = c.req.parse(&c.buf[start..end], srv.limits.max_headers);
                             c.buf.drain(..next);
+                            if c.buf.capacity() > REQUEST_KEPT {
+                                // A large head (or leading empty lines) is not kept while its
+                                // response is written: what is left is the next head's start.
+                                c.buf.shrink_to(REQUEST_KEPT);
+                            }
                             c.scan = ScanState::default();
                             c.head_start = None;
                             match parsed {
@@ -1836,17 +2058,37 @@ impl Shard {
                     }
                 }
                 Phase::Writing => {
-                    let done = match c.tls.as_mut() {
-                        Some(t) => flush_tls(t, &mut c.sock),
+                    let done = match c.tls {
+                        Some(_) => flush_tls_response(c),
                         None => flush_plain(c),
                     };
                     match done {
                         Err(_) => return None,
                         Ok(false) => {
-                            c.deadline = self.now + srv.limits.write_timeout;
+                            // Waiting for the client: the deadline stays the end of the
+                            // current window of the minimum send rate (see `sweep`), and at
+                            // the connection limit it may be evicted, slowest first.
+                            let sent = if c.tls.is_some() { c.sent } else { c.out_pos };
+                            match (&c.slow, &c.shared_sent) {
+                                (Some(_), Some(s)) => s.store(sent, Ordering::Relaxed),
+                                _ if c.counted => {
+                                    let s = c.shared_sent.get_or_insert_default();
+                                    s.store(sent, Ordering::Relaxed);
+                                    let s = s.clone();
+                                    c.slow = Some(srv.slow_enter(c.sock.as_raw_fd(), c.queued, s));
+                                }
+                                _ => {}
+                            }
                             return Some(EpollFlags::EPOLLOUT);
                         }
                         Ok(true) => {}
+                    }
+                    if let Some(k) = c.slow.take()
+                        && !srv.slow_leave(k)
+                    {
+                        // Evicted meanwhile: its slot went to another connection.
+                        c.counted = false;
+                        return None;
                     }
                     c.out_head.clear();
                     c.out_body = Body::Empty;
@@ -1861,6 +2103,10 @@ impl Shard {
                             c.peer,
                         );
                         c.served += 1;
+                    }
+                    if c.req.text.capacity() > REQUEST_KEPT {
+                        // A large head is not kept once it is answered.
+                        c.req = Request::default();
                     }
                     // No request in progress any more: evictable again, before the client
                     // can see the end of the response.
@@ -1939,8 +2185,7 @@ fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
             Some(w) => &w.head,
             None => &c.out_head,
         };
-        let body = c.out_body.bytes();
-        let total = head.len() + body.len();
+        let total = head.len() + c.out_body.len();
         if c.out_pos >= total {
             return Ok(true);
         }
@@ -1948,13 +2193,14 @@ fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
             // From the start: through this loop's pipe copy when it keeps one (see
             // `super::pipes`); the rest of a response the socket took only part of, and
             // whatever that cannot take, from the memfd.
-            (Some(w), _) => match (c.out_pos == 0)
-                .then(|| super::pipes::send(&c.sock, w, &[&w.head, body]))
+            (Some(w), Body::File(f)) => match (c.out_pos == 0)
+                .then(|| super::pipes::send(&c.sock, w, &[&w.head, &f.bytes]))
                 .flatten()
             {
                 Some(r) => r.map_err(std::io::Error::from),
                 None => sendfile(&c.sock, &w.fd, c.out_pos, total - c.out_pos),
             },
+            (Some(w), _) => sendfile(&c.sock, &w.fd, c.out_pos, total - c.out_pos),
             // The head, held back (MSG_MORE) to leave in the same segment as the body's start.
             (None, Body::File(_)) if c.out_pos < head.len() => nix::sys::socket::send(
                 c.sock.as_raw_fd(),
@@ -1967,11 +2213,18 @@ fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
                 let from = c.out_pos - head.len();
                 sendfile(&c.sock, &f.fd, from, f.bytes.len() - from)
             }
-            _ if c.out_pos < head.len() => {
-                let bufs = [IoSlice::new(&head[c.out_pos..]), IoSlice::new(body)];
-                c.sock.write_vectored(&bufs)
+            // From memory: the head's rest and the body's pieces, shared, never copied.
+            (None, body) => {
+                let mut bufs = [IoSlice::new(&[]); 16];
+                let mut n = 0;
+                if c.out_pos < head.len() {
+                    bufs[0] = IoSlice::new(&head[c.out_pos..]);
+                    n = 1;
+                }
+                let from = c.out_pos.saturating_sub(head.len());
+                n += body.slices_from(from, usize::MAX, &mut bufs[n..]);
+                c.sock.write_vectored(&bufs[..n])
             }
-            _ => c.sock.write(&body[c.out_pos - head.len()..]),
         };
         match res {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
@@ -1981,6 +2234,98 @@ fn flush_plain(c: &mut Conn) -> std::io::Result<bool> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Plaintext handed to rustls at a time, and only once it has sent what it held: one
+/// record. A TLS connection whose client does not read holds at most this of its response,
+/// encrypted (the body itself is shared and read from where it is).
+const TLS_CHUNK: usize = 16 * 1024;
+
+/// Writes the TLS response: encrypts the next [`TLS_CHUNK`] of it only once the socket has
+/// taken everything before. Ok(true): all written (and the close_notify of a closing
+/// response); Ok(false): the socket is full.
+fn flush_tls_response(c: &mut Conn) -> std::io::Result<bool> {
+    let Conn {
+        tls,
+        sock,
+        out_head,
+        out_body,
+        out_pos,
+        sent,
+        close_after,
+        notified,
+        ..
+    } = c;
+    let Some(t) = tls.as_mut() else {
+        return Ok(true);
+    };
+    let total = out_head.len() + out_body.len();
+    loop {
+        if !flush_tls_counted(t, sock, sent)? {
+            return Ok(false);
+        }
+        if *out_pos >= total {
+            if *close_after && !*notified {
+                t.send_close_notify();
+                *notified = true;
+                continue;
+            }
+            return Ok(true);
+        }
+        let mut bufs = [IoSlice::new(&[]); 16];
+        let mut n = 0;
+        let mut left = TLS_CHUNK;
+        if *out_pos < out_head.len() {
+            let h = &out_head[*out_pos..];
+            let take = h.len().min(left);
+            bufs[0] = IoSlice::new(&h[..take]);
+            n = 1;
+            left -= take;
+        }
+        let from = out_pos.saturating_sub(out_head.len());
+        n += out_body.slices_from(from, left, &mut bufs[n..]);
+        match t.writer().write_vectored(&bufs[..n]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(w) => *out_pos += w,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Makes the close of socket `fd` a reset (SO_LINGER 0): what its send buffer still holds
+/// is dropped at once, instead of the kernel going on sending it, unowned, to a client that
+/// does not read (a dropped slow response).
+fn abort_on_close(fd: RawFd) {
+    let l = nix::libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `fd` is an open socket (its owner closes it only after leaving the sets this
+    // is called under, or is the caller), and `l` is a valid linger value of the size given.
+    let _ = unsafe {
+        nix::libc::setsockopt(
+            fd,
+            nix::libc::SOL_SOCKET,
+            nix::libc::SO_LINGER,
+            (&raw const l).cast(),
+            std::mem::size_of::<nix::libc::linger>() as nix::libc::socklen_t,
+        )
+    };
+}
+
+/// Bytes written to `sock` that its peer has not acknowledged yet (SIOCOUTQ); 0 when it
+/// cannot be told.
+fn unacked(sock: &TcpStream) -> usize {
+    unacked_fd(sock.as_raw_fd())
+}
+
+/// [`unacked`] of an open socket's descriptor.
+fn unacked_fd(fd: RawFd) -> usize {
+    let mut n: nix::libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one c_int to the valid, exclusively borrowed `n`;
+    // the caller keeps the socket open for the duration of the call.
+    let r = unsafe { nix::libc::ioctl(fd, nix::libc::TIOCOUTQ, &mut n) };
+    if r < 0 { 0 } else { n.max(0) as usize }
 }
 
 /// sendfile(2) of `count` bytes of `f` from `offset` into `sock`; the bytes written.
@@ -2128,6 +2473,15 @@ mod tests {
                 b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2",
                 400,
             ),
+            (b"GET / HTTP/1.1\r\nContent-Length: +0", 400),
+            (b"GET / HTTP/1.1\r\nContent-Length: -0", 400),
+            (b"GET / HTTP/1.1\r\nContent-Length: 0x1", 400),
+            (b"GET / HTTP/1.1\r\nContent-Length:", 400),
+            (
+                b"GET / HTTP/1.1\r\nAuthorization: Bearer a\r\nauthorization: Bearer b",
+                400,
+            ),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nHOST: a", 400),
             (b"GET /\x7f HTTP/1.1", 400),
         ] {
             assert_eq!(
@@ -2210,7 +2564,7 @@ mod tests {
             (r.status, r.pool(), r.header_value("retry-after")),
             (404, "-", None)
         );
-        assert!(r.body.bytes().is_empty());
+        assert!(r.body.is_empty());
         let mut h = Vec::new();
         response_head(&r.header("ETag", "\"e\""), false, 7, "D", &mut h);
         assert_eq!(

@@ -161,13 +161,18 @@ impl Metrics {
             ),
             (
                 "agent_serve_connections_evicted_total",
-                "Connections that had not sent a whole request head, closed to make room for a new one at the connection limit.",
+                "Connections closed to make room for a new one at the connection limit: one without a whole request head, else the slowest response waiting for its client.",
                 &conns.evicted,
             ),
             (
                 "agent_serve_connections_header_timeouts_total",
                 "Connections closed because no whole request head (or TLS handshake) arrived within the header time-out.",
                 &conns.header_timeouts,
+            ),
+            (
+                "agent_serve_responses_too_slow_total",
+                "Responses dropped because their client took less than the minimum send rate in a window.",
+                &conns.too_slow,
             ),
         ] {
             let _ = writeln!(

@@ -76,8 +76,12 @@ pub struct Options {
     pub poll_interval: Duration,
     /// Time until a whole request head is read.
     pub header_timeout: Duration,
-    /// Idle time between requests; also the time a response may make no progress.
+    /// Idle time between requests.
     pub idle_timeout: Duration,
+    /// Bytes per second a response in progress must deliver in every `send_rate_window`
+    /// (0: no minimum).
+    pub min_send_rate: usize,
+    pub send_rate_window: Duration,
     /// Most open connections (at least 1).
     pub max_connections: usize,
     /// Most open connections from one client address (0: no cap).

@@ -2,7 +2,7 @@
 //! the spec version. Renders without an etcd index are computed once per generation, so every
 //! replica serves byte-identical output for the same generation.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::Result;
 use sha2::{Digest, Sha256};
@@ -34,11 +34,8 @@ pub struct Rendered {
 
 impl Rendered {
     fn new(body: Vec<u8>, version: Version) -> Self {
-        let etag = format!("\"{}\"", hex(&Sha256::digest(&body)[..16]));
-        let header_lines = format!(
-            "Content-Type: application/vnd.coreos.ignition+json;version={version}\r\n\
-             ETag: {etag}\r\nVary: Accept\r\n"
-        );
+        let etag = etag_of(&Sha256::digest(&body));
+        let header_lines = header_lines(version, &etag);
         Rendered {
             body: body.into(),
             etag,
@@ -86,6 +83,47 @@ pub struct Pool {
     pub min_version: Version,
     /// Pre-rendered documents by minor version; Err says why the version cannot express it.
     pub by_minor: Vec<Result<Rendered, String>>,
+    /// `master` pools: per minor version, the document split at each etcd index, made when
+    /// first asked for (see [`Pool::render_etcd`]).
+    etcd: Vec<OnceLock<Option<Arc<EtcdTemplate>>>>,
+}
+
+/// A document split where each etcd index goes: every response for any index shares the
+/// segments, so a response in progress holds only its index (docs/serve.md, "Connections
+/// and limits").
+#[derive(Debug)]
+struct EtcdTemplate {
+    segs: Arc<[Box<[u8]>]>,
+    version: Version,
+    /// The SHA-256 state after the first segment (most of the document: `systemd` comes
+    /// last), so that an index's ETag hashes only the rest.
+    prefix: Sha256,
+    /// ETags of the indexes asked for last (computing one reads the whole document).
+    etags: Mutex<Vec<(u32, String)>>,
+}
+
+/// ETags an [`EtcdTemplate`] keeps.
+const ETCD_ETAGS: usize = 64;
+
+/// A document with the etcd index filled in, for one response.
+#[derive(Debug)]
+pub struct Filled {
+    pub etag: String,
+    /// Content-Type, ETag and Vary, each with CRLF.
+    pub header_lines: String,
+    pub body: Body,
+}
+
+/// The strong ETag of a body from its SHA-256: the first 16 bytes in hex, quoted.
+fn etag_of(digest: &[u8]) -> String {
+    format!("\"{}\"", hex(&digest[..16]))
+}
+
+fn header_lines(version: Version, etag: &str) -> String {
+    format!(
+        "Content-Type: application/vnd.coreos.ignition+json;version={version}\r\n\
+         ETag: {etag}\r\nVary: Accept\r\n"
+    )
 }
 
 impl Pool {
@@ -97,7 +135,7 @@ impl Pool {
         let config_hash = hex(&digest);
         let served = with_node_file(&config, &config_name);
         let min_version = version::minimum(&served);
-        let by_minor = (0..=version::NEWEST_MINOR)
+        let by_minor: Vec<_> = (0..=version::NEWEST_MINOR)
             .map(|m| {
                 let v = Version::new(m);
                 config::to_json(&served, v).map(|b| Rendered::new(b, v).shared())
@@ -109,6 +147,7 @@ impl Pool {
             config_name,
             config_hash,
             min_version,
+            etcd: by_minor.iter().map(|_| OnceLock::new()).collect(),
             by_minor,
         })
     }
@@ -142,16 +181,130 @@ impl Pool {
     }
 }
 
+impl Pool {
+    /// The document for spec minor `minor` with etcd index `idx`: the same bytes as
+    /// [`Pool::render`], but sharing the document with every other response for any index
+    /// (the body holds only the index).
+    pub fn render_etcd(&self, minor: u8, idx: u32) -> Result<Filled, String> {
+        let plain = self.rendered(minor)?;
+        let template = self.etcd[minor as usize]
+            .get_or_init(|| self.etcd_template(minor, plain).map(Arc::new))
+            .clone();
+        let Some(t) = template else {
+            // Not split (see `etcd_template`): rendered for this response alone.
+            let r = self.render(minor, Some(idx))?;
+            return Ok(Filled {
+                header_lines: r.header_lines.clone(),
+                etag: r.etag,
+                body: Body::Shared(r.body),
+            });
+        };
+        let body = Body::Spliced {
+            segs: t.segs.clone(),
+            fill: idx.to_string().into_bytes().into(),
+        };
+        let etag = {
+            let mut etags = t.etags.lock().unwrap_or_else(|e| e.into_inner());
+            match etags.iter().position(|(i, _)| *i == idx) {
+                Some(at) => etags[at].1.clone(),
+                None => {
+                    let mut h = t.prefix.clone();
+                    let fill = idx.to_string();
+                    for seg in &t.segs[1..] {
+                        h.update(fill.as_bytes());
+                        h.update(seg);
+                    }
+                    let e = etag_of(&h.finalize());
+                    if etags.len() >= ETCD_ETAGS {
+                        etags.remove(0);
+                    }
+                    etags.push((idx, e.clone()));
+                    e
+                }
+            }
+        };
+        Ok(Filled {
+            header_lines: header_lines(t.version, &etag),
+            etag,
+            body,
+        })
+    }
+
+    /// The document for `minor` split where each etcd index goes: rendered with a marker in
+    /// place of the index (one that the document without indexes does not contain), and
+    /// cut at the markers. Checked: the segments joined with the template variable give the
+    /// document without indexes back exactly. None if no marker passes (then every
+    /// response renders its own document).
+    fn etcd_template(&self, minor: u8, plain: &Rendered) -> Option<EtcdTemplate> {
+        let v = Version::new(minor);
+        for n in 0..4 {
+            let marker = format!("@@agent-etcd-index-{n}@@");
+            if contains(&plain.body, marker.as_bytes()) {
+                continue;
+            }
+            let mut c = self.config.clone();
+            fill_etcd_index_with(&mut c, &marker);
+            let served = with_node_file(&c, &self.config_name);
+            let doc = config::to_json(&served, v).ok()?;
+            let segs: Vec<Box<[u8]>> = split(&doc, marker.as_bytes())
+                .into_iter()
+                .map(Box::from)
+                .collect();
+            let joined = segs.join(ETCD_INDEX_VAR.as_bytes());
+            if joined == *plain.body {
+                let mut prefix = Sha256::new();
+                prefix.update(&segs[0]);
+                return Some(EtcdTemplate {
+                    prefix,
+                    segs: segs.into(),
+                    version: v,
+                    etags: Mutex::new(Vec::new()),
+                });
+            }
+        }
+        log::warn!(
+            "pool {}: the document for spec {v} could not be split at its etcd indexes: each request with etcd_index renders its own",
+            self.name
+        );
+        None
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `hay` cut at each occurrence of `sep` (left to right, not overlapping).
+fn split<'a>(hay: &'a [u8], sep: &[u8]) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    while i + sep.len() <= hay.len() {
+        if &hay[i..i + sep.len()] == sep {
+            out.push(&hay[start..i]);
+            i += sep.len();
+            start = i;
+        } else {
+            i += 1;
+        }
+    }
+    out.push(&hay[start..]);
+    out
+}
+
 /// Replaces `{{.etcd_index}}` in unit and drop-in contents.
 pub fn fill_etcd_index(c: &mut Config, idx: u32) {
-    let n = idx.to_string();
+    fill_etcd_index_with(c, &idx.to_string());
+}
+
+/// Replaces `{{.etcd_index}}` in unit and drop-in contents with `n`.
+fn fill_etcd_index_with(c: &mut Config, n: &str) {
     for u in &mut c.systemd.units {
         if let Some(s) = &mut u.contents {
-            *s = s.replace(ETCD_INDEX_VAR, &n);
+            *s = s.replace(ETCD_INDEX_VAR, n);
         }
         for d in &mut u.dropins {
             if let Some(s) = &mut d.contents {
-                *s = s.replace(ETCD_INDEX_VAR, &n);
+                *s = s.replace(ETCD_INDEX_VAR, n);
             }
         }
     }
@@ -212,6 +365,40 @@ mod tests {
                 .unwrap()
                 .contains("{{.etcd_index}}")
         );
+    }
+
+    /// The shared, split document gives every index the same bytes and ETag as a render of
+    /// its own, in every version; the template variable elsewhere (a file) stays as it is.
+    #[test]
+    fn etcd_renders_share_one_split_document() {
+        let c = cfg(
+            r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/etc/{{.etcd_index}}",
+            "contents":{"source":"data:,x"}}]},"systemd":{"units":[
+            {"name":"etcd.service","contents":"a{{.etcd_index}}{{.etcd_index}}\n\"q\" @@agent-etcd-index-0@",
+             "dropins":[{"name":"x.conf","contents":"{{.etcd_index}}"}]}]}}"#,
+        );
+        let p = Pool::new("master", c).unwrap();
+        for minor in 0..=version::NEWEST_MINOR {
+            for idx in [0, 7, 42, 999_999] {
+                let own = p.render(minor, Some(idx)).unwrap();
+                let filled = p.render_etcd(minor, idx).unwrap();
+                assert_eq!(filled.body.to_vec(), own.body.to_vec(), "3.{minor} {idx}");
+                assert_eq!(filled.etag, own.etag);
+                assert_eq!(filled.header_lines, own.header_lines);
+                assert!(matches!(filled.body, Body::Spliced { .. }));
+            }
+        }
+        let a = p.render_etcd(3, 1).unwrap().body;
+        let b = p.render_etcd(3, 2).unwrap().body;
+        match (a, b) {
+            (Body::Spliced { segs: x, .. }, Body::Spliced { segs: y, .. }) => {
+                assert!(Arc::ptr_eq(&x, &y), "one document for every index");
+                // Two in the unit, one in the drop-in: four segments.
+                assert_eq!(x.len(), 4);
+            }
+            _ => unreachable!(),
+        }
+        assert_eq!(split(b"xAByAB", b"AB"), [&b"x"[..], b"y", b""]);
     }
 
     #[test]

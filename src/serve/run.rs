@@ -54,7 +54,8 @@ pub fn run(opts: &Options) -> Result<()> {
         max_header_bytes: opts.max_header_bytes,
         header_timeout: opts.header_timeout,
         idle_timeout: opts.idle_timeout,
-        write_timeout: opts.idle_timeout,
+        min_send_rate: opts.min_send_rate,
+        send_window: opts.send_rate_window,
         max_connections: opts.max_connections,
         max_connections_per_address: opts.max_connections_per_address,
         ..Default::default()
