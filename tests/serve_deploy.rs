@@ -123,6 +123,17 @@ fn arg(ds: &Value, flag: &str) -> String {
         .1
 }
 
+/// A Kubernetes memory quantity in MiB (`512Mi`, `1Gi`).
+fn mebibytes(q: &str) -> u64 {
+    if let Some(n) = q.strip_suffix("Mi") {
+        n.parse().unwrap()
+    } else if let Some(n) = q.strip_suffix("Gi") {
+        n.parse::<u64>().unwrap() * 1024
+    } else {
+        panic!("memory quantity {q}: use Mi or Gi")
+    }
+}
+
 /// What every variant's DaemonSet must have.
 fn check_daemonset(ds: &Value) {
     let pod = &ds["spec"]["template"]["spec"];
@@ -173,6 +184,17 @@ fn check_daemonset(ds: &Value) {
         assert_eq!(k["securityContext"]["allowPrivilegeEscalation"], false);
         assert_eq!(k["securityContext"]["readOnlyRootFilesystem"], true);
     }
+    // Memory is sized from the documented bound (docs/serve.md): a 64 MiB base plus 80 KiB
+    // per connection the server may hold must fit in half the limit (the other half is for
+    // the memfds, the per-loop caches and the kernel's socket buffers the cgroup charges).
+    let limit = mebibytes(c["resources"]["limits"]["memory"].as_str().unwrap());
+    let conns: u64 = arg(ds, "--max-connections").parse().unwrap();
+    let bound = 64 + conns * 80 / 1024;
+    assert!(
+        bound * 2 <= limit,
+        "--max-connections={conns}: the resident bound ({bound} MiB) is more than half the \
+         memory limit ({limit} MiB)"
+    );
     // Tokens are required (so /status names no pool either).
     assert!(
         args(ds)
