@@ -243,8 +243,11 @@ impl Writer<'_> {
         {
             self.remove_node(p, st)?;
         }
-        renameat(&p.dir, tmp, &p.dir, p.name())
-            .with_context(|| format!("renaming {tmp} to {}", p.r.logical()))
+        match renameat(&p.dir, tmp, &p.dir, p.name()) {
+            // ENOENT in an open directory: the directory itself was removed.
+            Err(Errno::ENOENT) => Err(Changed(p.r.logical()).into()),
+            r => r.with_context(|| format!("renaming {tmp} to {}", p.r.logical())),
+        }
     }
 
     /// Removes the node at a place (a directory with everything in it, never crossing into
@@ -310,13 +313,9 @@ impl Writer<'_> {
                 },
             )
             .map_err(|e| {
-                let what = join_logical(&p.r.parent, name);
-                // ENOENT in an open directory: the directory itself was removed.
-                if e.kind() == ErrorKind::NotFound {
-                    anyhow::Error::from(Changed(what))
-                } else {
-                    anyhow::Error::from(e).context(format!("creating {what}"))
-                }
+                created_in(e, join_logical(&p.r.parent, name), |w| {
+                    format!("creating {w}")
+                })
             })
         };
         // A new path is created in place with O_EXCL and registered as temporary until
@@ -545,7 +544,11 @@ impl Writer<'_> {
             self.root.host_path(&p.r.parent).join(&tmp),
             |dir, name| symlinkat(target, dir, name).map_err(std::io::Error::from),
         )
-        .with_context(|| format!("creating symlink {}", join_logical(&p.r.parent, &tmp)))?;
+        .map_err(|e| {
+            created_in(e, join_logical(&p.r.parent, &tmp), |w| {
+                format!("creating symlink {w}")
+            })
+        })?;
         let mut guard = TmpGuard(Some(t));
         chown_link_at(p.dir.as_fd(), &tmp, attrs, &join_logical(&p.r.parent, &tmp))?;
         self.rename_over(&p, &tmp, existing.as_ref())?;
@@ -597,12 +600,10 @@ impl Writer<'_> {
                 linkat(&t.dir, t.name(), dir, name, AtFlags::empty()).map_err(std::io::Error::from)
             },
         )
-        .with_context(|| {
-            format!(
-                "linking {} to {}",
-                join_logical(&p.r.parent, &tmp),
-                t.r.logical()
-            )
+        .map_err(|e| {
+            created_in(e, join_logical(&p.r.parent, &tmp), |w| {
+                format!("linking {w} to {}", t.r.logical())
+            })
         })?;
         let mut guard = TmpGuard(Some(temp));
         self.rename_over(&p, &tmp, existing.as_ref())?;
@@ -669,6 +670,22 @@ fn chown_link_at(dir: BorrowedFd, name: &str, a: Attrs, what: &str) -> Result<()
         .with_context(|| format!("setting owner of {what}"))?;
     }
     Ok(())
+}
+
+/// The error of creating node `what` in an open directory: ENOENT there means the directory
+/// itself was removed (or swapped away) under the stage, which is [`Changed`].
+/// Otherwise the error says what was being done (`doing` of the node's path).
+fn created_in(
+    e: std::io::Error,
+    what: String,
+    doing: impl FnOnce(&str) -> String,
+) -> anyhow::Error {
+    if e.kind() == ErrorKind::NotFound {
+        anyhow::Error::from(Changed(what))
+    } else {
+        let doing = doing(&what);
+        anyhow::Error::from(e).context(doing)
+    }
 }
 
 /// Opens the directory `name` of `dir` (not a link) for reading and for fchown/fchmod.
