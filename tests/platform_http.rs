@@ -744,3 +744,94 @@ fn openstack_asks_the_ipv6_link_local_address_out_of_each_interface() {
     let q = only(&s, PATH);
     assert_eq!(q.peer.ip().to_string(), "fe80::7");
 }
+
+/// A listener on 127.0.0.1 that answers every request 200 and sends its request line,
+/// `Content-Type` and body to the returned channel (the instance timeline of Packet).
+fn event_sink() -> (String, mpsc::Receiver<(String, Option<String>, Vec<u8>)>) {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { break };
+            let mut r = BufReader::new(c.try_clone().unwrap());
+            let mut first = String::new();
+            let _ = r.read_line(&mut first);
+            let (mut len, mut ctype) = (0usize, None);
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
+                    break;
+                }
+                let (k, v) = h.split_once(':').unwrap_or((&h, ""));
+                if k.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse().unwrap_or(0);
+                } else if k.eq_ignore_ascii_case("content-type") {
+                    ctype = Some(v.trim().to_string());
+                }
+            }
+            let mut body = vec![0; len.min(1 << 20)];
+            let _ = r.read_exact(&mut body);
+            let _ =
+                c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            if tx.send((first.trim().to_string(), ctype, body)).is_err() {
+                break;
+            }
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn packet_posts_each_stage_status_to_the_timeline() {
+    // As Ignition's Status hook: after the stage, the metadata's phone_home_url (without
+    // /phone-home) + /events gets the stage's outcome.
+    let (sink, events) = event_sink();
+    let s = Server::start();
+    s.route("/userdata", ok(cfg("/from-packet")));
+    let meta = format!(r#"{{"id":"x","phone_home_url":"{sink}/phone-home"}}"#);
+    s.route("/metadata", ok(meta.clone()));
+    let flag = format!("packet={}", s.url(""));
+    let run = |route_404: bool| {
+        if route_404 {
+            s.route("/userdata", vec![Behavior::Status(404)]);
+        }
+        let (args, state, _sys) = fetch_args("packet", &["--test-metadata-url", &flag]);
+        Run {
+            out: std::process::Command::new(env!("CARGO_BIN_EXE_agent"))
+                .args(&args)
+                .env_remove("AGENT_SYSTEM_CONFIG_DIR")
+                .output()
+                .unwrap(),
+            state,
+        }
+    };
+    let r = run(false);
+    r.ok();
+    let (line, ctype, body) = events
+        .recv_timeout(Duration::from_secs(60))
+        .expect("an event");
+    assert_eq!(line, "POST /events HTTP/1.1");
+    assert_eq!(ctype.as_deref(), Some("application/json"));
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        r#"{"state":"running","message":"[fetch] Ignition status: finished successfully"}"#
+    );
+    assert_eq!(only(&s, "/metadata").header("Accept"), Some("*/*"));
+    // A failed stage: its error.
+    let r = run(true);
+    r.failed();
+    let (_, _, body) = events
+        .recv_timeout(Duration::from_secs(60))
+        .expect("an event");
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["state"], "failed");
+    let msg = v["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("[fetch] Ignition error: ")
+            && msg.contains("/userdata: HTTP 404 Not Found"),
+        "{msg}"
+    );
+    assert!(events.try_recv().is_err(), "one event per stage");
+}

@@ -71,6 +71,18 @@ pub trait Provider {
         Ok((self.fetch_config(f)?, Vec::new()))
     }
 
+    /// Tells the platform how stage `stage` ended (`error`: its error), after the stage, as
+    /// Ignition's provider `Status` hook (Packet's instance timeline). A failure here is logged
+    /// by the caller, never fatal. Default: nothing.
+    fn report_status(
+        &self,
+        _f: &Fetcher,
+        _stage: &str,
+        _error: Option<&anyhow::Error>,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     /// Removes the config from the platform after provisioning, where the platform would
     /// keep handing it to any process of the machine (Ignition's `ignition-rmcfg`, run once
     /// in the real root: VMware guestinfo, VirtualBox guest properties; GHSA-hj57-j5cw-2mwp).
