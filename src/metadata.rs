@@ -71,9 +71,9 @@ pub struct Service {
     pub encoding: Encoding,
     /// Connect from a privileged source port, 1–1023 (Scaleway); needs root.
     pub low_source_port: bool,
-    /// The service's IPv6 base URL, asked in parallel with `base` (Scaleway, as Ignition's
-    /// dual-stack fetch): the first answer wins (user data or "none"), an error only when
-    /// both fail. Its test override is platform `NAME/ipv6`.
+    /// The service's IPv6 base URL, asked in parallel with `base` (Scaleway's
+    /// `fd00:42::42`, an addition of the agent's): the first answer wins (user data or
+    /// "none"), an error only when both fail. Its test override is platform `NAME/ipv6`.
     pub ipv6_base: Option<&'static str>,
 }
 

@@ -420,7 +420,8 @@ pub enum Absent {
     /// No user data: provisioning goes on with the base configs (Ignition gives up after
     /// its wait on these platforms: IBM Cloud, Proxmox VE, IONOS Cloud).
     NoUserData,
-    /// An error (Ignition waits forever on these platforms: the drive is always attached).
+    /// An error, for a drive with a bounded wait that never appeared (the platforms whose
+    /// drive is always attached wait for it without end, as Ignition: [`FOREVER`]).
     Error,
 }
 
