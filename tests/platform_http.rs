@@ -745,9 +745,12 @@ fn openstack_asks_the_ipv6_link_local_address_out_of_each_interface() {
     assert_eq!(q.peer.ip().to_string(), "fe80::7");
 }
 
-/// A listener on 127.0.0.1 that answers every request 200 and sends its request line,
-/// `Content-Type` and body to the returned channel (the instance timeline of Packet).
-fn event_sink() -> (String, mpsc::Receiver<(String, Option<String>, Vec<u8>)>) {
+/// A request the event sink got: its request line, `Content-Type` and body.
+type Event = (String, Option<String>, Vec<u8>);
+
+/// A listener on 127.0.0.1 that answers every request 200 and sends each request to the
+/// returned channel (the instance timeline of Packet).
+fn event_sink() -> (String, mpsc::Receiver<Event>) {
     use std::io::Read;
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
