@@ -444,6 +444,19 @@ pub fn maybe_gunzip(data: Vec<u8>, limit: u64) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scoped_base_shows_its_interface() {
+        let b = Base {
+            url: "http://[fe80::a9fe:a9fe]".into(),
+            interface: Some(("eth0".into(), 2)),
+        };
+        assert_eq!(b.label(), "http://[fe80::a9fe:a9fe%eth0]");
+        assert_eq!(
+            Base::plain("http://169.254.169.254/").label(),
+            "http://169.254.169.254"
+        );
+    }
     use std::io::Write;
 
     #[test]

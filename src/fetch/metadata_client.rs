@@ -239,3 +239,38 @@ pub fn ipv6_interfaces() -> Vec<(String, u32)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ureq::unversioned::resolver::Resolver;
+
+    #[test]
+    fn link_local_addresses_get_the_interface_as_scope() {
+        assert!(is_link_local_v6(&"fe80::a9fe:a9fe".parse().unwrap()));
+        assert!(is_link_local_v6(&"febf::1".parse().unwrap()));
+        assert!(!is_link_local_v6(&"fec0::1".parse().unwrap()));
+        assert!(!is_link_local_v6(&"fd00:42::42".parse().unwrap()));
+        let config = ureq::config::Config::default();
+        let resolve = |url: &str| {
+            let uri: ureq::http::Uri = url.parse().unwrap();
+            ScopedResolver(7)
+                .resolve(&uri, &config, Default::default())
+                .unwrap()
+                .to_vec()
+        };
+        assert_eq!(
+            resolve("http://[fe80::a9fe:a9fe]/openstack/latest/user_data"),
+            ["[fe80::a9fe:a9fe%7]:80".parse::<SocketAddr>().unwrap()]
+        );
+        // Other addresses as they are.
+        assert_eq!(
+            resolve("http://[fd00:42::42]:8080/"),
+            ["[fd00:42::42]:8080".parse::<SocketAddr>().unwrap()]
+        );
+        assert_eq!(
+            resolve("http://169.254.169.254/"),
+            ["169.254.169.254:80".parse::<SocketAddr>().unwrap()]
+        );
+    }
+}
