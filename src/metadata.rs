@@ -36,6 +36,7 @@ use crate::fetch::{Fetcher, NeedsNetwork};
 // The handshakes and the small client live below the fetcher (S3 uses them too).
 pub use crate::fetch::metadata_client::{
     AKAMAI_TOKEN, AWS_IMDSV2, Client, MAX_TOKEN_LEN, TIMEOUT, TokenHandshake, check_token,
+    ipv6_interfaces,
 };
 
 /// How a service encodes the user data it serves.
@@ -70,9 +71,9 @@ pub struct Service {
     pub encoding: Encoding,
     /// Connect from a privileged source port, 1–1023 (Scaleway); needs root.
     pub low_source_port: bool,
-    /// The service's IPv6 base URL, asked in parallel with `base` (Scaleway, as Ignition's
-    /// dual-stack fetch): the first answer wins (user data or "none"), an error only when
-    /// both fail. Its test override is platform `NAME/ipv6`.
+    /// The service's IPv6 base URL, asked in parallel with `base` (Scaleway's
+    /// `fd00:42::42`, an addition of the agent's): the first answer wins (user data or
+    /// "none"), an error only when both fail. Its test override is platform `NAME/ipv6`.
     pub ipv6_base: Option<&'static str>,
 }
 
@@ -98,12 +99,42 @@ impl Service {
 /// wins): for platforms that fall back to, or race against, another source.
 #[derive(Clone, Copy, Default)]
 pub struct Bounds<'a> {
-    /// Give up after this long in all (token, retries), naming the limit: the platform's
-    /// wait (OpenStack's 120 s, Azure IMDS's 20 s).
+    /// Give up after this long in all (token, retries), naming the limit.
     pub total: Option<Duration>,
-    /// Give up at the next retry once set (a config drive answered first). Not for a
-    /// dual-stack service (Scaleway), whose two addresses stop each other.
+    /// Give up after this long when the service has not answered any request with an HTTP
+    /// status yet (Azure: no network path to IMDS, its CD is read then); once it answered,
+    /// only `total` and `timeouts.httpTotal` bound the retries.
+    pub unanswered: Option<Duration>,
+    /// Give up at the next retry once set (a config drive answered first).
     pub stop: Option<&'a AtomicBool>,
+}
+
+/// One address a service is asked at: its base URL and, for an IPv6 link-local address, the
+/// interface to ask it out of (name, index).
+#[derive(Debug, Clone)]
+pub struct Base {
+    pub url: String,
+    pub interface: Option<(String, u32)>,
+}
+
+impl Base {
+    /// A base URL reached as any other.
+    pub fn plain(url: &str) -> Base {
+        Base {
+            url: url.trim_end_matches('/').to_string(),
+            interface: None,
+        }
+    }
+
+    /// The base URL as logs and sources show it: `http://[fe80::a9fe:a9fe%eth0]`.
+    pub fn label(&self) -> String {
+        match &self.interface {
+            Some((name, _)) if self.url.contains("]") => {
+                self.url.replacen(']', &format!("%{name}]"), 1)
+            }
+            _ => self.url.clone(),
+        }
+    }
 }
 
 /// A failed user-data fetch, and whether the service ever answered: Azure passes over an
@@ -148,46 +179,94 @@ pub fn fetch_user_data_at(
             answered: false,
         });
     }
-    let answered = AtomicBool::new(false);
-    let Some(v6) = svc.ipv6_base else {
-        return fetch_from(f, svc, base, bounds, &answered).map_err(|error| ServiceError {
-            error,
-            answered: answered.load(Ordering::SeqCst),
+    let mut bases = vec![Base::plain(base)];
+    if let Some(v6) = svc.ipv6_base {
+        let v6 = f
+            .opts
+            .endpoints
+            .metadata_base(&format!("{}/ipv6", svc.platform), v6);
+        bases.push(Base::plain(&v6));
+    }
+    fetch_user_data_any(f, svc, &bases, bounds).map(|(v, _)| v)
+}
+
+/// [`fetch_user_data_at`] asking each of `bases` at once (Scaleway's IPv4 and IPv6 addresses,
+/// OpenStack's 169.254.169.254 and `fe80::a9fe:a9fe` on each interface, as Ignition), each
+/// with its own retries: the first answer wins (user data or "none"), with the base that gave
+/// it; an error only when all fail (the last error). The others are told to stop at their
+/// next attempt (and die with the process at the latest).
+pub fn fetch_user_data_any(
+    f: &Fetcher,
+    svc: &Service,
+    bases: &[Base],
+    bounds: Bounds,
+) -> Result<(Option<Vec<u8>>, Base), ServiceError> {
+    if f.opts.offline {
+        return Err(ServiceError {
+            error: NeedsNetwork(format!("{}{}", bases[0].url, svc.user_data)).into(),
+            answered: false,
         });
-    };
-    let v6 = f
-        .opts
-        .endpoints
-        .metadata_base(&format!("{}/ipv6", svc.platform), v6);
-    // Both at once, each with its own retries; the first answer wins. The loser is told to
-    // stop at its next attempt (and dies with the process at the latest).
+    }
+    if let [b] = bases
+        && b.interface.is_none()
+    {
+        let answered = AtomicBool::new(false);
+        return match fetch_from(f, svc, &b.url, bounds, &answered) {
+            Ok(v) => Ok((v, b.clone())),
+            Err(error) => Err(ServiceError {
+                error,
+                answered: answered.load(Ordering::SeqCst),
+            }),
+        };
+    }
     let stop = Arc::new(AtomicBool::new(false));
-    let answered = Arc::new(answered);
+    let answered = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel();
-    let total = bounds.total;
-    for b in [base.to_string(), v6] {
-        let (f, svc, tx) = (f.fork(), *svc, tx.clone());
+    let (total, unanswered) = (bounds.total, bounds.unanswered);
+    for (i, b) in bases.iter().enumerate() {
+        let f = match &b.interface {
+            Some((_, index)) => f.fork_scoped(*index),
+            None => f.fork(),
+        };
+        let (svc, tx, url) = (*svc, tx.clone(), b.url.clone());
         let (stop, answered) = (stop.clone(), answered.clone());
         std::thread::spawn(move || {
             let bounds = Bounds {
                 total,
+                unanswered,
                 stop: Some(&stop),
             };
-            let r = fetch_from(&f, &svc, &b, bounds, &answered);
-            let _ = tx.send((b, r));
+            let r = fetch_from(&f, &svc, &url, bounds, &answered);
+            let _ = tx.send((i, r));
         });
     }
     drop(tx);
     let mut last = None;
-    for (b, r) in rx {
+    let mut left = bases.len();
+    while left > 0 {
+        // The caller's stop flag (a config drive answered first) ends the wait too.
+        if bounds.stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+            stop.store(true, Ordering::SeqCst);
+            return Err(ServiceError {
+                error: retry::Stopped(format!("{} metadata service", svc.platform)).into(),
+                answered: answered.load(Ordering::SeqCst),
+            });
+        }
+        let (i, r) = match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(got) => got,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        left -= 1;
+        let b = &bases[i];
         match r {
             Ok(v) => {
                 stop.store(true, Ordering::SeqCst);
-                log::info!("{}: answer from {b}", svc.platform);
-                return Ok(v);
+                log::info!("{}: answer from {}", svc.platform, b.label());
+                return Ok((v, b.clone()));
             }
             Err(e) => {
-                log::warn!("{}: {b}: {e:#}", svc.platform);
+                log::warn!("{}: {}: {e:#}", svc.platform, b.label());
                 last = Some(e);
             }
         }
@@ -238,7 +317,17 @@ fn fetch_from(
         // Base64 text is a third longer than the data it carries (and may be wrapped).
         Encoding::Base64 | Encoding::Base64MaybeGzip => limit.saturating_mul(4) / 3 + 1024,
     };
+    let start = f.clock().now();
     let raw = retry::run_bounded(&url, retry_bounds, f.clock(), |left| {
+        if let Some(u) = bounds.unanswered
+            && !answered.load(Ordering::SeqCst)
+            && f.clock().now().saturating_duration_since(start) >= u
+        {
+            return Err(Failure::fatal(anyhow!(
+                "{url}: no answer within {}s",
+                u.as_secs_f64()
+            )));
+        }
         let r = http::send(f, "GET", &url, &headers, svc.low_source_port, left)?;
         answered.store(true, Ordering::SeqCst);
         match r.status {
@@ -355,6 +444,19 @@ pub fn maybe_gunzip(data: Vec<u8>, limit: u64) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scoped_base_shows_its_interface() {
+        let b = Base {
+            url: "http://[fe80::a9fe:a9fe]".into(),
+            interface: Some(("eth0".into(), 2)),
+        };
+        assert_eq!(b.label(), "http://[fe80::a9fe:a9fe%eth0]");
+        assert_eq!(
+            Base::plain("http://169.254.169.254/").label(),
+            "http://169.254.169.254"
+        );
+    }
     use std::io::Write;
 
     #[test]

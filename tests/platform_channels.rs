@@ -66,6 +66,49 @@ fn channels_without_their_kernel_module_say_so() {
 
 #[test]
 #[ignore = "needs root: make test-root"]
+fn qemu_without_fw_cfg_and_its_module_failing_to_load_is_an_error() {
+    // As Ignition: without /sys/firmware/qemu_fw_cfg the module is loaded, and a failed load
+    // is an error, not "no config". The load fails for real: in a mount namespace whose
+    // module tree is empty (or without any module tree or modprobe, as on the CI machine).
+    let state = TempDir::new("qemu-state");
+    let sysdir = TempDir::new("qemu-sysdir");
+    std::fs::write(sysdir.join("cmdline"), "quiet").unwrap();
+    let absent = sysdir.join("no-fw-cfg");
+    let script = "if [ -d /usr/lib/modules ]; then mount -t tmpfs none /usr/lib/modules || exit 99; fi; exec \"$0\" \"$@\"";
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .arg(env!("CARGO_BIN_EXE_agent"))
+        .args([
+            "run",
+            "--stage",
+            "fetch",
+            "--platform",
+            "qemu",
+            "--state-dir",
+        ])
+        .arg(state.path())
+        .arg("--system-config-dir")
+        .arg(sysdir.path())
+        .arg("--test-kernel-cmdline-file")
+        .arg(sysdir.join("cmdline"))
+        .arg("--test-qemu-fw-cfg-dir")
+        .arg(&absent)
+        .env_remove("AGENT_SYSTEM_CONFIG_DIR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "fetching config from platform qemu: qemu: loading the QEMU firmware config module (qemu_fw_cfg)"
+        ),
+        "{stderr}"
+    );
+    assert!(!state.join("config.json").exists());
+}
+
+#[test]
+#[ignore = "needs root: make test-root"]
 fn the_files_stage_writes_the_providers_files() {
     must_be_root();
     let root = TempDir::new("provider-files-root");

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agent::fetch::{Fetcher, NeedsNetwork, Options};
 use agent::platform::drive::{self, Absent, Drive, Roots};
-use agent::platform::{azure, cloudstack, ionoscloud, openstack, proxmoxve};
+use agent::platform::{azure, cloudstack, ionoscloud, kubevirt, openstack, proxmoxve};
 use support::TempDir;
 use support::faulty_http::{Behavior, Server};
 use support::root::Loop;
@@ -105,6 +105,7 @@ fn openstack_offline_reads_the_config_drive_and_writes_nothing() {
         &fetcher(true),
         &r.roots,
         "http://127.0.0.1:9",
+        None,
         [short(5.0), short(5.0)],
     )
     .unwrap()
@@ -136,6 +137,7 @@ fn a_label_link_finds_the_drive_and_upper_case_counts() {
         &fetcher(true),
         &r.roots,
         "http://127.0.0.1:9",
+        None,
         [short(5.0), short(5.0)],
     )
     .unwrap()
@@ -157,6 +159,7 @@ fn a_drive_without_the_file_is_no_user_data() {
         &fetcher(true),
         &r.roots,
         "http://127.0.0.1:9",
+        None,
         [short(5.0), short(5.0)],
     )
     .unwrap();
@@ -180,6 +183,7 @@ fn a_broken_config_names_platform_device_and_path() {
         &fetcher(true),
         &r.roots,
         "http://127.0.0.1:9",
+        None,
         [short(5.0), short(5.0)],
     )
     .unwrap()
@@ -202,6 +206,7 @@ fn openstack_offline_without_a_drive_needs_the_network() {
         &fetcher(true),
         &r.roots,
         "http://127.0.0.1:9",
+        None,
         [short(0.5), short(5.0)],
     )
     .err()
@@ -232,6 +237,7 @@ fn openstack_online_without_a_drive_asks_the_metadata_service() {
         &fetcher(false),
         &r.roots,
         &s.url(""),
+        None,
         [short(0.5), short(20.0)],
     )
     .unwrap()
@@ -257,6 +263,7 @@ fn openstack_online_without_a_drive_asks_the_metadata_service() {
         &fetcher(false),
         &r.roots,
         &s.url(""),
+        None,
         [short(0.5), short(20.0)],
     )
     .unwrap();
@@ -274,6 +281,7 @@ fn openstack_online_with_neither_source_fails_naming_both() {
         &fetcher(false),
         &r.roots,
         &s.url(""),
+        None,
         [short(0.5), short(1.0)],
     )
     .err()
@@ -443,7 +451,37 @@ fn proxmoxve_skips_cloud_init_documents_for_vendor_data() {
             .unwrap()
             .is_none()
     );
-    // A broken config is taken (Ignition would skip it): the fetch stage then names it.
+    // Anything else that is not empty is taken, as Ignition takes it: a script in user-data
+    // is the config (and fails the stage), vendor-data is not looked at.
+    let script = drive(
+        "cidata",
+        &[
+            ("user-data", b"#!/bin/sh\necho hi\n"),
+            ("vendor-data", CONFIG.as_bytes()),
+        ],
+    );
+    let r = roots(&[&script], &[]);
+    let found = proxmoxve::fetch(&proxmoxve::DRIVE, &r.roots, 1 << 20)
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.bytes, b"#!/bin/sh\necho hi\n");
+    assert!(found.source.ends_with("file user-data"), "{}", found.source);
+    assert!(agent::stages::fetch::parse_logged(&found.bytes, &found.source).is_err());
+    // An empty user-data is passed over for vendor-data.
+    let empty = drive(
+        "cidata",
+        &[("user-data", b""), ("vendor-data", CONFIG.as_bytes())],
+    );
+    let r = roots(&[&empty], &[]);
+    let found = proxmoxve::fetch(&proxmoxve::DRIVE, &r.roots, 1 << 20)
+        .unwrap()
+        .unwrap();
+    assert!(
+        found.source.ends_with("file vendor-data"),
+        "{}",
+        found.source
+    );
+    // A broken config is taken too: the fetch stage then names it.
     let broken = drive("cidata", &[("user-data", b"{\"ignition\": ")]);
     let r = roots(&[&broken], &[]);
     let found = proxmoxve::fetch(&proxmoxve::DRIVE, &r.roots, 1 << 20)
@@ -605,5 +643,112 @@ fn azure_custom_data_bin_comes_before_ovf_env_and_none_is_no_user_data() {
         azure::from_cd(&OVF_TEST, &r.roots, 1 << 20)
             .unwrap()
             .is_none()
+    );
+}
+
+/// KubeVirt's two drives with waits a test can afford (the provider's are without end).
+fn kubevirt_drives(secs: f64) -> [Drive; 2] {
+    [
+        Drive {
+            wait: short(secs),
+            ..kubevirt::NOCLOUD
+        },
+        Drive {
+            wait: short(secs),
+            ..kubevirt::CONFIG_DRIVE
+        },
+    ]
+}
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn kubevirt_reads_a_nocloud_seed_or_a_config_drive() {
+    // cloudInitNoCloud: a seed labelled cidata, file user-data (Ignition >= 2.24).
+    let seed = drive("cidata", &[("user-data", CONFIG.as_bytes())]);
+    let r = roots(&[&seed], &[]);
+    let found = kubevirt::fetch(&kubevirt_drives(20.0), &r.roots, 1 << 20)
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.bytes, CONFIG.as_bytes());
+    assert_eq!(
+        found.source,
+        format!(
+            "kubevirt NoCloud seed {} (ext4, label cidata), file user-data",
+            seed.dev()
+        )
+    );
+    assert!(!mounted(seed.dev()));
+    // cloudInitConfigDrive: config-2, OpenStack's layout.
+    let cd = drive(
+        "config-2",
+        &[("openstack/latest/user_data", CONFIG.as_bytes())],
+    );
+    let r = roots(&[&cd], &[]);
+    let found = kubevirt::fetch(&kubevirt_drives(20.0), &r.roots, 1 << 20)
+        .unwrap()
+        .unwrap();
+    assert!(
+        found
+            .source
+            .ends_with("(ext4, label config-2), file openstack/latest/user_data"),
+        "{}",
+        found.source
+    );
+    // A seed without user-data: the drive answered, no user data (as Ignition).
+    let bare = drive("cidata", &[("meta-data", b"instance-id: x\n")]);
+    let r = roots(&[&bare], &[]);
+    assert!(
+        kubevirt::fetch(&kubevirt_drives(20.0), &r.roots, 1 << 20)
+            .unwrap()
+            .is_none()
+    );
+    // Neither (with bounded waits): an error naming both.
+    let r = roots(&[], &[]);
+    let e = kubevirt::fetch(&kubevirt_drives(0.5), &r.roots, 1 << 20)
+        .err()
+        .unwrap();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("no NoCloud seed labelled cidata or CIDATA appeared within 0.5s")
+            && msg.contains("no config drive labelled config-2 appeared within 0.5s"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn azure_imds_answering_410_for_a_while_is_waited_for() {
+    // IMDS answers 410 Gone while it starts (up to 70 s on Azure): retried, with the usual
+    // back-off, past the wait for a service that never answers (here 1 s), until userData.
+    let b64 = agent::encoding::base64_encode(CONFIG.as_bytes());
+    let path = azure::IMDS_USER_DATA;
+    let s = Server::start();
+    let mut script = vec![Behavior::Status(410); 5];
+    script.push(Behavior::Status(429));
+    script.push(Behavior::Status(404));
+    script.push(Behavior::Ok(b64.into_bytes()));
+    s.route(path, script);
+    let r = roots(&[], &[]);
+    let found = azure::fetch(&fetcher(false), &s.url(""), short(1.0), &OVF_TEST, &r.roots)
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.bytes, CONFIG.as_bytes());
+    let reqs = s.requests(path);
+    assert_eq!(reqs.len(), 8, "{reqs:?}");
+    // (The back-off alone, 0.1 s doubling, spends 6.3 s before the 8th request: the old
+    // bound of the service's wait, here 1 s, gave up after about 4 answers.)
+    // Bounded by timeouts.httpTotal, as any fetch: 410 only for longer is an error naming it.
+    let s = Server::start();
+    s.route(path, vec![Behavior::Status(410)]);
+    let f = Fetcher::new(Options {
+        http_total: Some(2),
+        ..Default::default()
+    });
+    let e = azure::fetch(&f, &s.url(""), short(1.0), &OVF_TEST, &r.roots)
+        .err()
+        .unwrap();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("timeouts.httpTotal of 2s exceeded") && msg.contains("HTTP 410"),
+        "{msg}"
     );
 }

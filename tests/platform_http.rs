@@ -228,6 +228,15 @@ fn a_malformed_or_refused_token_is_a_clear_error() {
             Behavior::Status(401),
             "http://169.254.169.254/latest/api/token: HTTP 401 Unauthorized",
         ),
+        // As Ignition: only a 404 means IMDSv1; 403 (IMDS turned off) and 405 fail.
+        (
+            Behavior::Status(403),
+            "http://169.254.169.254/latest/api/token: HTTP 403 Forbidden",
+        ),
+        (
+            Behavior::Status(405),
+            "http://169.254.169.254/latest/api/token: HTTP 405 Method Not Allowed",
+        ),
     ] {
         let (ns, s) = link_local();
         s.route("/latest/api/token", vec![answer]);
@@ -574,4 +583,258 @@ fn the_offline_pass_asks_for_the_network() {
     for s in [s, s2, s3] {
         assert!(s.all_requests().is_empty(), "{:?}", s.all_requests());
     }
+}
+
+/// Runs `agent ARGS` in `ns`, reading its stderr line by line until `enough` says so (or 400
+/// lines, or 60 s without a line), then stops it: the lines seen.
+fn watch(ns: &Netns, args: &[String], enough: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let mut child = ns
+        .command(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .env_remove("AGENT_SYSTEM_CONFIG_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running agent");
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while !enough(&seen) && seen.len() < 400 {
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) else {
+            break;
+        };
+        seen.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    seen
+}
+
+/// The seconds of "(waiting for Ns so far)" in a retry line.
+fn waited(line: &str) -> Option<u64> {
+    let rest = &line[line.find("(waiting for ")? + "(waiting for ".len()..];
+    rest[..rest.find("s so far)")?].parse().ok()
+}
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn a_503_only_service_is_waited_for_and_every_wait_is_reported() {
+    // As Ignition, without timeouts.httpTotal a service that only answers 503 is retried
+    // without end; every retry (at most 5 s apart) says what is waited for and since when.
+    const PATH: &str = "/computeMetadata/v1/instance/attributes/user-data";
+    let (ns, s) = link_local();
+    s.route(PATH, vec![Behavior::Status(503)]);
+    let (args, state, _sys) = fetch_args("gcp", &[]);
+    // Until two retries at the 5 s cap (about 11 s in).
+    let seen = watch(&ns, &args, |lines| {
+        lines
+            .iter()
+            .filter(|l| l.contains("retrying in 5000ms"))
+            .count()
+            >= 2
+    });
+    let log = seen.join("\n");
+    let retries: Vec<&String> = seen.iter().filter(|l| l.contains("retrying in")).collect();
+    assert!(retries.len() >= 8, "{log}");
+    for l in &retries {
+        assert!(
+            l.contains(&format!("http://169.254.169.254{PATH}: attempt "))
+                && l.contains("HTTP 503 Service Unavailable"),
+            "{l}"
+        );
+    }
+    let secs: Vec<u64> = retries
+        .iter()
+        .map(|l| waited(l).unwrap_or_else(|| panic!("{l}")))
+        .collect();
+    assert!(secs.windows(2).all(|w| w[0] <= w[1]), "{secs:?}");
+    assert!(*secs.last().unwrap() >= 10, "{log}");
+    assert!(s.requests(PATH).len() >= 8);
+    assert!(!state.join("config.json").exists());
+}
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn openstack_asks_the_ipv6_link_local_address_out_of_each_interface() {
+    // An IPv6-only cloud: the agent's namespace has no route to 169.254.169.254, only a veth
+    // with an IPv6 link-local address; the metadata service is fe80::a9fe:a9fe on the other
+    // end of the veth, in a namespace of its own.
+    const PATH: &str = "/openstack/latest/user_data";
+    let vm = Netns::new(&[]);
+    let cloud = Netns::new(&[]);
+    support::sh(
+        "ip",
+        &[
+            "-n",
+            &vm.name,
+            "link",
+            "add",
+            "eth7",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "md0",
+            "netns",
+            &cloud.name,
+        ],
+        None,
+    );
+    for (ns, dev, addr) in [
+        (&vm, "eth7", "fe80::7/64"),
+        (&cloud, "md0", "fe80::a9fe:a9fe/64"),
+    ] {
+        support::sh(
+            "ip",
+            &["-n", &ns.name, "addr", "add", addr, "dev", dev, "nodad"],
+            None,
+        );
+        support::sh("ip", &["-n", &ns.name, "link", "set", dev, "up"], None);
+    }
+    // md0's index inside its namespace (`ip -o link show md0`: "N: md0@…").
+    let out = cloud
+        .command("ip")
+        .args(["-o", "link", "show", "md0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let md0: u32 = text
+        .split(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{text}"));
+    let s = cloud.serve(&format!("[fe80::a9fe:a9fe%{md0}]:80"));
+    s.route(PATH, ok(cfg("/over-link-local")));
+    // Bounded: the config drive and 169.254.169.254 are waited for without end.
+    let (mut args, state, _sys) = fetch_args("openstack", &[]);
+    args.insert(0, env!("CARGO_BIN_EXE_agent").to_string());
+    args.insert(0, "120".to_string());
+    let out = vm
+        .command("timeout")
+        .args(&args)
+        .env_remove("AGENT_SYSTEM_CONFIG_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running agent");
+    let r = Run { out, state };
+    assert_eq!(r.ok().paths(), ["/over-link-local"]);
+    // (The record keeps the first 80 characters of the source.)
+    assert!(
+        r.source()
+            .starts_with("openstack metadata service http://[fe80::a9fe:a9fe%eth7]/openstack/"),
+        "{}",
+        r.source()
+    );
+    assert!(
+        r.stderr()
+            .contains("openstack: answer from http://[fe80::a9fe:a9fe%eth7]"),
+        "{}",
+        r.stderr()
+    );
+    let q = only(&s, PATH);
+    assert_eq!(q.peer.ip().to_string(), "fe80::7");
+}
+
+/// A request the event sink got: its request line, `Content-Type` and body.
+type Event = (String, Option<String>, Vec<u8>);
+
+/// A listener on 127.0.0.1 that answers every request 200 and sends each request to the
+/// returned channel (the instance timeline of Packet).
+fn event_sink() -> (String, mpsc::Receiver<Event>) {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { break };
+            let mut r = BufReader::new(c.try_clone().unwrap());
+            let mut first = String::new();
+            let _ = r.read_line(&mut first);
+            let (mut len, mut ctype) = (0usize, None);
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
+                    break;
+                }
+                let (k, v) = h.split_once(':').unwrap_or((&h, ""));
+                if k.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse().unwrap_or(0);
+                } else if k.eq_ignore_ascii_case("content-type") {
+                    ctype = Some(v.trim().to_string());
+                }
+            }
+            let mut body = vec![0; len.min(1 << 20)];
+            let _ = r.read_exact(&mut body);
+            let _ =
+                c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            if tx.send((first.trim().to_string(), ctype, body)).is_err() {
+                break;
+            }
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn packet_posts_each_stage_status_to_the_timeline() {
+    // As Ignition's Status hook: after the stage, the metadata's phone_home_url (without
+    // /phone-home) + /events gets the stage's outcome.
+    let (sink, events) = event_sink();
+    let s = Server::start();
+    s.route("/userdata", ok(cfg("/from-packet")));
+    let meta = format!(r#"{{"id":"x","phone_home_url":"{sink}/phone-home"}}"#);
+    s.route("/metadata", ok(meta.clone()));
+    let flag = format!("packet={}", s.url(""));
+    let run = |route_404: bool| {
+        if route_404 {
+            s.route("/userdata", vec![Behavior::Status(404)]);
+        }
+        let (args, state, _sys) = fetch_args("packet", &["--test-metadata-url", &flag]);
+        Run {
+            out: std::process::Command::new(env!("CARGO_BIN_EXE_agent"))
+                .args(&args)
+                .env_remove("AGENT_SYSTEM_CONFIG_DIR")
+                .output()
+                .unwrap(),
+            state,
+        }
+    };
+    let r = run(false);
+    r.ok();
+    let (line, ctype, body) = events
+        .recv_timeout(Duration::from_secs(60))
+        .expect("an event");
+    assert_eq!(line, "POST /events HTTP/1.1");
+    assert_eq!(ctype.as_deref(), Some("application/json"));
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        r#"{"state":"running","message":"[fetch] Ignition status: finished successfully"}"#
+    );
+    assert_eq!(only(&s, "/metadata").header("Accept"), Some("*/*"));
+    // A failed stage: its error.
+    let r = run(true);
+    r.failed();
+    let (_, _, body) = events
+        .recv_timeout(Duration::from_secs(60))
+        .expect("an event");
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["state"], "failed");
+    let msg = v["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("[fetch] Ignition error: ")
+            && msg.contains("/userdata: HTTP 404 Not Found"),
+        "{msg}"
+    );
+    assert!(events.try_recv().is_err(), "one event per stage");
 }

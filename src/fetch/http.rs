@@ -74,6 +74,21 @@ pub struct Agents {
 impl Agents {
     fn new(f: &Fetcher) -> Result<Self> {
         let tls = tls::client_config(&f.opts.ca_pems)?;
+        if let Some(scope) = f.link_scope() {
+            // Link-local only: no proxy, no privileged port.
+            let direct = ureq::Agent::with_parts(
+                agent_config(None).build(),
+                ().chain(TcpConnector::default())
+                    .chain(TlsConnector::new(tls.clone())),
+                super::metadata_client::ScopedResolver(scope),
+            );
+            return Ok(Agents {
+                low_port: direct.clone(),
+                direct,
+                http_proxied: None,
+                https_proxied: None,
+            });
+        }
         let direct = tunnel_agent(&tls, None);
         let p = &f.opts.proxy;
         let http_proxied = match p.http_proxy.as_deref().filter(|u| !u.is_empty()) {
@@ -104,7 +119,7 @@ impl Agents {
     }
 
     fn for_url(&self, f: &Fetcher, url: &str) -> &ureq::Agent {
-        if super::proxy::proxy_for(&f.opts.proxy, url).is_none() {
+        if f.link_scope().is_some() || super::proxy::proxy_for(&f.opts.proxy, url).is_none() {
             return &self.direct;
         }
         let https = url

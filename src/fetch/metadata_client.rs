@@ -8,6 +8,7 @@
 //! The user data itself is fetched by [`crate::metadata`] (above the fetcher, with its retry
 //! policy), which re-exports these.
 
+use std::net::{Ipv6Addr, SocketAddr};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -35,14 +36,14 @@ pub struct TokenHandshake {
 }
 
 /// AWS instance metadata service v2: PUT `/latest/api/token` for a token valid 6 hours,
-/// then send it in `X-aws-ec2-metadata-token`. A 404 (Ignition's rule), 403 or 405 (the AWS
-/// SDKs' rule) means no IMDSv2: IMDSv1, without a token.
+/// then send it in `X-aws-ec2-metadata-token`. As in Ignition, only a 404 means no IMDSv2
+/// (IMDSv1, without a token); any other error status (403 when IMDS is off, 405) fails.
 pub const AWS_IMDSV2: TokenHandshake = TokenHandshake {
     method: "PUT",
     path: "/latest/api/token",
     headers: &[("X-aws-ec2-metadata-token-ttl-seconds", "21600")],
     send_as: "X-aws-ec2-metadata-token",
-    without_token_on: &[403, 404, 405],
+    without_token_on: &[404],
 };
 
 /// Akamai (Linode) metadata service: PUT `/v1/token` for a token valid 300 s, then
@@ -174,5 +175,102 @@ impl Client {
         resp.body_mut()
             .read_to_string()
             .with_context(|| format!("reading {path}"))
+    }
+}
+
+/// A resolver for a fetcher bound to one interface ([`crate::fetch::Fetcher::fork_scoped`]):
+/// as ureq's own, and an IPv6 link-local address (fe80::/10) gets the interface as its scope
+/// (without one the kernel refuses to connect to it).
+#[derive(Debug)]
+pub struct ScopedResolver(pub u32);
+
+/// Whether `ip` is an IPv6 link-local unicast address (fe80::/10).
+pub fn is_link_local_v6(ip: &Ipv6Addr) -> bool {
+    ip.segments()[0] & 0xffc0 == 0xfe80
+}
+
+impl ureq::unversioned::resolver::Resolver for ScopedResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let mut addrs = ureq::unversioned::resolver::DefaultResolver::default()
+            .resolve(uri, config, timeout)?;
+        for a in addrs.iter_mut() {
+            if let SocketAddr::V6(v6) = a
+                && is_link_local_v6(v6.ip())
+                && v6.scope_id() == 0
+            {
+                v6.set_scope_id(self.0);
+            }
+        }
+        Ok(addrs)
+    }
+}
+
+/// The interfaces that are up, not loopback, and have an IPv6 address (of any scope), with
+/// their indexes, in the order the kernel lists them: where Ignition asks OpenStack's
+/// link-local metadata address (`findInterfacesWithIPv6`).
+pub fn ipv6_interfaces() -> Vec<(String, u32)> {
+    use nix::net::if_::InterfaceFlags;
+    let mut out: Vec<(String, u32)> = Vec::new();
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return out;
+    };
+    for a in addrs {
+        if !a.flags.contains(InterfaceFlags::IFF_UP)
+            || a.flags.contains(InterfaceFlags::IFF_LOOPBACK)
+        {
+            continue;
+        }
+        let v6 = a
+            .address
+            .as_ref()
+            .and_then(|s| s.as_sockaddr_in6())
+            .is_some();
+        if !v6 || out.iter().any(|(n, _)| *n == a.interface_name) {
+            continue;
+        }
+        if let Ok(i) = nix::net::if_::if_nametoindex(a.interface_name.as_str()) {
+            out.push((a.interface_name, i));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ureq::unversioned::resolver::Resolver;
+
+    #[test]
+    fn link_local_addresses_get_the_interface_as_scope() {
+        assert!(is_link_local_v6(&"fe80::a9fe:a9fe".parse().unwrap()));
+        assert!(is_link_local_v6(&"febf::1".parse().unwrap()));
+        assert!(!is_link_local_v6(&"fec0::1".parse().unwrap()));
+        assert!(!is_link_local_v6(&"fd00:42::42".parse().unwrap()));
+        let config = ureq::config::Config::default();
+        let resolve = |url: &str| {
+            let uri: ureq::http::Uri = url.parse().unwrap();
+            ScopedResolver(7)
+                .resolve(&uri, &config, Default::default())
+                .unwrap()
+                .to_vec()
+        };
+        assert_eq!(
+            resolve("http://[fe80::a9fe:a9fe]/openstack/latest/user_data"),
+            ["[fe80::a9fe:a9fe%7]:80".parse::<SocketAddr>().unwrap()]
+        );
+        // Other addresses as they are.
+        assert_eq!(
+            resolve("http://[fd00:42::42]:8080/"),
+            ["[fd00:42::42]:8080".parse::<SocketAddr>().unwrap()]
+        );
+        assert_eq!(
+            resolve("http://169.254.169.254/"),
+            ["169.254.169.254:80".parse::<SocketAddr>().unwrap()]
+        );
     }
 }

@@ -215,6 +215,9 @@ pub struct Fetcher {
     clock: Arc<dyn Clock + Send + Sync>,
     agents: OnceLock<std::result::Result<http::Agents, String>>,
     aws_creds: OnceLock<Option<s3::Credentials>>,
+    /// The interface (index) its connections to IPv6 link-local addresses go out of
+    /// ([`Fetcher::fork_scoped`]; OpenStack's `fe80::a9fe:a9fe`).
+    link_scope: Option<u32>,
 }
 
 impl Fetcher {
@@ -229,6 +232,7 @@ impl Fetcher {
             clock,
             agents: OnceLock::new(),
             aws_creds: OnceLock::new(),
+            link_scope: None,
         }
     }
 
@@ -236,6 +240,21 @@ impl Fetcher {
     /// own).
     pub fn fork(&self) -> Fetcher {
         Self::with_clock(self.opts.clone(), self.clock.clone())
+    }
+
+    /// [`Fetcher::fork`], connecting to IPv6 link-local addresses (`http://[fe80::…]/`) out of
+    /// the interface with index `scope` (a URL cannot carry the zone: `[fe80::1%eth0]` is not
+    /// a valid authority for the HTTP client).
+    pub fn fork_scoped(&self, scope: u32) -> Fetcher {
+        Fetcher {
+            link_scope: Some(scope),
+            ..self.fork()
+        }
+    }
+
+    /// The interface of [`Fetcher::fork_scoped`].
+    pub fn link_scope(&self) -> Option<u32> {
+        self.link_scope
     }
 
     /// The clock of the retry back-off (the metadata client retries with it too).

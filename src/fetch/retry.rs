@@ -135,9 +135,11 @@ pub fn run_bounded<T>(
         if stopped() {
             return Err(err.context(Stopped(what.to_string())));
         }
+        // At most every MAX_BACKOFF (5 s) a line: what is waited for, and since when.
         log::warn!(
-            "{what}: attempt {failures} failed: {err:#}; retrying in {}ms",
-            delay.as_millis()
+            "{what}: attempt {failures} failed: {err:#}; retrying in {}ms (waiting for {:.0}s so far)",
+            delay.as_millis(),
+            clock.now().saturating_duration_since(start).as_secs_f64()
         );
         match bounds.stop {
             None => clock.sleep(delay),

@@ -9,10 +9,13 @@
 //! `ovf-env.xml` (where waagent and cloud-init read it). Neither: no user data. Since the
 //! service comes first the config needs the network (offline, the stage asks for it).
 //!
-//! Differences from Ignition, which waits without end for both: the service is retried for at
-//! most [`IMDS_WAIT`], and the CD waited for at most [`OVF_WAIT`]. A service that never
-//! answered at all in that time (unreachable) is passed over for the CD, with a warning; one
-//! that answered only with errors is an error.
+//! As in Ignition, the service is retried (404, 410, 429, 5xx, connection errors) until it
+//! answers or `timeouts.httpTotal` (no limit by default) is over: Azure answers 410 for up to
+//! 70 s while IMDS starts. Each retry is logged with the time waited so far. One difference:
+//! a service that has not answered any request at all within [`IMDS_WAIT`] (no network path
+//! to it) is passed over for the CD, with a warning, where Ignition would retry it without
+//! end. The CD is waited for without end, as in Ignition, saying every few seconds that it
+//! waits.
 //!
 //! `azurestack` ([`super::azurestack`], Azure Stack Hub) has no metadata service step: only the
 //! OVF CD, which may be UDF or ISO9660; it needs no network.
@@ -42,10 +45,10 @@ pub const IMDS_SERVICE: Service = Service {
     encoding: Encoding::Base64,
     ..Service::new("azure", IMDS, IMDS_USER_DATA)
 };
-/// The longest the service is retried.
+/// The longest the service is retried while it has not answered any request.
 pub const IMDS_WAIT: Duration = Duration::from_secs(20);
-/// The longest wait for the OVF provisioning CD.
-pub const OVF_WAIT: Duration = Duration::from_secs(120);
+/// The longest wait for the OVF provisioning CD: as Ignition, without end.
+pub const OVF_WAIT: Duration = drive::FOREVER;
 /// The file that makes a CD the OVF provisioning CD.
 pub const OVF_ENV: &str = "ovf-env.xml";
 /// The custom data on it.
@@ -81,12 +84,20 @@ impl Provider for Azure {
     }
 }
 
-/// `azure`: the service at `imds` (retried at most `wait`), then the CD `cd`.
-pub fn fetch(f: &Fetcher, imds: &str, wait: Duration, cd: &Drive, roots: &Roots) -> Result<Option<Found>> {
+/// `azure`: the service at `imds` (passed over when it has not answered within `unanswered`,
+/// else retried within `timeouts.httpTotal`), then the CD `cd`.
+pub fn fetch(
+    f: &Fetcher,
+    imds: &str,
+    unanswered: Duration,
+    cd: &Drive,
+    roots: &Roots,
+) -> Result<Option<Found>> {
     let limit = f.opts.limits.max_config_size;
     let url = format!("{}{IMDS_USER_DATA}", imds.trim_end_matches('/'));
     let bounds = Bounds {
-        total: Some(wait),
+        total: None,
+        unanswered: Some(unanswered),
         stop: None,
     };
     match metadata::fetch_user_data_at(f, &IMDS_SERVICE, imds, bounds) {

@@ -92,13 +92,24 @@ pub fn fetch(f: &Fetcher, roots: &Roots, leases: &Path, waits: [Duration; 2]) ->
     }
     let d = config_drive(wait);
     drive::drive_or_service(&d, roots, USER_DATA, limit, "metadata service", |stop| {
-        let deadline = Instant::now() + wait;
+        let start = Instant::now();
+        let deadline = drive::limit(wait).map(|w| start + w);
+        let mut next_progress = start + drive::PROGRESS;
         let server = loop {
             if let Some(s) = dhcp_server(leases) {
                 break s;
             }
-            if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+            let now = Instant::now();
+            if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| now >= d) {
                 bail!("no DHCP lease naming a server in {}", leases.display());
+            }
+            if now >= next_progress {
+                log::info!(
+                    "cloudstack: still waiting for a DHCP lease naming a server in {} (since {:.0}s)",
+                    leases.display(),
+                    start.elapsed().as_secs_f64()
+                );
+                next_progress += drive::PROGRESS;
             }
             std::thread::sleep(Duration::from_millis(500));
         };
@@ -108,7 +119,8 @@ pub fn fetch(f: &Fetcher, roots: &Roots, leases: &Path, waits: [Duration; 2]) ->
             format!("http://{server}")
         };
         let bounds = Bounds {
-            total: Some(deadline.saturating_duration_since(Instant::now())),
+            total: deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            unanswered: None,
             stop: Some(stop),
         };
         let got = metadata::fetch_user_data_at(f, &SERVICE, &base, bounds)?;

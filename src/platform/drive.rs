@@ -34,6 +34,11 @@ use crate::files::mounts::MountGuard;
 
 /// How often the block devices are looked at again while waiting for a drive.
 pub const POLL: Duration = Duration::from_millis(500);
+/// How often a wait says on the console what it waits for, and since when.
+pub const PROGRESS: Duration = Duration::from_secs(5);
+/// A wait without end ([`Drive::wait`]): the platforms on which Ignition waits for the drive
+/// until it appears (it is always attached there).
+pub const FOREVER: Duration = Duration::MAX;
 
 /// What a platform's drive looks like.
 #[derive(Debug, Clone, Copy)]
@@ -48,8 +53,13 @@ pub struct Drive {
     pub fstypes: &'static [&'static str],
     /// Only a CD-ROM drive with a disc in (`CDROM_DRIVE_STATUS` says `CDS_DISC_OK`).
     pub cdrom: bool,
-    /// The longest wait for it.
+    /// The longest wait for it; [`FOREVER`]: until it appears.
     pub wait: Duration,
+}
+
+/// `wait` as a limit: None for [`FOREVER`].
+pub fn limit(wait: Duration) -> Option<Duration> {
+    (wait != FOREVER).then_some(wait)
 }
 
 /// Where block devices are: the real places, or a test's.
@@ -111,6 +121,15 @@ impl Drive {
             s.push_str(&format!(" ({})", self.fstypes.join(" or ")));
         }
         s
+    }
+
+    /// "up to 30s" or "without end".
+    pub fn wait_text(&self) -> String {
+        if self.wait == FOREVER {
+            "without end".into()
+        } else {
+            format!("up to {}s", self.wait.as_secs_f64())
+        }
     }
 
     /// Whether a probed filesystem is this drive; the rank of its label (lower is preferred).
@@ -211,7 +230,8 @@ pub fn find_once(d: &Drive, roots: &Roots, exclude: &[PathBuf]) -> Option<Device
 }
 
 /// Waits at most `d.wait` for the drive (polling every [`POLL`]), or until `stop` is set;
-/// None when it did not appear. The wait and its end are logged.
+/// None when it did not appear. The wait is logged when it starts, every [`PROGRESS`] while
+/// it lasts (what it waits for, since when), and when it ends.
 pub fn find(d: &Drive, roots: &Roots, stop: &AtomicBool) -> Option<Device> {
     find_excluding(d, roots, stop, &[], Instant::now())
 }
@@ -224,8 +244,9 @@ pub fn find_excluding(
     exclude: &[PathBuf],
     start: Instant,
 ) -> Option<Device> {
-    let deadline = start + d.wait;
-    let mut logged = false;
+    // None: without end ([`FOREVER`]).
+    let deadline = start.checked_add(d.wait);
+    let mut next_progress: Option<Instant> = None;
     loop {
         if let Some(dev) = find_once(d, roots, exclude) {
             info!(
@@ -240,7 +261,7 @@ pub fn find_excluding(
             return None;
         }
         let now = Instant::now();
-        if now >= deadline {
+        if deadline.is_some_and(|end| now >= end) {
             info!(
                 "{}: no {} appeared within {}s",
                 d.platform,
@@ -249,16 +270,30 @@ pub fn find_excluding(
             );
             return None;
         }
-        if !logged {
-            info!(
-                "{}: waiting up to {}s for a {}",
-                d.platform,
-                d.wait.as_secs_f64(),
-                d.describe()
-            );
-            logged = true;
+        match next_progress {
+            None => {
+                info!(
+                    "{}: waiting {} for a {}",
+                    d.platform,
+                    d.wait_text(),
+                    d.describe()
+                );
+                next_progress = Some(now + PROGRESS);
+            }
+            Some(t) if now >= t => {
+                info!(
+                    "{}: still waiting for a {} (since {:.0}s; waiting {})",
+                    d.platform,
+                    d.describe(),
+                    start.elapsed().as_secs_f64(),
+                    d.wait_text()
+                );
+                next_progress = Some(t + PROGRESS);
+            }
+            Some(_) => {}
         }
-        std::thread::sleep(POLL.min(deadline - now));
+        let nap = deadline.map_or(POLL, |end| POLL.min(end - now));
+        std::thread::sleep(nap);
     }
 }
 
@@ -385,7 +420,8 @@ pub enum Absent {
     /// No user data: provisioning goes on with the base configs (Ignition gives up after
     /// its wait on these platforms: IBM Cloud, Proxmox VE, IONOS Cloud).
     NoUserData,
-    /// An error (Ignition waits forever on these platforms: the drive is always attached).
+    /// An error, for a drive with a bounded wait that never appeared (the platforms whose
+    /// drive is always attached wait for it without end, as Ignition: [`FOREVER`]).
     Error,
 }
 
@@ -393,7 +429,8 @@ pub enum Absent {
 pub const OPENSTACK_USER_DATA: &str = "openstack/latest/user_data";
 
 /// An OpenStack-layout config drive (label `config-2`) that `platform` always attaches
-/// (KubeVirt, Nutanix, PowerVS): Ignition waits for it without end, the agent 120 s.
+/// (KubeVirt, Nutanix, PowerVS): as Ignition, waited for without end (the wait says every
+/// [`PROGRESS`] what it waits for).
 pub const fn attached_config_drive(platform: &'static str) -> Drive {
     Drive {
         platform,
@@ -401,7 +438,7 @@ pub const fn attached_config_drive(platform: &'static str) -> Drive {
         labels: &["config-2"],
         fstypes: &[],
         cdrom: false,
-        wait: Duration::from_secs(120),
+        wait: FOREVER,
     }
 }
 
@@ -425,6 +462,45 @@ pub fn fetch_file(
             d.wait.as_secs_f64()
         ),
     }
+}
+
+/// The platforms with two kinds of drive (KubeVirt: a NoCloud `cidata` seed or a `config-2`
+/// config drive), as Ignition reads them: each `(drive, file)` looked for side by side; the
+/// first drive found answers (its file, or no user data without it) and the others stop
+/// looking; a drive that cannot be read leaves the answer to the others; when all fail, the
+/// error names each.
+pub fn first_drive(sources: &[(Drive, &str)], roots: &Roots, limit: u64) -> Result<Option<Found>> {
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<(usize, Result<Outcome>)>();
+    std::thread::scope(|s| {
+        for (i, (d, rel)) in sources.iter().enumerate() {
+            let (tx, stop) = (tx.clone(), &stop);
+            s.spawn(move || {
+                let _ = tx.send((i, read(d, roots, rel, limit, stop)));
+            });
+        }
+        drop(tx);
+        let mut errors: Vec<String> = Vec::new();
+        for (i, r) in rx {
+            let d = &sources[i].0;
+            let e = match r {
+                Ok(Outcome::Read(found)) => {
+                    stop.store(true, Ordering::Relaxed);
+                    return Ok(found);
+                }
+                Ok(Outcome::NoDrive) if stop.load(Ordering::Relaxed) => continue,
+                Ok(Outcome::NoDrive) => anyhow!(
+                    "no {} appeared within {}s",
+                    d.describe(),
+                    d.wait.as_secs_f64()
+                ),
+                Err(e) => e,
+            };
+            warn!("{}: {}: {e:#}", d.platform, d.describe());
+            errors.push(format!("{}: {e:#}", d.describe()));
+        }
+        bail!("no config from any drive: {}", errors.join("; "))
+    })
 }
 
 /// Whether user data is a cloud-init document rather than a config (`#cloud-config`, or a

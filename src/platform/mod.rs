@@ -71,6 +71,18 @@ pub trait Provider {
         Ok((self.fetch_config(f)?, Vec::new()))
     }
 
+    /// Tells the platform how stage `stage` ended (`error`: its error), after the stage, as
+    /// Ignition's provider `Status` hook (Packet's instance timeline). A failure here is logged
+    /// by the caller, never fatal. Default: nothing.
+    fn report_status(
+        &self,
+        _f: &Fetcher,
+        _stage: &str,
+        _error: Option<&anyhow::Error>,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     /// Removes the config from the platform after provisioning, where the platform would
     /// keep handing it to any process of the machine (Ignition's `ignition-rmcfg`, run once
     /// in the real root: VMware guestinfo, VirtualBox guest properties; GHSA-hj57-j5cw-2mwp).
@@ -208,7 +220,7 @@ platforms! {
     "aliyun" => aliyun::Aliyun, "Alibaba Cloud: user data from the metadata service at 100.100.100.200", tested "host tests in a network namespace (tests/platform_http.rs)";
     "applehv" => applehv::Applehv, "Apple Hypervisor: HTTP GET over vsock to the host (CID 2, port 1024)", tested "unit tests only (no vsock host here; AF_VSOCK loopback is not available on this kernel): the HTTP exchange over a socket pair";
     "aws" => aws::Aws, "Amazon EC2: user data from the instance metadata service at 169.254.169.254 (IMDSv2 token, IMDSv1 fallback)", tested "host tests in a network namespace (tests/platform_http.rs); VM scenario 10-aws-imdsv2";
-    "azure" => azure::Azure, "Microsoft Azure: IMDS userData, else the custom data of the OVF provisioning CD (udf)", tested "VM scenario 14-azure-ovf (CD fallback); unit tests (ovf-env.xml)";
+    "azure" => azure::Azure, "Microsoft Azure: IMDS userData (retried while it answers 404, 410, 429 or 5xx), else the custom data of the OVF provisioning CD (udf), waited for without end", tested "VM scenario 14-azure-ovf (CD fallback); host tests (tests/platform_drives.rs: IMDS on 127.0.0.1, CD on a loop device; tests/platform_waits.rs: the wait); unit tests (ovf-env.xml)";
     "azurestack" => azurestack::AzureStack, "Azure Stack Hub: custom data of the OVF provisioning CD (udf or iso9660)", tested "unit tests; the CD reader of azure (VM scenario 14-azure-ovf)";
     "brightbox" => brightbox::Brightbox, "Brightbox: as openstack (config drive or metadata service)", tested "the openstack provider (VM scenario 12-openstack-configdrive)";
     "cloudstack" => cloudstack::CloudStack, "Apache CloudStack: config drive config-2 (cloudstack/userdata/user_data.txt), else the metadata service on the DHCP server", tested "host tests (tests/platform_drives.rs: drive on a loop device, local metadata service); unit tests";
@@ -220,17 +232,17 @@ platforms! {
     "hyperv" => hyperv::Hyperv, "Microsoft Hyper-V: KVP item ignition.config (or ignition.config.0, .1, … joined) of pool 0, read as the KVP daemon from /dev/vmbus/hv_kvp", tested "unit tests only (no Hyper-V here): message layout against the kernel header, the KVP exchange over a socket pair, key lookup and joining";
     "ibmcloud" => ibmcloud::IbmCloud, "IBM Cloud VPC: NoCloud seed cidata, file user-data", tested "host tests (tests/platform_drives.rs: seed on a loop device)";
     "ionoscloud" => ionoscloud::IonosCloud, "IONOS Cloud: config/user-data on the disk labelled OEM (ignition.config.device=, ignition.config.path=)", tested "host tests (tests/platform_drives.rs: disk on a loop device)";
-    "kubevirt" => kubevirt::KubeVirt, "KubeVirt: config drive config-2, file openstack/latest/user_data", tested "the config-drive reader (VM scenario 12-openstack-configdrive; host tests)";
+    "kubevirt" => kubevirt::KubeVirt, "KubeVirt: NoCloud seed cidata (file user-data) or config drive config-2 (file openstack/latest/user_data), side by side, waited for without end", tested "host tests (tests/platform_drives.rs: seed and drive on loop devices; tests/platform_waits.rs: the wait)";
     "metal" => metal::Metal, "bare metal: only the kernel command line (agent.config.url=, ignition.config.url=)", tested "VM scenario 02-metal-url; host tests (tests/fetch_stage.rs)";
-    "nutanix" => nutanix::Nutanix, "Nutanix AHV: config drive config-2, file openstack/latest/user_data", tested "the config-drive reader (VM scenario 12-openstack-configdrive; host tests)";
+    "nutanix" => nutanix::Nutanix, "Nutanix AHV: config drive config-2, file openstack/latest/user_data, waited for without end", tested "the config-drive reader (VM scenario 12-openstack-configdrive; host tests); tests/platform_waits.rs: the wait";
     "nvidiabluefield" => nvidiabluefield::NvidiaBluefield, "NVIDIA BlueField DPU: the boot FIFO of the mlxbf_bootctl driver (/sys/bus/platform/devices/MLNXBF04:00/bootfifo)", tested "unit tests only (no BlueField here): reading and trimming bootfifo files";
-    "openstack" => openstack::OpenStack, "OpenStack: config drive config-2 (openstack/latest/user_data), else the metadata service", tested "VM scenario 12-openstack-configdrive; host tests (tests/platform_drives.rs)";
+    "openstack" => openstack::OpenStack, "OpenStack: config drive config-2 (openstack/latest/user_data) or the metadata service at 169.254.169.254 and [fe80::a9fe:a9fe] on each interface with IPv6, side by side", tested "VM scenario 12-openstack-configdrive; host tests (tests/platform_drives.rs; tests/platform_http.rs: IPv6 link-local in network namespaces)";
     "oraclecloud" => oraclecloud::OracleCloud, "Oracle Cloud Infrastructure: user data (base64) from the metadata service v2 at 169.254.169.254 (Authorization: Bearer Oracle)", tested "host tests in a network namespace (tests/platform_http.rs)";
-    "packet" => packet::Packet, "Equinix Metal: user data from https://metadata.packet.net/userdata", tested "host tests against a local server on 127.0.0.1 (tests/platform_http.rs; the name and TLS are replaced by a test flag)";
-    "powervs" => powervs::PowerVs, "IBM Power Virtual Server: config drive config-2, file openstack/latest/user_data", tested "the config-drive reader (VM scenario 12-openstack-configdrive; host tests)";
-    "proxmoxve" => proxmoxve::ProxmoxVe, "Proxmox VE: cloud-init drive cidata, user-data else vendor-data (cloud-init documents skipped)", tested "VM scenario 13-proxmoxve-nocloud (vfat); host tests";
+    "packet" => packet::Packet, "Equinix Metal: user data from https://metadata.packet.net/userdata; each stage's outcome posted to the instance timeline", tested "host tests against a local server on 127.0.0.1 (tests/platform_http.rs; the name and TLS are replaced by a test flag)";
+    "powervs" => powervs::PowerVs, "IBM Power Virtual Server: config drive config-2, file openstack/latest/user_data, waited for without end", tested "the config-drive reader (VM scenario 12-openstack-configdrive; host tests); tests/platform_waits.rs: the wait";
+    "proxmoxve" => proxmoxve::ProxmoxVe, "Proxmox VE: cloud-init drive cidata, user-data else vendor-data (empty files and #cloud-config documents skipped)", tested "VM scenario 13-proxmoxve-nocloud (vfat); host tests";
     "qemu" => qemu::Qemu, "QEMU: fw_cfg entry opt/com.coreos/config (-fw_cfg name=opt/com.coreos/config,file=F)", tested "VM scenarios 01-qemu-fwcfg and others; host tests with a fw_cfg directory (tests/fetch_stage.rs)";
-    "scaleway" => scaleway::Scaleway, "Scaleway: user data from the metadata service at 169.254.42.42 and [fd00:42::42] (in parallel), from a privileged source port", tested "host tests in a network namespace (tests/platform_http.rs)";
+    "scaleway" => scaleway::Scaleway, "Scaleway: user data from the metadata service at 169.254.42.42 (and, not in Ignition, [fd00:42::42] in parallel), from a privileged source port", tested "host tests in a network namespace (tests/platform_http.rs)";
     "upcloud" => upcloud::UpCloud, "UpCloud: user data from the metadata service at 169.254.169.254", tested "host tests in a network namespace (tests/platform_http.rs)";
     "virtualbox" => virtualbox::Virtualbox, "VirtualBox: guest property /Ignition/Config through /dev/vboxguest (HGCM calls to VBoxGuestPropSvc)", tested "unit tests only (no VirtualBox here): struct layouts and ioctl numbers against the kernel headers, HGCM calls against a simulated driver, deletion";
     "vmware" => vmware::Vmware, "VMware: guestinfo ignition.config.data and .encoding (none, base64, gzip, gzip+base64) through the backdoor RPCI channel, else the OVF environment's properties", tested "unit tests only (no VMware here): RPCI framing against a simulated backdoor host, encodings, OVF properties, deletion";

@@ -1,7 +1,7 @@
 //! `nutanix`: Nutanix AHV attaches a config drive to every machine (labelled `config-2`,
 //! OpenStack's layout): the user data is `openstack/latest/user_data`, none without that file.
-//! Ignition waits for the drive without end; the agent waits at most [`DRIVE`]'s wait, then
-//! fails.
+//! As Ignition, the agent waits for the drive without end, saying every few seconds that it
+//! waits.
 
 use super::drive::{self, Absent, Drive};
 

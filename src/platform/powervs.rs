@@ -1,6 +1,6 @@
 //! `powervs`: IBM Power Virtual Server attaches a config drive (labelled `config-2`, OpenStack's
-//! layout): the user data is `openstack/latest/user_data`, none without that file. Ignition
-//! waits for the drive without end; the agent waits at most [`DRIVE`]'s wait, then fails.
+//! layout): the user data is `openstack/latest/user_data`, none without that file. As Ignition, the agent
+//! waits for the drive without end, saying every few seconds that it waits.
 
 use super::drive::{self, Absent, Drive};
 

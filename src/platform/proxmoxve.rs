@@ -1,11 +1,9 @@
 //! `proxmoxve`: Proxmox VE's cloud-init drive (NoCloud, labelled `cidata`; `CIDATA` is taken
-//! too): the config is its `user-data`, else its `vendor-data`, as in Ignition. A cloud-init
-//! document there (`#cloud-config`, or a script) is not a config and is skipped, so is anything
-//! that is not JSON; a machine without the drive after 30 s goes on without user data.
-//!
-//! One difference from Ignition, which skips any file that is not valid JSON: a file that
-//! starts like JSON (`{`) but does not parse is taken, so that the fetch stage reports the
-//! broken config (with its line and column) instead of provisioning silently without it.
+//! too): the config is its `user-data`, else its `vendor-data`, as in Ignition: the first of
+//! them that is not empty and does not start with `#cloud-config` and a line break (Proxmox's
+//! own cloud-init document) is taken, whatever it is; anything else that is not a config
+//! (a script, YAML) fails the fetch stage as it fails Ignition. A machine without the drive
+//! after 30 s goes on without user data.
 
 use std::time::Duration;
 
@@ -36,10 +34,10 @@ impl Provider for ProxmoxVe {
     }
 }
 
-/// Whether a NoCloud file is taken as the config: not a cloud-init document, and JSON (or
-/// something that starts like it: the parser then says what is wrong).
+/// Whether a NoCloud file is taken as the config (Ignition's rule): not empty, and not a
+/// `#cloud-config` document.
 pub fn is_config(b: &[u8]) -> bool {
-    !drive::is_cloud_init(b) && b.trim_ascii_start().first() == Some(&b'{')
+    !b.is_empty() && !b.starts_with(b"#cloud-config\n")
 }
 
 /// The config from the drive `d`: its first file of [`FILES`] that [`is_config`].
@@ -55,7 +53,7 @@ pub fn fetch(d: &Drive, roots: &Roots, limit: u64) -> Result<Option<Found>> {
         match m.read(rel, limit, &format!("config from {src}"))? {
             None => log::info!("{}: the {} has no {rel}", d.platform, d.what),
             Some(b) if !is_config(&b) => log::info!(
-                "{}: {rel} on the {} is not an Ignition config (a cloud-init document?): skipped",
+                "{}: {rel} on the {} is empty or a #cloud-config document: skipped",
                 d.platform,
                 d.what
             ),
@@ -74,12 +72,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cloud_init_documents_and_non_json_are_skipped() {
+    fn only_empty_files_and_cloud_config_are_skipped() {
         assert!(is_config(b"{\"ignition\":{\"version\":\"3.4.0\"}}"));
         assert!(is_config(b"\n  {\"ignition\": broken"));
         assert!(!is_config(b"#cloud-config\nhostname: x\n"));
-        assert!(!is_config(b"#!/bin/bash\n"));
-        assert!(!is_config(b"hostname: x\n"));
         assert!(!is_config(b""));
+        // Taken (and then refused by the parser), as in Ignition.
+        assert!(is_config(b"#!/bin/bash\n"));
+        assert!(is_config(b"hostname: x\n"));
+        assert!(is_config(b"#cloud-config"));
     }
 }
