@@ -90,7 +90,10 @@ fn https_server(pki: &Pki) -> Server {
 /// (with `merge`) a merged config from `https` too.
 fn config(ca_source: &str, https: &Server, merge: bool) -> String {
     let merge = if merge {
-        format!(r#","config":{{"merge":[{{"source":"{}"}}]}}"#, https.url("/child.ign"))
+        format!(
+            r#","config":{{"merge":[{{"source":"{}"}}]}}"#,
+            https.url("/child.ign")
+        )
     } else {
         String::new()
     };
@@ -119,14 +122,23 @@ fn the_files_stage_trusts_the_config_cas() {
         ("data URL", data_url(&pki.ca), false),
         ("http URL", http.url("/ca.pem"), false),
         // The parent's CA is also the one used for its merged reference: still one fetch.
-        ("http URL, with a merged config over https", http.url("/ca.pem"), true),
+        (
+            "http URL, with a merged config over https",
+            http.url("/ca.pem"),
+            true,
+        ),
     ] {
         let before = http.requests("/ca.pem").len();
         let dir = TempDir::new("cas");
         let (root, state) = (dir.join("root"), dir.join("state"));
         std::fs::create_dir_all(&root).unwrap();
         std::fs::write(dir.join("user.ign"), config(&source, &https, merge)).unwrap();
-        assert_ok(&agent(&["fetch"], Some(&dir.join("user.ign")), &root, &state));
+        assert_ok(&agent(
+            &["fetch"],
+            Some(&dir.join("user.ign")),
+            &root,
+            &state,
+        ));
         let rendered: serde_json::Value =
             serde_json::from_slice(&std::fs::read(state.join("config.json")).unwrap()).unwrap();
         let cas = &rendered["ignition"]["security"]["tls"]["certificateAuthorities"];
@@ -144,7 +156,10 @@ fn the_files_stage_trusts_the_config_cas() {
             "{what}"
         );
         if merge {
-            assert_eq!(std::fs::read(root.join("etc/from-child")).unwrap(), b"child");
+            assert_eq!(
+                std::fs::read(root.join("etc/from-child")).unwrap(),
+                b"child"
+            );
         }
         let fetched = http.requests("/ca.pem").len() - before;
         let expected = usize::from(source.starts_with("http"));
@@ -180,7 +195,10 @@ fn a_ca_that_cannot_be_fetched_fails_before_anything_is_written() {
     let https = https_server(&pki);
     let http = Server::start();
     http.route("/gone.pem", vec![Behavior::Status(404)]);
-    http.route("/not-pem", vec![Behavior::Ok(b"not a certificate".to_vec())]);
+    http.route(
+        "/not-pem",
+        vec![Behavior::Ok(b"not a certificate".to_vec())],
+    );
     let dead = format!("http://127.0.0.1:{}/ca.pem", free_tcp_port());
     for (source, needle) in [
         (dead.as_str(), "fetching certificate authority"),
@@ -196,14 +214,20 @@ fn a_ca_that_cannot_be_fetched_fails_before_anything_is_written() {
         );
         std::fs::write(dir.join("user.ign"), &cfg).unwrap();
         let out = agent(&["fetch"], Some(&dir.join("user.ign")), &root, &state);
-        assert!(!out.status.success(), "{source}: the fetch stage should fail");
+        assert!(
+            !out.status.success(),
+            "{source}: the fetch stage should fail"
+        );
         assert!(stderr(&out).contains(needle), "{source}:\n{}", stderr(&out));
         assert!(!state.join("config.json").exists(), "{source}");
 
         // The same config as the rendered config of the files stage.
         std::fs::write(state.join("config.json"), &cfg).unwrap();
         let out = agent(&["files"], None, &root, &state);
-        assert!(!out.status.success(), "{source}: the files stage should fail");
+        assert!(
+            !out.status.success(),
+            "{source}: the files stage should fail"
+        );
         assert!(stderr(&out).contains(needle), "{source}:\n{}", stderr(&out));
         assert_eq!(files_under(&root), Vec::<String>::new(), "{source}");
         assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "{source}");

@@ -175,7 +175,10 @@ pub fn inline_cas(c: &mut Config, opts: &Options) -> Result<()> {
             "data:;base64,{}",
             crate::encoding::data_url::base64_encode(&pem)
         );
-        if out.iter().any(|o| o.source.as_deref() == Some(url.as_str())) {
+        if out
+            .iter()
+            .any(|o| o.source.as_deref() == Some(url.as_str()))
+        {
             continue;
         }
         ca.source = Some(url);
