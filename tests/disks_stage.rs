@@ -1542,7 +1542,14 @@ fn mib(parts: &[(u32, u64, u64)]) -> Vec<(u32, u64, u64)> {
 #[ignore = "needs root: make test-root"]
 fn kernel_updates_delete_then_resize_then_add() {
     must_be_root();
-    let cases: Vec<(&str, Option<(u32, Use)>, Value, Vec<(u32, u64, u64)>)> = vec![
+    // (what, the partition kept in use, the disk's config, the layout expected).
+    type Case = (
+        &'static str,
+        Option<(u32, Use)>,
+        Value,
+        Vec<(u32, u64, u64)>,
+    );
+    let cases: Vec<Case> = vec![
         (
             "delete 3, grow 2 into its space",
             Some((1, Use::Mounted)),

@@ -313,7 +313,8 @@ mod tests {
         const M: u64 = 1 << 20;
         // (have, want, deletions, resizes, additions); (number, start, size).
         type Parts = Vec<(u32, u64, u64)>;
-        let cases: Vec<(&str, Parts, Parts, Vec<u32>, Parts, Parts)> = vec![
+        type Case = (&'static str, Parts, Parts, Vec<u32>, Parts, Parts);
+        let cases: Vec<Case> = vec![
             (
                 "unchanged",
                 vec![(1, M, M)],
