@@ -99,7 +99,7 @@ impl Options {
         Ok(o)
     }
 
-    /// These options with `base`'s offline mode, endpoints, limits and CAs.
+    /// These options with `base`'s offline mode, endpoints, limits, CAs and CA cache.
     pub fn with_base(mut self, base: &Options) -> Self {
         self.offline = base.offline;
         self.endpoints.clone_from(&base.endpoints);
