@@ -1,5 +1,6 @@
-//! Talking to the kernel about block devices: sizes, partition nodes (BLKPG add/delete/resize
-//! per partition, BLKRRPART as a fallback), waiting for device nodes.
+//! Talking to the kernel about block devices: sizes, partition nodes (BLKPG delete, resize
+//! and add per partition, in that order; BLKRRPART only as a fallback on a disk with no
+//! partition in use), waiting for device nodes.
 
 use std::fs::File;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -125,9 +126,96 @@ fn blkpg(dev: &File, op: libc::c_int, n: u32, start: u64, len: u64) -> nix::Resu
     unsafe { ioctl::blkpg(dev.as_raw_fd(), &arg) }.map(|_| ())
 }
 
-/// Brings the kernel's partition nodes of `disk` in line with `table`: delete what is gone or
-/// moved, resize what changed size, add what is new. Falls back to BLKRRPART if BLKPG fails.
-/// Returns the node paths expected to exist afterwards.
+/// What the kernel must be told to go from the partitions it has to the ones wanted, each
+/// `(number, start, size)` in bytes, in the order it must be told: every deletion first (gone,
+/// or moved to another start), then every resize (same start, other size: a partition grows
+/// into space that a deletion freed, which the kernel refuses with EBUSY while the deleted
+/// partition is still there), then every addition. A partition that stays as it is is not
+/// touched: its node, and whoever has it open or mounted, keep it throughout.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Updates {
+    pub delete: Vec<u32>,
+    pub resize: Vec<(u32, u64, u64)>,
+    pub add: Vec<(u32, u64, u64)>,
+}
+
+impl Updates {
+    pub fn between(have: &[(u32, u64, u64)], want: &[(u32, u64, u64)]) -> Updates {
+        let mut u = Updates::default();
+        for &(n, s, l) in have {
+            match want.iter().find(|w| w.0 == n) {
+                Some(&(_, ws, wl)) if ws == s => {
+                    if wl != l {
+                        u.resize.push((n, ws, wl));
+                    }
+                }
+                _ => u.delete.push(n),
+            }
+        }
+        for &(n, s, l) in want {
+            if !have.iter().any(|h| h.0 == n && h.1 == s) {
+                u.add.push((n, s, l));
+            }
+        }
+        u.delete.sort_unstable();
+        u.resize.sort_unstable();
+        u.add.sort_unstable();
+        u
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.delete.is_empty() && self.resize.is_empty() && self.add.is_empty()
+    }
+
+    /// Tells the kernel, in order; stops at the first refusal.
+    fn apply(&self, dev: &File, disk: &str) -> Result<()> {
+        for &n in &self.delete {
+            log::info!("removing kernel partition {}", part_name(disk, n));
+            blkpg_checked(dev, BLKPG_DEL, n, 0, 0)
+                .with_context(|| format!("BLKPG delete of {}", part_name(disk, n)))?;
+        }
+        for &(n, s, l) in &self.resize {
+            log::info!(
+                "resizing kernel partition {} to {l} bytes",
+                part_name(disk, n)
+            );
+            blkpg_checked(dev, BLKPG_RESIZE, n, s, l)
+                .with_context(|| format!("BLKPG resize of {}", part_name(disk, n)))?;
+        }
+        for &(n, s, l) in &self.add {
+            log::info!(
+                "adding kernel partition {} ({l} bytes at {s})",
+                part_name(disk, n)
+            );
+            blkpg_checked(dev, BLKPG_ADD, n, s, l)
+                .with_context(|| format!("BLKPG add of {}", part_name(disk, n)))?;
+        }
+        Ok(())
+    }
+}
+
+/// [`blkpg`], failing once per process at the test failpoint `blkpg` (test builds only; as a
+/// busy partition would).
+fn blkpg_checked(dev: &File, op: libc::c_int, n: u32, start: u64, len: u64) -> Result<()> {
+    super::failpoint::hit_once("blkpg")?;
+    Ok(blkpg(dev, op, n, start, len)?)
+}
+
+/// Why no partition table of `disk` may be re-read as a whole: a partition of it that is
+/// mounted, an active swap or held by another device.
+fn partition_in_use(disk: &str) -> Option<String> {
+    kernel_partitions(disk)
+        .into_iter()
+        .find_map(|(n, _, _)| super::inuse::in_use(&part_name(disk, n)))
+}
+
+/// Brings the kernel's partition nodes of `disk` in line with `table` with BLKPG, one
+/// partition at a time ([`Updates`]: delete, then resize, then add). Partitions that stay
+/// keep their nodes. If the kernel refuses an update, and no partition of the disk is in use,
+/// the whole table is re-read (BLKRRPART) and whatever the kernel then lacks is added with
+/// BLKPG (a kernel that parses no partition tables loses every node on a re-read); with a
+/// partition in use it is an error, as a re-read would take that partition's node away or be
+/// refused. Returns the node paths expected to exist afterwards.
 pub fn sync_partitions(
     dev: &File,
     disk: &str,
@@ -135,55 +223,34 @@ pub fn sync_partitions(
     table: &Table,
 ) -> Result<Vec<PathBuf>> {
     let ss = g.sector_size;
-    let have = kernel_partitions(disk);
     let want: Vec<(u32, u64, u64)> = table
         .entries
         .iter()
         .map(|e| (e.number, e.start * ss, e.size() * ss))
         .collect();
-    let mut res: Result<()> = Ok(());
-    for &(n, s, l) in &have {
-        match want.iter().find(|w| w.0 == n) {
-            Some(&(_, ws, wl)) if ws == s => {
-                if wl != l {
-                    log::info!(
-                        "resizing kernel partition {} to {wl} bytes",
-                        part_name(disk, n)
-                    );
-                    res = res.and(
-                        blkpg(dev, BLKPG_RESIZE, n, ws, wl)
-                            .with_context(|| format!("BLKPG resize of {}", part_name(disk, n))),
-                    );
-                }
-            }
-            _ => {
-                log::info!("removing kernel partition {}", part_name(disk, n));
-                res = res.and(
-                    blkpg(dev, BLKPG_DEL, n, 0, 0)
-                        .with_context(|| format!("BLKPG delete of {}", part_name(disk, n))),
-                );
-            }
-        }
-    }
-    for &(n, s, l) in &want {
-        if !have.iter().any(|h| h.0 == n && h.1 == s) {
-            log::info!("adding kernel partition {}", part_name(disk, n));
-            res = res.and(
-                blkpg(dev, BLKPG_ADD, n, s, l)
-                    .with_context(|| format!("BLKPG add of {}", part_name(disk, n))),
-            );
-        }
-    }
-    if let Err(e) = res {
-        log::warn!("{e:#}; asking the kernel to re-read the whole table (BLKRRPART)");
-        // SAFETY: plain ioctl without arguments on a valid fd.
-        unsafe { ioctl::blkrrpart(dev.as_raw_fd()) }
-            .with_context(|| format!("BLKRRPART on {disk} (after: {e:#})"))?;
-    }
-    Ok(want
+    let nodes = want
         .iter()
         .map(|w| PathBuf::from("/dev").join(part_name(disk, w.0)))
-        .collect())
+        .collect();
+    let updates = Updates::between(&kernel_partitions(disk), &want);
+    let Err(e) = updates.apply(dev, disk) else {
+        return Ok(nodes);
+    };
+    if let Some(why) = partition_in_use(disk) {
+        bail!("{e:#}; not re-reading the whole partition table of /dev/{disk} (BLKRRPART): {why}");
+    }
+    log::warn!("{e:#}; re-reading the whole partition table of /dev/{disk} (BLKRRPART)");
+    // SAFETY: plain ioctl without arguments on a valid fd.
+    unsafe { ioctl::blkrrpart(dev.as_raw_fd()) }
+        .with_context(|| format!("BLKRRPART on /dev/{disk} (after: {e:#})"))?;
+    let rest = Updates::between(&kernel_partitions(disk), &want);
+    if !rest.is_empty() {
+        log::info!("completing the kernel's partitions of /dev/{disk} after the re-read");
+    }
+    rest.apply(dev, disk).with_context(|| {
+        format!("after re-reading the partition table of /dev/{disk} (first: {e:#})")
+    })?;
+    Ok(nodes)
 }
 
 /// Removes every partition node the kernel has for `disk` (before detaching a loop device:
@@ -234,5 +301,79 @@ pub fn load_module(name: &str) {
     }
     if let Err(e) = crate::util::run("modprobe", &["-q", name]) {
         log::warn!("{e:#}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Updates;
+
+    #[test]
+    fn updates_delete_then_resize_then_add() {
+        const M: u64 = 1 << 20;
+        // (have, want, deletions, resizes, additions); (number, start, size).
+        type Parts = Vec<(u32, u64, u64)>;
+        type Case = (&'static str, Parts, Parts, Vec<u32>, Parts, Parts);
+        let cases: Vec<Case> = vec![
+            (
+                "unchanged",
+                vec![(1, M, M)],
+                vec![(1, M, M)],
+                vec![],
+                vec![],
+                vec![],
+            ),
+            (
+                // Ignition's partitions.complex: 3 grows into where 4 was.
+                "complex",
+                vec![
+                    (1, M, 64 * M),
+                    (2, 65 * M, M),
+                    (3, 97 * M, M),
+                    (4, 193 * M, M),
+                ],
+                vec![(1, M, 32 * M), (2, 65 * M, M), (3, 97 * M, 128 * M)],
+                vec![4],
+                vec![(1, M, 32 * M), (3, 97 * M, 128 * M)],
+                vec![],
+            ),
+            (
+                "moved",
+                vec![(1, M, M), (2, 2 * M, M)],
+                vec![(1, M, 2 * M), (2, 9 * M, M)],
+                vec![2],
+                vec![(1, M, 2 * M)],
+                vec![(2, 9 * M, M)],
+            ),
+            (
+                "from nothing",
+                vec![],
+                vec![(2, 2 * M, M), (1, M, M)],
+                vec![],
+                vec![],
+                vec![(1, M, M), (2, 2 * M, M)],
+            ),
+            (
+                "to nothing",
+                vec![(3, M, M), (1, 2 * M, M)],
+                vec![],
+                vec![1, 3],
+                vec![],
+                vec![],
+            ),
+        ];
+        for (name, have, want, del, resize, add) in cases {
+            let u = Updates::between(&have, &want);
+            assert_eq!(
+                u,
+                Updates {
+                    delete: del,
+                    resize,
+                    add
+                },
+                "{name}"
+            );
+            assert_eq!(u.is_empty(), name == "unchanged", "{name}");
+        }
     }
 }

@@ -47,6 +47,33 @@ pub struct Options {
     /// Size limit of what is fetched into memory, TLS downgrade policy (default: the built-in
     /// ones; `agent run` passes its own down, see [`crate::limits`]).
     pub limits: Limits,
+    /// The CAs fetched so far, by source: shared by every clone of these options (and
+    /// [`Options::with_base`]), so that a CA is fetched once per run ([`fetch_cas`]).
+    pub ca_cache: CaCache,
+}
+
+/// CA bundles already fetched, by resource (source, compression and expected hash; Ignition
+/// keeps such a cache, by source, in its fetcher).
+#[derive(Debug, Clone, Default)]
+pub struct CaCache(Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>>);
+
+impl CaCache {
+    fn key(r: &Resource) -> String {
+        format!(
+            "{}\0{}\0{}",
+            r.source.as_deref().unwrap_or(""),
+            r.compression.as_deref().unwrap_or(""),
+            r.verification.hash.as_deref().unwrap_or("")
+        )
+    }
+    fn get(&self, r: &Resource) -> Option<Vec<u8>> {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&Self::key(r)).cloned()
+    }
+    fn put(&self, r: &Resource, pem: &[u8]) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.insert(Self::key(r), pem.to_vec());
+    }
 }
 
 impl Options {
@@ -61,32 +88,25 @@ impl Options {
     }
 
     /// Like [`Options::from_config`], with `security.tls.certificateAuthorities` fetched
-    /// (using the config's own timeouts and proxy) and added.
+    /// (using the config's own timeouts and proxy, and `base`'s offline mode, endpoints,
+    /// limits and CAs) and added. Every CA must be a PEM bundle of X.509 certificates: one
+    /// that cannot be fetched or parsed is an error here, before whatever uses the options
+    /// has done anything.
     pub fn from_config_with_cas(c: &Config, base: &Options) -> Result<Self> {
-        let mut o = Options::from_config(c);
-        o.offline = base.offline;
-        o.endpoints.clone_from(&base.endpoints);
-        o.ca_pems.clone_from(&base.ca_pems);
-        o.limits = base.limits;
-        let cas = &c.ignition.security.tls.certificate_authorities;
-        if !cas.is_empty() {
-            let f = Fetcher::new(o.clone());
-            for ca in cas {
-                let src = ca.source.as_deref().unwrap_or("");
-                let pem = f.fetch_bytes_as(ca, "certificate authority").map_err(|e| {
-                    crate::limits::context_unless_too_large(e, || {
-                        format!("fetching certificate authority {}", short(src))
-                    })
-                })?;
-                log::info!(
-                    "fetched certificate authority from {} (sha512 {})",
-                    short(src),
-                    sha512_hex(&pem)
-                );
-                o.ca_pems.push(pem);
-            }
-        }
+        let mut o = Options::from_config(c).with_base(base);
+        let pems = fetch_cas(c, &o)?;
+        o.ca_pems.extend(pems);
         Ok(o)
+    }
+
+    /// These options with `base`'s offline mode, endpoints, limits, CAs and CA cache.
+    pub fn with_base(mut self, base: &Options) -> Self {
+        self.offline = base.offline;
+        self.endpoints.clone_from(&base.endpoints);
+        self.ca_pems.clone_from(&base.ca_pems);
+        self.limits = base.limits;
+        self.ca_cache = base.ca_cache.clone();
+        self
     }
 
     /// The per-try wait for response headers; None = no limit.
@@ -105,6 +125,69 @@ impl Options {
             _ => None,
         }
     }
+}
+
+/// Fetches the CAs of `c` (`ignition.security.tls.certificateAuthorities`) with `opts`, in
+/// order, and checks that each is a usable PEM bundle (as Ignition parses them when it loads
+/// them: a bad CA fails the stage before it does anything).
+pub fn fetch_cas(c: &Config, opts: &Options) -> Result<Vec<Vec<u8>>> {
+    let cas = &c.ignition.security.tls.certificate_authorities;
+    if cas.is_empty() {
+        return Ok(Vec::new());
+    }
+    let f = Fetcher::new(opts.clone());
+    let mut out = Vec::with_capacity(cas.len());
+    for ca in cas {
+        let src = ca.source.as_deref().unwrap_or("");
+        if let Some(pem) = opts.ca_cache.get(ca) {
+            out.push(pem);
+            continue;
+        }
+        let pem = f.fetch_bytes_as(ca, "certificate authority").map_err(|e| {
+            crate::limits::context_unless_too_large(e, || {
+                format!("fetching certificate authority {}", short(src))
+            })
+        })?;
+        tls::client_config(std::slice::from_ref(&pem))
+            .with_context(|| format!("certificate authority {}", short(src)))?;
+        log::info!(
+            "fetched certificate authority from {} (sha512 {})",
+            short(src),
+            sha512_hex(&pem)
+        );
+        opts.ca_cache.put(ca, &pem);
+        out.push(pem);
+    }
+    Ok(out)
+}
+
+/// Fetches the CAs of `c` once (with `opts`, see [`fetch_cas`]) and puts each in the config
+/// as a `data:` URL, without `httpHeaders` and `compression` (its `verification` holds for
+/// the decompressed bytes, so it stays): what Ignition's fetch stage does to the config it
+/// caches (`RewriteCAsWithDataUrls`), so that the later stages trust the same CAs without
+/// fetching them again. Two CAs with the same bytes become one entry.
+pub fn inline_cas(c: &mut Config, opts: &Options) -> Result<()> {
+    let pems = fetch_cas(c, opts)?;
+    let cas = std::mem::take(&mut c.ignition.security.tls.certificate_authorities);
+    let mut out: Vec<Resource> = Vec::with_capacity(cas.len());
+    for (mut ca, pem) in cas.into_iter().zip(pems) {
+        let url = format!(
+            "data:;base64,{}",
+            crate::encoding::data_url::base64_encode(&pem)
+        );
+        if out
+            .iter()
+            .any(|o| o.source.as_deref() == Some(url.as_str()))
+        {
+            continue;
+        }
+        ca.source = Some(url);
+        ca.http_headers.clear();
+        ca.compression = None;
+        out.push(ca);
+    }
+    c.ignition.security.tls.certificate_authorities = out;
+    Ok(())
 }
 
 /// A fetch refused because it needs the network and the fetcher is offline. The fetch

@@ -78,11 +78,21 @@ fn run_inner(ctx: &Context) -> Result<()> {
         let cfg = render_with(cfg, &src, &base_opts, &mut record.configs)?;
         merged = config::merge(&merged, &cfg);
     }
-    let rendered = config::merge(&merged, &user);
+    let mut rendered = config::merge(&merged, &user);
     if ctx.offline
         && let Some(why) = later_stages_need_network(&rendered)
     {
         return Err(NeedsNetwork(why).into());
+    }
+    // The CAs are fetched once, here, with the rendered config's timeouts and proxy, and
+    // kept in it as data URLs: the later stages trust them for every fetch without fetching
+    // them again (as Ignition's cached config does). One that cannot be had fails the stage
+    // before the rendered config exists.
+    let ca_opts = fetch::Options::from_config(&rendered).with_base(&base_opts);
+    fetch::inline_cas(&mut rendered, &ca_opts)?;
+    let n = rendered.ignition.security.tls.certificate_authorities.len();
+    if n > 0 {
+        info!("{n} certificate authorities kept in the rendered config for the later stages");
     }
     let path = ctx.state().write_rendered(&rendered)?;
     ctx.state().write_fetch_record(&record)?;

@@ -46,6 +46,9 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
         root: root_path,
         ..ctx.clone()
     };
+    // The config's CAs before anything is mounted or written: one that cannot be had fails
+    // the stage with the root as it was.
+    let fetcher = Fetcher::new(ctx.fetch_options(config)?);
     let mount_paths: Vec<String> = config
         .storage
         .filesystems
@@ -65,6 +68,7 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
         config,
         ctx,
         opts,
+        &fetcher,
         root,
         mounts.mounted(),
         mounts.created_dirs(),
@@ -76,12 +80,12 @@ fn write_all(
     config: &Config,
     ctx: &Context,
     opts: &Options,
+    fetcher: &Fetcher,
     root: Root,
     mounted: &[PathBuf],
     mount_dirs: &[String],
 ) -> Result<()> {
-    let fetcher = Fetcher::new(ctx.fetch_options(config));
-    let mut w = Writer::new(root, &fetcher);
+    let mut w = Writer::new(root, fetcher);
     w.set_mount_dirs(mount_dirs.to_vec());
     w.write_passwd(&config.passwd, opts.ssh_keys_file)?;
     w.write_storage(&config.storage)?;

@@ -44,14 +44,19 @@ impl Context {
         StateDir::new(&self.state_dir)
     }
 
-    /// Fetch options for what a stage fetches for `config`: its timeouts and proxy, and this
-    /// run's [`Context::limits`] and [`Context::endpoints`].
-    pub fn fetch_options(&self, config: &Config) -> crate::fetch::Options {
-        crate::fetch::Options {
+    /// Fetch options for what a stage fetches for `config`: its timeouts, proxy and CAs
+    /// (`ignition.security.tls.certificateAuthorities`), and this run's [`Context::limits`] and
+    /// [`Context::endpoints`]. The CAs are loaded here, so a stage calls this before it changes
+    /// anything: a CA that cannot be had fails the stage with nothing done. In the rendered
+    /// config the fetch stage left they are `data:` URLs (it fetched them once,
+    /// [`crate::fetch::inline_cas`]), so the later stages need no network for them.
+    pub fn fetch_options(&self, config: &Config) -> Result<crate::fetch::Options> {
+        let base = crate::fetch::Options {
             limits: self.limits,
             endpoints: self.endpoints.clone(),
-            ..crate::fetch::Options::from_config(config)
-        }
+            ..Default::default()
+        };
+        crate::fetch::Options::from_config_with_cas(config, &base)
     }
 
     /// This context with its endpoints prepared by the platform

@@ -16,8 +16,9 @@ pub fn must_be_root() {
     );
 }
 
-/// A sparse image file attached to a loop device (partscan off); on drop the partition nodes
-/// the tests added are removed and the device detached (the image goes with its directory).
+/// A sparse image file attached to a loop device (partscan off unless asked); on drop the
+/// partition nodes the tests added are removed and the device detached (the image goes with
+/// its directory).
 pub struct Loop {
     _dir: TempDir,
     pub img: PathBuf,
@@ -36,6 +37,19 @@ impl Loop {
     /// the image file before it is attached.
     #[track_caller]
     pub fn with(bytes: u64, sector: u32, prepare: impl FnOnce(&Path)) -> Loop {
+        Loop::attach(bytes, sector, false, prepare)
+    }
+
+    /// [`Loop::with`] with partscan on (`losetup -P`, as Ignition's blackbox suite attaches
+    /// its disks): on a kernel that parses no tables it still has no partition nodes, but a
+    /// whole-table re-read (BLKRRPART) is done, and removes every node.
+    #[track_caller]
+    pub fn with_partscan(bytes: u64, sector: u32, prepare: impl FnOnce(&Path)) -> Loop {
+        Loop::attach(bytes, sector, true, prepare)
+    }
+
+    #[track_caller]
+    fn attach(bytes: u64, sector: u32, partscan: bool, prepare: impl FnOnce(&Path)) -> Loop {
         must_be_root();
         need("losetup", "disks.apt");
         let dir = TempDir::new("loop");
@@ -43,13 +57,11 @@ impl Loop {
         File::create(&img).unwrap().set_len(bytes).unwrap();
         prepare(&img);
         let sector = sector.to_string();
-        let dev = sh(
-            "losetup",
-            &["-f", "--show", "-b", &sector, img.to_str().unwrap()],
-            None,
-        )
-        .trim()
-        .to_string();
+        let mut args = vec!["-f", "--show", "-b", &sector, img.to_str().unwrap()];
+        if partscan {
+            args.insert(0, "-P");
+        }
+        let dev = sh("losetup", &args, None).trim().to_string();
         Loop {
             _dir: dir,
             img,

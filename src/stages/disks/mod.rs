@@ -56,6 +56,9 @@ pub struct Report {
 /// when there is nothing to do).
 pub fn run(config: &Config, ctx: &Context) -> Result<Report> {
     let t0 = Instant::now();
+    // The config's CAs first (for LUKS key files over https): one that cannot be had fails
+    // the stage before any disk is touched.
+    let fetcher = Fetcher::new(ctx.fetch_options(config)?);
     let p = plan(config, ctx.endpoints.device_timeout)?;
     let planning = t0.elapsed();
     if p.disks.is_empty() && p.raids.is_empty() && p.luks.is_empty() && p.filesystems.is_empty() {
@@ -65,7 +68,6 @@ pub fn run(config: &Config, ctx: &Context) -> Result<Report> {
     for line in p.to_string().lines() {
         log::info!("plan: {line}");
     }
-    let fetcher = Fetcher::new(ctx.fetch_options(config));
     let mut r = apply_with(&p, &ctx.state(), &fetcher)?;
     r.total = t0.elapsed();
     r.planning = planning;
