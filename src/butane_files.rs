@@ -96,39 +96,22 @@ fn os_msg(e: &std::io::Error) -> String {
 /// (as Butane does for `local`); without it a symlink is refused (a tree's files, found by
 /// `lstat`, are opened as what was found).
 fn read_regular(path: &Path, shown: &Path, max: u64, follow: bool) -> Result<Vec<u8>, LocalError> {
+    use crate::util::OpenRegularError;
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let meta = if follow {
-        std::fs::metadata(path)
-    } else {
-        std::fs::symlink_metadata(path)
-    }
-    .map_err(|e| format!("open {}: {}", shown.display(), os_msg(&e)))?;
-    if !meta.file_type().is_file() {
-        return Err(not_regular(shown, &meta).into());
-    }
-    if meta.len() > max {
+    let (f, len) = crate::util::open_regular(path, follow).map_err(|e| match e {
+        OpenRegularError::Io(e) => format!("open {}: {}", shown.display(), os_msg(&e)),
+        OpenRegularError::NotRegular(kind) => format!(
+            "{}: {kind}: only regular files are read as local files",
+            shown.display()
+        ),
+    })?;
+    if len > max {
         return Err(LocalError::TooLarge {
-            size: meta.len(),
+            size: len,
             total: false,
         });
     }
-    let mut flags = nix::libc::O_NONBLOCK;
-    if !follow {
-        flags |= nix::libc::O_NOFOLLOW;
-    }
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)
-        .map_err(|e| format!("open {}: {}", shown.display(), os_msg(&e)))?;
-    let fmeta = f
-        .metadata()
-        .map_err(|e| format!("stat {}: {}", shown.display(), os_msg(&e)))?;
-    if !fmeta.file_type().is_file() {
-        return Err(not_regular(shown, &fmeta).into());
-    }
-    let mut data = Vec::with_capacity(usize::try_from(fmeta.len().min(max)).unwrap_or(0));
+    let mut data = Vec::with_capacity(usize::try_from(len.min(max)).unwrap_or(0));
     f.take(max.saturating_add(1))
         .read_to_end(&mut data)
         .map_err(|e| format!("read {}: {}", shown.display(), os_msg(&e)))?;
@@ -139,26 +122,6 @@ fn read_regular(path: &Path, shown: &Path, max: u64, follow: bool) -> Result<Vec
         });
     }
     Ok(data)
-}
-
-fn not_regular(shown: &Path, meta: &std::fs::Metadata) -> String {
-    use std::os::unix::fs::FileTypeExt;
-    let ft = meta.file_type();
-    let kind = if ft.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if ft.is_char_device() || ft.is_block_device() {
-        "a device"
-    } else if ft.is_socket() {
-        "a socket"
-    } else if ft.is_dir() {
-        "a directory"
-    } else {
-        "not a regular file"
-    };
-    format!(
-        "{}: {kind}: only regular files are read as local files",
-        shown.display()
-    )
 }
 
 /// One walk of a tree: its entries, and the bytes they hold so far (contents and paths)

@@ -231,3 +231,65 @@ mod tests {
         );
     }
 }
+
+/// What a file system object is, in words (for errors).
+pub fn file_kind(ft: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_file() {
+        "a regular file"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Why [`open_regular`] did not open a file.
+#[derive(Debug)]
+pub enum OpenRegularError {
+    /// It could not be looked at or opened (`NotFound` when it does not exist).
+    Io(std::io::Error),
+    /// It is something else than a regular file: what it is, in words ([`file_kind`]).
+    NotRegular(&'static str),
+}
+
+/// Opens `path` for reading only when it is a regular file, and never blocks on it: the path
+/// is checked first (stat; lstat without `follow`, so that a symlink is refused), opened with
+/// `O_NONBLOCK | O_NOCTTY` (and `O_NOFOLLOW` without `follow`) and checked again on the open
+/// descriptor, so a swap in between cannot make the caller read a FIFO or a device. Returns
+/// the file and its size.
+pub fn open_regular(path: &Path, follow: bool) -> Result<(std::fs::File, u64), OpenRegularError> {
+    let meta = if follow {
+        std::fs::metadata(path)
+    } else {
+        std::fs::symlink_metadata(path)
+    }
+    .map_err(OpenRegularError::Io)?;
+    if !meta.file_type().is_file() {
+        return Err(OpenRegularError::NotRegular(file_kind(&meta.file_type())));
+    }
+    let mut flags = nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY;
+    if !follow {
+        flags |= nix::libc::O_NOFOLLOW;
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(OpenRegularError::Io)?;
+    let meta = f.metadata().map_err(OpenRegularError::Io)?;
+    if !meta.file_type().is_file() {
+        return Err(OpenRegularError::NotRegular(file_kind(&meta.file_type())));
+    }
+    Ok((f, meta.len()))
+}

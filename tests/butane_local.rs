@@ -87,7 +87,7 @@ fn a_device_through_a_symlink_is_refused_not_read() {
     let e = without_hanging(move || translate(&dir, &file_cfg("zero"), Default::default()))
         .unwrap_err();
     assert!(
-        e.contains("a device") && e.contains("only regular files"),
+        e.contains("a character device") && e.contains("only regular files"),
         "{e}"
     );
 }

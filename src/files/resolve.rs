@@ -373,6 +373,8 @@ impl Root {
                     None => match openat(&fd, e.as_str(), STEP, Mode::empty()) {
                         Ok(next) => next,
                         Err(Errno::ENOTDIR | Errno::ELOOP) => return Err(not_dir(&fd)),
+                        // Made and removed again meanwhile.
+                        Err(Errno::ENOENT) => return Err(Changed(here()).into()),
                         Err(e) => return Err(e).with_context(|| format!("opening {}", here())),
                     },
                 },

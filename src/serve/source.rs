@@ -72,33 +72,11 @@ fn is_source(name: &str) -> bool {
     name.ends_with(".ign") || name.ends_with(".bu")
 }
 
-/// What a file system object is, in words (for errors).
-fn kind_of(ft: &FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_file() {
-        "a regular file"
-    } else if ft.is_dir() {
-        "a directory"
-    } else if ft.is_symlink() {
-        "a symbolic link"
-    } else if ft.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if ft.is_socket() {
-        "a socket"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else {
-        "not a regular file"
-    }
-}
-
 fn not_regular(path: &Path, ft: &FileType) -> anyhow::Error {
     anyhow!(
         "{} is {}, not a regular file: only regular files are read",
         path.display(),
-        kind_of(ft)
+        crate::util::file_kind(ft)
     )
 }
 
@@ -108,24 +86,17 @@ fn not_regular(path: &Path, ft: &FileType) -> anyhow::Error {
 /// so a swap in between cannot make the caller read a FIFO or a device. Errors name the
 /// file and what it is (an `io::Error` of kind `NotFound` when it does not exist).
 pub fn open_regular(path: &Path) -> Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let meta =
-        std::fs::symlink_metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    if !meta.file_type().is_file() {
-        return Err(not_regular(path, &meta.file_type()));
+    use crate::util::OpenRegularError;
+    match crate::util::open_regular(path, false) {
+        Ok((f, _)) => Ok(f),
+        Err(OpenRegularError::Io(e)) => {
+            Err(e).with_context(|| format!("reading {}", path.display()))
+        }
+        Err(OpenRegularError::NotRegular(kind)) => Err(anyhow!(
+            "{} is {kind}, not a regular file: only regular files are read",
+            path.display()
+        )),
     }
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW | nix::libc::O_NOCTTY)
-        .open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    let meta = f
-        .metadata()
-        .with_context(|| format!("reading {}", path.display()))?;
-    if !meta.file_type().is_file() {
-        return Err(not_regular(path, &meta.file_type()));
-    }
-    Ok(f)
 }
 
 /// A size limit in words: `64 MiB`, `4096 bytes`.
