@@ -147,6 +147,8 @@ static GRUB_USER: Def = Def {
         sf("password_hash", "password_hash", T::Str, 0),
     ],
 };
+const ROLE_LABEL: &str = "machineconfiguration.openshift.io/role";
+
 static OPENSHIFT: Def = Def {
     name: "OpenShift",
     fields: &[
@@ -464,6 +466,7 @@ impl Ctx<'_, '_> {
         let mut openshift = None;
         let mut metadata_name: Option<String> = None;
         let mut metadata_pos = root.pos;
+        let mut role: Option<String> = None;
         for (k, v, p) in &extra {
             let path = format!("$.{k}");
             match *k {
@@ -475,7 +478,15 @@ impl Ctx<'_, '_> {
                     for (mk, mv, mp) in entries(v, &path, dec.report) {
                         match mk {
                             "name" => metadata_name = dec.string(mv, "$.metadata.name"),
-                            "labels" => {}
+                            "labels" => {
+                                if let Kind::Map(m) = &mv.kind {
+                                    for (lk, lv) in m.iter() {
+                                        if lk.scalar() == Some(ROLE_LABEL) {
+                                            role = lv.scalar().map(str::to_string);
+                                        }
+                                    }
+                                }
+                            }
                             _ => dec.report.push(Diag::warning(
                                 &format!("$.metadata.{mk}"),
                                 mp,
@@ -509,6 +520,23 @@ impl Ctx<'_, '_> {
                 "$.metadata.name",
                 metadata_pos,
                 "metadata.name is required",
+            ));
+        }
+        if self.t.variant == Variant::Openshift && role.as_deref().unwrap_or("").is_empty() {
+            self.report.push(Diag::error(
+                "$.metadata.labels",
+                metadata_pos,
+                "machineconfiguration.openshift.io/role label is required",
+            ));
+        }
+        if let Some(kt) = openshift.as_ref().and_then(|o| o.str("kernel_type"))
+            && !matches!(kt, "" | "default" | "realtime")
+        {
+            let pos = openshift.as_ref().map(|o| o.pos_of("kernel_type"));
+            self.report.push(Diag::error(
+                "$.openshift.kernel_type",
+                pos.unwrap_or(metadata_pos),
+                "must be empty, \"default\", or \"realtime\"",
             ));
         }
         if let Some(b) = &boot {
@@ -1621,10 +1649,17 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// What `butane --raw` does after the base translation: the GRUB sugar's append becomes
+    /// contents (4.23-experimental), FIPS ciphers on LUKS volumes (up to 4.19), a warning for
+    /// each openshift field that is set (even to false or []: Go sees a non-nil pointer or
+    /// slice), and the RHCOS/MCO checks of the desugared config. The MachineConfig-only field
+    /// filters (groups, user fields, directories, links, append, ...) do not apply: Butane runs
+    /// them against the MachineConfig type, whose paths a raw Ignition config never matches.
     fn openshift_raw(&mut self, cfg: &mut Obj, os: Option<&Obj>, _boot: Option<&Obj>) {
         let minor = self.t.minor;
-        // The GRUB sugar's append becomes contents (the MCO does not support append).
-        if let Some(G::Obj(st)) = cfg.get_mut("storage")
+        let ver = self.t.ver_minor;
+        if self.t.grub
+            && let Some(G::Obj(st)) = cfg.get_mut("storage")
             && let Some(G::List(files)) = st.get_mut("files")
         {
             for (f, _) in files.iter_mut() {
@@ -1641,7 +1676,7 @@ impl Ctx<'_, '_> {
             }
         }
         // Up to 4.19, FIPS mode also sets a FIPS cipher on LUKS volumes.
-        let fips = os.and_then(|o| o.boolean("fips")) == Some(true) && self.t.ver_minor < 20;
+        let fips = os.and_then(|o| o.boolean("fips")) == Some(true) && ver < 20;
         if fips
             && let Some(G::Obj(st)) = cfg.get_mut("storage")
             && let Some(G::List(luks)) = st.get_mut("luks")
@@ -1662,13 +1697,7 @@ impl Ctx<'_, '_> {
         }
         if let Some(os) = os {
             for k in ["extensions", "fips", "kernel_arguments", "kernel_type"] {
-                let set = match os.get(k) {
-                    Some(G::List(l)) => !l.is_empty(),
-                    Some(G::Bool(b)) => *b,
-                    Some(G::Str(s)) => !s.is_empty(),
-                    _ => false,
-                };
-                if set {
+                if os.get(k).is_some() {
                     self.report.push(Diag::warning(
                         &format!("$.openshift.{k}"),
                         os.pos_of(k),
@@ -1677,53 +1706,11 @@ impl Ctx<'_, '_> {
                 }
             }
         }
-        // What the MCO does not support, on the fully desugared config.
+        // validateRHCOSSupport and validateMCOSupport, on the fully desugared config.
         let mut errs = Vec::new();
-        let at = cfg.at;
-        if cfg.obj("kernelArguments").is_some_and(|k| !k.is_zero()) {
-            errs.push(Diag::error(
-                "$.kernel_arguments",
-                cfg.pos_of("kernelArguments"),
-                "this field cannot be used for kernel arguments; use openshift.kernel_arguments instead",
-            ));
-        }
         if let Some(p) = cfg.obj("passwd") {
-            if !p.list("groups").is_empty() {
-                errs.push(Diag::error(
-                    "$.passwd.groups",
-                    p.pos_of("groups"),
-                    "groups are not supported",
-                ));
-            }
             for (i, (u, _)) in p.list("users").iter().enumerate() {
                 let u = u.as_obj().expect("object");
-                for (j, k) in [
-                    "gecos",
-                    "groups",
-                    "homeDir",
-                    "noCreateHome",
-                    "noLogInit",
-                    "noUserGroup",
-                    "primaryGroup",
-                    "shell",
-                    "shouldExist",
-                    "system",
-                    "uid",
-                ]
-                .iter()
-                .enumerate()
-                {
-                    let _ = j;
-                    if u.get(k)
-                        .is_some_and(|g| !g.is_zero() || matches!(g, G::Bool(_)))
-                    {
-                        errs.push(Diag::error(
-                            &format!("$.passwd.users.{i}.{k}"),
-                            u.pos_of(k),
-                            "this field is not supported for users",
-                        ));
-                    }
-                }
                 if u.str("name") != Some("core") {
                     errs.push(Diag::error(
                         &format!("$.passwd.users.{i}.name"),
@@ -1734,52 +1721,21 @@ impl Ctx<'_, '_> {
             }
         }
         if let Some(st) = cfg.obj("storage") {
-            if !st.list("directories").is_empty() {
-                errs.push(Diag::error(
-                    "$.storage.directories",
-                    st.pos_of("directories"),
-                    "directories are not supported",
-                ));
-            }
-            if !st.list("links").is_empty() {
-                errs.push(Diag::error(
-                    "$.storage.links",
-                    st.pos_of("links"),
-                    "links are not supported",
-                ));
-            }
             for (i, (f, _)) in st.list("files").iter().enumerate() {
                 let f = f.as_obj().expect("object");
-                if !f.list("append").is_empty() {
+                if let Some(c) = f.obj("contents")
+                    && let Some(src) = c.str("source")
+                    && let Some(scheme) = url_scheme(src)
+                    && scheme != "data"
+                {
                     errs.push(Diag::error(
-                        &format!("$.storage.files.{i}.append"),
-                        f.pos_of("append"),
-                        "appending to files is not supported",
+                        &format!("$.storage.files.{i}.contents.source"),
+                        c.pos_of("source"),
+                        "only data: URLs are supported",
                     ));
                 }
-                if let Some(c) = f.obj("contents") {
-                    if !c.list("httpHeaders").is_empty() {
-                        errs.push(Diag::error(
-                            &format!("$.storage.files.{i}.contents.http_headers"),
-                            c.pos_of("httpHeaders"),
-                            "file HTTP headers are not supported",
-                        ));
-                    }
-                    if let Some(src) = c.str("source")
-                        && let Some((scheme, _)) = src.split_once(':')
-                        && scheme != "data"
-                        && scheme
-                            .chars()
-                            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-                    {
-                        errs.push(Diag::error(
-                            &format!("$.storage.files.{i}.contents.source"),
-                            c.pos_of("source"),
-                            "only data: URLs are supported",
-                        ));
-                    }
-                }
-                if let Some(m) = f.int("mode")
+                if ver >= 10
+                    && let Some(m) = f.int("mode")
                     && m & !0o777 != 0
                 {
                     errs.push(Diag::error(
@@ -1797,7 +1753,7 @@ impl Ctx<'_, '_> {
                         fs.pos_of("format"),
                         "btrfs is not supported in this spec version",
                     )),
-                    Some("none") => errs.push(Diag::error(
+                    Some("none") if ver >= 14 => errs.push(Diag::error(
                         &format!("$.storage.filesystems.{i}.format"),
                         fs.pos_of("format"),
                         "format \"none\" is not supported",
@@ -1806,8 +1762,24 @@ impl Ctx<'_, '_> {
                 }
             }
         }
-        let _ = at;
         self.report.diags.extend(errs);
+    }
+}
+
+/// The scheme of `src` as Go's `url.Parse` reads it, or `None` where it fails (a parse error
+/// is reported by the config's validation). An empty scheme is `Some("")`.
+fn url_scheme(src: &str) -> Option<&str> {
+    match src.split_once(':') {
+        Some((scheme, _))
+            if scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+        {
+            Some(scheme)
+        }
+        Some((scheme, _)) if scheme.is_empty() => None,
+        _ => Some(""),
     }
 }
 
