@@ -150,6 +150,18 @@ pub fn parse_int(raw: &str) -> Option<i64> {
 }
 
 impl Decoder<'_> {
+    /// go-yaml leaves a struct field given `~` untouched, and Butane's context tree then has a
+    /// node its content tree lacks: it warns at that path (so `--strict` fails).
+    pub fn null_struct(&mut self, v: &Node, path: &str) {
+        self.report.push(Diag::warning(
+            path,
+            v.pos,
+            format!(
+                "context tree does not match content tree at {path}. Line and column reporting may be inconsistent. Unused keys may not be reported"
+            ),
+        ));
+    }
+
     pub fn obj(&mut self, def: &'static Def, node: &Node, path: &str) -> Option<Obj> {
         if node.is_null() {
             return None;
@@ -179,6 +191,9 @@ impl Decoder<'_> {
 
     pub fn value(&mut self, t: T, k: K, v: &Node, path: &str) -> Option<G> {
         if v.is_null() {
+            if matches!(t, T::Obj(_)) {
+                self.null_struct(v, path);
+            }
             return None;
         }
         match t {

@@ -30,8 +30,9 @@ pub trait FilesDir {
     /// The bytes of the regular file at `rel` (a slash-separated path relative to the files
     /// dir), at most `max`. Implementations refuse paths that leave the directory.
     fn read(&self, rel: &str, max: u64) -> Result<Vec<u8>, LocalError>;
-    /// Every regular file and symlink under directory `rel`, in lexical walk order (as Go's
-    /// `filepath.Walk`), with paths relative to `rel`; each file at most `max_file` bytes,
+    /// Every directory, regular file and symlink under directory `rel`, the root included, in
+    /// lexical walk order (as Go's `filepath.Walk`), with paths relative to `rel`; a root that
+    /// is a symlink to a directory is that one symlink (`rel` empty: Walk does not follow it); each file at most `max_file` bytes,
     /// all together at most `max_total`.
     fn walk(&self, rel: &str, max_file: u64, max_total: u64) -> Result<Vec<TreeEntry>, LocalError>;
 }
@@ -62,6 +63,11 @@ pub enum TreeEntry {
     Symlink {
         rel: String,
         target: String,
+    },
+    /// A directory, the tree's root (`rel` empty) first; Butane makes directory entries of
+    /// them when a tree sets `dir_mode`, `user` or `group`.
+    Dir {
+        rel: String,
     },
 }
 

@@ -549,6 +549,9 @@ impl Ctx<'_, '_> {
         let mut role: Option<String> = None;
         for (k, v, p) in &extra {
             let path = format!("$.{k}");
+            if v.is_null() {
+                dec.null_struct(v, &path);
+            }
             match *k {
                 "boot_device" => boot = dec.obj(&BOOT_DEVICE, v, &path),
                 "grub" => grub = dec.obj(&GRUB, v, &path),
@@ -1257,7 +1260,7 @@ impl Ctx<'_, '_> {
             m
         };
         let mut file_paths = paths(cfg, "files");
-        let dir_paths = paths(cfg, "directories");
+        let mut dir_paths = paths(cfg, "directories");
         let mut link_paths = paths(cfg, "links");
         for (i, (tree, pos)) in trees.iter().enumerate() {
             let path = format!("$.storage.trees.{i}");
@@ -1269,6 +1272,30 @@ impl Ctx<'_, '_> {
             let local = tree.sugar("local").and_then(G::as_str).unwrap_or("");
             let dest = tree.sugar("path").and_then(G::as_str).unwrap_or("/");
             let dest = if dest.is_empty() { "/" } else { dest };
+            let file_mode = tree.sugar("file_mode").and_then(|g| match g {
+                G::Int(i) => Some(*i),
+                _ => None,
+            });
+            let dir_mode = tree.sugar("dir_mode").and_then(|g| match g {
+                G::Int(i) => Some(*i),
+                _ => None,
+            });
+            // Go compares the NodeUser/NodeGroup structs (two pointers) with their zero value.
+            let owner = |k: &str| {
+                tree.sugar(k)
+                    .and_then(G::as_obj)
+                    .filter(|o| o.get("id").is_some() || o.get("name").is_some())
+                    .cloned()
+            };
+            let (user, group) = (owner("user"), owner("group"));
+            let set_owner = |o: &mut Obj| {
+                if let Some(u) = &user {
+                    o.set("user", minor, G::Obj(u.clone()));
+                }
+                if let Some(g) = &group {
+                    o.set("group", minor, G::Obj(g.clone()));
+                }
+            };
             let left = self.local_left();
             let walked = match fd.walk(local, self.opts.max_local_file, left) {
                 Ok(w) => w,
@@ -1291,7 +1318,7 @@ impl Ctx<'_, '_> {
                 .iter()
                 .map(|e| match e {
                     TreeEntry::File { contents, .. } => contents.len() as u64,
-                    TreeEntry::Symlink { .. } => 0,
+                    TreeEntry::Symlink { .. } | TreeEntry::Dir { .. } => 0,
                 })
                 .sum();
             self.local
@@ -1301,6 +1328,30 @@ impl Ctx<'_, '_> {
             for e in walked {
                 spec::work::add(1);
                 match e {
+                    TreeEntry::Dir { rel } => {
+                        if dir_mode.is_none() && user.is_none() && group.is_none() {
+                            continue;
+                        }
+                        let dpath = join_path(dest, &rel);
+                        if file_paths.contains_key(&dpath)
+                            || dir_paths.contains_key(&dpath)
+                            || link_paths.contains_key(&dpath)
+                        {
+                            self.report.push(Diag::error(
+                                &path,
+                                *pos,
+                                "config already specifies that path",
+                            ));
+                            continue;
+                        }
+                        let dirs = storage.list_mut("directories", minor);
+                        let mut d = Obj::new(&schema::DIRECTORY, *pos);
+                        d.set("path", minor, G::Str(dpath.clone()));
+                        set_owner(&mut d);
+                        d.set("mode", minor, G::Int(dir_mode.unwrap_or(0o755)));
+                        dirs.push((G::Obj(d), *pos));
+                        dir_paths.insert(dpath, dirs.len() - 1);
+                    }
                     TreeEntry::File {
                         rel,
                         contents,
@@ -1333,6 +1384,7 @@ impl Ctx<'_, '_> {
                             None => {
                                 let mut f = Obj::new(&schema::FILE, *pos);
                                 f.set("path", minor, G::Str(dpath.clone()));
+                                set_owner(&mut f);
                                 files.push((G::Obj(f), *pos));
                                 file_paths.insert(dpath.clone(), files.len() - 1);
                                 files.len() - 1
@@ -1357,7 +1409,7 @@ impl Ctx<'_, '_> {
                             f.set(
                                 "mode",
                                 minor,
-                                G::Int(if executable { 0o755 } else { 0o644 }),
+                                G::Int(file_mode.unwrap_or(if executable { 0o755 } else { 0o644 })),
                             );
                         }
                     }
@@ -1388,6 +1440,7 @@ impl Ctx<'_, '_> {
                             None => {
                                 let mut l = Obj::new(&schema::LINK, *pos);
                                 l.set("path", minor, G::Str(dpath.clone()));
+                                set_owner(&mut l);
                                 links.push((G::Obj(l), *pos));
                                 link_paths.insert(dpath.clone(), links.len() - 1);
                                 links.len() - 1
