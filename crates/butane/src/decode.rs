@@ -80,6 +80,29 @@ pub fn entries<'a>(
     out
 }
 
+/// Butane's unused-key check walks the YAML node tree, where a merge key `<<` is still a key
+/// that no struct field takes: it warns "unused key <<" (so `--strict` fails on merges).
+pub fn merge_key_warnings(node: &Node, path: &str, report: &mut Report) {
+    let Kind::Map(list) = &node.kind else {
+        return;
+    };
+    for (k, _) in list.iter() {
+        if let Kind::Scalar {
+            value,
+            style: Style::Plain,
+            ..
+        } = &k.kind
+            && value == "<<"
+        {
+            report.push(Diag::warning(
+                &format!("{path}.<<"),
+                k.pos,
+                "unused key <<",
+            ));
+        }
+    }
+}
+
 fn type_err(path: &str, n: &Node, want: &str) -> Diag {
     let got = match &n.kind {
         Kind::Scalar { value, .. } => format!("!!str `{}`", truncate(value)),
@@ -171,6 +194,7 @@ impl Decoder<'_> {
             return None;
         }
         let mut o = Obj::new(def, node.pos);
+        merge_key_warnings(node, path, self.report);
         for (key, v, kpos) in entries(node, path, self.report) {
             let child = format!("{path}.{key}");
             let Some(i) = (!key.is_empty())

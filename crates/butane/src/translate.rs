@@ -313,6 +313,107 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
     report
 }
 
+/// Whether Go's `url.Parse` accepts `s` (Ignition refuses a source it cannot parse): no
+/// control characters, no leading `:`, valid `%` escapes in the path and fragment, a host of
+/// allowed characters with a closed `[...]` and a numeric port.
+fn go_url_ok(s: &str) -> bool {
+    fn unescape_ok(s: &str, host: bool) -> bool {
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            if c == b'%' {
+                if i + 2 >= b.len()
+                    || !b[i + 1].is_ascii_hexdigit()
+                    || !b[i + 2].is_ascii_hexdigit()
+                {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            if host
+                && c < 0x80
+                && !(c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]<>\"".contains(&c))
+            {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    if s.bytes().any(|c| c < 0x20 || c == 0x7f) {
+        return false;
+    }
+    if s.is_empty() {
+        return true;
+    }
+    let (rest, frag) = s.split_once('#').map_or((s, None), |(a, b)| (a, Some(b)));
+    if let Some(f) = frag
+        && !unescape_ok(f, false)
+    {
+        return false;
+    }
+    // The scheme: letters first, then letters, digits, + - .; a ':' at 0 is an error.
+    let mut scheme = "";
+    let mut rest = rest;
+    for (i, c) in rest.char_indices() {
+        if c.is_ascii_alphabetic() {
+            continue;
+        }
+        if i > 0 && (c.is_ascii_digit() || "+-.".contains(c)) {
+            continue;
+        }
+        if c == ':' {
+            if i == 0 {
+                return false;
+            }
+            scheme = &rest[..i];
+            rest = &rest[i + 1..];
+        }
+        break;
+    }
+    let rest = rest.split_once('?').map_or(rest, |(a, _)| a);
+    if !rest.starts_with('/') && !scheme.is_empty() {
+        return true; // opaque
+    }
+    if scheme.is_empty()
+        && !rest.starts_with('/')
+        && rest.split('/').next().is_some_and(|seg| seg.contains(':'))
+    {
+        return false;
+    }
+    let mut path = rest;
+    if rest.starts_with("//") && (!scheme.is_empty() || !rest.starts_with("///")) {
+        let after = &rest[2..];
+        let end = after.find('/').unwrap_or(after.len());
+        let authority = &after[..end];
+        path = &after[end..];
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        if let Some(h) = host.strip_prefix('[') {
+            let Some(close) = h.find(']') else {
+                return false;
+            };
+            let port = &h[close + 1..];
+            if !port.is_empty()
+                && !(port.starts_with(':') && port[1..].bytes().all(|c| c.is_ascii_digit()))
+            {
+                return false;
+            }
+        } else {
+            if let Some(i) = host.rfind(':') {
+                if !host[i + 1..].bytes().all(|c| c.is_ascii_digit()) {
+                    return false;
+                }
+            }
+            if !unescape_ok(host, true) {
+                return false;
+            }
+        }
+    }
+    unescape_ok(path, false)
+}
+
 /// Checks of the agent's config validation that Ignition's validation (which Butane runs on
 /// its output) does not make: `agent butane` prints what Butane prints, and these stay with
 /// `agent validate` and the agent's own run (README, "Where the agent differs from Ignition").
@@ -509,6 +610,7 @@ impl Ctx<'_, '_> {
         // Split the root: the Ignition part and the variant's own keys.
         let mut base_entries = Vec::new();
         let mut extra: Vec<(&str, &Node, Pos)> = Vec::new();
+        crate::decode::merge_key_warnings(root, "$", &mut self.report);
         for (k, v, p) in entries(root, "$", &mut self.report) {
             match k {
                 "variant" | "version" => {}
@@ -558,6 +660,7 @@ impl Ctx<'_, '_> {
                 "openshift" => openshift = dec.obj(&OPENSHIFT, v, &path),
                 "metadata" => {
                     metadata_pos = *p;
+                    crate::decode::merge_key_warnings(v, &path, dec.report);
                     for (mk, mv, mp) in entries(v, &path, dec.report) {
                         match mk {
                             "name" => metadata_name = dec.string(mv, "$.metadata.name"),
@@ -588,6 +691,21 @@ impl Ctx<'_, '_> {
             .set("version", minor, G::Str(self.t.ign_version.into()));
 
         self.validate_base(&cfg);
+        // Ignition's validation: a source (or Tang URL) Go's url.Parse refuses.
+        let mut bad_urls = Vec::new();
+        walk(&cfg, "$", &mut |o, p| {
+            let k = match o.def.name {
+                "Resource" => "source",
+                "Tang" => "url",
+                _ => return,
+            };
+            if let Some(u) = o.str(k)
+                && !go_url_ok(u)
+            {
+                bad_urls.push(Diag::error(&format!("{p}.{k}"), o.pos_of(k), "unable to parse url"));
+            }
+        });
+        self.report.diags.extend(bad_urls);
         if minor >= 5 && matches!(self.t.variant, Variant::Fcos | Variant::Openshift) {
             self.partitions_by_label(&cfg, boot.as_ref());
         }
