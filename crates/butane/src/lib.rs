@@ -89,6 +89,10 @@ pub struct Options<'a> {
     /// Bytes of local files one translation reads, all together (a file used twice is read
     /// once), and bytes of contents it embeds from them (counting every use): `max-local-total`.
     pub max_local_total: u64,
+    /// Also report the agent's own checks of the output that Ignition's validation does not
+    /// make (id ranges, user and group names, masked-and-enabled units, ...): `agent validate`.
+    /// Off for `agent butane`, which reports what Butane reports.
+    pub agent_checks: bool,
 }
 
 /// Default [`Options::max_local_file`]: 64 MiB (the agent's config size limit).
@@ -107,6 +111,7 @@ impl Default for Options<'_> {
             release: Release::Newest,
             max_local_file: MAX_LOCAL_FILE,
             max_local_total: MAX_LOCAL_TOTAL,
+            agent_checks: false,
         }
     }
 }
