@@ -192,11 +192,14 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         )));
         return Err(report);
     }
-    let Ok(text) = std::str::from_utf8(input) else {
-        report.push(Diag::plain("config is not valid UTF-8"));
-        return Err(report);
+    let text = match yaml::decode_text(input) {
+        Ok(t) => t,
+        Err(e) => {
+            report.push(Diag::plain(e));
+            return Err(report);
+        }
     };
-    let root = match yaml::parse(text, &opts.limits) {
+    let root = match yaml::parse(&text, &opts.limits) {
         Ok(r) => r,
         Err(e) => {
             report.push(Diag {
@@ -228,7 +231,12 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         report.push(Diag::plain("error parsing version; must be specified"));
         return Err(report);
     };
-    let Some(t) = target(variant, version, opts.release) else {
+    // Butane parses the version with go-semver and looks its String() up: `01.5.0` is 1.5.0.
+    let canon = go_semver_canonical(version);
+    let Some(t) = canon
+        .as_deref()
+        .and_then(|v| target(variant, v, opts.release))
+    else {
         report.push(Diag::plain(format!(
             "no translator exists for variant {variant} with version {version}"
         )));
@@ -481,6 +489,26 @@ fn child_version(bytes: &[u8]) -> Result<String, String> {
         Some(v) if go_semver(&v) => Ok(v),
         _ => Err("invalid config version (couldn't parse)".into()),
     }
+}
+
+/// `v` as go-semver's `Version.String()` prints what it parsed, or `None` where it fails.
+fn go_semver_canonical(v: &str) -> Option<String> {
+    if !go_semver(v) {
+        return None;
+    }
+    let (v, meta) = v.split_once('+').map_or((v, None), |(a, m)| (a, Some(m)));
+    let (v, pre) = v.split_once('-').map_or((v, None), |(a, p)| (a, Some(p)));
+    let nums: Vec<u64> = v.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let mut out = format!("{}.{}.{}", nums[0], nums[1], nums[2]);
+    if let Some(p) = pre {
+        out.push('-');
+        out.push_str(p);
+    }
+    if let Some(m) = meta {
+        out.push('+');
+        out.push_str(m);
+    }
+    Some(out)
 }
 
 /// Whether go-semver (`semver.NewVersion`) parses `v`: `MAJOR.MINOR.PATCH[-PRE][+META]`,

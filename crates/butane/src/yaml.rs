@@ -381,6 +381,52 @@ fn depth_error(limits: &Limits, pos: Pos) -> YamlError {
     }
 }
 
+/// The input as go-yaml (libyaml's reader) reads it: UTF-16 (LE or BE) when it starts with
+/// that byte order mark, else UTF-8 (a UTF-8 BOM is skipped by the parser); characters YAML
+/// does not allow (C0 controls but tab, LF and CR; DEL; C1 controls but NEL; U+FFFE/U+FFFF)
+/// are refused; NEL, LS and PS are line breaks, as `\n` for the parser.
+pub fn decode_text(input: &[u8]) -> Result<std::borrow::Cow<'_, str>, String> {
+    use std::borrow::Cow;
+    let text: Cow<'_, str> = if let Some(rest) = input
+        .strip_prefix(b"\xff\xfe")
+        .map(|r| (r, true))
+        .or_else(|| input.strip_prefix(b"\xfe\xff").map(|r| (r, false)))
+    {
+        let (rest, le) = rest;
+        if rest.len() % 2 != 0 {
+            return Err("config is not valid UTF-16: incomplete UTF-16 character".into());
+        }
+        let units = rest.chunks(2).map(|c| {
+            if le {
+                u16::from_le_bytes([c[0], c[1]])
+            } else {
+                u16::from_be_bytes([c[0], c[1]])
+            }
+        });
+        let s: Result<String, _> = char::decode_utf16(units).collect();
+        Cow::Owned(s.map_err(|_| "config is not valid UTF-16".to_string())?)
+    } else {
+        Cow::Borrowed(std::str::from_utf8(input).map_err(|_| "config is not valid UTF-8".to_string())?)
+    };
+    let allowed = |c: char| {
+        matches!(c, '\t' | '\n' | '\r' | '\u{85}')
+            || ('\u{20}'..='\u{7e}').contains(&c)
+            || ('\u{a0}'..='\u{d7ff}').contains(&c)
+            || ('\u{e000}'..='\u{fffd}').contains(&c)
+            || ('\u{10000}'..='\u{10ffff}').contains(&c)
+    };
+    if let Some((i, _)) = text.char_indices().find(|(_, c)| !allowed(*c)) {
+        let line = text[..i].matches('\n').count() + 1;
+        return Err(format!(
+            "error unmarshaling yaml: line {line}: control characters are not allowed"
+        ));
+    }
+    if text.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
+        return Ok(Cow::Owned(text.replace(['\u{85}', '\u{2028}', '\u{2029}'], "\n")));
+    }
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
