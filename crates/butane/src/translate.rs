@@ -300,7 +300,6 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target, agent_checks: bool) -> Re
         Ok(p) => p.warnings.diagnostics,
         Err(r) => r.diagnostics,
     };
-    child_configs(cfg, t, &mut report);
     for d in diags {
         if !agent_checks && agent_only(&d.message) {
             continue;
@@ -719,6 +718,8 @@ impl Ctx<'_, '_> {
             .set("version", minor, G::Str(self.t.ign_version.into()));
 
         self.validate_base(&cfg);
+        // Part of Butane's validation of the source, before any translation.
+        child_configs(&cfg, self.t, &mut self.report);
         // Ignition's validation: a source (or Tang URL) Go's url.Parse refuses.
         let mut bad_urls = Vec::new();
         walk(&cfg, "$", &mut |o, p| {
@@ -734,8 +735,24 @@ impl Ctx<'_, '_> {
             }
         });
         self.report.diags.extend(bad_urls);
-        if minor >= 5 && matches!(self.t.variant, Variant::Fcos | Variant::Openshift) {
+        // fcos 1.6+'s Config.Validate (openshift's own Config.Validate shadows it).
+        if minor >= 5 && self.t.variant == Variant::Fcos {
             self.partitions_by_label(&cfg, boot.as_ref());
+            if let Some(st) = cfg.obj("storage") {
+                for (i, (fs, _)) in st.list("filesystems").iter().enumerate() {
+                    let fs = fs.as_obj().expect("object");
+                    if let Some(p) = fs.str("path")
+                        && fs.sugar("with_mount_unit") == Some(&G::Bool(true))
+                        && !(p == "/etc" || p == "/var" || p.starts_with("/etc/") || p.starts_with("/var/"))
+                    {
+                        self.report.push(Diag::error(
+                            &format!("$.storage.filesystems.{i}.path"),
+                            fs.pos_of("path"),
+                            "path must be under /etc or /var if with_mount_unit is true",
+                        ));
+                    }
+                }
+            }
         }
         if minor == 0 {
             self.ca_sources_30(&cfg);
@@ -966,40 +983,93 @@ impl Ctx<'_, '_> {
     }
 
     fn validate_boot_device(&mut self, b: &Obj) {
-        // The s390x layouts came with fcos 1.6 / openshift 4.19 (spec 3.5).
-        let s390x_ok = self.t.minor >= 5;
-        if let Some(l) = b.str("layout")
-            && !(matches!(l, "aarch64" | "ppc64le" | "x86_64")
-                || s390x_ok && matches!(l, "s390x-eckd" | "s390x-virt" | "s390x-zfcp"))
-        {
-            self.report.push(Diag::error(
-                "$.boot_device.layout",
-                b.pos_of("layout"),
-                "layout must be one of: aarch64, ppc64le, s390x-eckd, s390x-virt, s390x-zfcp, x86_64",
-            ));
-        }
+        // Butane's BootDevice.Validate: fcos 1.6 / openshift 4.19 (spec 3.5) brought the s390x
+        // layouts and the CEX rules; before, only the three layouts are known.
+        let new_rules = self.t.minor >= 5;
+        let layout = b.str("layout");
         let devices = b
             .obj("mirror")
             .map(|m| m.list("devices").len())
             .unwrap_or(0);
-        // Butane v0.29 no longer assumes x86_64 for a mirrored boot disk (fcos 1.7.0 and
-        // later; openshift 4.21 and later, where the stable versions only warn).
-        if devices > 0 && b.str("layout").is_none() && self.opts.release == Release::Newest {
-            let exp = self.t.ign_version.ends_with("-experimental");
-            let rule = match self.t.variant {
-                Variant::Fcos if self.t.minor >= 6 => Some(true),
-                Variant::Openshift if self.t.ver_minor >= 21 => Some(exp),
-                _ => None,
+        if devices > 0 && layout.is_none() && self.opts.release == Release::Newest {
+            // An error from fcos 1.7 (spec 3.6) on, a warning before.
+            let d = Diag {
+                error: self.t.minor >= 6,
+                path: "$.boot_device.mirror".into(),
+                pos: Some(b.pos_of("mirror")),
+                message: "boot_device.layout should be specified when boot_device.mirror is specified"
+                    .into(),
             };
-            if let Some(error) = rule {
-                let d = Diag {
-                    error,
-                    path: "$.boot_device.mirror".into(),
-                    pos: Some(b.pos_of("mirror")),
-                    message: "boot_device.layout must be specified when mirroring the boot disk"
-                        .into(),
-                };
-                self.report.push(d);
+            self.report.push(d);
+        }
+        let luks_device = b
+            .obj("luks")
+            .and_then(|l| l.str("device"))
+            .unwrap_or("");
+        let at = b.pos_of("layout");
+        if let Some(l) = layout {
+            match l {
+                "aarch64" | "ppc64le" | "x86_64" => {}
+                "s390x-eckd" | "s390x-zfcp" if new_rules => {
+                    let prefix = if l == "s390x-eckd" { "/dev/dasd" } else { "/dev/sd" };
+                    let ok = luks_device
+                        .strip_prefix(prefix)
+                        .is_some_and(|r| r.len() == 1 && r.as_bytes()[0].is_ascii_lowercase());
+                    let msg = if luks_device.is_empty() {
+                        "device is required for layouts: s390x-eckd, s390x-zfcp"
+                    } else {
+                        "device name must start with /dev/dasd on s390x-eckd layout or /dev/sd on s390x-zfcp layout"
+                    };
+                    if !ok {
+                        self.report
+                            .push(Diag::error("$.boot_device.layout", at, msg));
+                    }
+                }
+                "s390x-virt" if new_rules => {}
+                _ => self.report.push(Diag::error(
+                    "$.boot_device.layout",
+                    at,
+                    if new_rules {
+                        "layout must be one of: aarch64, ppc64le, s390x-eckd, s390x-virt, s390x-zfcp, x86_64"
+                    } else {
+                        "layout must be one of: aarch64, ppc64le, x86_64"
+                    },
+                )),
+            }
+            if new_rules && l.starts_with("s390x") && devices > 0 {
+                self.report.push(Diag::error(
+                    "$.boot_device.layout",
+                    at,
+                    "mirroring the boot disk is not supported on s390x",
+                ));
+            }
+        }
+        if new_rules
+            && let Some(luks) = b.obj("luks")
+            && luks
+                .obj("cex")
+                .and_then(|c| c.boolean("enabled"))
+                .unwrap_or(false)
+        {
+            match layout {
+                None => self.report.push(Diag::error(
+                    "$.boot_device.luks.cex",
+                    b.pos_of("luks"),
+                    "when using cex the targeted architecture must match s390x",
+                )),
+                Some(l) if !l.starts_with("s390x") => self.report.push(Diag::error(
+                    "$.boot_device.layout",
+                    at,
+                    "when using cex the targeted architecture must match s390x",
+                )),
+                _ => {}
+            }
+            if !luks.list("tang").is_empty() || luks.boolean("tpm2") == Some(true) {
+                self.report.push(Diag::error(
+                    "$.boot_device.luks",
+                    b.pos_of("luks"),
+                    "cannot use cex with clevis",
+                ));
             }
         }
         if devices == 1 {
@@ -1008,17 +1078,6 @@ impl Ctx<'_, '_> {
                 b.pos_of("mirror"),
                 "mirroring requires at least two devices",
             ));
-        }
-        if let Some(l) = b.obj("luks") {
-            let want = want_boot_luks(l);
-            let s390 = matches!(b.str("layout"), Some("s390x-eckd") | Some("s390x-zfcp"));
-            if want && s390 && l.str("device").unwrap_or("").is_empty() {
-                self.report.push(Diag::error(
-                    "$.boot_device.luks.device",
-                    b.pos_of("luks"),
-                    "device is required for layouts: s390x-eckd, s390x-zfcp",
-                ));
-            }
         }
     }
 
