@@ -300,6 +300,24 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target, agent_checks: bool) -> Re
         Ok(p) => p.warnings.diagnostics,
         Err(r) => r.diagnostics,
     };
+    ignition_dups(cfg, "$", &mut report);
+    // Ignition warns of special bits as `uint32(mode) & 07000` before spec 3.6, also for a
+    // mode it refuses (-1); the agent's validator names only valid modes.
+    if t.minor < 6 {
+        walk(cfg, "$", &mut |o, p| {
+            if matches!(o.def.name, "File" | "Directory")
+                && let Some(m) = o.int("mode")
+                && !(0..=0o7777).contains(&m)
+                && (m as u32) & 0o7000 != 0
+            {
+                report.push(Diag::warning(
+                    &format!("{p}.mode"),
+                    o.pos_of("mode"),
+                    "setuid/setgid/sticky bits are not supported or functional in spec versions older than 3.6.0",
+                ));
+            }
+        });
+    }
     for d in diags {
         if !agent_checks && agent_only(&d.message) {
             continue;
@@ -318,6 +336,77 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target, agent_checks: bool) -> Re
         });
     }
     report
+}
+
+/// Ignition's `ValidateDups`, which Butane runs on its output: in every struct, a list entry
+/// whose key (`Key()`: path, name, device, source, ...; a string itself) an earlier entry of
+/// the list has is an error. Files, directories and links share one key space, as do the two
+/// kernel argument lists; `append` and the option lists are exempt.
+fn ignition_dups(o: &Obj, path: &str, report: &mut Report) {
+    fn key(g: &G) -> Option<String> {
+        let o = match g {
+            G::Str(s) => return Some(s.clone()),
+            G::Obj(o) => o,
+            _ => return None,
+        };
+        let s = |k: &str| o.str(k).unwrap_or("").to_string();
+        Some(match o.def.name {
+            "Directory" | "File" | "Link" => s("path"),
+            "Disk" | "Filesystem" => s("device"),
+            "HTTPHeader" | "Luks" | "Raid" | "PasswdUser" | "PasswdGroup" | "Unit" | "Dropin" => {
+                s("name")
+            }
+            "Resource" | "ConfigReference" | "CaReference" => s("source"),
+            "Tang" => s("url"),
+            "Partition" => match (o.int("number").unwrap_or(0), o.str("label")) {
+                (n, _) if n != 0 => format!("number:{n}"),
+                (_, Some(l)) => format!("label:{l}"),
+                _ => String::new(),
+            },
+            _ => return None,
+        })
+    }
+    let mut lists: HashMap<&str, HashSet<String>> = HashMap::new();
+    for (fd, v) in o.def.fields.iter().zip(&o.vals) {
+        if fd.k == K::Sugar {
+            continue;
+        }
+        let name = if fd.yaml.is_empty() { fd.json } else { fd.yaml };
+        let child = format!("{path}.{name}");
+        match v {
+            Some(G::Obj(c)) => ignition_dups(c, &child, report),
+            Some(G::List(l)) => {
+                let ignored = matches!(
+                    (o.def.name, fd.json),
+                    ("File", "append")
+                        | ("Filesystem", "options" | "mountOptions")
+                        | ("Luks" | "Raid", "options")
+                );
+                let group = match (o.def.name, fd.json) {
+                    ("Storage", "directories" | "files" | "links") => "Node",
+                    ("KernelArguments", _) => "KernelArgument",
+                    (_, j) => j,
+                };
+                for (i, (g, pos)) in l.iter().enumerate() {
+                    if let G::Obj(c) = g {
+                        ignition_dups(c, &format!("{child}.{i}"), report);
+                    }
+                    if ignored {
+                        continue;
+                    }
+                    let Some(k) = key(g) else { continue };
+                    if !lists.entry(group).or_default().insert(k) {
+                        report.push(Diag::error(
+                            &format!("{child}.{i}"),
+                            *pos,
+                            "duplicate entry defined",
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Whether Go's `url.Parse` accepts `s` (Ignition refuses a source it cannot parse): no
@@ -724,7 +813,7 @@ impl Ctx<'_, '_> {
         let mut bad_urls = Vec::new();
         walk(&cfg, "$", &mut |o, p| {
             let k = match o.def.name {
-                "Resource" => "source",
+                "Resource" | "ConfigReference" | "CaReference" => "source",
                 "Tang" => "url",
                 _ => return,
             };
