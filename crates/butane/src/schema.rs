@@ -480,6 +480,7 @@ pub static QUADLET: Def = Def {
         sugar("contents_local", Str, 0),
         sugar("name", Str, 0),
         sugar("rootful", Bool, 0),
+        sugar("dropins", ListObj(&DROPIN), 0),
     ],
 };
 

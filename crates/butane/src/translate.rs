@@ -338,6 +338,16 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target, agent_checks: bool) -> Re
     report
 }
 
+/// Butane's isTemplateInstance: `foo@bar.container` is an instance of `foo@.container`.
+fn quadlet_template(name: &str) -> Option<String> {
+    let at = name.find('@')?;
+    let dot = name.rfind('.')?;
+    if at + 1 == dot {
+        return None;
+    }
+    Some(format!("{}@.{}", &name[..at], &name[dot + 1..]))
+}
+
 /// Ignition's `ValidateDups`, which Butane runs on its output: in every struct, a list entry
 /// whose key (`Key()`: path, name, device, source, ...; a string itself) an earlier entry of
 /// the list has is an error. Files, directories and links share one key space, as do the two
@@ -904,8 +914,8 @@ impl Ctx<'_, '_> {
         self.resources(&mut cfg, "$");
         self.users_and_units(&mut cfg);
         self.mount_units(&mut cfg);
-        self.quadlets(&mut cfg);
         self.trees(&mut cfg);
+        self.quadlets(&mut cfg);
         if self.report.has_errors() {
             return None;
         }
@@ -1388,66 +1398,149 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// Butane v0.29's processQuadlets (after the trees): each quadlet is a file (or, for a
+    /// template instance `foo@bar.container`, a link to `foo@.container`) under
+    /// /etc/containers/systemd (rootful) or /etc/containers/systemd/users, and each drop-in a
+    /// file under `<name>.d/`; appended after the config's own entries, refused where any
+    /// entry already has the path.
     fn quadlets(&mut self, cfg: &mut Obj) {
         let minor = self.t.minor;
         let list: Vec<(G, Pos)> = match cfg.obj("systemd").and_then(|s| s.sugar("quadlets")) {
             Some(G::List(l)) if !l.is_empty() => l.clone(),
             _ => return,
         };
-        let mut files = Vec::new();
+        const EXTS: &[&str] = &[
+            ".container", ".volume", ".network", ".kube", ".image", ".build", ".pod", ".artifact",
+        ];
+        let mut taken: HashSet<String> = HashSet::new();
+        if let Some(st) = cfg.obj("storage") {
+            for k in ["files", "directories", "links"] {
+                for (n, _) in st.list(k) {
+                    if let Some(p) = n.as_obj().and_then(|n| n.str("path")) {
+                        taken.insert(p.to_string());
+                    }
+                }
+            }
+        }
+        let mut new_files = Vec::new();
+        let mut new_links = Vec::new();
         for (i, (q, pos)) in list.iter().enumerate() {
             let q = q.as_obj().expect("object");
             let path = format!("$.systemd.quadlets.{i}");
             let name = q.sugar("name").and_then(G::as_str).unwrap_or("");
-            if name.is_empty() {
+            if !EXTS.iter().any(|e| name.ends_with(e)) {
                 self.report.push(Diag::error(
                     &format!("{path}.name"),
                     *pos,
-                    "field \"name\" is required",
+                    "quadlet name must end with one of: .container, .volume, .network, .kube, .image, .build, .pod, .artifact",
                 ));
                 continue;
             }
-            if q.sugar("rootful") != Some(&G::Bool(true)) {
+            let template = quadlet_template(name);
+            let contents = q.sugar("contents").and_then(G::as_str);
+            let local = q.sugar("contents_local").and_then(G::as_str);
+            if template.is_some() && (contents.is_some() || local.is_some()) {
                 self.report.push(Diag::error(
-                    &format!("{path}.rootful"),
+                    &format!("{path}.contents"),
                     *pos,
-                    "only rootful quadlets are supported by this translator",
+                    "template instances cannot have contents",
                 ));
                 continue;
             }
-            let (url, compression) = match (q.sugar("contents"), q.sugar("contents_local")) {
-                (Some(G::Str(c)), _) => data_url_for(minor, c.as_bytes(), None),
-                (_, Some(G::Str(l))) => match self.local_url(l, None) {
-                    Ok(u) => u,
-                    Err(e) => {
-                        self.report
-                            .push(Diag::error(&format!("{path}.contents_local"), *pos, e));
+            if template.is_none() && contents.is_some() && local.is_some() {
+                self.report.push(Diag::error(
+                    &format!("{path}.contents_local"),
+                    *pos,
+                    "only one of contents and contents_local may be specified",
+                ));
+                continue;
+            }
+            let base = if q.sugar("rootful") == Some(&G::Bool(true)) {
+                "/etc/containers/systemd"
+            } else {
+                "/etc/containers/systemd/users"
+            };
+            let dest = join_path(base, name);
+            if let Some(t) = template {
+                if !taken.insert(dest.clone()) {
+                    self.report.push(Diag::error(&path, *pos, "config already specifies that path"));
+                } else {
+                    let mut l = Obj::new(&schema::LINK, *pos);
+                    l.set("path", minor, G::Str(dest.clone()));
+                    l.set("target", minor, G::Str(t));
+                    new_links.push((G::Obj(l), *pos));
+                }
+            } else if let Some(f) = self.quadlet_file(&dest, contents, local, &path, *pos, &mut taken) {
+                new_files.push(f);
+            }
+            if let Some(G::List(dropins)) = q.sugar("dropins") {
+                for (j, (d, dpos)) in dropins.iter().enumerate() {
+                    let d = d.as_obj().expect("object");
+                    let dpath = format!("{path}.dropins.{j}");
+                    let c = d.str("contents");
+                    let l = d.sugar("contents_local").and_then(G::as_str);
+                    if c.is_some() && l.is_some() {
+                        self.report.push(Diag::error(
+                            &format!("{dpath}.contents_local"),
+                            *dpos,
+                            "only one of contents and contents_local may be specified",
+                        ));
                         continue;
                     }
-                },
-                _ => data_url_for(minor, &[], None),
-            };
-            let mut res = Obj::new(&schema::RESOURCE, *pos);
-            if let Some(c) = compression {
-                res.set("compression", minor, G::Str(c));
+                    let dest = format!("{dest}.d/{}", d.str("name").unwrap_or(""));
+                    if let Some(f) = self.quadlet_file(&dest, c, l, &dpath, *dpos, &mut taken) {
+                        new_files.push(f);
+                    }
+                }
             }
-            res.set("source", minor, G::Str(url));
-            let mut f = Obj::new(&schema::FILE, *pos);
-            f.set(
-                "path",
-                minor,
-                G::Str(format!("/etc/containers/systemd/{name}")),
-            );
-            f.set("contents", minor, G::Obj(res));
-            f.set("mode", minor, G::Int(0o644));
-            files.push((G::Obj(f), *pos));
         }
-        if files.is_empty() {
-            return;
+        let st = cfg.obj_mut("storage", minor);
+        if !new_files.is_empty() {
+            st.list_mut("files", minor).extend(new_files);
         }
-        let mut rendered = Obj::new(&schema::CONFIG, cfg.at);
-        *rendered.obj_mut("storage", minor).list_mut("files", minor) = files;
-        *cfg = merge(&rendered, cfg);
+        if !new_links.is_empty() {
+            st.list_mut("links", minor).extend(new_links);
+        }
+    }
+
+    /// One file of a quadlet or its drop-in: contents, or else contents_local, or empty.
+    fn quadlet_file(
+        &mut self,
+        dest: &str,
+        contents: Option<&str>,
+        local: Option<&str>,
+        path: &str,
+        pos: Pos,
+        taken: &mut HashSet<String>,
+    ) -> Option<(G, Pos)> {
+        let minor = self.t.minor;
+        if !taken.insert(dest.to_string()) {
+            self.report
+                .push(Diag::error(path, pos, "config already specifies that path"));
+            return None;
+        }
+        let (url, compression) = match (contents.filter(|c| !c.is_empty()), local.filter(|l| !l.is_empty())) {
+            (Some(c), _) => data_url_for(minor, c.as_bytes(), None),
+            (None, Some(l)) => match self.local_url(l, None) {
+                Ok(u) => u,
+                Err(e) => {
+                    self.report
+                        .push(Diag::error(&format!("{path}.contents_local"), pos, e));
+                    return None;
+                }
+            },
+            (None, None) => data_url_for(minor, &[], None),
+        };
+        let mut res = Obj::new(&schema::RESOURCE, pos);
+        if let Some(c) = compression {
+            res.set("compression", minor, G::Str(c));
+        }
+        res.set("source", minor, G::Str(url));
+        let mut f = Obj::new(&schema::FILE, pos);
+        f.set("path", minor, G::Str(dest.to_string()));
+        f.set("contents", minor, G::Obj(res));
+        f.set("mode", minor, G::Int(0o644));
+        Some((G::Obj(f), pos))
     }
 
     fn mount_units(&mut self, cfg: &mut Obj) {
