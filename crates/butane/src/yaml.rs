@@ -158,8 +158,93 @@ enum Frame {
     Map(Vec<(Node, Node)>, Option<Node>, Pos, usize, Size),
 }
 
-/// Parses the first document of `text`. An empty document is a null node.
+/// Parses the first document of `text` as go-yaml reads it. An empty document is a null node.
+///
+/// Where saphyr is stricter than libyaml, the text is adjusted and parsed again (at most 64
+/// times, so parsing stays linear): a directive after content ends the first document (the
+/// text is cut before it), and a quoted scalar's continuation line may be indented less than
+/// its block (leading white space of such a line is folded away, so the line is indented
+/// further without changing the value). An escape libyaml does not know (`\/`) is refused.
 pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
+    let mut owned: Option<String> = None;
+    for _ in 0..64 {
+        let t = owned.as_deref().unwrap_or(text);
+        let mut quoted = Vec::new();
+        match parse_once(t, limits, &mut quoted) {
+            Ok(n) => {
+                check_escapes(t, &quoted)?;
+                return Ok(n);
+            }
+            Err(e) if e.message.contains("missing explicit document end marker before directive") => {
+                let start = line_start(t, e.pos.line);
+                owned = Some(t[..start].to_string());
+            }
+            Err(e) if e.message.contains("invalid indentation in quoted scalar") => {
+                let start = line_start(t, e.pos.line);
+                let mut s = String::with_capacity(t.len() + 256);
+                s.push_str(&t[..start]);
+                s.push_str(&" ".repeat(256));
+                s.push_str(&t[start..]);
+                owned = Some(s);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut quoted = Vec::new();
+    parse_once(owned.as_deref().unwrap_or(text), limits, &mut quoted)
+}
+
+/// The byte offset where 1-based `line` starts.
+fn line_start(t: &str, line: usize) -> usize {
+    if line <= 1 {
+        return 0;
+    }
+    t.match_indices('\n')
+        .nth(line - 2)
+        .map(|(i, _)| i + 1)
+        .unwrap_or(t.len())
+}
+
+/// libyaml's double-quoted escapes: `\/` (YAML 1.2, which saphyr takes) is "found unknown
+/// escape character". `quoted` holds the char ranges of the double-quoted scalars.
+fn check_escapes(t: &str, quoted: &[(usize, usize)]) -> Result<(), YamlError> {
+    if quoted.is_empty() || !t.contains("\\/") {
+        return Ok(());
+    }
+    let mut q = quoted.iter().peekable();
+    let mut run = 0usize; // backslashes just before, within a quoted scalar
+    let (mut line, mut col) = (1usize, 0usize);
+    for (ci, c) in t.chars().enumerate() {
+        while q.peek().is_some_and(|(_, end)| *end <= ci) {
+            q.next();
+            run = 0;
+        }
+        let inside = q.peek().is_some_and(|(start, _)| *start <= ci);
+        if inside {
+            if c == '/' && run % 2 == 1 {
+                return Err(YamlError {
+                    pos: Pos { line, col },
+                    message: format!("line {line}: found unknown escape character"),
+                    limit: false,
+                });
+            }
+            run = if c == '\\' { run + 1 } else { 0 };
+        }
+        if c == '\n' {
+            line += 1;
+            col = 0;
+        } else {
+            col += 1;
+        }
+    }
+    Ok(())
+}
+
+fn parse_once(
+    text: &str,
+    limits: &Limits,
+    quoted: &mut Vec<(usize, usize)>,
+) -> Result<Node, YamlError> {
     let mut parser = Parser::new_from_str(text);
     let mut stack: Vec<Frame> = Vec::new();
     // Each anchor's node (shared, not copied) and the size it expands to.
@@ -243,6 +328,9 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
                     && value.ends_with('\n')
                 {
                     value.pop();
+                }
+                if style == ScalarStyle::DoubleQuoted {
+                    quoted.push((span.start.index(), span.end.index()));
                 }
                 let style = match style {
                     ScalarStyle::Plain => Style::Plain,
