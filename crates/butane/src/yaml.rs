@@ -167,6 +167,8 @@ enum Frame {
 /// further without changing the value). An escape libyaml does not know (`\/`) is refused.
 pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
     let mut owned: Option<String> = None;
+    // Per quoted scalar (the line it starts on), how many continuation lines were indented.
+    let mut bumped: HashMap<usize, usize> = HashMap::new();
     for _ in 0..64 {
         let t = owned.as_deref().unwrap_or(text);
         let mut quoted = Vec::new();
@@ -177,13 +179,30 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
             }
             Err(e) if e.message.contains("missing explicit document end marker before directive") => {
                 let start = line_start(t, e.pos.line);
+                // libyaml ends the document there; content before the next `---` is an error.
+                let next = t[start..]
+                    .lines()
+                    .map(str::trim_end)
+                    .find(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('%'));
+                if let Some(l) = next
+                    && !l.starts_with("---")
+                {
+                    return Err(YamlError {
+                        pos: e.pos,
+                        message: "mapping values are not allowed in this context (content after a directive needs ---)".into(),
+                        limit: false,
+                    });
+                }
                 owned = Some(t[..start].to_string());
             }
             Err(e) if e.message.contains("invalid indentation in quoted scalar") => {
-                let start = line_start(t, e.pos.line);
+                // The error names the scalar's first line: indent its next continuation.
+                let n = bumped.entry(e.pos.line).or_insert(0);
+                *n += 1;
+                let start = line_start(t, e.pos.line + *n);
                 let mut s = String::with_capacity(t.len() + 256);
                 s.push_str(&t[..start]);
-                s.push_str(&" ".repeat(256));
+                s.push_str(&" ".repeat(128));
                 s.push_str(&t[start..]);
                 owned = Some(s);
             }
@@ -472,7 +491,8 @@ fn depth_error(limits: &Limits, pos: Pos) -> YamlError {
 /// The input as go-yaml (libyaml's reader) reads it: UTF-16 (LE or BE) when it starts with
 /// that byte order mark, else UTF-8 (a UTF-8 BOM is skipped by the parser); characters YAML
 /// does not allow (C0 controls but tab, LF and CR; DEL; C1 controls but NEL; U+FFFE/U+FFFF)
-/// are refused; NEL, LS and PS are line breaks, as `\n` for the parser.
+/// are refused; NEL is a line break, `\n` for the parser (libyaml reads it as one). LS and PS
+/// are left as they are: in a quoted scalar libyaml keeps them too.
 pub fn decode_text(input: &[u8]) -> Result<std::borrow::Cow<'_, str>, String> {
     use std::borrow::Cow;
     let text: Cow<'_, str> = if let Some(rest) = input
@@ -509,8 +529,8 @@ pub fn decode_text(input: &[u8]) -> Result<std::borrow::Cow<'_, str>, String> {
             "error unmarshaling yaml: line {line}: control characters are not allowed"
         ));
     }
-    if text.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
-        return Ok(Cow::Owned(text.replace(['\u{85}', '\u{2028}', '\u{2029}'], "\n")));
+    if text.contains('\u{85}') {
+        return Ok(Cow::Owned(text.replace('\u{85}', "\n")));
     }
     Ok(text)
 }
