@@ -528,7 +528,6 @@ fn agent_only(msg: &str) -> bool {
     const PARTS: &[&str] = &[
         "a masked unit cannot be enabled",
         " UUID: mkfs will refuse it",
-        "labels are limited to",
         "home directory must be an absolute path",
     ];
     if PREFIXES.iter().any(|p| msg.starts_with(p)) && msg.contains("out of range")
@@ -1591,7 +1590,7 @@ impl Ctx<'_, '_> {
                 }
             }
             let escaped = unit_path_escape(device);
-            let (name, contents) = if format == "swap" {
+            let (name, contents) = if format == "swap" && minor >= 3 {
                 (
                     format!("{escaped}.swap"),
                     format!(
@@ -2021,6 +2020,37 @@ impl Ctx<'_, '_> {
         let Some(st) = cfg.obj("storage") else { return };
         for (i, (d, _)) in st.list("disks").iter().enumerate() {
             let d = d.as_obj().expect("object");
+            // Butane v0.28+: a root partition smaller than 8 GiB, or one that fills the
+            // space but is followed by an auto-positioned partition.
+            let parts = d.list("partitions");
+            for (j, (p, ppos)) in parts.iter().enumerate() {
+                let p = p.as_obj().expect("object");
+                if self.opts.release != Release::Newest || p.str("label") != Some("root") {
+                    continue;
+                }
+                match p.int("sizeMiB").unwrap_or(0) {
+                    0 => {
+                        let auto = parts.iter().enumerate().any(|(k, (q, _))| {
+                            k != j
+                                && q.as_obj()
+                                    .is_some_and(|q| q.int("startMiB").unwrap_or(0) == 0)
+                        });
+                        if auto {
+                            self.report.push(Diag::warning(
+                                &format!("$.storage.disks.{i}.partitions.{j}.label"),
+                                *ppos,
+                                "root partition cannot expand; it is set to fill available space but is followed by an auto-positioned partition",
+                            ));
+                        }
+                    }
+                    n if n < 8192 => self.report.push(Diag::warning(
+                        &format!("$.storage.disks.{i}.partitions.{j}.size_mib"),
+                        *ppos,
+                        "root should have 8GiB of space assigned",
+                    )),
+                    _ => {}
+                }
+            }
             if d.boolean("wipeTable") == Some(true) {
                 continue;
             }
