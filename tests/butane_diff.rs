@@ -47,8 +47,9 @@ fn agrees_with_butane_v0_29() {
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| {
-            let (id, kind) = l.split_once('\t').unwrap();
-            (id.parse().unwrap(), kind.to_string())
+            let mut f = l.split('\t');
+            let id = f.next().unwrap().parse().unwrap();
+            (id, f.next().unwrap().to_string())
         })
         .collect();
     let files = agent::butane_files::DirFiles::new(dir.join("files"));

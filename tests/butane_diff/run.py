@@ -118,7 +118,7 @@ def main():
     if known:
         with open(known, "w") as f:
             f.write("# Cases of fixtures.jsonl.gz where agent butane still differs from Butane v0.29.0\n")
-            f.write("# (id, what differs). Written by run.py --known; tests/butane_diff.rs fails on any\n")
+            f.write("# (id, what differs, why: filled in by hand). Written by run.py --known; tests/butane_diff.rs fails on any\n")
             f.write("# other difference and on a listed case that now agrees.\n")
             f.writelines(sorted(known_rows, key=lambda r: int(r.split("\t")[0])))
     if record:

@@ -319,7 +319,9 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target, agent_checks: bool) -> Re
         });
     }
     for d in diags {
-        if !agent_checks && agent_only(&d.message) {
+        if !agent_checks && agent_only(&d.message)
+            || t.minor < 3 && d.message == "link target is required"
+        {
             continue;
         }
         // Spec 3.0's ignition-validate accepts a merge without a source (Butane fcos 1.0.0
@@ -716,11 +718,31 @@ fn yaml_path(cfg: &Obj, path: &spec::config::Path) -> (String, Pos) {
     (out, pos)
 }
 
-fn data_url_for(minor: u8, contents: &[u8], current: Option<&str>) -> (String, Option<String>) {
+/// Butane's MakeDataURL: the shortest of URL-escaped, base64 and (where `gzip`: not on
+/// openshift 4.8/4.9, which set NoResourceAutoCompression) gzip'd base64.
+fn data_url_for(
+    minor: u8,
+    gzip: bool,
+    contents: &[u8],
+    current: Option<&str>,
+) -> (String, Option<String>) {
     if minor == 0 {
         (format!("data:,{}", crate::sugar::escape(contents)), None)
-    } else {
+    } else if gzip {
         make_data_url(contents, current)
+    } else {
+        make_data_url(contents, Some("none")).0.pipe_compression(current)
+    }
+}
+
+trait PipeCompression {
+    fn pipe_compression(self, current: Option<&str>) -> (String, Option<String>);
+}
+
+impl PipeCompression for String {
+    /// A URL made without compression; the compression field set to "" where unset.
+    fn pipe_compression(self, current: Option<&str>) -> (String, Option<String>) {
+        (self, current.is_none_or(str::is_empty).then(String::new))
     }
 }
 
@@ -810,6 +832,8 @@ impl Ctx<'_, '_> {
             }
         }
         if self.report.has_errors() {
+            // go-yaml's unmarshal errors end Butane before its unused-key check: no warnings.
+            self.report.diags.retain(|d| d.error);
             return None;
         }
         cfg.obj_mut("ignition", minor)
@@ -1214,7 +1238,7 @@ impl Ctx<'_, '_> {
         } else {
             o.sugar("inline").and_then(G::as_str).map(|s| {
                 (
-                    data_url_for(minor, s.as_bytes(), o.str("compression")),
+                    data_url_for(minor, self.gzip(), s.as_bytes(), o.str("compression")),
                     o.sugar_pos("inline"),
                 )
             })
@@ -1240,7 +1264,7 @@ impl Ctx<'_, '_> {
             Some(u) => u,
             None => {
                 let data = self.read_local(rel)?;
-                let u = data_url_for(self.t.minor, &data, compression);
+                let u = data_url_for(self.t.minor, self.gzip(), &data, compression);
                 self.local.urls.borrow_mut().insert(key, u.clone());
                 // The URL is what later uses need: the bytes are not kept (another kind of
                 // use, e.g. `contents_local`, reads the file again and counts it again).
@@ -1253,6 +1277,11 @@ impl Ctx<'_, '_> {
     }
 
     /// Counts `n` more bytes embedded from local files against `max-local-total`.
+    /// Whether inline and local contents may be gzip'd (not on openshift 4.8/4.9).
+    fn gzip(&self) -> bool {
+        !(self.t.variant == Variant::Openshift && self.t.ver_minor < 10)
+    }
+
     fn embed(&self, n: usize) -> Result<(), String> {
         let total = self.local.embedded.get().saturating_add(n as u64);
         self.local.embedded.set(total);
@@ -1519,7 +1548,7 @@ impl Ctx<'_, '_> {
             return None;
         }
         let (url, compression) = match (contents.filter(|c| !c.is_empty()), local.filter(|l| !l.is_empty())) {
-            (Some(c), _) => data_url_for(minor, c.as_bytes(), None),
+            (Some(c), _) => data_url_for(minor, self.gzip(), c.as_bytes(), None),
             (None, Some(l)) => match self.local_url(l, None) {
                 Ok(u) => u,
                 Err(e) => {
@@ -1528,7 +1557,7 @@ impl Ctx<'_, '_> {
                     return None;
                 }
             },
-            (None, None) => data_url_for(minor, &[], None),
+            (None, None) => data_url_for(minor, self.gzip(), &[], None),
         };
         let mut res = Obj::new(&schema::RESOURCE, pos);
         if let Some(c) = compression {
@@ -1627,6 +1656,7 @@ impl Ctx<'_, '_> {
 
     fn trees(&mut self, cfg: &mut Obj) {
         let minor = self.t.minor;
+        let gzip = self.gzip();
         let trees: Vec<(G, Pos)> = match cfg.obj("storage").and_then(|s| s.sugar("trees")) {
             Some(G::List(l)) if !l.is_empty() => l.clone(),
             _ => return,
@@ -1781,7 +1811,7 @@ impl Ctx<'_, '_> {
                             .obj("contents")
                             .and_then(|c| c.str("compression"))
                             .map(str::to_string);
-                        let (url, compression) = data_url_for(minor, &contents, current.as_deref());
+                        let (url, compression) = data_url_for(minor, gzip, &contents, current.as_deref());
                         if let Err(e) = self.embed(url.len()) {
                             self.report.push(Diag::error(&path, *pos, e));
                             return;
