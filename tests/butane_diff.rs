@@ -68,7 +68,9 @@ fn agrees_with_butane_v0_29() {
             None => c["input"].as_str().unwrap().as_bytes().to_vec(),
         };
         let want_exit = c["exit"].as_i64().unwrap();
-        let want_out: Option<Value> = c["output"].as_str().map(|s| serde_json::from_str(s).unwrap());
+        let want_out: Option<Value> = c["output"]
+            .as_str()
+            .map(|s| serde_json::from_str(s).unwrap());
         let want_warn: BTreeSet<String> = c["warnings"]
             .as_array()
             .unwrap()
@@ -76,7 +78,11 @@ fn agrees_with_butane_v0_29() {
             .map(|w| w.as_str().unwrap().to_string())
             .collect();
         let (exit, out, report) = match butane::translate(&input, &opts) {
-            Ok(o) => (0, Some(serde_json::from_slice::<Value>(&o.json).unwrap()), o.report),
+            Ok(o) => (
+                0,
+                Some(serde_json::from_slice::<Value>(&o.json).unwrap()),
+                o.report,
+            ),
             Err(r) => (1, None, r),
         };
         let warn: BTreeSet<String> = report
@@ -103,8 +109,19 @@ fn agrees_with_butane_v0_29() {
             )),
         }
     }
-    eprintln!("{n} cases: {agree} agree, {} listed in known.tsv", known.len());
+    eprintln!(
+        "{n} cases: {agree} agree, {} listed in known.tsv",
+        known.len()
+    );
     assert!(n > 1000, "fixtures missing: {n} cases");
-    assert!(unexpected.is_empty(), "{} unexpected differences:\n{}", unexpected.len(), unexpected.join("\n"));
-    assert!(fixed.is_empty(), "cases listed in known.tsv now agree (remove them): {fixed:?}");
+    assert!(
+        unexpected.is_empty(),
+        "{} unexpected differences:\n{}",
+        unexpected.len(),
+        unexpected.join("\n")
+    );
+    assert!(
+        fixed.is_empty(),
+        "cases listed in known.tsv now agree (remove them): {fixed:?}"
+    );
 }

@@ -94,11 +94,7 @@ pub fn merge_key_warnings(node: &Node, path: &str, report: &mut Report) {
         } = &k.kind
             && value == "<<"
         {
-            report.push(Diag::warning(
-                &format!("{path}.<<"),
-                k.pos,
-                "unused key <<",
-            ));
+            report.push(Diag::warning(&format!("{path}.<<"), k.pos, "unused key <<"));
         }
     }
 }

@@ -526,7 +526,13 @@ fn go_url_ok(s: &str) -> bool {
 /// its output) does not make: `agent butane` prints what Butane prints, and these stay with
 /// `agent validate` and the agent's own run (README, "Where the agent differs from Ignition").
 fn agent_only(msg: &str) -> bool {
-    const PREFIXES: &[&str] = &["id ", "uid ", "gid ", "invalid user name", "invalid group name"];
+    const PREFIXES: &[&str] = &[
+        "id ",
+        "uid ",
+        "gid ",
+        "invalid user name",
+        "invalid group name",
+    ];
     const PARTS: &[&str] = &[
         "a masked unit cannot be enabled",
         " UUID: mkfs will refuse it",
@@ -545,8 +551,18 @@ fn agent_only(msg: &str) -> bool {
         let ext = name.rfind('.').map(|i| &name[i..]).unwrap_or("");
         return !ext.contains('/')
             && [
-                ".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target",
-                ".path", ".timer", ".snapshot", ".slice", ".scope",
+                ".service",
+                ".socket",
+                ".device",
+                ".mount",
+                ".automount",
+                ".swap",
+                ".target",
+                ".path",
+                ".timer",
+                ".snapshot",
+                ".slice",
+                ".scope",
             ]
             .contains(&ext);
     }
@@ -573,16 +589,31 @@ fn child_version(bytes: &[u8]) -> Result<String, String> {
     let ign = match &v.kind {
         J::Object(_) => member(&v, "ignition"),
         J::Null => None,
-        k => return Err(format!("config is not valid: cannot unmarshal {} into a config", k.type_name())),
+        k => {
+            return Err(format!(
+                "config is not valid: cannot unmarshal {} into a config",
+                k.type_name()
+            ));
+        }
     };
     let version = match ign.map(|i| &i.kind) {
         None | Some(J::Null) => None,
         Some(J::Object(_)) => match member(ign.expect("ignition"), "version").map(|v| &v.kind) {
             None | Some(J::Null) => None,
             Some(J::String(s)) => Some(s.clone()),
-            Some(k) => return Err(format!("config is not valid: cannot unmarshal {} into ignition.version", k.type_name())),
+            Some(k) => {
+                return Err(format!(
+                    "config is not valid: cannot unmarshal {} into ignition.version",
+                    k.type_name()
+                ));
+            }
         },
-        Some(k) => return Err(format!("config is not valid: cannot unmarshal {} into ignition", k.type_name())),
+        Some(k) => {
+            return Err(format!(
+                "config is not valid: cannot unmarshal {} into ignition",
+                k.type_name()
+            ));
+        }
     };
     match version {
         Some(v) if go_semver(&v) => Ok(v),
@@ -597,7 +628,10 @@ fn go_semver_canonical(v: &str) -> Option<String> {
     }
     let (v, meta) = v.split_once('+').map_or((v, None), |(a, m)| (a, Some(m)));
     let (v, pre) = v.split_once('-').map_or((v, None), |(a, p)| (a, Some(p)));
-    let nums: Vec<u64> = v.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let nums: Vec<u64> = v
+        .split('.')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
     let mut out = format!("{}.{}.{}", nums[0], nums[1], nums[2]);
     if let Some(p) = pre {
         out.push('-');
@@ -731,7 +765,9 @@ fn data_url_for(
     } else if gzip {
         make_data_url(contents, current)
     } else {
-        make_data_url(contents, Some("none")).0.pipe_compression(current)
+        make_data_url(contents, Some("none"))
+            .0
+            .pipe_compression(current)
     }
 }
 
@@ -853,7 +889,11 @@ impl Ctx<'_, '_> {
             if let Some(u) = o.str(k)
                 && !go_url_ok(u)
             {
-                bad_urls.push(Diag::error(&format!("{p}.{k}"), o.pos_of(k), "unable to parse url"));
+                bad_urls.push(Diag::error(
+                    &format!("{p}.{k}"),
+                    o.pos_of(k),
+                    "unable to parse url",
+                ));
             }
         });
         self.report.diags.extend(bad_urls);
@@ -865,7 +905,10 @@ impl Ctx<'_, '_> {
                     let fs = fs.as_obj().expect("object");
                     if let Some(p) = fs.str("path")
                         && fs.sugar("with_mount_unit") == Some(&G::Bool(true))
-                        && !(p == "/etc" || p == "/var" || p.starts_with("/etc/") || p.starts_with("/var/"))
+                        && !(p == "/etc"
+                            || p == "/var"
+                            || p.starts_with("/etc/")
+                            || p.starts_with("/var/"))
                     {
                         self.report.push(Diag::error(
                             &format!("$.storage.filesystems.{i}.path"),
@@ -1119,15 +1162,13 @@ impl Ctx<'_, '_> {
                 error: self.t.minor >= 6,
                 path: "$.boot_device.mirror".into(),
                 pos: Some(b.pos_of("mirror")),
-                message: "boot_device.layout should be specified when boot_device.mirror is specified"
-                    .into(),
+                message:
+                    "boot_device.layout should be specified when boot_device.mirror is specified"
+                        .into(),
             };
             self.report.push(d);
         }
-        let luks_device = b
-            .obj("luks")
-            .and_then(|l| l.str("device"))
-            .unwrap_or("");
+        let luks_device = b.obj("luks").and_then(|l| l.str("device")).unwrap_or("");
         let at = b.pos_of("layout");
         if let Some(l) = layout {
             match l {
@@ -1438,7 +1479,14 @@ impl Ctx<'_, '_> {
             _ => return,
         };
         const EXTS: &[&str] = &[
-            ".container", ".volume", ".network", ".kube", ".image", ".build", ".pod", ".artifact",
+            ".container",
+            ".volume",
+            ".network",
+            ".kube",
+            ".image",
+            ".build",
+            ".pod",
+            ".artifact",
         ];
         let mut taken: HashSet<String> = HashSet::new();
         if let Some(st) = cfg.obj("storage") {
@@ -1491,14 +1539,20 @@ impl Ctx<'_, '_> {
             let dest = join_path(base, name);
             if let Some(t) = template {
                 if !taken.insert(dest.clone()) {
-                    self.report.push(Diag::error(&path, *pos, "config already specifies that path"));
+                    self.report.push(Diag::error(
+                        &path,
+                        *pos,
+                        "config already specifies that path",
+                    ));
                 } else {
                     let mut l = Obj::new(&schema::LINK, *pos);
                     l.set("path", minor, G::Str(dest.clone()));
                     l.set("target", minor, G::Str(t));
                     new_links.push((G::Obj(l), *pos));
                 }
-            } else if let Some(f) = self.quadlet_file(&dest, contents, local, &path, *pos, &mut taken) {
+            } else if let Some(f) =
+                self.quadlet_file(&dest, contents, local, &path, *pos, &mut taken)
+            {
                 new_files.push(f);
             }
             if let Some(G::List(dropins)) = q.sugar("dropins") {
@@ -1547,7 +1601,10 @@ impl Ctx<'_, '_> {
                 .push(Diag::error(path, pos, "config already specifies that path"));
             return None;
         }
-        let (url, compression) = match (contents.filter(|c| !c.is_empty()), local.filter(|l| !l.is_empty())) {
+        let (url, compression) = match (
+            contents.filter(|c| !c.is_empty()),
+            local.filter(|l| !l.is_empty()),
+        ) {
             (Some(c), _) => data_url_for(minor, self.gzip(), c.as_bytes(), None),
             (None, Some(l)) => match self.local_url(l, None) {
                 Ok(u) => u,
@@ -1811,7 +1868,8 @@ impl Ctx<'_, '_> {
                             .obj("contents")
                             .and_then(|c| c.str("compression"))
                             .map(str::to_string);
-                        let (url, compression) = data_url_for(minor, gzip, &contents, current.as_deref());
+                        let (url, compression) =
+                            data_url_for(minor, gzip, &contents, current.as_deref());
                         if let Err(e) = self.embed(url.len()) {
                             self.report.push(Diag::error(&path, *pos, e));
                             return;

@@ -177,7 +177,10 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
                 check_escapes(t, &quoted)?;
                 return Ok(n);
             }
-            Err(e) if e.message.contains("missing explicit document end marker before directive") => {
+            Err(e)
+                if e.message
+                    .contains("missing explicit document end marker before directive") =>
+            {
                 let start = line_start(t, e.pos.line);
                 // libyaml ends the document there; content before the next `---` is an error.
                 let next = t[start..]
@@ -514,7 +517,9 @@ pub fn decode_text(input: &[u8]) -> Result<std::borrow::Cow<'_, str>, String> {
         let s: Result<String, _> = char::decode_utf16(units).collect();
         Cow::Owned(s.map_err(|_| "config is not valid UTF-16".to_string())?)
     } else {
-        Cow::Borrowed(std::str::from_utf8(input).map_err(|_| "config is not valid UTF-8".to_string())?)
+        Cow::Borrowed(
+            std::str::from_utf8(input).map_err(|_| "config is not valid UTF-8".to_string())?,
+        )
     };
     let allowed = |c: char| {
         matches!(c, '\t' | '\n' | '\r' | '\u{85}')
