@@ -103,7 +103,7 @@ pub fn merge_key_warnings(node: &Node, path: &str, report: &mut Report) {
 /// `!!binary`.
 fn base64_std(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return None;
     }
     let val = |c: u8| match c {

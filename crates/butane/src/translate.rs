@@ -503,16 +503,16 @@ fn go_url_ok(s: &str) -> bool {
                 return false;
             };
             let port = &h[close + 1..];
-            if !port.is_empty()
-                && !(port.starts_with(':') && port[1..].bytes().all(|c| c.is_ascii_digit()))
+            if !(port.is_empty()
+                || port.starts_with(':') && port[1..].bytes().all(|c| c.is_ascii_digit()))
             {
                 return false;
             }
         } else {
-            if let Some(i) = host.rfind(':') {
-                if !host[i + 1..].bytes().all(|c| c.is_ascii_digit()) {
-                    return false;
-                }
+            if let Some(i) = host.rfind(':')
+                && !host[i + 1..].bytes().all(|c| c.is_ascii_digit())
+            {
+                return false;
             }
             if !unescape_ok(host, true) {
                 return false;
@@ -2416,7 +2416,7 @@ fn url_scheme(src: &str) -> Option<&str> {
         {
             Some(scheme)
         }
-        Some((scheme, _)) if scheme.is_empty() => None,
+        Some(("", _)) => None,
         _ => Some(""),
     }
 }
