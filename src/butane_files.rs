@@ -69,7 +69,21 @@ impl butane::FilesDir for DirFiles {
         if !meta.is_dir() {
             return Err("tree local must be a directory".to_string().into());
         }
-        let mut out = Vec::new();
+        // Go's filepath.Walk lstats the root: a root that is a symlink (to a directory, as
+        // the stat above saw) is one symlink, not followed.
+        if let Ok(l) = std::fs::symlink_metadata(&base)
+            && l.file_type().is_symlink()
+        {
+            let target = std::fs::read_link(&base)
+                .map_err(|e| format!("{}: {e}", base.display()))?
+                .to_string_lossy()
+                .into_owned();
+            return Ok(vec![TreeEntry::Symlink {
+                rel: String::new(),
+                target,
+            }]);
+        }
+        let mut out = vec![TreeEntry::Dir { rel: String::new() }];
         let mut walk = Walk {
             out: &mut out,
             max_file,
@@ -164,6 +178,7 @@ impl Walk<'_> {
                 std::fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
             let ft = meta.file_type();
             if ft.is_dir() {
+                self.out.push(TreeEntry::Dir { rel: rel.clone() });
                 self.dir(&p, &format!("{rel}/"), depth + 1)?;
             } else if ft.is_file() {
                 let max = self.max_file.min(self.max_total.saturating_sub(self.total));

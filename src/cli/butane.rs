@@ -13,7 +13,8 @@ pub struct ButaneArgs {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Directory that `local`, `contents_local`, `ssh_authorized_keys_local` and
-    /// `storage.trees` paths are relative to (nothing outside it is read).
+    /// `storage.trees` paths are relative to (a path may not leave it; a symlink inside it is
+    /// followed, as Butane does, even to a file outside it).
     #[arg(short = 'd', long, value_name = "DIR")]
     pub files_dir: Option<PathBuf>,
     /// Fail on warnings.

@@ -34,6 +34,7 @@ pub fn validate(a: ValidateArgs) -> i32 {
         let opts = butane::Options {
             files_dir: files.as_ref().map(|f| f as &dyn butane::FilesDir),
             max_size: usize::try_from(limit).unwrap_or(usize::MAX),
+            agent_checks: true,
             ..Default::default()
         };
         return match butane::translate(&bytes, &opts) {

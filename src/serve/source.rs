@@ -307,6 +307,10 @@ fn hash_walk(r: &Result<Vec<butane::TreeEntry>, butane::LocalError>) -> [u8; 32]
                         field(contents);
                         field(&[u8::from(*executable)]);
                     }
+                    butane::TreeEntry::Dir { rel } => {
+                        field(b"d");
+                        field(rel.as_bytes());
+                    }
                     butane::TreeEntry::Symlink { rel, target } => {
                         field(b"l");
                         field(rel.as_bytes());

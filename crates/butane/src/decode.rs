@@ -80,6 +80,57 @@ pub fn entries<'a>(
     out
 }
 
+/// Butane's unused-key check walks the YAML node tree, where a merge key `<<` is still a key
+/// that no struct field takes: it warns "unused key <<" (so `--strict` fails on merges).
+pub fn merge_key_warnings(node: &Node, path: &str, report: &mut Report) {
+    let Kind::Map(list) = &node.kind else {
+        return;
+    };
+    for (k, _) in list.iter() {
+        if let Kind::Scalar {
+            value,
+            style: Style::Plain,
+            ..
+        } = &k.kind
+            && value == "<<"
+        {
+            report.push(Diag::warning(&format!("{path}.<<"), k.pos, "unused key <<"));
+        }
+    }
+}
+
+/// Go's `base64.StdEncoding.DecodeString` (padded, no whitespace) as go-yaml uses for
+/// `!!binary`.
+fn base64_std(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    if !b.len().is_multiple_of(4) {
+        return None;
+    }
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(b.len() / 4 * 3);
+    for (n, ch) in b.chunks(4).enumerate() {
+        let last = n == b.len() / 4 - 1;
+        let pad = ch.iter().rev().take_while(|c| **c == b'=').count();
+        if pad > 2 || pad > 0 && !last {
+            return None;
+        }
+        let mut v = 0u32;
+        for (i, c) in ch[..4 - pad].iter().enumerate() {
+            v |= u32::from(val(*c)?) << (18 - 6 * i);
+        }
+        let bytes = v.to_be_bytes();
+        out.extend_from_slice(&bytes[1..4 - pad]);
+    }
+    Some(out)
+}
+
 fn type_err(path: &str, n: &Node, want: &str) -> Diag {
     let got = match &n.kind {
         Kind::Scalar { value, .. } => format!("!!str `{}`", truncate(value)),
@@ -130,19 +181,37 @@ pub fn parse_int(raw: &str) -> Option<i64> {
         let v = if neg { -v } else { v };
         return i64::try_from(v).ok();
     }
-    // A float with an integral value (`1e3`, `8.0`, `08`).
+    // A float (go-yaml's `^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`), truncated
+    // toward zero as go-yaml does into an int (`0644.5` is 644, `-1.5` is -1).
     let is_float = {
         let b = body.as_bytes();
-        !b.is_empty()
-            && b.iter()
-                .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'-' | b'+'))
-            && b[0] != b'e'
-            && b[0] != b'E'
+        let mut i = 0;
+        let int_digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
+        i += int_digits;
+        let mut frac_digits = 0;
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            frac_digits = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+            i += frac_digits;
+        }
+        let mantissa = int_digits > 0 || frac_digits > 0 && b[0] == b'.';
+        if mantissa && matches!(b.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(b.get(i), Some(b'-' | b'+')) {
+                i += 1;
+            }
+            let e = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+            if e == 0 {
+                i = usize::MAX;
+            } else {
+                i += e;
+            }
+        }
+        mantissa && i == b.len()
     };
     if is_float
         && let Ok(f) = s.parse::<f64>()
-        && f.fract() == 0.0
-        && f.abs() < 9.2e18
+        && f <= 9.223_372_036_854_776e18
     {
         return Some(f as i64);
     }
@@ -150,6 +219,18 @@ pub fn parse_int(raw: &str) -> Option<i64> {
 }
 
 impl Decoder<'_> {
+    /// go-yaml leaves a struct field given `~` untouched, and Butane's context tree then has a
+    /// node its content tree lacks: it warns at that path (so `--strict` fails).
+    pub fn null_struct(&mut self, v: &Node, path: &str) {
+        self.report.push(Diag::warning(
+            path,
+            v.pos,
+            format!(
+                "context tree does not match content tree at {path}. Line and column reporting may be inconsistent. Unused keys may not be reported"
+            ),
+        ));
+    }
+
     pub fn obj(&mut self, def: &'static Def, node: &Node, path: &str) -> Option<Obj> {
         if node.is_null() {
             return None;
@@ -159,6 +240,7 @@ impl Decoder<'_> {
             return None;
         }
         let mut o = Obj::new(def, node.pos);
+        merge_key_warnings(node, path, self.report);
         for (key, v, kpos) in entries(node, path, self.report) {
             let child = format!("{path}.{key}");
             let Some(i) = (!key.is_empty())
@@ -179,6 +261,9 @@ impl Decoder<'_> {
 
     pub fn value(&mut self, t: T, k: K, v: &Node, path: &str) -> Option<G> {
         if v.is_null() {
+            if matches!(t, T::Obj(_)) {
+                self.null_struct(v, path);
+            }
             return None;
         }
         match t {
@@ -221,6 +306,19 @@ impl Decoder<'_> {
 
     pub fn string(&mut self, v: &Node, path: &str) -> Option<String> {
         match &v.kind {
+            Kind::Scalar { value, tag, .. } if tag.as_deref() == Some("!!binary") => {
+                match base64_std(value) {
+                    Some(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+                    None => {
+                        self.report.push(Diag::error(
+                            path,
+                            v.pos,
+                            "!!binary value contains invalid base64 data",
+                        ));
+                        None
+                    }
+                }
+            }
             Kind::Scalar { value, .. } => Some(value.clone()),
             _ => {
                 self.report.push(type_err(path, v, "string"));
@@ -230,8 +328,10 @@ impl Decoder<'_> {
     }
 
     fn int(&mut self, v: &Node, path: &str) -> Option<i64> {
+        // An explicit tag other than !!int or !!float (`!!str 0644`) is a string to go-yaml.
         if let Kind::Scalar { value, style, tag } = &v.kind
-            && (*style == Style::Plain || tag.as_deref() == Some("!!int"))
+            && (tag.is_none() && *style == Style::Plain
+                || matches!(tag.as_deref(), Some("!!int" | "!!float")))
             && let Some(i) = parse_int(value)
         {
             return Some(i);

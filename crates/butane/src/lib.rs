@@ -30,8 +30,9 @@ pub trait FilesDir {
     /// The bytes of the regular file at `rel` (a slash-separated path relative to the files
     /// dir), at most `max`. Implementations refuse paths that leave the directory.
     fn read(&self, rel: &str, max: u64) -> Result<Vec<u8>, LocalError>;
-    /// Every regular file and symlink under directory `rel`, in lexical walk order (as Go's
-    /// `filepath.Walk`), with paths relative to `rel`; each file at most `max_file` bytes,
+    /// Every directory, regular file and symlink under directory `rel`, the root included, in
+    /// lexical walk order (as Go's `filepath.Walk`), with paths relative to `rel`; a root that
+    /// is a symlink to a directory is that one symlink (`rel` empty: Walk does not follow it); each file at most `max_file` bytes,
     /// all together at most `max_total`.
     fn walk(&self, rel: &str, max_file: u64, max_total: u64) -> Result<Vec<TreeEntry>, LocalError>;
 }
@@ -63,6 +64,11 @@ pub enum TreeEntry {
         rel: String,
         target: String,
     },
+    /// A directory, the tree's root (`rel` empty) first; Butane makes directory entries of
+    /// them when a tree sets `dir_mode`, `user` or `group`.
+    Dir {
+        rel: String,
+    },
 }
 
 /// Translation options (`agent butane` flags).
@@ -83,6 +89,10 @@ pub struct Options<'a> {
     /// Bytes of local files one translation reads, all together (a file used twice is read
     /// once), and bytes of contents it embeds from them (counting every use): `max-local-total`.
     pub max_local_total: u64,
+    /// Also report the agent's own checks of the output that Ignition's validation does not
+    /// make (id ranges, user and group names, masked-and-enabled units, ...): `agent validate`.
+    /// Off for `agent butane`, which reports what Butane reports.
+    pub agent_checks: bool,
 }
 
 /// Default [`Options::max_local_file`]: 64 MiB (the agent's config size limit).
@@ -101,6 +111,7 @@ impl Default for Options<'_> {
             release: Release::Newest,
             max_local_file: MAX_LOCAL_FILE,
             max_local_total: MAX_LOCAL_TOTAL,
+            agent_checks: false,
         }
     }
 }
@@ -304,5 +315,62 @@ mod tests {
         let deep = format!("a: {}{}", "[".repeat(10_000), "]".repeat(10_000));
         assert!(looks_like_butane(deep.as_bytes()));
         assert!(!looks_like_butane(&deep.as_bytes()[3..]));
+    }
+
+    /// Issue 26 §1, one input per class, with what Butane v0.29.0 answered (the full set is
+    /// tests/butane_diff.rs).
+    #[test]
+    fn as_butane_v0_29_answers() {
+        let os = "variant: openshift\nversion: 4.14.0\nmetadata:\n  name: x\n  labels:\n    machineconfiguration.openshift.io/role: worker\n";
+        // Raw output: no MachineConfig field filters.
+        let out = tr(&format!("{os}storage:\n  links:\n    - path: /etc/l\n      target: /x\n  directories:\n    - path: /etc/d\n")).unwrap();
+        assert!(String::from_utf8(out.json).unwrap().contains("\"links\""));
+        // The role label is required; a bad kernel_type is an error; fips: false warns.
+        assert!(tr("variant: openshift\nversion: 4.14.0\nmetadata:\n  name: x\n").is_err());
+        assert!(tr(&format!("{os}openshift:\n  kernel_type: bogus\n")).is_err());
+        let out = tr(&format!("{os}openshift:\n  fips: false\n")).unwrap();
+        assert_eq!(out.report.diags[0].path, "$.openshift.fips");
+        // `<<` warns as an unused key; `systemd: ~` warns.
+        let out = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - <<: {mode: 0600}\n      path: /a\n").unwrap();
+        assert_eq!(out.report.diags[0].path, "$.storage.files.0.<<");
+        let out = tr("variant: fcos\nversion: 1.5.0\nsystemd: ~\n").unwrap();
+        assert_eq!(out.report.diags[0].path, "$.systemd");
+        // UTF-16 with a BOM is read; a C1 control character is refused.
+        let mut u16 = vec![0xff, 0xfe];
+        for c in "variant: fcos\nversion: 1.5.0\n".encode_utf16() {
+            u16.extend_from_slice(&c.to_le_bytes());
+        }
+        assert!(translate(&u16, &Options::default()).is_ok());
+        assert!(tr("variant: fcos\nversion: 1.5.0\nx: \u{9b}\n").is_err());
+        // A float into an int truncates; !!str is not an int; go-semver versions.
+        let out = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /a\n      mode: 420.9\n").unwrap();
+        assert!(
+            String::from_utf8(out.json)
+                .unwrap()
+                .contains("\"mode\":420")
+        );
+        assert!(tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /a\n      mode: !!str 420\n").is_err());
+        assert!(tr("variant: fcos\nversion: 01.5.0\n").is_ok());
+        // Merge inline that is not JSON is an error; an unparsable URL is an error.
+        assert!(tr("variant: fcos\nversion: 1.5.0\nignition:\n  config:\n    merge:\n      - inline: not json\n").is_err());
+        assert!(tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /a\n      contents:\n        source: 'http://a b/'\n").is_err());
+        // The agent's own checks stay out (a uid Ignition takes), duplicates are refused.
+        assert!(tr("variant: fcos\nversion: 1.5.0\npasswd:\n  users:\n    - name: a\n      uid: 4294967295\n").is_ok());
+        assert!(tr("variant: fcos\nversion: 1.5.0\nkernel_arguments:\n  should_exist: [x]\n  should_not_exist: [x]\n").is_err());
+        // Rootless quadlets and swap mount units before spec 3.3.
+        let out = tr("variant: fcos\nversion: 1.8.0-experimental\nsystemd:\n  quadlets:\n    - name: w.container\n      contents: x\n").unwrap();
+        assert!(
+            String::from_utf8(out.json)
+                .unwrap()
+                .contains("/etc/containers/systemd/users/w.container")
+        );
+        let out = tr("variant: fcos\nversion: 1.2.0\nstorage:\n  filesystems:\n    - device: /dev/vdb\n      format: swap\n      path: /var/s\n      with_mount_unit: true\n").unwrap();
+        assert!(String::from_utf8(out.json).unwrap().contains("var-s.mount"));
+        // Root partition warnings (v0.28+).
+        let out = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  disks:\n    - device: /dev/vda\n      partitions:\n        - label: root\n          number: 4\n          size_mib: 4000\n").unwrap();
+        assert_eq!(
+            out.report.diags[0].path,
+            "$.storage.disks.0.partitions.0.size_mib"
+        );
     }
 }

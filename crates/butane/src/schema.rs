@@ -294,7 +294,15 @@ pub static STORAGE: Def = Def {
 
 pub static TREE: Def = Def {
     name: "Tree",
-    fields: &[sugar("local", Str, 0), sugar("path", Str, 0)],
+    fields: &[
+        sugar("local", Str, 0),
+        sugar("path", Str, 0),
+        // Butane's base v0_7 (spec 3.6: fcos 1.7) on.
+        sugar("file_mode", Int, 6),
+        sugar("dir_mode", Int, 6),
+        sugar("user", Obj(&NODE_USER), 6),
+        sugar("group", Obj(&NODE_USER), 6),
+    ],
 };
 
 pub static NODE_USER: Def = Def {
@@ -472,6 +480,7 @@ pub static QUADLET: Def = Def {
         sugar("contents_local", Str, 0),
         sugar("name", Str, 0),
         sugar("rootful", Bool, 0),
+        sugar("dropins", ListObj(&DROPIN), 0),
     ],
 };
 

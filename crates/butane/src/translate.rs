@@ -147,6 +147,8 @@ static GRUB_USER: Def = Def {
         sf("password_hash", "password_hash", T::Str, 0),
     ],
 };
+const ROLE_LABEL: &str = "machineconfiguration.openshift.io/role";
+
 static OPENSHIFT: Def = Def {
     name: "OpenShift",
     fields: &[
@@ -190,11 +192,14 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         )));
         return Err(report);
     }
-    let Ok(text) = std::str::from_utf8(input) else {
-        report.push(Diag::plain("config is not valid UTF-8"));
-        return Err(report);
+    let text = match yaml::decode_text(input) {
+        Ok(t) => t,
+        Err(e) => {
+            report.push(Diag::plain(e));
+            return Err(report);
+        }
     };
-    let root = match yaml::parse(text, &opts.limits) {
+    let root = match yaml::parse(&text, &opts.limits) {
         Ok(r) => r,
         Err(e) => {
             report.push(Diag {
@@ -226,7 +231,12 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         report.push(Diag::plain("error parsing version; must be specified"));
         return Err(report);
     };
-    let Some(t) = target(variant, version, opts.release) else {
+    // Butane parses the version with go-semver and looks its String() up: `01.5.0` is 1.5.0.
+    let canon = go_semver_canonical(version);
+    let Some(t) = canon
+        .as_deref()
+        .and_then(|v| target(variant, v, opts.release))
+    else {
         report.push(Diag::plain(format!(
             "no translator exists for variant {variant} with version {version}"
         )));
@@ -247,7 +257,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
     };
     let mut json = to_json(&cfg, t.minor, opts.pretty);
     json.push('\n');
-    let ign_report = validate_ignition(&json, &cfg, t);
+    let ign_report = validate_ignition(&json, &cfg, t, opts.agent_checks);
     cx.report.diags.extend(ign_report.diags);
     if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
         if !cx.report.has_errors() {
@@ -266,7 +276,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
 
 /// Ignition's own validation of the translated config (as Butane runs it), with the JSON
 /// paths mapped back to the YAML where the value came from.
-fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
+fn validate_ignition(json: &str, cfg: &Obj, t: Target, agent_checks: bool) -> Report {
     let mut report = Report::default();
     // The agent validates stable versions; an experimental spec is checked as the newest
     // stable one it extends.
@@ -290,8 +300,30 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
         Ok(p) => p.warnings.diagnostics,
         Err(r) => r.diagnostics,
     };
-    child_configs(cfg, t, &mut report);
+    ignition_dups(cfg, "$", &mut report);
+    // Ignition warns of special bits as `uint32(mode) & 07000` before spec 3.6, also for a
+    // mode it refuses (-1); the agent's validator names only valid modes.
+    if t.minor < 6 {
+        walk(cfg, "$", &mut |o, p| {
+            if matches!(o.def.name, "File" | "Directory")
+                && let Some(m) = o.int("mode")
+                && !(0..=0o7777).contains(&m)
+                && (m as u32) & 0o7000 != 0
+            {
+                report.push(Diag::warning(
+                    &format!("{p}.mode"),
+                    o.pos_of("mode"),
+                    "setuid/setgid/sticky bits are not supported or functional in spec versions older than 3.6.0",
+                ));
+            }
+        });
+    }
     for d in diags {
+        if !agent_checks && agent_only(&d.message)
+            || t.minor < 3 && d.message == "link target is required"
+        {
+            continue;
+        }
         // Spec 3.0's ignition-validate accepts a merge without a source (Butane fcos 1.0.0
         // writes `"source": null` for an inline merge); Ignition fails it only at run time.
         if t.minor == 0 && d.message.contains("need a source") {
@@ -306,6 +338,322 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target) -> Report {
         });
     }
     report
+}
+
+/// Butane's isTemplateInstance: `foo@bar.container` is an instance of `foo@.container`.
+fn quadlet_template(name: &str) -> Option<String> {
+    let at = name.find('@')?;
+    let dot = name.rfind('.')?;
+    if at + 1 == dot {
+        return None;
+    }
+    Some(format!("{}@.{}", &name[..at], &name[dot + 1..]))
+}
+
+/// Ignition's `ValidateDups`, which Butane runs on its output: in every struct, a list entry
+/// whose key (`Key()`: path, name, device, source, ...; a string itself) an earlier entry of
+/// the list has is an error. Files, directories and links share one key space, as do the two
+/// kernel argument lists; `append` and the option lists are exempt.
+fn ignition_dups(o: &Obj, path: &str, report: &mut Report) {
+    fn key(g: &G) -> Option<String> {
+        let o = match g {
+            G::Str(s) => return Some(s.clone()),
+            G::Obj(o) => o,
+            _ => return None,
+        };
+        let s = |k: &str| o.str(k).unwrap_or("").to_string();
+        Some(match o.def.name {
+            "Directory" | "File" | "Link" => s("path"),
+            "Disk" | "Filesystem" => s("device"),
+            "HTTPHeader" | "Luks" | "Raid" | "PasswdUser" | "PasswdGroup" | "Unit" | "Dropin" => {
+                s("name")
+            }
+            "Resource" | "ConfigReference" | "CaReference" => s("source"),
+            "Tang" => s("url"),
+            "Partition" => match (o.int("number").unwrap_or(0), o.str("label")) {
+                (n, _) if n != 0 => format!("number:{n}"),
+                (_, Some(l)) => format!("label:{l}"),
+                _ => String::new(),
+            },
+            _ => return None,
+        })
+    }
+    let mut lists: HashMap<&str, HashSet<String>> = HashMap::new();
+    for (fd, v) in o.def.fields.iter().zip(&o.vals) {
+        if fd.k == K::Sugar {
+            continue;
+        }
+        let name = if fd.yaml.is_empty() { fd.json } else { fd.yaml };
+        let child = format!("{path}.{name}");
+        match v {
+            Some(G::Obj(c)) => ignition_dups(c, &child, report),
+            Some(G::List(l)) => {
+                let ignored = matches!(
+                    (o.def.name, fd.json),
+                    ("File", "append")
+                        | ("Filesystem", "options" | "mountOptions")
+                        | ("Luks" | "Raid", "options")
+                );
+                let group = match (o.def.name, fd.json) {
+                    ("Storage", "directories" | "files" | "links") => "Node",
+                    ("KernelArguments", _) => "KernelArgument",
+                    (_, j) => j,
+                };
+                for (i, (g, pos)) in l.iter().enumerate() {
+                    if let G::Obj(c) = g {
+                        ignition_dups(c, &format!("{child}.{i}"), report);
+                    }
+                    if ignored {
+                        continue;
+                    }
+                    let Some(k) = key(g) else { continue };
+                    if !lists.entry(group).or_default().insert(k) {
+                        report.push(Diag::error(
+                            &format!("{child}.{i}"),
+                            *pos,
+                            "duplicate entry defined",
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether Go's `url.Parse` accepts `s` (Ignition refuses a source it cannot parse): no
+/// control characters, no leading `:`, valid `%` escapes in the path and fragment, a host of
+/// allowed characters with a closed `[...]` and a numeric port.
+fn go_url_ok(s: &str) -> bool {
+    fn unescape_ok(s: &str, host: bool) -> bool {
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            if c == b'%' {
+                if i + 2 >= b.len()
+                    || !b[i + 1].is_ascii_hexdigit()
+                    || !b[i + 2].is_ascii_hexdigit()
+                {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            if host
+                && c < 0x80
+                && !(c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]<>\"".contains(&c))
+            {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    if s.bytes().any(|c| c < 0x20 || c == 0x7f) {
+        return false;
+    }
+    if s.is_empty() {
+        return true;
+    }
+    let (rest, frag) = s.split_once('#').map_or((s, None), |(a, b)| (a, Some(b)));
+    if let Some(f) = frag
+        && !unescape_ok(f, false)
+    {
+        return false;
+    }
+    // The scheme: letters first, then letters, digits, + - .; a ':' at 0 is an error.
+    let mut scheme = "";
+    let mut rest = rest;
+    for (i, c) in rest.char_indices() {
+        if c.is_ascii_alphabetic() {
+            continue;
+        }
+        if i > 0 && (c.is_ascii_digit() || "+-.".contains(c)) {
+            continue;
+        }
+        if c == ':' {
+            if i == 0 {
+                return false;
+            }
+            scheme = &rest[..i];
+            rest = &rest[i + 1..];
+        }
+        break;
+    }
+    let rest = rest.split_once('?').map_or(rest, |(a, _)| a);
+    if !rest.starts_with('/') && !scheme.is_empty() {
+        return true; // opaque
+    }
+    if scheme.is_empty()
+        && !rest.starts_with('/')
+        && rest.split('/').next().is_some_and(|seg| seg.contains(':'))
+    {
+        return false;
+    }
+    let mut path = rest;
+    if rest.starts_with("//") && (!scheme.is_empty() || !rest.starts_with("///")) {
+        let after = &rest[2..];
+        let end = after.find('/').unwrap_or(after.len());
+        let authority = &after[..end];
+        path = &after[end..];
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        if let Some(h) = host.strip_prefix('[') {
+            let Some(close) = h.find(']') else {
+                return false;
+            };
+            let port = &h[close + 1..];
+            if !(port.is_empty()
+                || port.starts_with(':') && port[1..].bytes().all(|c| c.is_ascii_digit()))
+            {
+                return false;
+            }
+        } else {
+            if let Some(i) = host.rfind(':')
+                && !host[i + 1..].bytes().all(|c| c.is_ascii_digit())
+            {
+                return false;
+            }
+            if !unescape_ok(host, true) {
+                return false;
+            }
+        }
+    }
+    unescape_ok(path, false)
+}
+
+/// Checks of the agent's config validation that Ignition's validation (which Butane runs on
+/// its output) does not make: `agent butane` prints what Butane prints, and these stay with
+/// `agent validate` and the agent's own run (README, "Where the agent differs from Ignition").
+fn agent_only(msg: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "id ",
+        "uid ",
+        "gid ",
+        "invalid user name",
+        "invalid group name",
+    ];
+    const PARTS: &[&str] = &[
+        "a masked unit cannot be enabled",
+        " UUID: mkfs will refuse it",
+        "home directory must be an absolute path",
+    ];
+    if PREFIXES.iter().any(|p| msg.starts_with(p)) && msg.contains("out of range")
+        || msg.starts_with("invalid user name")
+        || msg.starts_with("invalid group name")
+    {
+        return true;
+    }
+    if let Some(rest) = msg.strip_prefix("invalid unit name \"")
+        && let Some(name) = rest.split('"').next()
+    {
+        // Ignition looks only at path.Ext of the name.
+        let ext = name.rfind('.').map(|i| &name[i..]).unwrap_or("");
+        return !ext.contains('/')
+            && [
+                ".service",
+                ".socket",
+                ".device",
+                ".mount",
+                ".automount",
+                ".swap",
+                ".target",
+                ".path",
+                ".timer",
+                ".snapshot",
+                ".slice",
+                ".scope",
+            ]
+            .contains(&ext);
+    }
+    PARTS.iter().any(|p| msg.contains(p))
+}
+
+/// The `ignition.version` of a config given `inline`, read as Butane reads it (Go's
+/// `json.Unmarshal` into the Ignition types, keys matched without case, then go-semver): text
+/// that is not JSON, or not an object, or a version that is missing or not semver, is an error.
+fn child_version(bytes: &[u8]) -> Result<String, String> {
+    fn member<'v>(v: &'v spec::json::Value, key: &str) -> Option<&'v spec::json::Value> {
+        match &v.kind {
+            spec::json::Kind::Object(m) => m
+                .iter()
+                .rev()
+                .find(|m| m.key == key)
+                .or_else(|| m.iter().rev().find(|m| m.key.eq_ignore_ascii_case(key)))
+                .map(|m| &m.value),
+            _ => None,
+        }
+    }
+    use spec::json::Kind as J;
+    let v = spec::json::parse(bytes).map_err(|e| format!("config is not valid: {e}"))?;
+    let ign = match &v.kind {
+        J::Object(_) => member(&v, "ignition"),
+        J::Null => None,
+        k => {
+            return Err(format!(
+                "config is not valid: cannot unmarshal {} into a config",
+                k.type_name()
+            ));
+        }
+    };
+    let version = match ign.map(|i| &i.kind) {
+        None | Some(J::Null) => None,
+        Some(J::Object(_)) => match member(ign.expect("ignition"), "version").map(|v| &v.kind) {
+            None | Some(J::Null) => None,
+            Some(J::String(s)) => Some(s.clone()),
+            Some(k) => {
+                return Err(format!(
+                    "config is not valid: cannot unmarshal {} into ignition.version",
+                    k.type_name()
+                ));
+            }
+        },
+        Some(k) => {
+            return Err(format!(
+                "config is not valid: cannot unmarshal {} into ignition",
+                k.type_name()
+            ));
+        }
+    };
+    match version {
+        Some(v) if go_semver(&v) => Ok(v),
+        _ => Err("invalid config version (couldn't parse)".into()),
+    }
+}
+
+/// `v` as go-semver's `Version.String()` prints what it parsed, or `None` where it fails.
+fn go_semver_canonical(v: &str) -> Option<String> {
+    if !go_semver(v) {
+        return None;
+    }
+    let (v, meta) = v.split_once('+').map_or((v, None), |(a, m)| (a, Some(m)));
+    let (v, pre) = v.split_once('-').map_or((v, None), |(a, p)| (a, Some(p)));
+    let nums: Vec<u64> = v
+        .split('.')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let mut out = format!("{}.{}.{}", nums[0], nums[1], nums[2]);
+    if let Some(p) = pre {
+        out.push('-');
+        out.push_str(p);
+    }
+    if let Some(m) = meta {
+        out.push('+');
+        out.push_str(m);
+    }
+    Some(out)
+}
+
+/// Whether go-semver (`semver.NewVersion`) parses `v`: `MAJOR.MINOR.PATCH[-PRE][+META]`,
+/// each number decimal digits (leading zeros allowed).
+fn go_semver(v: &str) -> bool {
+    let v = v.split_once('+').map_or(v, |(a, _)| a);
+    let v = v.split_once('-').map_or(v, |(a, _)| a);
+    let parts: Vec<&str> = v.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 18 && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Butane validates a merged or replacing config given `inline` with the parser of the
@@ -336,27 +684,23 @@ fn child_configs(cfg: &Obj, t: Target, report: &mut Report) {
             continue;
         };
         let bytes = inline.as_bytes();
-        let version = spec::json::parse(bytes).ok().and_then(|v| {
-            v.get("ignition")
-                .and_then(|i| i.get("version"))
-                .and_then(|v| match &v.kind {
-                    spec::json::Kind::String(s) => Some(s.clone()),
-                    _ => None,
-                })
-        });
-        if version.as_deref() != Some(t.ign_version) {
-            report.push(Diag::warning(
+        match child_version(bytes) {
+            Err(msg) => report.push(Diag::error(&format!("{path}.inline"), pos, msg)),
+            Ok(v) if v != t.ign_version => report.push(Diag::warning(
                 &format!("{path}.version"),
                 pos,
                 "skipping validation for the merge/replace ignition config due to an unkown version",
-            ));
-        } else if let Err(r) = spec::config::parse(bytes) {
-            for d in r.errors() {
-                report.push(Diag::error(
-                    &format!("{path}.inline"),
-                    pos,
-                    format!("in the merged config: {d}"),
-                ));
+            )),
+            Ok(_) => {
+                if let Err(r) = spec::config::parse(bytes) {
+                    for d in r.errors() {
+                        report.push(Diag::error(
+                            &format!("{path}.inline"),
+                            pos,
+                            format!("in the merged config: {d}"),
+                        ));
+                    }
+                }
             }
         }
     }
@@ -408,11 +752,33 @@ fn yaml_path(cfg: &Obj, path: &spec::config::Path) -> (String, Pos) {
     (out, pos)
 }
 
-fn data_url_for(minor: u8, contents: &[u8], current: Option<&str>) -> (String, Option<String>) {
+/// Butane's MakeDataURL: the shortest of URL-escaped, base64 and (where `gzip`: not on
+/// openshift 4.8/4.9, which set NoResourceAutoCompression) gzip'd base64.
+fn data_url_for(
+    minor: u8,
+    gzip: bool,
+    contents: &[u8],
+    current: Option<&str>,
+) -> (String, Option<String>) {
     if minor == 0 {
         (format!("data:,{}", crate::sugar::escape(contents)), None)
-    } else {
+    } else if gzip {
         make_data_url(contents, current)
+    } else {
+        make_data_url(contents, Some("none"))
+            .0
+            .pipe_compression(current)
+    }
+}
+
+trait PipeCompression {
+    fn pipe_compression(self, current: Option<&str>) -> (String, Option<String>);
+}
+
+impl PipeCompression for String {
+    /// A URL made without compression; the compression field set to "" where unset.
+    fn pipe_compression(self, current: Option<&str>) -> (String, Option<String>) {
+        (self, current.is_none_or(str::is_empty).then(String::new))
     }
 }
 
@@ -427,6 +793,7 @@ impl Ctx<'_, '_> {
         // Split the root: the Ignition part and the variant's own keys.
         let mut base_entries = Vec::new();
         let mut extra: Vec<(&str, &Node, Pos)> = Vec::new();
+        crate::decode::merge_key_warnings(root, "$", &mut self.report);
         for (k, v, p) in entries(root, "$", &mut self.report) {
             match k {
                 "variant" | "version" => {}
@@ -464,18 +831,31 @@ impl Ctx<'_, '_> {
         let mut openshift = None;
         let mut metadata_name: Option<String> = None;
         let mut metadata_pos = root.pos;
+        let mut role: Option<String> = None;
         for (k, v, p) in &extra {
             let path = format!("$.{k}");
+            if v.is_null() {
+                dec.null_struct(v, &path);
+            }
             match *k {
                 "boot_device" => boot = dec.obj(&BOOT_DEVICE, v, &path),
                 "grub" => grub = dec.obj(&GRUB, v, &path),
                 "openshift" => openshift = dec.obj(&OPENSHIFT, v, &path),
                 "metadata" => {
                     metadata_pos = *p;
+                    crate::decode::merge_key_warnings(v, &path, dec.report);
                     for (mk, mv, mp) in entries(v, &path, dec.report) {
                         match mk {
                             "name" => metadata_name = dec.string(mv, "$.metadata.name"),
-                            "labels" => {}
+                            "labels" => {
+                                if let Kind::Map(m) = &mv.kind {
+                                    for (lk, lv) in m.iter() {
+                                        if lk.scalar() == Some(ROLE_LABEL) {
+                                            role = lv.scalar().map(str::to_string);
+                                        }
+                                    }
+                                }
+                            }
                             _ => dec.report.push(Diag::warning(
                                 &format!("$.metadata.{mk}"),
                                 mp,
@@ -488,14 +868,56 @@ impl Ctx<'_, '_> {
             }
         }
         if self.report.has_errors() {
+            // go-yaml's unmarshal errors end Butane before its unused-key check: no warnings.
+            self.report.diags.retain(|d| d.error);
             return None;
         }
         cfg.obj_mut("ignition", minor)
             .set("version", minor, G::Str(self.t.ign_version.into()));
 
         self.validate_base(&cfg);
-        if minor >= 5 && matches!(self.t.variant, Variant::Fcos | Variant::Openshift) {
+        // Part of Butane's validation of the source, before any translation.
+        child_configs(&cfg, self.t, &mut self.report);
+        // Ignition's validation: a source (or Tang URL) Go's url.Parse refuses.
+        let mut bad_urls = Vec::new();
+        walk(&cfg, "$", &mut |o, p| {
+            let k = match o.def.name {
+                "Resource" | "ConfigReference" | "CaReference" => "source",
+                "Tang" => "url",
+                _ => return,
+            };
+            if let Some(u) = o.str(k)
+                && !go_url_ok(u)
+            {
+                bad_urls.push(Diag::error(
+                    &format!("{p}.{k}"),
+                    o.pos_of(k),
+                    "unable to parse url",
+                ));
+            }
+        });
+        self.report.diags.extend(bad_urls);
+        // fcos 1.6+'s Config.Validate (openshift's own Config.Validate shadows it).
+        if minor >= 5 && self.t.variant == Variant::Fcos {
             self.partitions_by_label(&cfg, boot.as_ref());
+            if let Some(st) = cfg.obj("storage") {
+                for (i, (fs, _)) in st.list("filesystems").iter().enumerate() {
+                    let fs = fs.as_obj().expect("object");
+                    if let Some(p) = fs.str("path")
+                        && fs.sugar("with_mount_unit") == Some(&G::Bool(true))
+                        && !(p == "/etc"
+                            || p == "/var"
+                            || p.starts_with("/etc/")
+                            || p.starts_with("/var/"))
+                    {
+                        self.report.push(Diag::error(
+                            &format!("$.storage.filesystems.{i}.path"),
+                            fs.pos_of("path"),
+                            "path must be under /etc or /var if with_mount_unit is true",
+                        ));
+                    }
+                }
+            }
         }
         if minor == 0 {
             self.ca_sources_30(&cfg);
@@ -509,6 +931,23 @@ impl Ctx<'_, '_> {
                 "$.metadata.name",
                 metadata_pos,
                 "metadata.name is required",
+            ));
+        }
+        if self.t.variant == Variant::Openshift && role.as_deref().unwrap_or("").is_empty() {
+            self.report.push(Diag::error(
+                "$.metadata.labels",
+                metadata_pos,
+                "machineconfiguration.openshift.io/role label is required",
+            ));
+        }
+        if let Some(kt) = openshift.as_ref().and_then(|o| o.str("kernel_type"))
+            && !matches!(kt, "" | "default" | "realtime")
+        {
+            let pos = openshift.as_ref().map(|o| o.pos_of("kernel_type"));
+            self.report.push(Diag::error(
+                "$.openshift.kernel_type",
+                pos.unwrap_or(metadata_pos),
+                "must be empty, \"default\", or \"realtime\"",
             ));
         }
         if let Some(b) = &boot {
@@ -541,8 +980,8 @@ impl Ctx<'_, '_> {
         self.resources(&mut cfg, "$");
         self.users_and_units(&mut cfg);
         self.mount_units(&mut cfg);
-        self.quadlets(&mut cfg);
         self.trees(&mut cfg);
+        self.quadlets(&mut cfg);
         if self.report.has_errors() {
             return None;
         }
@@ -709,40 +1148,91 @@ impl Ctx<'_, '_> {
     }
 
     fn validate_boot_device(&mut self, b: &Obj) {
-        // The s390x layouts came with fcos 1.6 / openshift 4.19 (spec 3.5).
-        let s390x_ok = self.t.minor >= 5;
-        if let Some(l) = b.str("layout")
-            && !(matches!(l, "aarch64" | "ppc64le" | "x86_64")
-                || s390x_ok && matches!(l, "s390x-eckd" | "s390x-virt" | "s390x-zfcp"))
-        {
-            self.report.push(Diag::error(
-                "$.boot_device.layout",
-                b.pos_of("layout"),
-                "layout must be one of: aarch64, ppc64le, s390x-eckd, s390x-virt, s390x-zfcp, x86_64",
-            ));
-        }
+        // Butane's BootDevice.Validate: fcos 1.6 / openshift 4.19 (spec 3.5) brought the s390x
+        // layouts and the CEX rules; before, only the three layouts are known.
+        let new_rules = self.t.minor >= 5;
+        let layout = b.str("layout");
         let devices = b
             .obj("mirror")
             .map(|m| m.list("devices").len())
             .unwrap_or(0);
-        // Butane v0.29 no longer assumes x86_64 for a mirrored boot disk (fcos 1.7.0 and
-        // later; openshift 4.21 and later, where the stable versions only warn).
-        if devices > 0 && b.str("layout").is_none() && self.opts.release == Release::Newest {
-            let exp = self.t.ign_version.ends_with("-experimental");
-            let rule = match self.t.variant {
-                Variant::Fcos if self.t.minor >= 6 => Some(true),
-                Variant::Openshift if self.t.ver_minor >= 21 => Some(exp),
-                _ => None,
-            };
-            if let Some(error) = rule {
-                let d = Diag {
-                    error,
-                    path: "$.boot_device.mirror".into(),
-                    pos: Some(b.pos_of("mirror")),
-                    message: "boot_device.layout must be specified when mirroring the boot disk"
+        if devices > 0 && layout.is_none() && self.opts.release == Release::Newest {
+            // An error from fcos 1.7 (spec 3.6) on, a warning before.
+            let d = Diag {
+                error: self.t.minor >= 6,
+                path: "$.boot_device.mirror".into(),
+                pos: Some(b.pos_of("mirror")),
+                message:
+                    "boot_device.layout should be specified when boot_device.mirror is specified"
                         .into(),
-                };
-                self.report.push(d);
+            };
+            self.report.push(d);
+        }
+        let luks_device = b.obj("luks").and_then(|l| l.str("device")).unwrap_or("");
+        let at = b.pos_of("layout");
+        if let Some(l) = layout {
+            match l {
+                "aarch64" | "ppc64le" | "x86_64" => {}
+                "s390x-eckd" | "s390x-zfcp" if new_rules => {
+                    let prefix = if l == "s390x-eckd" { "/dev/dasd" } else { "/dev/sd" };
+                    let ok = luks_device
+                        .strip_prefix(prefix)
+                        .is_some_and(|r| r.len() == 1 && r.as_bytes()[0].is_ascii_lowercase());
+                    let msg = if luks_device.is_empty() {
+                        "device is required for layouts: s390x-eckd, s390x-zfcp"
+                    } else {
+                        "device name must start with /dev/dasd on s390x-eckd layout or /dev/sd on s390x-zfcp layout"
+                    };
+                    if !ok {
+                        self.report
+                            .push(Diag::error("$.boot_device.layout", at, msg));
+                    }
+                }
+                "s390x-virt" if new_rules => {}
+                _ => self.report.push(Diag::error(
+                    "$.boot_device.layout",
+                    at,
+                    if new_rules {
+                        "layout must be one of: aarch64, ppc64le, s390x-eckd, s390x-virt, s390x-zfcp, x86_64"
+                    } else {
+                        "layout must be one of: aarch64, ppc64le, x86_64"
+                    },
+                )),
+            }
+            if new_rules && l.starts_with("s390x") && devices > 0 {
+                self.report.push(Diag::error(
+                    "$.boot_device.layout",
+                    at,
+                    "mirroring the boot disk is not supported on s390x",
+                ));
+            }
+        }
+        if new_rules
+            && let Some(luks) = b.obj("luks")
+            && luks
+                .obj("cex")
+                .and_then(|c| c.boolean("enabled"))
+                .unwrap_or(false)
+        {
+            match layout {
+                None => self.report.push(Diag::error(
+                    "$.boot_device.luks.cex",
+                    b.pos_of("luks"),
+                    "when using cex the targeted architecture must match s390x",
+                )),
+                Some(l) if !l.starts_with("s390x") => self.report.push(Diag::error(
+                    "$.boot_device.layout",
+                    at,
+                    "when using cex the targeted architecture must match s390x",
+                )),
+                _ => {}
+            }
+            if !luks.list("tang").is_empty() || luks.boolean("tpm2") == Some(true) {
+                self.report.push(Diag::error(
+                    "$.boot_device.luks",
+                    b.pos_of("luks"),
+                    "cannot use cex with clevis",
+                ));
             }
         }
         if devices == 1 {
@@ -751,17 +1241,6 @@ impl Ctx<'_, '_> {
                 b.pos_of("mirror"),
                 "mirroring requires at least two devices",
             ));
-        }
-        if let Some(l) = b.obj("luks") {
-            let want = want_boot_luks(l);
-            let s390 = matches!(b.str("layout"), Some("s390x-eckd") | Some("s390x-zfcp"));
-            if want && s390 && l.str("device").unwrap_or("").is_empty() {
-                self.report.push(Diag::error(
-                    "$.boot_device.luks.device",
-                    b.pos_of("luks"),
-                    "device is required for layouts: s390x-eckd, s390x-zfcp",
-                ));
-            }
         }
     }
 
@@ -800,7 +1279,7 @@ impl Ctx<'_, '_> {
         } else {
             o.sugar("inline").and_then(G::as_str).map(|s| {
                 (
-                    data_url_for(minor, s.as_bytes(), o.str("compression")),
+                    data_url_for(minor, self.gzip(), s.as_bytes(), o.str("compression")),
                     o.sugar_pos("inline"),
                 )
             })
@@ -826,7 +1305,7 @@ impl Ctx<'_, '_> {
             Some(u) => u,
             None => {
                 let data = self.read_local(rel)?;
-                let u = data_url_for(self.t.minor, &data, compression);
+                let u = data_url_for(self.t.minor, self.gzip(), &data, compression);
                 self.local.urls.borrow_mut().insert(key, u.clone());
                 // The URL is what later uses need: the bytes are not kept (another kind of
                 // use, e.g. `contents_local`, reads the file again and counts it again).
@@ -839,6 +1318,11 @@ impl Ctx<'_, '_> {
     }
 
     /// Counts `n` more bytes embedded from local files against `max-local-total`.
+    /// Whether inline and local contents may be gzip'd (not on openshift 4.8/4.9).
+    fn gzip(&self) -> bool {
+        !(self.t.variant == Variant::Openshift && self.t.ver_minor < 10)
+    }
+
     fn embed(&self, n: usize) -> Result<(), String> {
         let total = self.local.embedded.get().saturating_add(n as u64);
         self.local.embedded.set(total);
@@ -983,66 +1467,165 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// Butane v0.29's processQuadlets (after the trees): each quadlet is a file (or, for a
+    /// template instance `foo@bar.container`, a link to `foo@.container`) under
+    /// /etc/containers/systemd (rootful) or /etc/containers/systemd/users, and each drop-in a
+    /// file under `<name>.d/`; appended after the config's own entries, refused where any
+    /// entry already has the path.
     fn quadlets(&mut self, cfg: &mut Obj) {
         let minor = self.t.minor;
         let list: Vec<(G, Pos)> = match cfg.obj("systemd").and_then(|s| s.sugar("quadlets")) {
             Some(G::List(l)) if !l.is_empty() => l.clone(),
             _ => return,
         };
-        let mut files = Vec::new();
+        const EXTS: &[&str] = &[
+            ".container",
+            ".volume",
+            ".network",
+            ".kube",
+            ".image",
+            ".build",
+            ".pod",
+            ".artifact",
+        ];
+        let mut taken: HashSet<String> = HashSet::new();
+        if let Some(st) = cfg.obj("storage") {
+            for k in ["files", "directories", "links"] {
+                for (n, _) in st.list(k) {
+                    if let Some(p) = n.as_obj().and_then(|n| n.str("path")) {
+                        taken.insert(p.to_string());
+                    }
+                }
+            }
+        }
+        let mut new_files = Vec::new();
+        let mut new_links = Vec::new();
         for (i, (q, pos)) in list.iter().enumerate() {
             let q = q.as_obj().expect("object");
             let path = format!("$.systemd.quadlets.{i}");
             let name = q.sugar("name").and_then(G::as_str).unwrap_or("");
-            if name.is_empty() {
+            if !EXTS.iter().any(|e| name.ends_with(e)) {
                 self.report.push(Diag::error(
                     &format!("{path}.name"),
                     *pos,
-                    "field \"name\" is required",
+                    "quadlet name must end with one of: .container, .volume, .network, .kube, .image, .build, .pod, .artifact",
                 ));
                 continue;
             }
-            if q.sugar("rootful") != Some(&G::Bool(true)) {
+            let template = quadlet_template(name);
+            let contents = q.sugar("contents").and_then(G::as_str);
+            let local = q.sugar("contents_local").and_then(G::as_str);
+            if template.is_some() && (contents.is_some() || local.is_some()) {
                 self.report.push(Diag::error(
-                    &format!("{path}.rootful"),
+                    &format!("{path}.contents"),
                     *pos,
-                    "only rootful quadlets are supported by this translator",
+                    "template instances cannot have contents",
                 ));
                 continue;
             }
-            let (url, compression) = match (q.sugar("contents"), q.sugar("contents_local")) {
-                (Some(G::Str(c)), _) => data_url_for(minor, c.as_bytes(), None),
-                (_, Some(G::Str(l))) => match self.local_url(l, None) {
-                    Ok(u) => u,
-                    Err(e) => {
-                        self.report
-                            .push(Diag::error(&format!("{path}.contents_local"), *pos, e));
+            if template.is_none() && contents.is_some() && local.is_some() {
+                self.report.push(Diag::error(
+                    &format!("{path}.contents_local"),
+                    *pos,
+                    "only one of contents and contents_local may be specified",
+                ));
+                continue;
+            }
+            let base = if q.sugar("rootful") == Some(&G::Bool(true)) {
+                "/etc/containers/systemd"
+            } else {
+                "/etc/containers/systemd/users"
+            };
+            let dest = join_path(base, name);
+            if let Some(t) = template {
+                if !taken.insert(dest.clone()) {
+                    self.report.push(Diag::error(
+                        &path,
+                        *pos,
+                        "config already specifies that path",
+                    ));
+                } else {
+                    let mut l = Obj::new(&schema::LINK, *pos);
+                    l.set("path", minor, G::Str(dest.clone()));
+                    l.set("target", minor, G::Str(t));
+                    new_links.push((G::Obj(l), *pos));
+                }
+            } else if let Some(f) =
+                self.quadlet_file(&dest, contents, local, &path, *pos, &mut taken)
+            {
+                new_files.push(f);
+            }
+            if let Some(G::List(dropins)) = q.sugar("dropins") {
+                for (j, (d, dpos)) in dropins.iter().enumerate() {
+                    let d = d.as_obj().expect("object");
+                    let dpath = format!("{path}.dropins.{j}");
+                    let c = d.str("contents");
+                    let l = d.sugar("contents_local").and_then(G::as_str);
+                    if c.is_some() && l.is_some() {
+                        self.report.push(Diag::error(
+                            &format!("{dpath}.contents_local"),
+                            *dpos,
+                            "only one of contents and contents_local may be specified",
+                        ));
                         continue;
                     }
-                },
-                _ => data_url_for(minor, &[], None),
-            };
-            let mut res = Obj::new(&schema::RESOURCE, *pos);
-            if let Some(c) = compression {
-                res.set("compression", minor, G::Str(c));
+                    let dest = format!("{dest}.d/{}", d.str("name").unwrap_or(""));
+                    if let Some(f) = self.quadlet_file(&dest, c, l, &dpath, *dpos, &mut taken) {
+                        new_files.push(f);
+                    }
+                }
             }
-            res.set("source", minor, G::Str(url));
-            let mut f = Obj::new(&schema::FILE, *pos);
-            f.set(
-                "path",
-                minor,
-                G::Str(format!("/etc/containers/systemd/{name}")),
-            );
-            f.set("contents", minor, G::Obj(res));
-            f.set("mode", minor, G::Int(0o644));
-            files.push((G::Obj(f), *pos));
         }
-        if files.is_empty() {
-            return;
+        let st = cfg.obj_mut("storage", minor);
+        if !new_files.is_empty() {
+            st.list_mut("files", minor).extend(new_files);
         }
-        let mut rendered = Obj::new(&schema::CONFIG, cfg.at);
-        *rendered.obj_mut("storage", minor).list_mut("files", minor) = files;
-        *cfg = merge(&rendered, cfg);
+        if !new_links.is_empty() {
+            st.list_mut("links", minor).extend(new_links);
+        }
+    }
+
+    /// One file of a quadlet or its drop-in: contents, or else contents_local, or empty.
+    fn quadlet_file(
+        &mut self,
+        dest: &str,
+        contents: Option<&str>,
+        local: Option<&str>,
+        path: &str,
+        pos: Pos,
+        taken: &mut HashSet<String>,
+    ) -> Option<(G, Pos)> {
+        let minor = self.t.minor;
+        if !taken.insert(dest.to_string()) {
+            self.report
+                .push(Diag::error(path, pos, "config already specifies that path"));
+            return None;
+        }
+        let (url, compression) = match (
+            contents.filter(|c| !c.is_empty()),
+            local.filter(|l| !l.is_empty()),
+        ) {
+            (Some(c), _) => data_url_for(minor, self.gzip(), c.as_bytes(), None),
+            (None, Some(l)) => match self.local_url(l, None) {
+                Ok(u) => u,
+                Err(e) => {
+                    self.report
+                        .push(Diag::error(&format!("{path}.contents_local"), pos, e));
+                    return None;
+                }
+            },
+            (None, None) => data_url_for(minor, self.gzip(), &[], None),
+        };
+        let mut res = Obj::new(&schema::RESOURCE, pos);
+        if let Some(c) = compression {
+            res.set("compression", minor, G::Str(c));
+        }
+        res.set("source", minor, G::Str(url));
+        let mut f = Obj::new(&schema::FILE, pos);
+        f.set("path", minor, G::Str(dest.to_string()));
+        f.set("contents", minor, G::Obj(res));
+        f.set("mode", minor, G::Int(0o644));
+        Some((G::Obj(f), pos))
     }
 
     fn mount_units(&mut self, cfg: &mut Obj) {
@@ -1093,7 +1676,7 @@ impl Ctx<'_, '_> {
                 }
             }
             let escaped = unit_path_escape(device);
-            let (name, contents) = if format == "swap" {
+            let (name, contents) = if format == "swap" && minor >= 3 {
                 (
                     format!("{escaped}.swap"),
                     format!(
@@ -1130,6 +1713,7 @@ impl Ctx<'_, '_> {
 
     fn trees(&mut self, cfg: &mut Obj) {
         let minor = self.t.minor;
+        let gzip = self.gzip();
         let trees: Vec<(G, Pos)> = match cfg.obj("storage").and_then(|s| s.sugar("trees")) {
             Some(G::List(l)) if !l.is_empty() => l.clone(),
             _ => return,
@@ -1149,7 +1733,7 @@ impl Ctx<'_, '_> {
             m
         };
         let mut file_paths = paths(cfg, "files");
-        let dir_paths = paths(cfg, "directories");
+        let mut dir_paths = paths(cfg, "directories");
         let mut link_paths = paths(cfg, "links");
         for (i, (tree, pos)) in trees.iter().enumerate() {
             let path = format!("$.storage.trees.{i}");
@@ -1161,6 +1745,30 @@ impl Ctx<'_, '_> {
             let local = tree.sugar("local").and_then(G::as_str).unwrap_or("");
             let dest = tree.sugar("path").and_then(G::as_str).unwrap_or("/");
             let dest = if dest.is_empty() { "/" } else { dest };
+            let file_mode = tree.sugar("file_mode").and_then(|g| match g {
+                G::Int(i) => Some(*i),
+                _ => None,
+            });
+            let dir_mode = tree.sugar("dir_mode").and_then(|g| match g {
+                G::Int(i) => Some(*i),
+                _ => None,
+            });
+            // Go compares the NodeUser/NodeGroup structs (two pointers) with their zero value.
+            let owner = |k: &str| {
+                tree.sugar(k)
+                    .and_then(G::as_obj)
+                    .filter(|o| o.get("id").is_some() || o.get("name").is_some())
+                    .cloned()
+            };
+            let (user, group) = (owner("user"), owner("group"));
+            let set_owner = |o: &mut Obj| {
+                if let Some(u) = &user {
+                    o.set("user", minor, G::Obj(u.clone()));
+                }
+                if let Some(g) = &group {
+                    o.set("group", minor, G::Obj(g.clone()));
+                }
+            };
             let left = self.local_left();
             let walked = match fd.walk(local, self.opts.max_local_file, left) {
                 Ok(w) => w,
@@ -1183,7 +1791,7 @@ impl Ctx<'_, '_> {
                 .iter()
                 .map(|e| match e {
                     TreeEntry::File { contents, .. } => contents.len() as u64,
-                    TreeEntry::Symlink { .. } => 0,
+                    TreeEntry::Symlink { .. } | TreeEntry::Dir { .. } => 0,
                 })
                 .sum();
             self.local
@@ -1193,6 +1801,30 @@ impl Ctx<'_, '_> {
             for e in walked {
                 spec::work::add(1);
                 match e {
+                    TreeEntry::Dir { rel } => {
+                        if dir_mode.is_none() && user.is_none() && group.is_none() {
+                            continue;
+                        }
+                        let dpath = join_path(dest, &rel);
+                        if file_paths.contains_key(&dpath)
+                            || dir_paths.contains_key(&dpath)
+                            || link_paths.contains_key(&dpath)
+                        {
+                            self.report.push(Diag::error(
+                                &path,
+                                *pos,
+                                "config already specifies that path",
+                            ));
+                            continue;
+                        }
+                        let dirs = storage.list_mut("directories", minor);
+                        let mut d = Obj::new(&schema::DIRECTORY, *pos);
+                        d.set("path", minor, G::Str(dpath.clone()));
+                        set_owner(&mut d);
+                        d.set("mode", minor, G::Int(dir_mode.unwrap_or(0o755)));
+                        dirs.push((G::Obj(d), *pos));
+                        dir_paths.insert(dpath, dirs.len() - 1);
+                    }
                     TreeEntry::File {
                         rel,
                         contents,
@@ -1225,6 +1857,7 @@ impl Ctx<'_, '_> {
                             None => {
                                 let mut f = Obj::new(&schema::FILE, *pos);
                                 f.set("path", minor, G::Str(dpath.clone()));
+                                set_owner(&mut f);
                                 files.push((G::Obj(f), *pos));
                                 file_paths.insert(dpath.clone(), files.len() - 1);
                                 files.len() - 1
@@ -1235,7 +1868,8 @@ impl Ctx<'_, '_> {
                             .obj("contents")
                             .and_then(|c| c.str("compression"))
                             .map(str::to_string);
-                        let (url, compression) = data_url_for(minor, &contents, current.as_deref());
+                        let (url, compression) =
+                            data_url_for(minor, gzip, &contents, current.as_deref());
                         if let Err(e) = self.embed(url.len()) {
                             self.report.push(Diag::error(&path, *pos, e));
                             return;
@@ -1249,7 +1883,7 @@ impl Ctx<'_, '_> {
                             f.set(
                                 "mode",
                                 minor,
-                                G::Int(if executable { 0o755 } else { 0o644 }),
+                                G::Int(file_mode.unwrap_or(if executable { 0o755 } else { 0o644 })),
                             );
                         }
                     }
@@ -1280,6 +1914,7 @@ impl Ctx<'_, '_> {
                             None => {
                                 let mut l = Obj::new(&schema::LINK, *pos);
                                 l.set("path", minor, G::Str(dpath.clone()));
+                                set_owner(&mut l);
                                 links.push((G::Obj(l), *pos));
                                 link_paths.insert(dpath.clone(), links.len() - 1);
                                 links.len() - 1
@@ -1473,6 +2108,37 @@ impl Ctx<'_, '_> {
         let Some(st) = cfg.obj("storage") else { return };
         for (i, (d, _)) in st.list("disks").iter().enumerate() {
             let d = d.as_obj().expect("object");
+            // Butane v0.28+: a root partition smaller than 8 GiB, or one that fills the
+            // space but is followed by an auto-positioned partition.
+            let parts = d.list("partitions");
+            for (j, (p, ppos)) in parts.iter().enumerate() {
+                let p = p.as_obj().expect("object");
+                if self.opts.release != Release::Newest || p.str("label") != Some("root") {
+                    continue;
+                }
+                match p.int("sizeMiB").unwrap_or(0) {
+                    0 => {
+                        let auto = parts.iter().enumerate().any(|(k, (q, _))| {
+                            k != j
+                                && q.as_obj()
+                                    .is_some_and(|q| q.int("startMiB").unwrap_or(0) == 0)
+                        });
+                        if auto {
+                            self.report.push(Diag::warning(
+                                &format!("$.storage.disks.{i}.partitions.{j}.label"),
+                                *ppos,
+                                "root partition cannot expand; it is set to fill available space but is followed by an auto-positioned partition",
+                            ));
+                        }
+                    }
+                    n if n < 8192 => self.report.push(Diag::warning(
+                        &format!("$.storage.disks.{i}.partitions.{j}.size_mib"),
+                        *ppos,
+                        "root should have 8GiB of space assigned",
+                    )),
+                    _ => {}
+                }
+            }
             if d.boolean("wipeTable") == Some(true) {
                 continue;
             }
@@ -1621,10 +2287,17 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// What `butane --raw` does after the base translation: the GRUB sugar's append becomes
+    /// contents (4.23-experimental), FIPS ciphers on LUKS volumes (up to 4.19), a warning for
+    /// each openshift field that is set (even to false or []: Go sees a non-nil pointer or
+    /// slice), and the RHCOS/MCO checks of the desugared config. The MachineConfig-only field
+    /// filters (groups, user fields, directories, links, append, ...) do not apply: Butane runs
+    /// them against the MachineConfig type, whose paths a raw Ignition config never matches.
     fn openshift_raw(&mut self, cfg: &mut Obj, os: Option<&Obj>, _boot: Option<&Obj>) {
         let minor = self.t.minor;
-        // The GRUB sugar's append becomes contents (the MCO does not support append).
-        if let Some(G::Obj(st)) = cfg.get_mut("storage")
+        let ver = self.t.ver_minor;
+        if self.t.grub
+            && let Some(G::Obj(st)) = cfg.get_mut("storage")
             && let Some(G::List(files)) = st.get_mut("files")
         {
             for (f, _) in files.iter_mut() {
@@ -1641,7 +2314,7 @@ impl Ctx<'_, '_> {
             }
         }
         // Up to 4.19, FIPS mode also sets a FIPS cipher on LUKS volumes.
-        let fips = os.and_then(|o| o.boolean("fips")) == Some(true) && self.t.ver_minor < 20;
+        let fips = os.and_then(|o| o.boolean("fips")) == Some(true) && ver < 20;
         if fips
             && let Some(G::Obj(st)) = cfg.get_mut("storage")
             && let Some(G::List(luks)) = st.get_mut("luks")
@@ -1662,13 +2335,7 @@ impl Ctx<'_, '_> {
         }
         if let Some(os) = os {
             for k in ["extensions", "fips", "kernel_arguments", "kernel_type"] {
-                let set = match os.get(k) {
-                    Some(G::List(l)) => !l.is_empty(),
-                    Some(G::Bool(b)) => *b,
-                    Some(G::Str(s)) => !s.is_empty(),
-                    _ => false,
-                };
-                if set {
+                if os.get(k).is_some() {
                     self.report.push(Diag::warning(
                         &format!("$.openshift.{k}"),
                         os.pos_of(k),
@@ -1677,53 +2344,11 @@ impl Ctx<'_, '_> {
                 }
             }
         }
-        // What the MCO does not support, on the fully desugared config.
+        // validateRHCOSSupport and validateMCOSupport, on the fully desugared config.
         let mut errs = Vec::new();
-        let at = cfg.at;
-        if cfg.obj("kernelArguments").is_some_and(|k| !k.is_zero()) {
-            errs.push(Diag::error(
-                "$.kernel_arguments",
-                cfg.pos_of("kernelArguments"),
-                "this field cannot be used for kernel arguments; use openshift.kernel_arguments instead",
-            ));
-        }
         if let Some(p) = cfg.obj("passwd") {
-            if !p.list("groups").is_empty() {
-                errs.push(Diag::error(
-                    "$.passwd.groups",
-                    p.pos_of("groups"),
-                    "groups are not supported",
-                ));
-            }
             for (i, (u, _)) in p.list("users").iter().enumerate() {
                 let u = u.as_obj().expect("object");
-                for (j, k) in [
-                    "gecos",
-                    "groups",
-                    "homeDir",
-                    "noCreateHome",
-                    "noLogInit",
-                    "noUserGroup",
-                    "primaryGroup",
-                    "shell",
-                    "shouldExist",
-                    "system",
-                    "uid",
-                ]
-                .iter()
-                .enumerate()
-                {
-                    let _ = j;
-                    if u.get(k)
-                        .is_some_and(|g| !g.is_zero() || matches!(g, G::Bool(_)))
-                    {
-                        errs.push(Diag::error(
-                            &format!("$.passwd.users.{i}.{k}"),
-                            u.pos_of(k),
-                            "this field is not supported for users",
-                        ));
-                    }
-                }
                 if u.str("name") != Some("core") {
                     errs.push(Diag::error(
                         &format!("$.passwd.users.{i}.name"),
@@ -1734,52 +2359,21 @@ impl Ctx<'_, '_> {
             }
         }
         if let Some(st) = cfg.obj("storage") {
-            if !st.list("directories").is_empty() {
-                errs.push(Diag::error(
-                    "$.storage.directories",
-                    st.pos_of("directories"),
-                    "directories are not supported",
-                ));
-            }
-            if !st.list("links").is_empty() {
-                errs.push(Diag::error(
-                    "$.storage.links",
-                    st.pos_of("links"),
-                    "links are not supported",
-                ));
-            }
             for (i, (f, _)) in st.list("files").iter().enumerate() {
                 let f = f.as_obj().expect("object");
-                if !f.list("append").is_empty() {
+                if let Some(c) = f.obj("contents")
+                    && let Some(src) = c.str("source")
+                    && let Some(scheme) = url_scheme(src)
+                    && scheme != "data"
+                {
                     errs.push(Diag::error(
-                        &format!("$.storage.files.{i}.append"),
-                        f.pos_of("append"),
-                        "appending to files is not supported",
+                        &format!("$.storage.files.{i}.contents.source"),
+                        c.pos_of("source"),
+                        "only data: URLs are supported",
                     ));
                 }
-                if let Some(c) = f.obj("contents") {
-                    if !c.list("httpHeaders").is_empty() {
-                        errs.push(Diag::error(
-                            &format!("$.storage.files.{i}.contents.http_headers"),
-                            c.pos_of("httpHeaders"),
-                            "file HTTP headers are not supported",
-                        ));
-                    }
-                    if let Some(src) = c.str("source")
-                        && let Some((scheme, _)) = src.split_once(':')
-                        && scheme != "data"
-                        && scheme
-                            .chars()
-                            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-                    {
-                        errs.push(Diag::error(
-                            &format!("$.storage.files.{i}.contents.source"),
-                            c.pos_of("source"),
-                            "only data: URLs are supported",
-                        ));
-                    }
-                }
-                if let Some(m) = f.int("mode")
+                if ver >= 10
+                    && let Some(m) = f.int("mode")
                     && m & !0o777 != 0
                 {
                     errs.push(Diag::error(
@@ -1797,7 +2391,7 @@ impl Ctx<'_, '_> {
                         fs.pos_of("format"),
                         "btrfs is not supported in this spec version",
                     )),
-                    Some("none") => errs.push(Diag::error(
+                    Some("none") if ver >= 14 => errs.push(Diag::error(
                         &format!("$.storage.filesystems.{i}.format"),
                         fs.pos_of("format"),
                         "format \"none\" is not supported",
@@ -1806,8 +2400,24 @@ impl Ctx<'_, '_> {
                 }
             }
         }
-        let _ = at;
         self.report.diags.extend(errs);
+    }
+}
+
+/// The scheme of `src` as Go's `url.Parse` reads it, or `None` where it fails (a parse error
+/// is reported by the config's validation). An empty scheme is `Some("")`.
+fn url_scheme(src: &str) -> Option<&str> {
+    match src.split_once(':') {
+        Some((scheme, _))
+            if scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+        {
+            Some(scheme)
+        }
+        Some(("", _)) => None,
+        _ => Some(""),
     }
 }
 

@@ -158,8 +158,115 @@ enum Frame {
     Map(Vec<(Node, Node)>, Option<Node>, Pos, usize, Size),
 }
 
-/// Parses the first document of `text`. An empty document is a null node.
+/// Parses the first document of `text` as go-yaml reads it. An empty document is a null node.
+///
+/// Where saphyr is stricter than libyaml, the text is adjusted and parsed again (at most 64
+/// times, so parsing stays linear): a directive after content ends the first document (the
+/// text is cut before it), and a quoted scalar's continuation line may be indented less than
+/// its block (leading white space of such a line is folded away, so the line is indented
+/// further without changing the value). An escape libyaml does not know (`\/`) is refused.
 pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
+    let mut owned: Option<String> = None;
+    // Per quoted scalar (the line it starts on), how many continuation lines were indented.
+    let mut bumped: HashMap<usize, usize> = HashMap::new();
+    for _ in 0..64 {
+        let t = owned.as_deref().unwrap_or(text);
+        let mut quoted = Vec::new();
+        match parse_once(t, limits, &mut quoted) {
+            Ok(n) => {
+                check_escapes(t, &quoted)?;
+                return Ok(n);
+            }
+            Err(e)
+                if e.message
+                    .contains("missing explicit document end marker before directive") =>
+            {
+                let start = line_start(t, e.pos.line);
+                // libyaml ends the document there; content before the next `---` is an error.
+                let next = t[start..]
+                    .lines()
+                    .map(str::trim_end)
+                    .find(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('%'));
+                if let Some(l) = next
+                    && !l.starts_with("---")
+                {
+                    return Err(YamlError {
+                        pos: e.pos,
+                        message: "mapping values are not allowed in this context (content after a directive needs ---)".into(),
+                        limit: false,
+                    });
+                }
+                owned = Some(t[..start].to_string());
+            }
+            Err(e) if e.message.contains("invalid indentation in quoted scalar") => {
+                // The error names the scalar's first line: indent its next continuation.
+                let n = bumped.entry(e.pos.line).or_insert(0);
+                *n += 1;
+                let start = line_start(t, e.pos.line + *n);
+                let mut s = String::with_capacity(t.len() + 256);
+                s.push_str(&t[..start]);
+                s.push_str(&" ".repeat(128));
+                s.push_str(&t[start..]);
+                owned = Some(s);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut quoted = Vec::new();
+    parse_once(owned.as_deref().unwrap_or(text), limits, &mut quoted)
+}
+
+/// The byte offset where 1-based `line` starts.
+fn line_start(t: &str, line: usize) -> usize {
+    if line <= 1 {
+        return 0;
+    }
+    t.match_indices('\n')
+        .nth(line - 2)
+        .map(|(i, _)| i + 1)
+        .unwrap_or(t.len())
+}
+
+/// libyaml's double-quoted escapes: `\/` (YAML 1.2, which saphyr takes) is "found unknown
+/// escape character". `quoted` holds the char ranges of the double-quoted scalars.
+fn check_escapes(t: &str, quoted: &[(usize, usize)]) -> Result<(), YamlError> {
+    if quoted.is_empty() || !t.contains("\\/") {
+        return Ok(());
+    }
+    let mut q = quoted.iter().peekable();
+    let mut run = 0usize; // backslashes just before, within a quoted scalar
+    let (mut line, mut col) = (1usize, 0usize);
+    for (ci, c) in t.chars().enumerate() {
+        while q.peek().is_some_and(|(_, end)| *end <= ci) {
+            q.next();
+            run = 0;
+        }
+        let inside = q.peek().is_some_and(|(start, _)| *start <= ci);
+        if inside {
+            if c == '/' && run % 2 == 1 {
+                return Err(YamlError {
+                    pos: Pos { line, col },
+                    message: format!("line {line}: found unknown escape character"),
+                    limit: false,
+                });
+            }
+            run = if c == '\\' { run + 1 } else { 0 };
+        }
+        if c == '\n' {
+            line += 1;
+            col = 0;
+        } else {
+            col += 1;
+        }
+    }
+    Ok(())
+}
+
+fn parse_once(
+    text: &str,
+    limits: &Limits,
+    quoted: &mut Vec<(usize, usize)>,
+) -> Result<Node, YamlError> {
     let mut parser = Parser::new_from_str(text);
     let mut stack: Vec<Frame> = Vec::new();
     // Each anchor's node (shared, not copied) and the size it expands to.
@@ -243,6 +350,9 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Node, YamlError> {
                     && value.ends_with('\n')
                 {
                     value.pop();
+                }
+                if style == ScalarStyle::DoubleQuoted {
+                    quoted.push((span.start.index(), span.end.index()));
                 }
                 let style = match style {
                     ScalarStyle::Plain => Style::Plain,
@@ -379,6 +489,55 @@ fn depth_error(limits: &Limits, pos: Pos) -> YamlError {
         ),
         limit: true,
     }
+}
+
+/// The input as go-yaml (libyaml's reader) reads it: UTF-16 (LE or BE) when it starts with
+/// that byte order mark, else UTF-8 (a UTF-8 BOM is skipped by the parser); characters YAML
+/// does not allow (C0 controls but tab, LF and CR; DEL; C1 controls but NEL; U+FFFE/U+FFFF)
+/// are refused; NEL is a line break, `\n` for the parser (libyaml reads it as one). LS and PS
+/// are left as they are: in a quoted scalar libyaml keeps them too.
+pub fn decode_text(input: &[u8]) -> Result<std::borrow::Cow<'_, str>, String> {
+    use std::borrow::Cow;
+    let text: Cow<'_, str> = if let Some(rest) = input
+        .strip_prefix(b"\xff\xfe")
+        .map(|r| (r, true))
+        .or_else(|| input.strip_prefix(b"\xfe\xff").map(|r| (r, false)))
+    {
+        let (rest, le) = rest;
+        if rest.len() % 2 != 0 {
+            return Err("config is not valid UTF-16: incomplete UTF-16 character".into());
+        }
+        let units = rest.chunks(2).map(|c| {
+            if le {
+                u16::from_le_bytes([c[0], c[1]])
+            } else {
+                u16::from_be_bytes([c[0], c[1]])
+            }
+        });
+        let s: Result<String, _> = char::decode_utf16(units).collect();
+        Cow::Owned(s.map_err(|_| "config is not valid UTF-16".to_string())?)
+    } else {
+        Cow::Borrowed(
+            std::str::from_utf8(input).map_err(|_| "config is not valid UTF-8".to_string())?,
+        )
+    };
+    let allowed = |c: char| {
+        matches!(c, '\t' | '\n' | '\r' | '\u{85}')
+            || ('\u{20}'..='\u{7e}').contains(&c)
+            || ('\u{a0}'..='\u{d7ff}').contains(&c)
+            || ('\u{e000}'..='\u{fffd}').contains(&c)
+            || ('\u{10000}'..='\u{10ffff}').contains(&c)
+    };
+    if let Some((i, _)) = text.char_indices().find(|(_, c)| !allowed(*c)) {
+        let line = text[..i].matches('\n').count() + 1;
+        return Err(format!(
+            "error unmarshaling yaml: line {line}: control characters are not allowed"
+        ));
+    }
+    if text.contains('\u{85}') {
+        return Ok(Cow::Owned(text.replace('\u{85}', "\n")));
+    }
+    Ok(text)
 }
 
 #[cfg(test)]
