@@ -164,6 +164,9 @@ struct Ctx<'a, 'o> {
     t: Target,
     report: Report,
     local: Local,
+    /// After the boot_device sugar's merge: output entry paths of the user's entries and the
+    /// paths the user wrote, for the diagnostics reported from then on.
+    remap: Option<(usize, Vec<(String, String)>)>,
 }
 
 /// A local file's bytes (shared by its uses), or why it could not be read.
@@ -247,9 +250,11 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         t,
         report,
         local: Local::default(),
+        remap: None,
     };
     let out = cx.translate(&root);
     if cx.report.has_errors() {
+        cx.remap_paths();
         return Err(cx.report);
     }
     let Some(cfg) = out else {
@@ -259,6 +264,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
     json.push('\n');
     let ign_report = validate_ignition(&json, &cfg, t, opts.agent_checks);
     cx.report.diags.extend(ign_report.diags);
+    cx.remap_paths();
     if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
         if !cx.report.has_errors() {
             cx.report.push(Diag::plain(
@@ -1931,6 +1937,19 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// Butane reports a diagnostic on an entry the boot_device sugar's merge moved at the
+    /// path the user wrote (its translation set maps the output path back).
+    fn remap_paths(&mut self) {
+        let Some((from, pairs)) = self.remap.take() else {
+            return;
+        };
+        for d in self.report.diags.iter_mut().skip(from) {
+            if let Some(p) = crate::sugar::remap_path(&d.path, &pairs) {
+                d.path = p;
+            }
+        }
+    }
+
     fn boot_device(&mut self, cfg: &mut Obj, b: &Obj) {
         let minor = self.t.minor;
         let luks = b.obj("luks");
@@ -2098,6 +2117,10 @@ impl Ctx<'_, '_> {
             st.set("disks", minor, G::List(disks));
         }
         st.set("filesystems", minor, G::List(filesystems));
+        let pairs = crate::sugar::merge_origins(&rendered, cfg);
+        if !pairs.is_empty() {
+            self.remap = Some((self.report.diags.len(), pairs));
+        }
         *cfg = merge(&rendered, cfg);
     }
 
@@ -2248,7 +2271,23 @@ impl Ctx<'_, '_> {
                     }
                 }
             }
-            Variant::Flatcar if self.t.minor <= 4 => {
+            // flatcar 1.2.0-experimental's field filter: no CEX (after the translation, on
+            // the output, so after every sugar error).
+            Variant::Flatcar if self.t.minor > 4 => {
+                if let Some(st) = st {
+                    for (i, (l, _)) in st.list("luks").iter().enumerate() {
+                        let l = l.as_obj().expect("object");
+                        if l.obj("cex").is_some_and(|c| !c.is_zero()) {
+                            self.report.push(Diag::error(
+                                &format!("$.storage.luks.{i}.cex"),
+                                l.pos_of("cex"),
+                                "cex is not currently supported on the target platform",
+                            ));
+                        }
+                    }
+                }
+            }
+            Variant::Flatcar => {
                 if let Some(st) = st {
                     for (i, (l, _)) in st.list("luks").iter().enumerate() {
                         let l = l.as_obj().expect("object");
