@@ -264,6 +264,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
     json.push('\n');
     let ign_report = validate_ignition(&json, &cfg, t, opts.agent_checks);
     cx.report.diags.extend(ign_report.diags);
+    bad_urls(&cfg, &mut cx.report);
     cx.remap_paths();
     if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
         if !cx.report.has_errors() {
@@ -278,6 +279,33 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         ign_version: t.ign_version.to_string(),
         report: cx.report,
     })
+}
+
+/// Ignition's validation of the output (which Butane runs after the translation, so after
+/// every translation warning): a source (or Tang URL) Go's url.Parse refuses.
+fn bad_urls(cfg: &Obj, report: &mut Report) {
+    let mut bad = Vec::new();
+    walk(cfg, "$", &mut |o, p| {
+        let k = match o.def.name {
+            "Resource" | "ConfigReference" | "CaReference" => "source",
+            "Tang" => "url",
+            _ => return,
+        };
+        if let Some(u) = o.str(k)
+            && !go_url_ok(u)
+        {
+            bad.push(Diag::error(
+                &format!("{p}.{k}"),
+                o.pos_of(k),
+                "unable to parse url",
+            ));
+        }
+    });
+    for d in bad {
+        if !report.diags.iter().any(|e| e.error && e.path == d.path) {
+            report.diags.push(d);
+        }
+    }
 }
 
 /// Ignition's own validation of the translated config (as Butane runs it), with the JSON
@@ -884,25 +912,6 @@ impl Ctx<'_, '_> {
         self.validate_base(&cfg);
         // Part of Butane's validation of the source, before any translation.
         child_configs(&cfg, self.t, &mut self.report);
-        // Ignition's validation: a source (or Tang URL) Go's url.Parse refuses.
-        let mut bad_urls = Vec::new();
-        walk(&cfg, "$", &mut |o, p| {
-            let k = match o.def.name {
-                "Resource" | "ConfigReference" | "CaReference" => "source",
-                "Tang" => "url",
-                _ => return,
-            };
-            if let Some(u) = o.str(k)
-                && !go_url_ok(u)
-            {
-                bad_urls.push(Diag::error(
-                    &format!("{p}.{k}"),
-                    o.pos_of(k),
-                    "unable to parse url",
-                ));
-            }
-        });
-        self.report.diags.extend(bad_urls);
         // fcos 1.6+'s Config.Validate (openshift's own Config.Validate shadows it).
         if minor >= 5 && self.t.variant == Variant::Fcos {
             self.partitions_by_label(&cfg, boot.as_ref());
