@@ -2134,7 +2134,8 @@ impl Ctx<'_, '_> {
     }
 
     fn partition_label_warnings(&mut self, cfg: &Obj) {
-        if !matches!(self.t.variant, Variant::Fcos | Variant::Openshift) || !self.t.boot_device {
+        // The reserved labels: every fcos version (and openshift); the root checks: fcos 1.3+.
+        if !matches!(self.t.variant, Variant::Fcos | Variant::Openshift) {
             return;
         }
         let Some(st) = cfg.obj("storage") else { return };
@@ -2145,7 +2146,10 @@ impl Ctx<'_, '_> {
             let parts = d.list("partitions");
             for (j, (p, ppos)) in parts.iter().enumerate() {
                 let p = p.as_obj().expect("object");
-                if self.opts.release != Release::Newest || p.str("label") != Some("root") {
+                if self.opts.release != Release::Newest
+                    || !self.t.boot_device
+                    || p.str("label") != Some("root")
+                {
                     continue;
                 }
                 match p.int("sizeMiB").unwrap_or(0) {
