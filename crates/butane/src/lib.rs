@@ -423,5 +423,54 @@ mod tests {
             paths,
             ["$.boot_device.mirror", "$.storage.filesystems.0.device"]
         );
+        // A URL Go cannot parse fails the output's validation: the translation's warnings
+        // (special bits before spec 3.6) are still reported.
+        let err = tr("variant: fiot\nversion: 1.0.0\nstorage:\n  files:\n    - path: /etc/a\n      mode: 01777\n      contents:\n        inline: hi\nignition:\n  config:\n    merge:\n      - source: 'http://[::1'\n").unwrap_err();
+        assert!(
+            err.diags
+                .iter()
+                .any(|d| !d.error && d.path == "$.storage.files.0.mode")
+        );
+        // Reserved partition labels warn in fcos 1.0-1.2 too.
+        let out = tr("variant: fcos\nversion: 1.1.0\nstorage:\n  disks:\n    - device: /dev/vda\n      partitions:\n        - label: boot\n          number: 1\n").unwrap();
+        assert_eq!(
+            out.report.diags[0].path,
+            "$.storage.disks.0.partitions.0.label"
+        );
+    }
+
+    /// LS and PS (U+2028, U+2029) as go-yaml reads them: line breaks outside quotes, kept in
+    /// quoted scalars (blanks around them dropped, an escaped one joins the lines).
+    #[test]
+    fn ls_ps_as_go_yaml() {
+        let name = |users: &str| {
+            let out = tr(&format!(
+                "variant: fcos\nversion: 1.5.0\npasswd:\n  users:\n    - name: {users}\n"
+            ))
+            .unwrap();
+            let json = String::from_utf8(out.json).unwrap();
+            json.split("\"name\":\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(name("a\u{2028}"), "a");
+        assert_eq!(name("\"a\u{2028}b\""), "a\\u2028b");
+        assert_eq!(name("'a \u{2029}  b'"), "a\\u2029b");
+        assert_eq!(name("\"a\\\u{2028}  b\""), "ab");
+        let out =
+            tr("variant: fcos\nversion: 1.5.0\npasswd:\u{2029}  users:\n    - name: a\n").unwrap();
+        assert!(
+            String::from_utf8(out.json)
+                .unwrap()
+                .contains("\"name\":\"a\"")
+        );
+        assert!(
+            tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /etc/a\u{2028}b\n")
+                .is_err()
+        );
     }
 }
