@@ -259,7 +259,7 @@ def case(rng):
 
 
 def main():
-    seed, count = 26, 6000
+    seed, count = 26, 7000
     args = sys.argv[1:]
     while args:
         a = args.pop(0)
