@@ -201,6 +201,33 @@ OS_META = [
 ]
 
 
+# --- duplicates a sugar merge must not hide (Ignition's merge keeps the child's duplicates) --
+GRUB_USERS = ["grub:\n  users:\n    - name: root\n      password_hash: grub.pbkdf2.sha512.10000.x\n", "grub:\n  users: []\n", ""]
+for g in GRUB_USERS:
+    frag("storage", g + "storage:\n  files:\n    - path: /boot/grub2/user.cfg\n      contents:\n        inline: a\n    - path: /boot/grub2/user.cfg\n      append:\n        - inline: b\n")
+    frag("storage", g + "storage:\n  files:\n    - path: /etc/d\n    - path: /etc/d\n      mode: 0600\n")
+    frag("systemd", g + "systemd:\n  units:\n    - name: a.service\n    - name: a.service\n      enabled: true\n")
+for empty in ["boot_device: {}\n", "boot_device:\n  mirror:\n    devices: []\n", "storage:\n  filesystems:\n    - device: /dev/vdb\n      format: ext4\n      path: /var/x\n      with_mount_unit: false\n"]:
+    frag("passwd", empty + "passwd:\n  users:\n    - name: u\n    - name: u\n      uid: 5\n")
+    frag("systemd", empty + "systemd:\n  units:\n    - name: var-x.mount\n    - name: var-x.mount\n")
+# --- unit contents with `[` inside a line (go-systemd's deserializer) -----------------------
+for body in ["[Unit]\\nDescription=a[b]\\n", "[Unit] x\\nA=b\\n", "[Unit\\nA=b\\n", "x [Unit]\\n", "[Unit]]\\nA=b\\n",
+             "[[Unit]\\n", "[Unit]\\nA=[\\n", "[]\\nA=b\\n", " [Unit]\\nA=b\\n", "[Unit]\\n[Service\\nExecStart=x\\n",
+             "[Unit]\\nA=b \\\\\\n  [x]\\n", "# [x\\n[Unit]\\n", "[Unit]#c\\nA=b\\n"]:
+    frag("systemd", f"systemd:\n  units:\n    - name: b.service\n      contents: \"{body}\"\n")
+    frag("systemd", f"systemd:\n  units:\n    - name: b.service\n      dropins:\n        - name: d.conf\n          contents: \"{body}\"\n")
+# --- LS/PS (U+2028, U+2029) in plain scalars: go-yaml takes them as line breaks there -------
+for sep in ["\u2028", "\u2029", "\u0085"]:
+    frag("storage", f"storage:\n  files:\n    - path: /etc/a{sep}b\n")
+    frag("storage", f"storage:\n  files:\n    - path: /etc/a\n      contents:\n        inline: x{sep}y\n")
+    frag("storage", f"storage:\n  files:\n    - path: /etc/a\n      contents:\n        inline: x{sep}  y{sep}\n")
+    frag("storage", f"storage:\n  files:\n    - path: /etc/a\n      contents:\n        inline: \"x{sep}y\"\n")
+    frag("storage", f"storage:\n  files:\n    - path: /etc/a\n      contents:\n        inline: 'x{sep}y'\n")
+    frag("storage", f"storage:\n  files:\n    - path: /etc/a\n      contents:\n        inline: |\n          x{sep}y\n")
+    frag("passwd", f"passwd:\n  users:\n    - name: a{sep}\n")
+    frag("passwd", f"passwd:{sep}  users:\n    - name: a\n")
+
+
 def case(rng):
     variant = rng.choice(list(VERSIONS))
     version = rng.choice(VERSIONS[variant])
@@ -232,7 +259,7 @@ def case(rng):
 
 
 def main():
-    seed, count = 26, 6000
+    seed, count = 26, 7000
     args = sys.argv[1:]
     while args:
         a = args.pop(0)

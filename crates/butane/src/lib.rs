@@ -225,10 +225,21 @@ pub fn looks_like_butane(input: &[u8]) -> bool {
     if matches!(trimmed.first(), Some(b'{' | b'[')) {
         return false;
     }
-    let Ok(text) = std::str::from_utf8(input) else {
-        return false;
-    };
-    match yaml::parse(text, &Limits::default()) {
+    // UTF-16 with a byte order mark (Butane decodes it, as go-yaml does): never JSON, so
+    // Butane, and the translation says what is wrong with it if anything is.
+    let text: std::borrow::Cow<'_, str> =
+        if input.starts_with(b"\xff\xfe") || input.starts_with(b"\xfe\xff") {
+            match yaml::decode_text(input) {
+                Ok(t) => t,
+                Err(_) => return true,
+            }
+        } else {
+            match std::str::from_utf8(input) {
+                Ok(t) => t.into(),
+                Err(_) => return false,
+            }
+        };
+    match yaml::parse(&text, &Limits::default()) {
         Ok(n) => {
             n.get("variant").and_then(|v| v.scalar()).is_some()
                 && n.get("version").and_then(|v| v.scalar()).is_some()
@@ -245,6 +256,23 @@ mod tests {
 
     fn tr(s: &str) -> Result<Output, Report> {
         translate(s.as_bytes(), &Options::default())
+    }
+
+    #[test]
+    fn utf16_with_bom_looks_like_butane() {
+        let yaml = "variant: fcos\nversion: 1.5.0\n";
+        let le: Vec<u8> = [0xff, 0xfe]
+            .into_iter()
+            .chain(yaml.encode_utf16().flat_map(u16::to_le_bytes))
+            .collect();
+        let be: Vec<u8> = [0xfe, 0xff]
+            .into_iter()
+            .chain(yaml.encode_utf16().flat_map(u16::to_be_bytes))
+            .collect();
+        assert!(looks_like_butane(&le));
+        assert!(looks_like_butane(&be));
+        assert!(translate(&le, &Options::default()).is_ok());
+        assert!(!looks_like_butane(b"{\"ignition\":{}}"));
     }
 
     #[test]
@@ -371,6 +399,78 @@ mod tests {
         assert_eq!(
             out.report.diags[0].path,
             "$.storage.disks.0.partitions.0.size_mib"
+        );
+    }
+
+    /// The cases tests/butane_diff/known.tsv listed, with Butane v0.29.0's answers.
+    #[test]
+    fn as_butane_v0_29_answers_known() {
+        // flatcar 1.2.0-experimental's field filter refuses CEX.
+        assert!(tr("variant: flatcar\nversion: 1.2.0-experimental\nstorage:\n  luks:\n    - name: data\n      device: /dev/vdb\n      cex:\n        enabled: true\n").is_err());
+        // A duplicate unit stays a duplicate when mount units are merged in (Ignition's
+        // merge appends every child entry the parent lacks).
+        assert!(tr("variant: flatcar\nversion: 1.1.0\nsystemd:\n  units:\n    - name: a.service\n    - name: a.service\nstorage:\n  filesystems:\n    - device: /dev/disk/by-label/x\n      format: ext4\n      path: /boot\n      with_mount_unit: true\n").is_err());
+        // A warning on an entry the boot_device merge moved is at the path the user wrote.
+        let os = "variant: openshift\nversion: 4.23.0-experimental\nmetadata:\n  name: x\n  labels:\n    machineconfiguration.openshift.io/role: worker\n";
+        let out = tr(&format!("{os}boot_device:\n  layout: ppc64le\n  mirror:\n    devices: [/dev/vda, /dev/vdb]\nstorage:\n  disks:\n    - device: /dev/vda\n      partitions:\n        - label: root\n          number: 4\n          size_mib: 0\n")).unwrap();
+        let paths: Vec<&str> = out.report.diags.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["$.storage.disks.0.partitions.0.label"]);
+        let os = os.replace("4.23.0-experimental", "4.14.0");
+        let out = tr(&format!("{os}storage:\n  filesystems:\n    - device: /dev/vdb\n      format: xfs\n      label: boot\n      wipe_filesystem: true\nboot_device:\n  layout: null\n  mirror:\n    devices: [/dev/vda, /dev/vdb]\n")).unwrap();
+        let mut paths: Vec<&str> = out.report.diags.iter().map(|d| d.path.as_str()).collect();
+        paths.sort();
+        assert_eq!(
+            paths,
+            ["$.boot_device.mirror", "$.storage.filesystems.0.device"]
+        );
+        // A URL Go cannot parse fails the output's validation: the translation's warnings
+        // (special bits before spec 3.6) are still reported.
+        let err = tr("variant: fiot\nversion: 1.0.0\nstorage:\n  files:\n    - path: /etc/a\n      mode: 01777\n      contents:\n        inline: hi\nignition:\n  config:\n    merge:\n      - source: 'http://[::1'\n").unwrap_err();
+        assert!(
+            err.diags
+                .iter()
+                .any(|d| !d.error && d.path == "$.storage.files.0.mode")
+        );
+        // Reserved partition labels warn in fcos 1.0-1.2 too.
+        let out = tr("variant: fcos\nversion: 1.1.0\nstorage:\n  disks:\n    - device: /dev/vda\n      partitions:\n        - label: boot\n          number: 1\n").unwrap();
+        assert_eq!(
+            out.report.diags[0].path,
+            "$.storage.disks.0.partitions.0.label"
+        );
+    }
+
+    /// LS and PS (U+2028, U+2029) as go-yaml reads them: line breaks outside quotes, kept in
+    /// quoted scalars (blanks around them dropped, an escaped one joins the lines).
+    #[test]
+    fn ls_ps_as_go_yaml() {
+        let name = |users: &str| {
+            let out = tr(&format!(
+                "variant: fcos\nversion: 1.5.0\npasswd:\n  users:\n    - name: {users}\n"
+            ))
+            .unwrap();
+            let json = String::from_utf8(out.json).unwrap();
+            json.split("\"name\":\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(name("a\u{2028}"), "a");
+        assert_eq!(name("\"a\u{2028}b\""), "a\\u2028b");
+        assert_eq!(name("'a \u{2029}  b'"), "a\\u2029b");
+        assert_eq!(name("\"a\\\u{2028}  b\""), "ab");
+        let out =
+            tr("variant: fcos\nversion: 1.5.0\npasswd:\u{2029}  users:\n    - name: a\n").unwrap();
+        assert!(
+            String::from_utf8(out.json)
+                .unwrap()
+                .contains("\"name\":\"a\"")
+        );
+        assert!(
+            tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /etc/a\u{2028}b\n")
+                .is_err()
         );
     }
 }

@@ -148,36 +148,41 @@ pub fn merge(parent: &Obj, child: &Obj) -> Obj {
         let merged = match (&out.vals[i], cv, f.t) {
             (Some(G::Obj(p)), G::Obj(c), _) => G::Obj(merge(p, c)),
             (Some(G::List(p)), G::List(c), T::ListObj(_)) => {
-                let mut list = p.clone();
-                // The first entry of each key.
-                let mut index: HashMap<MergeKey, usize> = HashMap::new();
-                for (j, (pv, _)) in list.iter().enumerate() {
+                // Ignition's mergeStruct: each parent entry merges with the last child entry
+                // of its key; then every child entry whose key the parent lacks is appended,
+                // so duplicates within the child stay (for the duplicate check to see).
+                let key = |g: &G| g.as_obj().and_then(key_of).as_ref().and_then(merge_key);
+                let mut last: HashMap<MergeKey, usize> = HashMap::new();
+                for (j, (cv, _)) in c.iter().enumerate() {
                     spec::work::add(1);
-                    if let Some(k) = pv.as_obj().and_then(key_of).as_ref().and_then(merge_key) {
-                        index.entry(k).or_insert(j);
+                    if let Some(k) = key(cv) {
+                        last.insert(k, j);
+                    }
+                }
+                let mut pkeys: HashSet<MergeKey> = HashSet::new();
+                let mut list = Vec::with_capacity(p.len() + c.len());
+                for (pv, ppos) in p {
+                    spec::work::add(1);
+                    let hit = key(pv).and_then(|k| {
+                        let j = last.get(&k).copied();
+                        pkeys.insert(k);
+                        j
+                    });
+                    match hit {
+                        Some(j) => {
+                            let m = merge(
+                                pv.as_obj().expect("object list"),
+                                c[j].0.as_obj().expect("object list"),
+                            );
+                            list.push((G::Obj(m), *ppos));
+                        }
+                        None => list.push((pv.clone(), *ppos)),
                     }
                 }
                 for (cv, cpos) in c {
                     spec::work::add(1);
-                    let co = cv.as_obj().expect("object list");
-                    let key = key_of(co);
-                    let hit = key.as_ref().and_then(|k| match merge_key(k) {
-                        Some(mk) => index.get(&mk).copied(),
-                        None => list
-                            .iter()
-                            .position(|(pv, _)| pv.as_obj().and_then(key_of).as_ref() == Some(k)),
-                    });
-                    match hit {
-                        Some(j) => {
-                            let m = merge(list[j].0.as_obj().expect("object list"), co);
-                            list[j].0 = G::Obj(m);
-                        }
-                        None => {
-                            if let Some(mk) = key.as_ref().and_then(merge_key) {
-                                index.insert(mk, list.len());
-                            }
-                            list.push((cv.clone(), *cpos));
-                        }
+                    if !key(cv).is_some_and(|k| pkeys.contains(&k)) {
+                        list.push((cv.clone(), *cpos));
                     }
                 }
                 G::List(list)
@@ -206,6 +211,96 @@ pub fn merge(parent: &Obj, child: &Obj) -> Obj {
         out.pos[i] = child.pos[i];
     }
     out
+}
+
+/// Where the user's entries of the storage lists land when `merge(parent, child)` puts the
+/// sugar's entries first: pairs of (output path, the child's path) for each child entry that
+/// is appended (a warning on it is reported at the path the user wrote, as Butane's
+/// translation set maps it), partitions of merged disks included.
+pub fn merge_origins(parent: &Obj, child: &Obj) -> Vec<(String, String)> {
+    fn list<'a>(o: Option<&'a Obj>, k: &str) -> &'a [(G, crate::yaml::Pos)] {
+        o.map(|o| o.list(k)).unwrap_or(&[])
+    }
+    fn key(g: &G) -> Option<MergeKey> {
+        g.as_obj().and_then(key_of).as_ref().and_then(merge_key)
+    }
+    /// (output index of each appended child entry, its child index), and for each parent
+    /// entry the child index merged into it.
+    fn origins(
+        p: &[(G, crate::yaml::Pos)],
+        c: &[(G, crate::yaml::Pos)],
+    ) -> (Vec<(usize, usize)>, Vec<Option<usize>>) {
+        let mut last: HashMap<MergeKey, usize> = HashMap::new();
+        for (j, (cv, _)) in c.iter().enumerate() {
+            if let Some(k) = key(cv) {
+                last.insert(k, j);
+            }
+        }
+        let mut pkeys = HashSet::new();
+        let merged: Vec<Option<usize>> = p
+            .iter()
+            .map(|(pv, _)| {
+                key(pv).and_then(|k| {
+                    let j = last.get(&k).copied();
+                    pkeys.insert(k);
+                    j
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        let mut n = p.len();
+        for (j, (cv, _)) in c.iter().enumerate() {
+            if !key(cv).is_some_and(|k| pkeys.contains(&k)) {
+                out.push((n, j));
+                n += 1;
+            }
+        }
+        (out, merged)
+    }
+    let (ps, cs) = (parent.obj("storage"), child.obj("storage"));
+    let mut pairs = Vec::new();
+    for (k, y) in [
+        ("filesystems", "filesystems"),
+        ("luks", "luks"),
+        ("raid", "raid"),
+    ] {
+        let (app, _) = origins(list(ps, k), list(cs, k));
+        for (o, c) in app {
+            pairs.push((format!("$.storage.{y}.{o}"), format!("$.storage.{y}.{c}")));
+        }
+    }
+    let (pd, cd) = (list(ps, "disks"), list(cs, "disks"));
+    let (app, merged) = origins(pd, cd);
+    for (o, c) in app {
+        pairs.push((
+            format!("$.storage.disks.{o}"),
+            format!("$.storage.disks.{c}"),
+        ));
+    }
+    for (o, m) in merged.iter().enumerate() {
+        let Some(c) = *m else { continue };
+        let (pp, cp) = (pd[o].0.as_obj(), cd[c].0.as_obj());
+        let (papp, _) = origins(list(pp, "partitions"), list(cp, "partitions"));
+        for (po, pc) in papp {
+            pairs.push((
+                format!("$.storage.disks.{o}.partitions.{po}"),
+                format!("$.storage.disks.{c}.partitions.{pc}"),
+            ));
+        }
+    }
+    pairs
+}
+
+/// A diagnostic path with its output-entry prefix replaced by the user's (see `merge_origins`).
+pub fn remap_path(path: &str, pairs: &[(String, String)]) -> Option<String> {
+    pairs
+        .iter()
+        .filter(|(o, _)| {
+            path.strip_prefix(o.as_str())
+                .is_some_and(|r| r.is_empty() || r.starts_with('.'))
+        })
+        .max_by_key(|(o, _)| o.len())
+        .map(|(o, c)| format!("{c}{}", &path[o.len()..]))
 }
 
 #[cfg(test)]

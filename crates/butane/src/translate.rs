@@ -164,6 +164,9 @@ struct Ctx<'a, 'o> {
     t: Target,
     report: Report,
     local: Local,
+    /// After the boot_device sugar's merge: output entry paths of the user's entries and the
+    /// paths the user wrote, for the diagnostics reported from then on.
+    remap: Option<(usize, Vec<(String, String)>)>,
 }
 
 /// A local file's bytes (shared by its uses), or why it could not be read.
@@ -247,9 +250,11 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         t,
         report,
         local: Local::default(),
+        remap: None,
     };
     let out = cx.translate(&root);
     if cx.report.has_errors() {
+        cx.remap_paths();
         return Err(cx.report);
     }
     let Some(cfg) = out else {
@@ -259,6 +264,8 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
     json.push('\n');
     let ign_report = validate_ignition(&json, &cfg, t, opts.agent_checks);
     cx.report.diags.extend(ign_report.diags);
+    bad_urls(&cfg, &mut cx.report);
+    cx.remap_paths();
     if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
         if !cx.report.has_errors() {
             cx.report.push(Diag::plain(
@@ -272,6 +279,33 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         ign_version: t.ign_version.to_string(),
         report: cx.report,
     })
+}
+
+/// Ignition's validation of the output (which Butane runs after the translation, so after
+/// every translation warning): a source (or Tang URL) Go's url.Parse refuses.
+fn bad_urls(cfg: &Obj, report: &mut Report) {
+    let mut bad = Vec::new();
+    walk(cfg, "$", &mut |o, p| {
+        let k = match o.def.name {
+            "Resource" | "ConfigReference" | "CaReference" => "source",
+            "Tang" => "url",
+            _ => return,
+        };
+        if let Some(u) = o.str(k)
+            && !go_url_ok(u)
+        {
+            bad.push(Diag::error(
+                &format!("{p}.{k}"),
+                o.pos_of(k),
+                "unable to parse url",
+            ));
+        }
+    });
+    for d in bad {
+        if !report.diags.iter().any(|e| e.error && e.path == d.path) {
+            report.diags.push(d);
+        }
+    }
 }
 
 /// Ignition's own validation of the translated config (as Butane runs it), with the JSON
@@ -878,25 +912,6 @@ impl Ctx<'_, '_> {
         self.validate_base(&cfg);
         // Part of Butane's validation of the source, before any translation.
         child_configs(&cfg, self.t, &mut self.report);
-        // Ignition's validation: a source (or Tang URL) Go's url.Parse refuses.
-        let mut bad_urls = Vec::new();
-        walk(&cfg, "$", &mut |o, p| {
-            let k = match o.def.name {
-                "Resource" | "ConfigReference" | "CaReference" => "source",
-                "Tang" => "url",
-                _ => return,
-            };
-            if let Some(u) = o.str(k)
-                && !go_url_ok(u)
-            {
-                bad_urls.push(Diag::error(
-                    &format!("{p}.{k}"),
-                    o.pos_of(k),
-                    "unable to parse url",
-                ));
-            }
-        });
-        self.report.diags.extend(bad_urls);
         // fcos 1.6+'s Config.Validate (openshift's own Config.Validate shadows it).
         if minor >= 5 && self.t.variant == Variant::Fcos {
             self.partitions_by_label(&cfg, boot.as_ref());
@@ -1931,6 +1946,19 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// Butane reports a diagnostic on an entry the boot_device sugar's merge moved at the
+    /// path the user wrote (its translation set maps the output path back).
+    fn remap_paths(&mut self) {
+        let Some((from, pairs)) = self.remap.take() else {
+            return;
+        };
+        for d in self.report.diags.iter_mut().skip(from) {
+            if let Some(p) = crate::sugar::remap_path(&d.path, &pairs) {
+                d.path = p;
+            }
+        }
+    }
+
     fn boot_device(&mut self, cfg: &mut Obj, b: &Obj) {
         let minor = self.t.minor;
         let luks = b.obj("luks");
@@ -2098,11 +2126,16 @@ impl Ctx<'_, '_> {
             st.set("disks", minor, G::List(disks));
         }
         st.set("filesystems", minor, G::List(filesystems));
+        let pairs = crate::sugar::merge_origins(&rendered, cfg);
+        if !pairs.is_empty() {
+            self.remap = Some((self.report.diags.len(), pairs));
+        }
         *cfg = merge(&rendered, cfg);
     }
 
     fn partition_label_warnings(&mut self, cfg: &Obj) {
-        if !matches!(self.t.variant, Variant::Fcos | Variant::Openshift) || !self.t.boot_device {
+        // The reserved labels: every fcos version (and openshift); the root checks: fcos 1.3+.
+        if !matches!(self.t.variant, Variant::Fcos | Variant::Openshift) {
             return;
         }
         let Some(st) = cfg.obj("storage") else { return };
@@ -2113,7 +2146,10 @@ impl Ctx<'_, '_> {
             let parts = d.list("partitions");
             for (j, (p, ppos)) in parts.iter().enumerate() {
                 let p = p.as_obj().expect("object");
-                if self.opts.release != Release::Newest || p.str("label") != Some("root") {
+                if self.opts.release != Release::Newest
+                    || !self.t.boot_device
+                    || p.str("label") != Some("root")
+                {
                     continue;
                 }
                 match p.int("sizeMiB").unwrap_or(0) {
@@ -2248,7 +2284,23 @@ impl Ctx<'_, '_> {
                     }
                 }
             }
-            Variant::Flatcar if self.t.minor <= 4 => {
+            // flatcar 1.2.0-experimental's field filter: no CEX (after the translation, on
+            // the output, so after every sugar error).
+            Variant::Flatcar if self.t.minor > 4 => {
+                if let Some(st) = st {
+                    for (i, (l, _)) in st.list("luks").iter().enumerate() {
+                        let l = l.as_obj().expect("object");
+                        if l.obj("cex").is_some_and(|c| !c.is_zero()) {
+                            self.report.push(Diag::error(
+                                &format!("$.storage.luks.{i}.cex"),
+                                l.pos_of("cex"),
+                                "cex is not currently supported on the target platform",
+                            ));
+                        }
+                    }
+                }
+            }
+            Variant::Flatcar => {
                 if let Some(st) = st {
                     for (i, (l, _)) in st.list("luks").iter().enumerate() {
                         let l = l.as_obj().expect("object");

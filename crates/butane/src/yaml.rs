@@ -534,10 +534,118 @@ pub fn decode_text(input: &[u8]) -> Result<std::borrow::Cow<'_, str>, String> {
             "error unmarshaling yaml: line {line}: control characters are not allowed"
         ));
     }
-    if text.contains('\u{85}') {
-        return Ok(Cow::Owned(text.replace('\u{85}', "\n")));
+    let text = if text.contains('\u{85}') {
+        Cow::Owned(text.replace('\u{85}', "\n"))
+    } else {
+        text
+    };
+    if text.contains(['\u{2028}', '\u{2029}']) {
+        return Ok(Cow::Owned(ls_ps_breaks(&text)));
     }
     Ok(text)
+}
+
+/// LS and PS (U+2028, U+2029) are line breaks for libyaml's scanner outside quoted scalars
+/// (a plain scalar ends there, `passwd:<PS>  users:` is a nested mapping), and kept inside
+/// quoted ones: they become `\n` outside quotes. A quote starts a quoted scalar where a token
+/// can start (at the line's start, after whitespace or `[{,` following an indicator, a tag or
+/// an anchor); a `#` after whitespace starts a comment.
+fn ls_ps_breaks(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    // The previous character, and the last non-blank one on this line (None at its start).
+    let mut prev: Option<char> = None;
+    let mut token: Option<char> = None;
+    let mut token_word = String::new();
+    let is_break = |c: char| matches!(c, '\n' | '\r' | '\u{2028}' | '\u{2029}');
+    while let Some(c) = chars.next() {
+        if is_break(c) {
+            out.push(if matches!(c, '\u{2028}' | '\u{2029}') {
+                '\n'
+            } else {
+                c
+            });
+            prev = Some('\n');
+            token = None;
+            token_word.clear();
+            continue;
+        }
+        let after_space = matches!(prev, None | Some(' ' | '\t' | '\n' | '[' | '{' | ','));
+        if c == '#' && matches!(prev, None | Some(' ' | '\t' | '\n')) {
+            out.push(c);
+            while let Some(&n) = chars.peek() {
+                if is_break(n) {
+                    break;
+                }
+                out.push(n);
+                chars.next();
+            }
+            prev = Some('#');
+            continue;
+        }
+        let can_start = token.is_none()
+            || token_word.ends_with([':', '[', '{', ','])
+            || token_word == "-"
+            || token_word == "?"
+            || token_word.starts_with(['!', '&']);
+        if (c == '"' || c == '\'') && after_space && can_start {
+            out.push(c);
+            let mut closed = false;
+            while let Some(n) = chars.next() {
+                if matches!(n, '\u{2028}' | '\u{2029}') {
+                    // A line break to libyaml: the blanks around it go, the break stays.
+                    while out.ends_with([' ', '\t']) {
+                        out.pop();
+                    }
+                    out.push(n);
+                    while chars.next_if(|b| matches!(b, ' ' | '\t')).is_some() {}
+                    continue;
+                }
+                out.push(n);
+                if c == '"' && n == '\\' {
+                    if chars
+                        .next_if(|e| matches!(e, '\u{2028}' | '\u{2029}'))
+                        .is_some()
+                    {
+                        // An escaped line break joins the lines.
+                        out.pop();
+                        while chars.next_if(|b| matches!(b, ' ' | '\t')).is_some() {}
+                    } else if let Some(e) = chars.next() {
+                        out.push(e);
+                    }
+                } else if n == c {
+                    if c == '\'' && chars.peek() == Some(&'\'') {
+                        out.push('\'');
+                        chars.next();
+                    } else {
+                        closed = true;
+                        break;
+                    }
+                }
+            }
+            if !closed {
+                break;
+            }
+            prev = Some(c);
+            token = Some(c);
+            token_word = c.to_string();
+            continue;
+        }
+        out.push(c);
+        if c != ' ' && c != '\t' {
+            if matches!(prev, Some(' ' | '\t' | '\n') | None) {
+                token_word.clear();
+            }
+            token_word.push(c);
+            token = Some(c);
+            if matches!(c, '[' | '{' | ',') {
+                token_word.clear();
+                token_word.push(c);
+            }
+        }
+        prev = Some(c);
+    }
+    out
 }
 
 #[cfg(test)]
