@@ -437,16 +437,7 @@ impl App {
         if let Some(i) = etcd {
             // Shares the document with every other response for any index.
             match pool.render_etcd(minor, i) {
-                Ok(doc) => {
-                    let hit = req
-                        .header("if-none-match")
-                        .is_some_and(|v| etag_matches(&v, &doc.etag));
-                    out.reset(if hit { 304 } else { 200 });
-                    if !hit {
-                        out.body = doc.body;
-                    }
-                    out.add_lines(&doc.header_lines);
-                }
+                Ok(doc) => answer(req, out, &doc.etag, &doc.header_lines, || doc.body),
                 Err(e) => *out = Response::text(406, e),
             }
             out.set_pool(&pool.name);
@@ -454,16 +445,7 @@ impl App {
             return;
         }
         match pool.rendered(minor) {
-            Ok(doc) => {
-                let hit = req
-                    .header("if-none-match")
-                    .is_some_and(|v| etag_matches(&v, &doc.etag));
-                out.reset(if hit { 304 } else { 200 });
-                if !hit {
-                    out.body = doc.http_body();
-                }
-                out.add_lines(doc.header_lines());
-            }
+            Ok(doc) => answer(req, out, &doc.etag, doc.header_lines(), || doc.http_body()),
             Err(e) => *out = Response::text(406, e),
         }
         out.set_pool(&pool.name);
@@ -565,6 +547,19 @@ impl http::Handler for App {
             self.access_log(req, resp, bytes, took, peer);
         }
     }
+}
+
+/// A served document's answer: 304 when `If-None-Match` names its ETag, else 200 with the
+/// body; its header lines (Content-Type, ETag, Vary) either way.
+fn answer(req: &Request, out: &mut Response, etag: &str, lines: &str, body: impl FnOnce() -> Body) {
+    let hit = req
+        .header("if-none-match")
+        .is_some_and(|v| etag_matches(&v, etag));
+    out.reset(if hit { 304 } else { 200 });
+    if !hit {
+        out.body = body();
+    }
+    out.add_lines(lines);
 }
 
 /// The limits as shown in `/status`.

@@ -583,22 +583,7 @@ fn agent_only(msg: &str) -> bool {
     {
         // Ignition looks only at path.Ext of the name.
         let ext = name.rfind('.').map(|i| &name[i..]).unwrap_or("");
-        return !ext.contains('/')
-            && [
-                ".service",
-                ".socket",
-                ".device",
-                ".mount",
-                ".automount",
-                ".swap",
-                ".target",
-                ".path",
-                ".timer",
-                ".snapshot",
-                ".slice",
-                ".scope",
-            ]
-            .contains(&ext);
+        return !ext.contains('/') && spec::config::validate::UNIT_SUFFIXES.contains(&ext);
     }
     PARTS.iter().any(|p| msg.contains(p))
 }

@@ -808,7 +808,8 @@ fn storage<'a>(v: &mut V, s: &'a Storage, p: &Path) {
     }
 }
 
-const UNIT_SUFFIXES: &[&str] = &[
+/// The unit types Ignition accepts as a unit name's suffix.
+pub const UNIT_SUFFIXES: &[&str] = &[
     ".service",
     ".socket",
     ".device",
