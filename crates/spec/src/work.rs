@@ -39,3 +39,22 @@ pub fn measure<T>(f: impl FnOnce() -> T) -> (T, u64) {
 
 /// Whether counting is compiled in (tests that rely on it check this first).
 pub const ENABLED: bool = cfg!(any(test, feature = "work-count"));
+
+/// Fails unless the work of `run(2n)` is less than 2.5 times that of `run(n)` (n log n with a
+/// binary search stays near 2.2x; anything quadratic is near 4x). For the linearity tests of
+/// this crate and of `butane`.
+#[cfg(any(test, feature = "work-count"))]
+pub fn assert_linear(what: &str, n: usize, run: impl Fn(usize)) {
+    let (_, small) = measure(|| run(n));
+    let (_, big) = measure(|| run(2 * n));
+    assert!(small > 0, "{what}: no work counted");
+    let ratio = big as f64 / small as f64;
+    eprintln!(
+        "{what}: work {small} -> {big} ({ratio:.2}x) for {n} -> {}",
+        2 * n
+    );
+    assert!(
+        ratio < 2.5,
+        "{what}: work grew {ratio:.2}x ({small} -> {big}) when the input doubled from {n}"
+    );
+}

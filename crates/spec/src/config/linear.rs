@@ -4,22 +4,10 @@
 
 use crate::work;
 
-/// Work for inputs of `n` and `2n` entries; fails unless it grows less than 2.5x (n log n
-/// with a binary search stays near 2.2x; anything quadratic is near 4x).
+/// See [`work::assert_linear`].
 fn assert_linear(what: &str, n: usize, run: impl Fn(usize)) {
     const { assert!(work::ENABLED, "the work count is compiled into tests") };
-    let (_, small) = work::measure(|| run(n));
-    let (_, big) = work::measure(|| run(2 * n));
-    assert!(small > 0, "{what}: no work counted");
-    let ratio = big as f64 / small as f64;
-    eprintln!(
-        "{what}: work {small} -> {big} ({ratio:.2}x) for {n} -> {}",
-        2 * n
-    );
-    assert!(
-        ratio < 2.5,
-        "{what}: work grew {ratio:.2}x ({small} -> {big}) when the input doubled from {n}"
-    );
+    work::assert_linear(what, n, run);
 }
 
 fn doc(body: &str) -> Vec<u8> {
