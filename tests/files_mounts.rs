@@ -144,14 +144,14 @@ fn unmounting_follows_no_link_swapped_in_after_mounting() {
     )
     .unwrap();
     let _outside_mount = TestMount(outside_m.clone());
-    let r = agent::files::resolve::Root::open(root.path(), &["/a/m".into()]).unwrap();
+    let mut r = agent::files::resolve::Root::open(root.path(), &["/a/m".into()]).unwrap();
     let fs = agent::config::types::Filesystem {
         device: "tmpfs".into(),
         format: Some("tmpfs".into()),
         path: Some("/a/m".into()),
         ..Default::default()
     };
-    let g = agent::files::mounts::MountGuard::mount_all(&r, &[fs]).unwrap();
+    let g = agent::files::mounts::MountGuard::mount_all(&mut r, &[fs]).unwrap();
     assert!(mounted_under(&root.join("/a/m")));
     std::fs::rename(root.join("/a"), root.join("/a2")).unwrap();
     symlink(outside.path(), root.join("/a")).unwrap();
@@ -164,4 +164,34 @@ fn unmounting_follows_no_link_swapped_in_after_mounting() {
         !mounted_under(&root.join("/a2/m")),
         "the stage's own mount is gone"
     );
+}
+
+/// A filesystem mounted on the root itself: what the stage writes afterwards lands in that
+/// filesystem (the root is opened again), not in the directory hidden under the mount.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn writes_after_mounting_on_the_root_land_in_that_filesystem() {
+    must_be_root();
+    let root = TempDir::new("mroot");
+    let mut r = agent::files::resolve::Root::open(root.path(), &["/".into()]).unwrap();
+    let fs = agent::config::types::Filesystem {
+        device: "tmpfs".into(),
+        format: Some("tmpfs".into()),
+        path: Some("/".into()),
+        ..Default::default()
+    };
+    let g = agent::files::mounts::MountGuard::mount_all(&mut r, &[fs]).unwrap();
+    assert!(mounted_under(root.path()));
+    r.open_dir(&["etc".into()], true, &mut Vec::new())
+        .unwrap()
+        .unwrap();
+    assert!(
+        root.join("/etc").is_dir(),
+        "/etc was made under the mount, not in the mounted filesystem"
+    );
+    // The root's descriptor is now inside the mount (as the stage's writer, dropped before
+    // the stage unmounts).
+    drop(r);
+    g.close().unwrap();
+    assert!(!root.join("/etc").exists(), "/etc was in the tmpfs");
 }

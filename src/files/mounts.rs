@@ -66,7 +66,9 @@ pub fn mountable(f: &Filesystem) -> bool {
 
 impl MountGuard {
     /// Mounts every filesystem that has a `path` (and a mountable format), shallowest first.
-    pub fn mount_all(root: &Root, filesystems: &[Filesystem]) -> Result<MountGuard> {
+    /// A filesystem mounted on the root itself (`path: "/"`) makes `root` open it again, so
+    /// that what follows is written into that filesystem, not into the directory under it.
+    pub fn mount_all(root: &mut Root, filesystems: &[Filesystem]) -> Result<MountGuard> {
         let mut fss: Vec<&Filesystem> = filesystems.iter().filter(|f| mountable(f)).collect();
         fss.sort_by_key(|f| elements(f.path.as_deref().unwrap_or("/")).len());
         let mut guard = MountGuard {
@@ -76,6 +78,9 @@ impl MountGuard {
         };
         for f in fss {
             guard.mount_one(root, f)?;
+            if elements(f.path.as_deref().unwrap_or("/")).is_empty() {
+                root.reopen()?;
+            }
         }
         Ok(guard)
     }

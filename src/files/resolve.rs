@@ -232,6 +232,19 @@ impl Root {
         })
     }
 
+    /// Opens the root again at its host path: after a filesystem was mounted on the root
+    /// itself, the old descriptor still names the directory underneath the mount (a lookup
+    /// from it would write there, hidden by the mount).
+    pub fn reopen(&mut self) -> Result<()> {
+        self.fd = nix::fcntl::open(
+            &self.host,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .with_context(|| format!("opening target root {} again", self.host.display()))?;
+        Ok(())
+    }
+
     /// Whether directories are opened with one `openat2` call (else element by element).
     pub fn uses_openat2(&self) -> bool {
         self.openat2

@@ -56,13 +56,12 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
         .filter(|f| mountable(f))
         .filter_map(|f| f.path.clone())
         .collect();
-    #[allow(unused_mut)]
     let mut root = Root::open(&ctx.root, &mount_paths)?;
     #[cfg(feature = "test-hooks")]
     if opts.no_openat2 {
         root.set_openat2(false);
     }
-    let mounts = MountGuard::mount_all(&root, &config.storage.filesystems)?;
+    let mounts = MountGuard::mount_all(&mut root, &config.storage.filesystems)?;
     // On failure the guard's Drop unmounts; on success close() reports unmount errors.
     write_all(
         config,
