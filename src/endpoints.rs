@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::limits::cmdline_arg;
+use runtime::cmdline::arg as cmdline_arg;
 
 /// Default of [`Endpoints::aws_imds`].
 pub const DEFAULT_AWS_IMDS: &str = "http://169.254.169.254";

@@ -4,21 +4,18 @@
 // Outside tests a failure carries context (anyhow) instead of a panic; see clippy.toml.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub use runtime::{butane_files, cmdline, limits, logging, signals, util};
+#[cfg(feature = "serve")]
+pub use serve;
 pub use spec::{config, encoding, json};
 
 pub mod blockdev;
-pub mod butane_files;
 pub mod cli;
 pub mod endpoints;
 pub mod fetch;
 pub mod files;
-pub mod limits;
-pub mod logging;
 pub mod metadata;
+pub mod mounts;
 pub mod platform;
-#[cfg(feature = "serve")]
-pub mod serve;
-pub mod signals;
 pub mod stages;
 pub mod state;
-pub mod util;

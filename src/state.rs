@@ -14,7 +14,6 @@
 //!
 //! Every file is written atomically (a temporary file beside it, fsync, rename).
 
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
@@ -262,7 +261,7 @@ impl<'a> StateDir<'a> {
     /// and `luks/<name>.key`, both 0600 in a 0700 directory.
     pub fn save_luks(&self, r: &LuksRecord, key: Option<&[u8]>) -> Result<()> {
         let dir = self.luks_dir();
-        mkdir_private(&dir)?;
+        runtime::util::mkdir_private(&dir)?;
         if let Some(k) = key {
             crate::util::write_atomic(&dir.join(format!("{}.key", r.name)), k, 0o600)?;
         }
@@ -396,16 +395,6 @@ impl StateDir<'_> {
     }
 }
 
-fn mkdir_private(dir: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("setting mode of {}", dir.display()))
-}
-
 /// A read-only, private mapping of a whole file of the state directory.
 struct Mapped {
     ptr: std::ptr::NonNull<std::ffi::c_void>,
@@ -453,6 +442,7 @@ mod tests {
     use super::*;
 
     use crate::util::TestDir as Tmp;
+    use std::os::unix::fs::PermissionsExt;
 
     fn mode(p: &Path) -> u32 {
         std::fs::metadata(p).unwrap().permissions().mode() & 0o7777

@@ -24,7 +24,7 @@ pub struct DeleteConfigArgs {
 /// The platform named on the kernel command line `cmdline` (the last `agent.platform.id=`,
 /// else the last `ignition.platform.id=`, else "metal").
 pub fn cmdline_platform(cmdline: &str) -> String {
-    let arg = |key: &str| crate::limits::cmdline_arg(cmdline, key).flatten();
+    let arg = |key: &str| runtime::cmdline::arg(cmdline, key).flatten();
     arg("agent.platform.id")
         .or_else(|| arg("ignition.platform.id"))
         .unwrap_or("metal")

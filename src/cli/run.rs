@@ -88,7 +88,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     {
         endpoints = a.test.doubles().apply(endpoints);
     }
-    let cmdline = stages::fetch::read_cmdline(&endpoints.kernel_cmdline)?;
+    let cmdline = runtime::cmdline::read(&endpoints.kernel_cmdline)?;
     let mut endpoints = endpoints.with_cmdline(&cmdline)?;
     if let Some(u) = a.s3_endpoint {
         endpoints.s3 = Some(u);

@@ -1,28 +1,22 @@
 //! Mounting the config's filesystems under the target root for the files stage: shallowest
 //! first with their `mountOptions`, through a guard that unmounts deepest first (explicitly
-//! with `close()`, or from `Drop` on failure). The directories created as mount points are
+//! with `close()`, or from `Drop` on failure: [`crate::mounts::Mounts`]). The directories created as mount points are
 //! remembered: like Ignition, the files stage gives those inside a user's home to that user.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use log::{info, warn};
-use nix::mount::MntFlags;
+use log::info;
 use sys_mount::{Mount, MountFlags};
 
 use super::resolve::{Root, elements};
 use crate::config::types::Filesystem;
+use crate::mounts::Mounts;
 
 /// Filesystems mounted by the stage; unmounts them (deepest first) on close or drop.
 pub struct MountGuard {
-    mounted: Vec<PathBuf>,
-    /// For each of `mounted` (the stage's mounts), the mount point's parent directory opened
-    /// through the target root's descriptor, and the mount point's name: unmounted through
-    /// it, so that a parent directory swapped for a link meanwhile cannot make the stage
-    /// unmount something else. (The parent, not the mount itself: a descriptor inside the
-    /// mount would keep it busy.)
-    roots: Vec<Option<(OwnedFd, String)>>,
+    mounts: Mounts,
     /// Logical paths of the directories created as (or on the way to) mount points.
     created: Vec<String>,
 }
@@ -72,8 +66,7 @@ impl MountGuard {
         let mut fss: Vec<&Filesystem> = filesystems.iter().filter(|f| mountable(f)).collect();
         fss.sort_by_key(|f| elements(f.path.as_deref().unwrap_or("/")).len());
         let mut guard = MountGuard {
-            mounted: Vec::new(),
-            roots: Vec::new(),
+            mounts: Mounts::default(),
             created: Vec::new(),
         };
         for f in fss {
@@ -136,49 +129,13 @@ impl MountGuard {
                 .flatten()?;
             Some((fd, name.clone()))
         });
-        self.mounted.push(target);
-        self.roots.push(at);
+        self.mounts.push(target, at);
         Ok(())
-    }
-
-    /// Mounts `device` (filesystem type `fstype`, filesystem options `data`) read-only at the
-    /// existing directory `target`, e.g. a platform's config drive
-    /// ([`crate::platform::drive`]); unmounted on close or drop like the rest.
-    pub fn mount_readonly(
-        device: &std::path::Path,
-        fstype: &str,
-        data: &str,
-        target: &std::path::Path,
-    ) -> Result<MountGuard> {
-        let mut b = Mount::builder()
-            .flags(MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC)
-            .fstype(fstype);
-        if !data.is_empty() {
-            b = b.data(data);
-        }
-        let m = b.mount(device, target).with_context(|| {
-            format!(
-                "mounting {} ({fstype}) read-only at {}",
-                device.display(),
-                target.display()
-            )
-        })?;
-        drop(m);
-        info!(
-            "mounted {} ({fstype}) read-only at {}",
-            device.display(),
-            target.display()
-        );
-        Ok(MountGuard {
-            mounted: vec![target.to_path_buf()],
-            roots: vec![None],
-            created: Vec::new(),
-        })
     }
 
     /// Mount points, shallowest first.
     pub fn mounted(&self) -> &[PathBuf] {
-        &self.mounted
+        self.mounts.mounted()
     }
 
     /// Logical paths of the directories this guard created for mount points, shallowest
@@ -188,45 +145,8 @@ impl MountGuard {
     }
 
     /// Unmounts everything, deepest first; reports the first failure after trying all.
-    pub fn close(mut self) -> Result<()> {
-        self.unmount_all()
-    }
-
-    fn unmount_all(&mut self) -> Result<()> {
-        let mut first: Option<anyhow::Error> = None;
-        while let Some(p) = self.mounted.pop() {
-            let at = self.roots.pop().flatten();
-            let by_fd = at
-                .as_ref()
-                .map(|(fd, name)| PathBuf::from(format!("/proc/self/fd/{}/{name}", fd.as_raw_fd())))
-                .filter(|p| p.exists());
-            // A probe (blkid) or a child forked elsewhere can hold it busy for a moment.
-            // (nix's flag: sys-mount's `UnmountFlags::NOFOLLOW` is O_NOFOLLOW, which umount2
-            // refuses.)
-            let r = crate::util::retry_while_errno(nix::libc::EBUSY, || {
-                match &by_fd {
-                    Some(f) => nix::mount::umount2(f, MntFlags::empty()),
-                    None => nix::mount::umount2(&p, MntFlags::UMOUNT_NOFOLLOW),
-                }
-                .map_err(std::io::Error::from)
-            });
-            drop(at);
-            if let Err(e) = r {
-                let err = anyhow::anyhow!("unmounting {}: {e}", p.display());
-                warn!("{err}");
-                first.get_or_insert(err);
-            }
-        }
-        first.map_or(Ok(()), Err)
-    }
-}
-
-impl Drop for MountGuard {
-    fn drop(&mut self) {
-        if !self.mounted.is_empty() {
-            warn!("unmounting filesystems after a failure");
-            let _ = self.unmount_all();
-        }
+    pub fn close(self) -> Result<()> {
+        self.mounts.close()
     }
 }
 

@@ -7,8 +7,8 @@
 //! the `/dev/disk/by-label/LABEL` links when present, and every block device of
 //! `/sys/class/block` probed with libblkid ([`crate::blockdev::probe`]); it polls until the
 //! drive appears or the wait is over (both logged). [`Mounted`] mounts it read-only (nosuid,
-//! nodev, noexec; ext4 with `noload`, so not even a journal is replayed) through the files
-//! stage's mount guard in a temporary directory, reads files with the size limit, and unmounts.
+//! nodev, noexec; ext4 with `noload`, so not even a journal is replayed) through
+//! [`crate::mounts::Mounts`] in a temporary directory, reads files with the size limit, and unmounts.
 //! Nothing is ever written to the drive.
 //!
 //! [`read`] is the common case: find, mount, read one file, unmount. A drive without the file
@@ -30,7 +30,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use log::{debug, info, warn};
 
 use super::Found;
-use crate::files::mounts::MountGuard;
+use crate::mounts::Mounts;
 
 /// How often the block devices are looked at again while waiting for a drive.
 pub const POLL: Duration = Duration::from_millis(500);
@@ -301,7 +301,7 @@ pub fn find_excluding(
 /// by [`Mounted::close`] or on drop.
 pub struct Mounted {
     dir: PathBuf,
-    guard: Option<MountGuard>,
+    guard: Option<Mounts>,
     pub device: Device,
 }
 
@@ -321,7 +321,7 @@ impl Mounted {
             "ext4" | "ext3" => "noload",
             _ => "",
         };
-        match MountGuard::mount_readonly(&device.path, &device.fstype, data, &dir) {
+        match Mounts::mount_readonly(&device.path, &device.fstype, data, &dir) {
             Ok(g) => Ok(Mounted {
                 dir,
                 guard: Some(g),

@@ -12,7 +12,7 @@ use anyhow::Result;
 use super::drive::{self, Drive, Roots};
 use super::{Found, Provider};
 use crate::fetch::Fetcher;
-use crate::limits::cmdline_arg;
+use runtime::cmdline::arg as cmdline_arg;
 
 /// The default label of the disk.
 pub const DEFAULT_LABEL: &str = "OEM";

@@ -14,7 +14,6 @@
 //! platform's provider answered is kept in `<state-dir>/provider-answer.json` and taken by
 //! the later passes of the same boot instead of asking the provider again.
 
-use std::path::Path;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
@@ -170,7 +169,8 @@ fn acquire(
         Some((bytes, format!("file {}", path.display())))
     } else if let Some(url) = &ctx.config_url {
         Some((fetch_url(url, opts)?, url.clone()))
-    } else if let Some(url) = cmdline_url(&read_cmdline(&opts.endpoints.kernel_cmdline)?) {
+    } else if let Some(url) = cmdline_url(&runtime::cmdline::read(&opts.endpoints.kernel_cmdline)?)
+    {
         info!("config URL from the kernel command line: {}", short(&url));
         Some((fetch_url(&url, opts)?, url))
     } else if let Some(found) = system_user_config(ctx, limit)? {
@@ -273,30 +273,13 @@ fn fetch_url(url: &str, opts: &fetch::Options) -> Result<Vec<u8>> {
     Fetcher::new(opts.clone()).fetch_bytes_as(&res, "config")
 }
 
-/// The kernel command line from `path` (`/proc/cmdline`: see
-/// [`crate::platform::Endpoints::kernel_cmdline`]); empty when it does not exist.
-pub fn read_cmdline(path: &Path) -> Result<String> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => Ok(s),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
-}
-
 /// The config URL named on a kernel command line (`agent.config.url` wins).
 pub fn cmdline_url(cmdline: &str) -> Option<String> {
-    for key in CMDLINE_KEYS {
-        let found = cmdline
-            .split_ascii_whitespace()
-            .filter_map(|arg| arg.split_once('='))
-            .filter(|(k, _)| k == key)
-            .map(|(_, v)| v.trim_matches('"').to_string())
-            .next_back();
-        if let Some(v) = found.filter(|v| !v.is_empty()) {
-            return Some(v);
-        }
-    }
-    None
+    CMDLINE_KEYS
+        .iter()
+        .filter_map(|key| runtime::cmdline::value(cmdline, key))
+        .find(|v| !v.is_empty())
+        .map(str::to_string)
 }
 
 /// System base configs: `base.d/*.ign` in name order, then

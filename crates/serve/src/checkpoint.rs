@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -35,14 +35,14 @@ use sha2::{Digest, Sha256};
 use super::render::Pool;
 use super::source::Generation;
 use super::status::GenRef;
-use crate::encoding::hex;
+use spec::encoding::hex;
 
 /// The record format this server writes and reads.
 pub const FORMAT: u32 = 1;
 /// Largest record file read back (the pools map of a generation).
 pub const MAX_RECORD_BYTES: u64 = 4 << 20;
 /// Largest config file read back: the largest config the agent itself accepts.
-pub const MAX_CONFIG_BYTES: u64 = crate::limits::DEFAULT_MAX_CONFIG_SIZE;
+pub const MAX_CONFIG_BYTES: u64 = runtime::limits::DEFAULT_MAX_CONFIG_SIZE;
 /// Old configs kept per pool for tokens that still name them (the oldest go first).
 pub const MAX_RETAINED_PER_POOL: usize = 16;
 
@@ -130,26 +130,6 @@ impl std::fmt::Debug for Checkpoint {
     }
 }
 
-fn mkdir_private(d: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(d)
-        .with_context(|| format!("creating {}", d.display()))?;
-    // Only when it differs: a chmod, even to the same mode, is an inotify IN_ATTRIB event
-    // for whoever watches the parent directory — the source watcher itself when the
-    // checkpoint directory sits beside the source, which then reloaded on every save.
-    let mode = std::fs::metadata(d)
-        .with_context(|| format!("reading {}", d.display()))?
-        .permissions()
-        .mode();
-    if mode & 0o7777 == 0o700 {
-        return Ok(());
-    }
-    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("setting the mode of {} to 0700", d.display()))
-}
-
 fn sync_dir(d: &Path) -> Result<()> {
     std::fs::File::open(d)
         .and_then(|f| f.sync_all())
@@ -201,8 +181,8 @@ fn valid_hash(h: &str) -> bool {
 impl Checkpoint {
     /// Creates (0700) and locks the directory. Fails when another server holds it.
     pub fn open(dir: &Path) -> Result<Checkpoint> {
-        mkdir_private(dir)?;
-        mkdir_private(&dir.join(CONFIGS))?;
+        runtime::util::mkdir_private(dir)?;
+        runtime::util::mkdir_private(&dir.join(CONFIGS))?;
         let lp = dir.join(".lock");
         let f = std::fs::OpenOptions::new()
             .create(true)
@@ -273,7 +253,7 @@ impl Checkpoint {
                 p.display()
             );
         }
-        let parsed = crate::config::parse(&b).map_err(|r| {
+        let parsed = spec::config::parse(&b).map_err(|r| {
             anyhow::anyhow!(
                 "pool {name}: config file {}: {}",
                 p.display(),
@@ -370,9 +350,9 @@ impl Checkpoint {
 
     /// Writes what changed since the last save, then removes config files nothing refers to.
     pub fn save(&self, s: &Snapshot) -> Result<()> {
-        mkdir_private(&self.dir)?;
+        runtime::util::mkdir_private(&self.dir)?;
         let cdir = self.dir.join(CONFIGS);
-        mkdir_private(&cdir)?;
+        runtime::util::mkdir_private(&cdir)?;
         let mut wanted: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
         let gen_record = |g: &Generation, r: &GenRef| GenRecord {
             format: FORMAT,
@@ -514,7 +494,7 @@ fn ser<T: Serialize>(v: &T) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    use crate::util::TestDir;
+    use runtime::util::TestDir;
 
     /// A path for a checkpoint directory that does not exist yet (open creates it, 0700),
     /// inside a test directory removed on drop.
@@ -525,7 +505,7 @@ mod tests {
     }
 
     fn pool(name: &str, marker: &str) -> Arc<Pool> {
-        let c = crate::config::parse(
+        let c = spec::config::parse(
             format!(
                 r#"{{"ignition":{{"version":"3.0.0"}},"storage":{{"files":[{{"path":"/m","contents":{{"source":"data:,{marker}"}}}}]}}}}"#
             )

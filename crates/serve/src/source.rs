@@ -32,14 +32,14 @@ use anyhow::{Context, Result, anyhow, bail};
 use sha2::{Digest, Sha256};
 
 use super::render::Pool;
-use crate::config::{self, Config};
+use spec::config::{self, Config};
 
 /// How often a vanished or replaced directory is re-resolved before giving up.
 const VANISH_RETRIES: usize = 8;
 
 /// Largest source file read (each `.ign` or `.bu` pool file or fragment): the largest config
 /// the agent itself accepts.
-pub const MAX_SOURCE_FILE_BYTES: u64 = crate::limits::DEFAULT_MAX_CONFIG_SIZE;
+pub const MAX_SOURCE_FILE_BYTES: u64 = runtime::limits::DEFAULT_MAX_CONFIG_SIZE;
 
 /// A validated generation of the source, ready to serve.
 #[derive(Debug)]
@@ -76,7 +76,7 @@ fn not_regular(path: &Path, ft: &FileType) -> anyhow::Error {
     anyhow!(
         "{} is {}, not a regular file: only regular files are read",
         path.display(),
-        crate::util::file_kind(ft)
+        runtime::util::file_kind(ft)
     )
 }
 
@@ -86,8 +86,8 @@ fn not_regular(path: &Path, ft: &FileType) -> anyhow::Error {
 /// so a swap in between cannot make the caller read a FIFO or a device. Errors name the
 /// file and what it is (an `io::Error` of kind `NotFound` when it does not exist).
 pub fn open_regular(path: &Path) -> Result<std::fs::File> {
-    use crate::util::OpenRegularError;
-    match crate::util::open_regular(path, false) {
+    use runtime::util::OpenRegularError;
+    match runtime::util::open_regular(path, false) {
         Ok((f, _)) => Ok(f),
         Err(OpenRegularError::Io(e)) => {
             Err(e).with_context(|| format!("reading {}", path.display()))
@@ -329,7 +329,7 @@ fn hash_walk(r: &Result<Vec<butane::TreeEntry>, butane::LocalError>) -> [u8; 32]
 
 /// Butane's files dir for a translation, recording every local file and tree it reads.
 struct Recorder<'a> {
-    inner: &'a crate::butane_files::DirFiles,
+    inner: &'a runtime::butane_files::DirFiles,
     deps: std::cell::RefCell<Vec<Dep>>,
 }
 
@@ -401,7 +401,7 @@ impl Translations {
         files_dir: &Path,
         place: &str,
     ) -> (Result<Arc<Vec<u8>>, String>, Vec<Dep>) {
-        let files = crate::butane_files::DirFiles {
+        let files = runtime::butane_files::DirFiles {
             root: files_dir.to_path_buf(),
             confine_symlinks: true,
         };
@@ -800,7 +800,7 @@ fn read_from(root: &Path, bases: &Bases, translations: &mut Translations) -> Res
         }
     }
     let mut g = r.g;
-    g.id = crate::encoding::hex(&r.id.finalize()[..8]);
+    g.id = spec::encoding::hex(&r.id.finalize()[..8]);
     Ok(g)
 }
 
@@ -861,7 +861,7 @@ pub fn load(dir: &Path) -> Result<Generation, LoadError> {
 mod tests {
     use super::*;
 
-    use crate::util::TestDir as Tmp;
+    use runtime::util::TestDir as Tmp;
     fn tmp(tag: &str) -> Tmp {
         Tmp::new(&format!("source-{tag}"))
     }

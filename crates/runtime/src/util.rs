@@ -2,7 +2,7 @@
 
 use std::ffi::OsStr;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -175,12 +175,37 @@ pub fn utc(secs: u64) -> Utc {
 
 /// A fresh directory under the system's temporary directory for a unit test (created,
 /// named after `tag`, the process and a UUID), removed with everything in it when dropped.
-#[cfg(test)]
-pub(crate) struct TestDir(pub std::path::PathBuf);
+/// Creates directory `d` (and its parents) private to the owner: mode 0700, set again when an
+/// existing directory has another mode. Used for the agent's state directory and the
+/// server's checkpoint directory.
+pub fn mkdir_private(d: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(d)
+        .with_context(|| format!("creating {}", d.display()))?;
+    // Only when it differs: a chmod, even to the same mode, is an inotify IN_ATTRIB event
+    // for whoever watches the parent directory — the source watcher itself when the
+    // checkpoint directory sits beside the source, which then reloaded on every save.
+    let mode = std::fs::metadata(d)
+        .with_context(|| format!("reading {}", d.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o7777 == 0o700 {
+        return Ok(());
+    }
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("setting the mode of {} to 0700", d.display()))
+}
 
-#[cfg(test)]
+/// A directory under the temporary directory, removed on drop: for the unit tests of this
+/// crate and of the crates above it (`test-hooks` only).
+#[cfg(any(test, feature = "test-hooks"))]
+pub struct TestDir(pub std::path::PathBuf);
+
+#[cfg(any(test, feature = "test-hooks"))]
 impl TestDir {
-    pub(crate) fn new(tag: &str) -> Self {
+    pub fn new(tag: &str) -> Self {
         let p = std::env::temp_dir().join(format!(
             "agent-{tag}-{}-{}",
             std::process::id(),
@@ -191,7 +216,7 @@ impl TestDir {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-hooks"))]
 impl Drop for TestDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);

@@ -8,10 +8,10 @@ use anyhow::Result;
 use sha2::{Digest, Sha256};
 
 use super::http::{Body, FileBody};
-use crate::config::types::{File, Resource};
-use crate::config::{self, Config, Version, version};
-use crate::encoding::data_url::base64_encode;
-use crate::encoding::hex;
+use spec::config::types::{File, Resource};
+use spec::config::{self, Config, Version, version};
+use spec::encoding::data_url::base64_encode;
+use spec::encoding::hex;
 
 /// Where the node agent finds the name of the config it was provisioned from.
 pub const NODE_CONFIG_PATH: &str = "/etc/agent/node-config.json";
@@ -422,8 +422,7 @@ mod tests {
             .iter()
             .find(|f| f.path == NODE_CONFIG_PATH)
             .unwrap();
-        let data =
-            crate::encoding::data_url::decode(f.contents.source.as_deref().unwrap()).unwrap();
+        let data = spec::encoding::data_url::decode(f.contents.source.as_deref().unwrap()).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&data).unwrap();
         assert_eq!(v["currentConfig"], p.config_name.as_str());
         assert_eq!(v["desiredConfig"], p.config_name.as_str());

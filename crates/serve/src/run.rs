@@ -21,7 +21,7 @@ use super::{Options, http, tls};
 /// SIGHUP into a forced reload, and on shutdown gives in-flight requests
 /// [`Options::shutdown_grace`] to finish.
 pub fn run(opts: &Options) -> Result<()> {
-    crate::logging::set_stage("serve");
+    runtime::logging::set_stage("serve");
     if let (Some(addr), None) = (opts.listen, &opts.tls_cert) {
         bail!(
             "--listen {addr} serves HTTPS and needs --tls-cert and --tls-key; for plain HTTP use --listen-http {addr}"

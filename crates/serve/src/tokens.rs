@@ -31,7 +31,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::encoding::hex;
+use spec::encoding::hex;
 
 /// Default token lifetime: 11 hours.
 pub const DEFAULT_TTL: u64 = 11 * 3600;
@@ -145,7 +145,7 @@ pub fn new_token() -> Result<String> {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut b))
         .context("reading /dev/urandom")?;
-    Ok(crate::encoding::data_url::base64_encode(&b)
+    Ok(spec::encoding::data_url::base64_encode(&b)
         .trim_end_matches('=')
         .replace('+', "-")
         .replace('/', "_"))
@@ -403,7 +403,7 @@ impl Key {
         ctx.update(&period.to_be_bytes());
         ctx.update(&epoch.to_be_bytes());
         let tag = ctx.sign();
-        crate::encoding::data_url::base64_encode(tag.as_ref())
+        spec::encoding::data_url::base64_encode(tag.as_ref())
             .trim_end_matches('=')
             .replace('+', "-")
             .replace('/', "_")
@@ -640,9 +640,9 @@ impl Store {
             .create(&gen_dir)
             .with_context(|| format!("creating {}", gen_dir.display()))?;
         let json = serde_json::to_vec_pretty(&s.state).context("serializing token state")?;
-        crate::util::write_atomic(&gen_dir.join("state.json"), &json, 0o600)?;
+        runtime::util::write_atomic(&gen_dir.join("state.json"), &json, 0o600)?;
         for (p, t) in &s.plaintext {
-            crate::util::write_atomic(&gen_dir.join(format!("{p}.token")), t.as_bytes(), 0o600)?;
+            runtime::util::write_atomic(&gen_dir.join(format!("{p}.token")), t.as_bytes(), 0o600)?;
         }
         let old = std::fs::read_link(self.dir.join("..data")).ok();
         let tmp = self.dir.join("..data_tmp");

@@ -10,7 +10,7 @@
 //! With no usable entry the server picks its documented default: the oldest spec version that
 //! can express the config (every 3.x Ignition newer than that can read it too).
 
-use crate::config::version::NEWEST_MINOR;
+use spec::config::version::NEWEST_MINOR;
 
 const IGNITION_TYPE: &str = "application/vnd.coreos.ignition+json";
 

@@ -21,7 +21,7 @@ use super::render::Pool;
 use super::source::{self, Generation};
 use super::status::Tracker;
 use super::tokens::{self, Clock};
-use crate::config::Version;
+use spec::config::Version;
 
 /// The active generation, which every event loop reads on every request. Each thread keeps
 /// a clone of its own and takes it again only after a change, so a read takes no lock and
@@ -75,7 +75,7 @@ impl Active {
 fn version_label(minor: u8) -> Cow<'static, str> {
     static LABELS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let labels = LABELS.get_or_init(|| {
-        (0..=crate::config::version::NEWEST_MINOR)
+        (0..=spec::config::version::NEWEST_MINOR)
             .map(|m| Version::new(m).to_string())
             .collect()
     });

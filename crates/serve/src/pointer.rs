@@ -8,13 +8,13 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 use super::tokens_cmd::Tokens;
-use crate::config::{self, Config, Version};
+use spec::config::{self, Config, Version};
 
 /// The pointer config a machine boots with: merge the server's /ignition with the bearer
 /// header, trusting the server's CA.
 pub fn pointer_config(url: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<Vec<u8>> {
-    use crate::config::types::{HttpHeader, Resource};
-    use crate::encoding::data_url::base64_encode;
+    use spec::config::types::{HttpHeader, Resource};
+    use spec::encoding::data_url::base64_encode;
     let mut c = Config::default();
     c.ignition.config.merge.push(Resource {
         source: Some(url.to_string()),
@@ -41,7 +41,7 @@ pub fn pointer_config(url: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<V
     if report.has_errors() {
         bail!("pointer config is invalid: {report}");
     }
-    let v = Version::new(crate::config::version::minimum(&c).minor.max(1));
+    let v = Version::new(spec::config::version::minimum(&c).minor.max(1));
     config::to_json_pretty(&c, v).map_err(|e| anyhow::anyhow!(e))
 }
 

@@ -4,7 +4,7 @@
 //! - `watch`: the source watcher (generations, the inotify/poll loop, status updates, token
 //!   rotation, certificate reload);
 //! - `run`: the run loop (listeners, event-loop threads, signals, reload, graceful shutdown),
-//!   driven by a plain [`Options`] value (the command line lives in `crate::cli`);
+//!   driven by a plain [`Options`] value (the command line lives in the agent crate's `cli`);
 //! - `source`: generation loading from a plain tree, an AtomicWriter volume or a git-sync link;
 //! - `render`: etcd index templating, the node-agent file, per-version documents;
 //! - `accept`: spec version negotiation; `status`: assigned/active/lastKnownGood/error;
@@ -43,7 +43,7 @@ pub use self::pointer::pointer_config;
 pub use self::run::run;
 
 /// Everything `agent serve` is told: where the configs are, where to listen, timeouts and
-/// limits. The command line (`crate::cli::serve`) fills it in; see `agent serve --help` for
+/// limits. The command line (the agent crate's `cli::serve`) fills it in; see `agent serve --help` for
 /// each setting.
 #[derive(Debug, Clone)]
 pub struct Options {

@@ -105,7 +105,7 @@ pub fn show_tokens(t: &Tokens, pool: Option<&str>, reveal: bool) -> Result<()> {
                 }
                 for (role, e) in &p.epochs {
                     let tok = key.token(&p.pool, &p.config_hash, schedule.period(), *e);
-                    let h = crate::encoding::hex(&tokens::hash_token(&tok));
+                    let h = spec::encoding::hex(&tokens::hash_token(&tok));
                     writeln!(
                         out,
                         "{}\t{role}\tsha256:{}\tconfig={}\tcreated={}\texpires={}\tvalid",

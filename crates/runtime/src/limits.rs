@@ -56,17 +56,17 @@ impl Limits {
     /// These limits with the kernel arguments of `cmdline` applied (the last occurrence of
     /// each wins, as in the kernel).
     pub fn with_cmdline(mut self, cmdline: &str) -> Result<Limits> {
-        if let Some(v) = cmdline_arg(cmdline, KARG_MAX_CONFIG_SIZE) {
+        if let Some(v) = crate::cmdline::arg(cmdline, KARG_MAX_CONFIG_SIZE) {
             self.max_config_size = parse_size(v.unwrap_or(""))
                 .with_context(|| format!("kernel argument {KARG_MAX_CONFIG_SIZE}"))?;
         }
-        if let Some(v) = cmdline_arg(cmdline, KARG_MAX_CONFIG_REFS) {
+        if let Some(v) = crate::cmdline::arg(cmdline, KARG_MAX_CONFIG_REFS) {
             let v = v.unwrap_or("");
             self.max_config_refs = v.parse().with_context(|| {
                 format!("kernel argument {KARG_MAX_CONFIG_REFS}={v}: not a whole number")
             })?;
         }
-        if let Some(v) = cmdline_arg(cmdline, KARG_REFUSE_TLS_DOWNGRADE) {
+        if let Some(v) = crate::cmdline::arg(cmdline, KARG_REFUSE_TLS_DOWNGRADE) {
             self.refuse_tls_downgrade = match v.map(str::to_ascii_lowercase).as_deref() {
                 None | Some("" | "1" | "yes" | "true" | "on") => true,
                 Some("0" | "no" | "false" | "off") => false,
@@ -84,19 +84,6 @@ impl Default for Limits {
     fn default() -> Self {
         Limits::BUILTIN
     }
-}
-
-/// The value of kernel argument `key` on `cmdline`: `Some(None)` when it is given bare,
-/// `Some(Some(v))` for `key=v` (quotes removed); the last occurrence wins.
-pub fn cmdline_arg<'a>(cmdline: &'a str, key: &str) -> Option<Option<&'a str>> {
-    cmdline
-        .split_ascii_whitespace()
-        .filter_map(|arg| match arg.split_once('=') {
-            Some((k, v)) if k == key => Some(Some(v.trim_matches('"'))),
-            None if arg == key => Some(None),
-            _ => None,
-        })
-        .next_back()
 }
 
 /// Parses a size: bytes, or a number with a binary suffix `K`/`KiB`, `M`/`MiB`, `G`/`GiB`

@@ -180,9 +180,9 @@ mod tests {
         e.pools.insert(
             "worker".into(),
             Arc::new(
-                crate::serve::render::Pool::new(
+                crate::render::Pool::new(
                     "worker",
-                    crate::config::parse(br#"{"ignition":{"version":"3.0.0"}}"#)
+                    spec::config::parse(br#"{"ignition":{"version":"3.0.0"}}"#)
                         .unwrap()
                         .config,
                 )

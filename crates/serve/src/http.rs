@@ -2407,7 +2407,7 @@ pub fn http_date(secs: u64) -> String {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let t = crate::util::utc(secs);
+    let t = runtime::util::utc(secs);
     format!(
         "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
         DAYS[t.weekday as usize],
