@@ -13,8 +13,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 
 use super::kernel;
-use super::partitions::DiskWork;
-use super::plan::Action;
+use super::plan::{Action, DiskPlan};
 
 /// Waits (at most `timeout`) for a config device path and resolves it to its node.
 pub fn resolve(path: &str, timeout: Duration) -> Result<PathBuf> {
@@ -76,14 +75,14 @@ pub struct Devices {
 }
 
 impl Devices {
-    /// The partitions of the planned disks.
-    pub fn planned(disks: &[DiskWork]) -> Devices {
+    /// The partitions of the planned disks, each given by its kernel name ("loop3") and plan.
+    pub fn planned<'a>(disks: impl IntoIterator<Item = (&'a str, &'a DiskPlan)>) -> Devices {
         let parts = disks
-            .iter()
-            .flat_map(|d| {
-                d.plan.parts.iter().map(|p| Planned {
-                    node: PathBuf::from("/dev").join(kernel::part_name(&d.name, p.number)),
-                    changed: d.plan.changes()
+            .into_iter()
+            .flat_map(|(name, plan)| {
+                plan.parts.iter().map(move |p| Planned {
+                    node: PathBuf::from("/dev").join(kernel::part_name(name, p.number)),
+                    changed: plan.changes()
                         && !matches!(p.action, Action::Keep | Action::Unlisted | Action::Absent),
                     name: p.new.as_ref().map(|e| e.name.clone()),
                     guid: p.new.as_ref().map(|e| e.guid.to_string()),
@@ -165,13 +164,8 @@ mod tests {
             ..Default::default()
         };
         let g = Geometry::new(512, 100 << 20).unwrap();
-        let disk = DiskWork {
-            path: "/dev/agentfake9".into(),
-            dev: "/dev/agentfake9".into(),
-            name: "agentfake9".into(),
-            plan: plan(None, &g, false, &[spec], &mut uuid::Uuid::new_v4).unwrap(),
-        };
-        let mut d = Devices::planned(&[disk]);
+        let disk = plan(None, &g, false, &[spec], &mut uuid::Uuid::new_v4).unwrap();
+        let mut d = Devices::planned([("agentfake9", &disk)]);
         let upper = guid.to_string().to_uppercase();
         for named in [
             "/dev/agentfake9p1".to_string(),

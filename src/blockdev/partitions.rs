@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
-use super::devices::resolve;
+use super::devices::{Devices, resolve};
 use super::gpt::{self, OnDisk, Table};
 use super::plan::{DiskPlan, Spec};
 use super::{failpoint, inuse, kernel};
@@ -79,6 +79,12 @@ pub fn plan(disks: &[Disk], timeout: Duration) -> Result<Vec<DiskWork>> {
         });
     }
     Ok(out)
+}
+
+/// The devices of the planned disks: what the layers above resolve the devices they name
+/// against (see [`Devices`]).
+pub fn devices(disks: &[DiskWork]) -> Devices {
+    Devices::planned(disks.iter().map(|d| (d.name.as_str(), &d.plan)))
 }
 
 /// Refuses when the disk, or a partition the kernel knows that the new table removes or changes,

@@ -350,7 +350,7 @@ pub struct RaidWork {
 }
 
 /// Plans every array: decided now from what its members hold, unless a member is a partition
-/// the partitioning makes (then decided by [`settle`]). Checks every layout first. The arrays it
+/// the partitioning makes (then decided by [`settle`]); its layout is checked first. The arrays it
 /// creates or assembles are added to `devices`. Reads devices, writes nothing.
 pub fn plan(arrays: &[Raid], devices: &mut Devices) -> Result<Vec<RaidWork>> {
     let mut out = Vec::new();

@@ -36,7 +36,7 @@ pub struct StagePlan {
 pub fn plan(config: &Config, device_timeout: Duration) -> Result<StagePlan> {
     let st = &config.storage;
     let disks = partitions::plan(&st.disks, device_timeout)?;
-    let mut devices = Devices::planned(&disks);
+    let mut devices = partitions::devices(&disks);
     let raids = raid::plan(&st.raid, &mut devices)?;
     let luks = luks::plan(&st.luks, &mut devices)?;
     let filesystems = filesystem::plan(&st.filesystems, &devices, device_timeout)?;
