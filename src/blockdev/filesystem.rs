@@ -13,14 +13,15 @@
 //! - before every mkfs, `wipefs -a` (also where no filesystem was found: signatures libblkid
 //!   does not report as a filesystem, a partition table inside the partition, say).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 
-use super::failpoint;
+use super::devices::Devices;
 use super::probe::{Found, probe};
+use super::{failpoint, inuse, kernel};
 use crate::config::types::Filesystem;
 
 /// What happens to one filesystem.
@@ -231,6 +232,127 @@ pub fn make(fs: &Filesystem, dev: &Path, action: &FsAction, tools: &Mutex<Durati
     log::info!("creating {fmt} on {}", fs.device);
     timed(tools, prog, &args).with_context(|| format!("creating {fmt} on {}", fs.device))?;
     failpoint::hit("after-mkfs")
+}
+
+/// One filesystem of the plan.
+#[derive(Debug)]
+pub struct FsWork {
+    pub fs: Filesystem,
+    pub action: FsAction,
+}
+
+/// Plans every filesystem that asks for something: decided now from what its device holds,
+/// unless the plan makes that device (then only its format is checked, and the rest is decided
+/// by [`decide_all`]). Waits for a device's node at most `timeout`. Reads devices, writes
+/// nothing.
+pub fn plan(
+    filesystems: &[Filesystem],
+    devices: &Devices,
+    timeout: Duration,
+) -> Result<Vec<FsWork>> {
+    let mut out = Vec::new();
+    for fs in filesystems {
+        if asks_for_nothing(fs) {
+            log::info!("filesystem on {}: no format, nothing to do", fs.device);
+            continue;
+        }
+        let action = if devices.made_by_plan(&fs.device) {
+            decide(fs, None)?; // checks the format now
+            FsAction::AfterPartitioning
+        } else {
+            let dev = devices.resolve(&fs.device, timeout)?;
+            decide_now(fs, &dev)?
+        };
+        out.push(FsWork {
+            fs: fs.clone(),
+            action,
+        });
+    }
+    Ok(out)
+}
+
+/// A filesystem ready to be made: its device's node and the decided action.
+#[derive(Debug)]
+pub struct Decided {
+    pub fs: Filesystem,
+    pub dev: PathBuf,
+    pub action: FsAction,
+}
+
+/// Once the devices below exist: every filesystem's device resolved, probed if it was left for
+/// now, and checked free where it is to be formatted, all in parallel and before any is
+/// touched, so that a refusal on one leaves every other one alone too. Refuses two names for
+/// one device. Writes nothing.
+pub fn decide_all(
+    filesystems: &[FsWork],
+    devices: &Devices,
+    timeout: Duration,
+) -> Result<Vec<Decided>> {
+    let decided: Vec<Result<Decided>> = std::thread::scope(|s| {
+        let hs: Vec<_> = filesystems
+            .iter()
+            .map(|w| s.spawn(move || decide_one(w, devices, timeout)))
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("probe worker panicked")))
+            })
+            .collect()
+    });
+    let work = decided.into_iter().collect::<Result<Vec<_>>>()?;
+    for (i, w) in work.iter().enumerate() {
+        if let Some(other) = work[..i].iter().find(|o| o.dev == w.dev) {
+            bail!(
+                "filesystems {} and {} are the same device {}",
+                other.fs.device,
+                w.fs.device,
+                w.dev.display()
+            );
+        }
+    }
+    Ok(work)
+}
+
+/// Resolves, probes (if not done at plan time) and checks one filesystem's device.
+fn decide_one(w: &FsWork, devices: &Devices, timeout: Duration) -> Result<Decided> {
+    let dev = devices.resolve(&w.fs.device, timeout)?;
+    let action = match &w.action {
+        FsAction::AfterPartitioning => decide_after_partitioning(&w.fs, &dev)?,
+        a => a.clone(),
+    };
+    if matches!(action, FsAction::Create | FsAction::WipeCreate(_)) {
+        let name = kernel::sys_name(&dev)?;
+        inuse::ensure_free(&name, &format!("format {}", w.fs.device))?;
+    }
+    Ok(Decided {
+        fs: w.fs.clone(),
+        dev,
+        action,
+    })
+}
+
+/// Makes every decided filesystem, each device's tools in parallel (see [`make`]); every one
+/// is tried, and the first error in config order is returned. Returns the summed wall time of
+/// the external tools.
+pub fn make_all(work: &[Decided]) -> Result<Duration> {
+    let tools = Mutex::new(Duration::ZERO);
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let hs: Vec<_> = work
+            .iter()
+            .map(|w| s.spawn(|| make(&w.fs, &w.dev, &w.action, &tools)))
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("filesystem worker panicked")))
+            })
+            .collect()
+    });
+    for r in results {
+        r?;
+    }
+    Ok(tools.into_inner().unwrap_or_else(|e| e.into_inner()))
 }
 
 #[cfg(test)]

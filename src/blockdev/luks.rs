@@ -1,7 +1,7 @@
 //! LUKS2 volumes with cryptsetup (and clevis for tang/tpm2/sss bindings): what is on the
 //! device, whether to create, reuse or refuse (`decide`), the argv, the key material, and the
-//! record of each opened volume (`apply`), which the disks stage leaves in the state directory
-//! (`crate::state`) and the files stage turns into `/etc/luks/<name>` and `/etc/crypttab`
+//! record of each opened volume (`apply`), which `carry_out` leaves in the state directory
+//! (`crate::state`) for the disks stage and the files stage turns into `/etc/luks/<name>` and `/etc/crypttab`
 //! (`crate::files::luks`). Nothing here writes into the target root.
 //!
 //! Rules (checked for every volume before any volume is touched):
@@ -14,7 +14,7 @@
 //! - any other signature: refused unless `wipeVolume` (then wiped and formatted).
 //!
 //! Keys: the `keyFile` resource fetched through the fetcher, or 64 bytes from /dev/urandom (hex). Keys
-//! go to cryptsetup on stdin only, never into an argv or a log line; the disks stage keeps the
+//! go to cryptsetup on stdin only, never into an argv or a log line; `carry_out` keeps the
 //! key of a volume not bound to clevis in the state directory for the files stage.
 
 use std::io::Read;
@@ -23,10 +23,11 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
+use super::devices::{Devices, block_device};
 use super::{inuse, kernel, probe};
 use crate::config::types::Luks;
 use crate::fetch::Fetcher;
-use crate::state::LuksRecord;
+use crate::state::{LuksRecord, StateDir};
 
 /// Where an open volume named `name` appears.
 pub fn mapper_path(name: &str) -> PathBuf {
@@ -168,7 +169,7 @@ pub fn open_backing(name: &str) -> Result<Option<PathBuf>> {
 /// Decides a volume from its device as it is now.
 pub fn decide_now(l: &Luks) -> Result<LuksAction> {
     let d = l.device.as_deref().unwrap_or_default();
-    let dev = super::raid::block_device(d).with_context(|| format!("luks {}", l.name))?;
+    let dev = block_device(d).with_context(|| format!("luks {}", l.name))?;
     if let Some(b) = open_backing(&l.name)? {
         let b = std::fs::canonicalize(&b).unwrap_or(b);
         if b != dev {
@@ -452,6 +453,72 @@ pub fn apply<'p>(
         p.key.as_ref().map(Key::bytes)
     };
     Ok((r, key))
+}
+
+/// One volume of the plan.
+#[derive(Debug)]
+pub struct LuksWork {
+    pub luks: Luks,
+    pub action: LuksAction,
+}
+
+/// Plans every volume: decided now from what its device holds, unless the plan makes that
+/// device (a partition, an array, or a volume listed before it: then only what does not depend
+/// on the device is checked, and the rest is decided by [`carry_out`]). The volumes it formats
+/// or opens are added to `devices`. Reads devices, writes nothing.
+pub fn plan(volumes: &[Luks], devices: &mut Devices) -> Result<Vec<LuksWork>> {
+    let mut out = Vec::new();
+    for l in volumes {
+        let dev = l.device.as_deref().unwrap_or_default();
+        let action = if devices.made_by_plan(dev) {
+            decide(l, None)?; // checks what does not depend on the device (cex)
+            LuksAction::AfterPartitioning
+        } else {
+            decide_now(l)?
+        };
+        if action != LuksAction::Active {
+            devices.add_made(mapper_path(&l.name));
+        }
+        out.push(LuksWork {
+            luks: l.clone(),
+            action,
+        });
+    }
+    Ok(out)
+}
+
+/// Carries out every volume once the devices below exist: each one's device resolved (a planned
+/// partition's node for a by-partlabel/partuuid link), decided if it was left for now, keyed
+/// with `fetcher` and its key checked, all before any is formatted or opened; then each one
+/// formatted or reused, opened, and its record and key saved in `state` for the files stage.
+pub fn carry_out(
+    volumes: &[LuksWork],
+    devices: &Devices,
+    fetcher: &Fetcher,
+    state: &StateDir,
+    timeout: Duration,
+) -> Result<()> {
+    let prepared = volumes
+        .iter()
+        .map(|w| {
+            let mut l = w.luks.clone();
+            let d = l.device.clone().unwrap_or_default();
+            let node = devices
+                .resolve(&d, timeout)
+                .with_context(|| format!("luks {}", l.name))?;
+            l.device = Some(node.display().to_string());
+            let a = match &w.action {
+                LuksAction::AfterPartitioning => decide_now(&l)?,
+                a => a.clone(),
+            };
+            Ok((prepare(&l, a, fetcher)?, l))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (pr, l) in &prepared {
+        let (record, key) = apply(l, pr, timeout)?;
+        state.save_luks(&record, key)?;
+    }
+    Ok(())
 }
 
 /// What the plan says about a volume (and its clevis binding).

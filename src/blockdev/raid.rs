@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
+use super::devices::{Devices, block_device};
 use super::{inuse, kernel, probe};
 use crate::config::types::Raid;
 
@@ -286,17 +287,6 @@ pub fn active(name: &str) -> Result<Option<MdInfo>> {
     Ok(Some(parse_export(&String::from_utf8_lossy(&out.stdout))))
 }
 
-/// Resolves a config device path to its node, which must be a block device.
-pub fn block_device(path: &str) -> Result<PathBuf> {
-    use std::os::unix::fs::FileTypeExt;
-    let dev = std::fs::canonicalize(path).with_context(|| format!("resolving {path}"))?;
-    let md = std::fs::metadata(&dev).with_context(|| format!("reading {}", dev.display()))?;
-    if !md.file_type().is_block_device() {
-        bail!("{path} is not a block device");
-    }
-    Ok(dev)
-}
-
 /// Decides an array from the devices as they are now.
 pub fn decide_now(r: &Raid) -> Result<RaidAction> {
     let devs = r
@@ -350,6 +340,70 @@ pub fn apply(r: &Raid, action: &RaidAction, timeout: Duration) -> Result<()> {
     kernel::udev_settle();
     kernel::wait_for(std::slice::from_ref(&path), timeout)
         .with_context(|| format!("waiting for array {}", r.name))
+}
+
+/// One array of the plan.
+#[derive(Debug)]
+pub struct RaidWork {
+    pub raid: Raid,
+    pub action: RaidAction,
+}
+
+/// Plans every array: decided now from what its members hold, unless a member is a partition
+/// the partitioning makes (then decided by [`settle`]); its layout is checked first. The arrays it
+/// creates or assembles are added to `devices`. Reads devices, writes nothing.
+pub fn plan(arrays: &[Raid], devices: &mut Devices) -> Result<Vec<RaidWork>> {
+    let mut out = Vec::new();
+    for r in arrays {
+        layout(r)?;
+        let action = if r.devices.iter().any(|d| devices.touched_by_partitioning(d)) {
+            RaidAction::AfterPartitioning
+        } else {
+            decide_now(r)?
+        };
+        out.push(RaidWork {
+            raid: r.clone(),
+            action,
+        });
+    }
+    for w in &out {
+        if w.action != RaidAction::Active {
+            devices.add_made(array_path(&w.raid.name));
+        }
+    }
+    Ok(out)
+}
+
+/// After partitioning: every array with its members resolved to their nodes (a planned
+/// partition named by its node or a by-partlabel/partuuid link, which needs no udev) and
+/// decided if it was left for now. Writes nothing, so that a refusal can still put the tables
+/// back.
+pub fn settle(arrays: &[RaidWork], devices: &Devices, timeout: Duration) -> Result<Vec<RaidWork>> {
+    arrays
+        .iter()
+        .map(|w| {
+            let mut r = w.raid.clone();
+            r.devices = r
+                .devices
+                .iter()
+                .map(|d| devices.resolve(d, timeout).map(|n| n.display().to_string()))
+                .collect::<Result<_>>()
+                .with_context(|| format!("array {}", r.name))?;
+            let action = match &w.action {
+                RaidAction::AfterPartitioning => decide_now(&r)?,
+                a => a.clone(),
+            };
+            Ok(RaidWork { raid: r, action })
+        })
+        .collect()
+}
+
+/// Carries out every settled array in order (see [`apply`]).
+pub fn apply_all(arrays: &[RaidWork], timeout: Duration) -> Result<()> {
+    for w in arrays {
+        apply(&w.raid, &w.action, timeout)?;
+    }
+    Ok(())
 }
 
 /// What the plan says about an array.

@@ -10,16 +10,17 @@
 //! A failure while partitioning, or an array refused after partitioning, puts every table back
 //! as it was.
 //!
-//! The decisions of each layer live in `blockdev` (`plan` for partitions, `raid`, `luks`,
-//! `filesystem`); this stage puts them together: `plan.rs` (the plan and its text), `devices.rs`
-//! (which node a config device names, also a partition the plan has yet to create) and
-//! `apply.rs` (carrying a plan out, putting tables back on failure).
+//! Each layer lives in `blockdev` (`partitions`, `raid`, `luks`, `filesystem`), and the stage
+//! asks each one in turn, once to plan and once to carry the plan out, handing it plain values:
+//! the config's entries, the layer's part of the plan, and the devices the layers below make
+//! (`blockdev::devices`: which node a config device names, also a partition the plan has yet
+//! to create). No layer calls back into the stage. `plan.rs` puts the plan together and prints
+//! it; `apply.rs` carries it out, layer by layer, with the failpoints and times between them.
 //!
 //! `--device-timeout` / `agent.device_timeout=` bounds every wait for a device node (default
 //! 30 s); test builds have failpoints (see `blockdev::failpoint`).
 
 mod apply;
-mod devices;
 mod plan;
 
 use std::time::{Duration, Instant};
@@ -30,9 +31,12 @@ use super::Context;
 use crate::config::Config;
 use crate::fetch::Fetcher;
 
+pub use crate::blockdev::filesystem::FsWork;
+pub use crate::blockdev::luks::LuksWork;
+pub use crate::blockdev::partitions::DiskWork;
+pub use crate::blockdev::raid::RaidWork;
 pub use apply::{apply, apply_with};
-pub use devices::DiskWork;
-pub use plan::{FsWork, LuksWork, RaidWork, StagePlan, plan};
+pub use plan::{StagePlan, plan};
 
 /// Times of one run, for the benchmark and the log.
 #[derive(Debug, Default, Clone, Copy)]
