@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::{Fetcher, Options};
+use super::fetcher::Fetcher;
+use super::options::Options;
 use crate::config::types::Resource;
 
 /// Fetches `r` to the file `output` ("-": standard output), created with `mode`. The CA

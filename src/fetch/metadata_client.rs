@@ -240,6 +240,15 @@ pub fn ipv6_interfaces() -> Vec<(String, u32)> {
     out
 }
 
+/// AWS credentials of the instance role.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    pub access_key: String,
+    pub secret_key: String,
+    pub token: Option<String>,
+    pub region: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

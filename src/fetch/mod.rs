@@ -2,10 +2,13 @@
 //! [`Scheme`] trait, the retry policy in [`retry`], and decompression, hashing and atomic
 //! placement in one place here. Contents stream: memory stays flat whatever the size.
 
+pub mod clients;
 pub mod command;
+pub mod fetcher;
 pub mod http;
 pub mod lowport;
 pub mod metadata_client;
+pub mod options;
 pub mod proxy;
 pub mod retry;
 pub mod s3;
@@ -18,75 +21,20 @@ use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::Digest;
 
-use crate::config::types::{Config, Proxy, Resource};
-use crate::limits::{Limits, TooLarge};
-use retry::{Clock, Failure, SystemClock};
+use crate::config::types::{Config, Resource};
+use crate::limits::TooLarge;
+use fetcher::{CHUNK, Chunks, HASH_QUEUE};
+use retry::Failure;
 
-/// Default wait for response headers on each try (`timeouts.httpResponseHeaders`).
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Settings that shape every fetch, taken from a config's `ignition` section.
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    pub http_response_headers: Option<i64>,
-    pub http_total: Option<i64>,
-    /// Extra trusted CAs (PEM bundles), added to the system roots for https.
-    pub ca_pems: Vec<Vec<u8>>,
-    pub proxy: Proxy,
-    /// Refuse any fetch that needs the network (fails with [`NeedsNetwork`]).
-    pub offline: bool,
-    /// Where the services are (S3, GCS, the AWS metadata service, …; default: the built-in
-    /// values; `agent run` passes its own down, see [`crate::endpoints`]).
-    pub endpoints: crate::endpoints::Endpoints,
-    /// Size limit of what is fetched into memory, TLS downgrade policy (default: the built-in
-    /// ones; `agent run` passes its own down, see [`crate::limits`]).
-    pub limits: Limits,
-    /// The CAs fetched so far, by source: shared by every clone of these options (and
-    /// [`Options::with_base`]), so that a CA is fetched once per run ([`fetch_cas`]).
-    pub ca_cache: CaCache,
-}
-
-/// CA bundles already fetched, by resource (source, compression and expected hash; Ignition
-/// keeps such a cache, by source, in its fetcher).
-#[derive(Debug, Clone, Default)]
-pub struct CaCache(Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>>);
-
-impl CaCache {
-    fn key(r: &Resource) -> String {
-        format!(
-            "{}\0{}\0{}",
-            r.source.as_deref().unwrap_or(""),
-            r.compression.as_deref().unwrap_or(""),
-            r.verification.hash.as_deref().unwrap_or("")
-        )
-    }
-    fn get(&self, r: &Resource) -> Option<Vec<u8>> {
-        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&Self::key(r)).cloned()
-    }
-    fn put(&self, r: &Resource, pem: &[u8]) {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        m.insert(Self::key(r), pem.to_vec());
-    }
-}
+pub use fetcher::{Fetcher, Scheme, check_tls_downgrade, short};
+pub use options::{CaCache, DEFAULT_HEADER_TIMEOUT, Options};
 
 impl Options {
-    /// Timeouts and proxy of `c` (CAs are resources: see [`Options::from_config_with_cas`]).
-    pub fn from_config(c: &Config) -> Self {
-        Options {
-            http_response_headers: c.ignition.timeouts.http_response_headers,
-            http_total: c.ignition.timeouts.http_total,
-            proxy: c.ignition.proxy.clone(),
-            ..Default::default()
-        }
-    }
-
     /// Like [`Options::from_config`], with `security.tls.certificateAuthorities` fetched
     /// (using the config's own timeouts and proxy, and `base`'s offline mode, endpoints,
     /// limits and CAs) and added. Every CA must be a PEM bundle of X.509 certificates: one
@@ -97,33 +45,6 @@ impl Options {
         let pems = fetch_cas(c, &o)?;
         o.ca_pems.extend(pems);
         Ok(o)
-    }
-
-    /// These options with `base`'s offline mode, endpoints, limits, CAs and CA cache.
-    pub fn with_base(mut self, base: &Options) -> Self {
-        self.offline = base.offline;
-        self.endpoints.clone_from(&base.endpoints);
-        self.ca_pems.clone_from(&base.ca_pems);
-        self.limits = base.limits;
-        self.ca_cache = base.ca_cache.clone();
-        self
-    }
-
-    /// The per-try wait for response headers; None = no limit.
-    pub fn header_timeout(&self) -> Option<Duration> {
-        match self.http_response_headers {
-            None => Some(DEFAULT_HEADER_TIMEOUT),
-            Some(n) if n > 0 => Some(Duration::from_secs(n as u64)),
-            Some(_) => None,
-        }
-    }
-
-    /// The bound on a whole fetch, retries included; None = no limit.
-    pub fn total_timeout(&self) -> Option<Duration> {
-        match self.http_total {
-            Some(n) if n > 0 => Some(Duration::from_secs(n as u64)),
-            _ => None,
-        }
     }
 }
 
@@ -195,24 +116,6 @@ pub fn inline_cas(c: &mut Config, opts: &Options) -> Result<()> {
 #[derive(Debug, thiserror::Error)]
 #[error("fetching {0} needs the network (offline mode)")]
 pub struct NeedsNetwork(pub String);
-
-/// One fetcher per URL scheme. `open` is one attempt: it returns the raw body (before
-/// decompression) or says whether another attempt may help.
-pub trait Scheme: Sync {
-    /// The body behind `url` (it may borrow from the URL: a data URL is decoded as it is
-    /// read).
-    fn open<'u>(
-        &self,
-        f: &Fetcher,
-        url: &'u str,
-        r: &Resource,
-        left: Option<Duration>,
-    ) -> Result<Box<dyn Read + 'u>, Failure>;
-    /// Whether this scheme needs the network (refused offline).
-    fn needs_network(&self) -> bool {
-        true
-    }
-}
 
 struct DataScheme;
 
@@ -293,58 +196,7 @@ pub fn needs_network(url: &str) -> bool {
     scheme_for(url).map(|s| s.needs_network()).unwrap_or(false)
 }
 
-pub struct Fetcher {
-    pub opts: Options,
-    clock: Arc<dyn Clock + Send + Sync>,
-    agents: OnceLock<std::result::Result<http::Agents, String>>,
-    aws_creds: OnceLock<Option<s3::Credentials>>,
-    /// The interface (index) its connections to IPv6 link-local addresses go out of
-    /// ([`Fetcher::fork_scoped`]; OpenStack's `fe80::a9fe:a9fe`).
-    link_scope: Option<u32>,
-}
-
 impl Fetcher {
-    pub fn new(opts: Options) -> Self {
-        Self::with_clock(opts, Arc::new(SystemClock))
-    }
-
-    /// A fetcher whose retry back-off uses `clock` (tests).
-    pub fn with_clock(opts: Options, clock: Arc<dyn Clock + Send + Sync>) -> Self {
-        Fetcher {
-            opts,
-            clock,
-            agents: OnceLock::new(),
-            aws_creds: OnceLock::new(),
-            link_scope: None,
-        }
-    }
-
-    /// A fetcher with the same options and clock, for another thread (its clients are its
-    /// own).
-    pub fn fork(&self) -> Fetcher {
-        Self::with_clock(self.opts.clone(), self.clock.clone())
-    }
-
-    /// [`Fetcher::fork`], connecting to IPv6 link-local addresses (`http://[fe80::…]/`) out of
-    /// the interface with index `scope` (a URL cannot carry the zone: `[fe80::1%eth0]` is not
-    /// a valid authority for the HTTP client).
-    pub fn fork_scoped(&self, scope: u32) -> Fetcher {
-        Fetcher {
-            link_scope: Some(scope),
-            ..self.fork()
-        }
-    }
-
-    /// The interface of [`Fetcher::fork_scoped`].
-    pub fn link_scope(&self) -> Option<u32> {
-        self.link_scope
-    }
-
-    /// The clock of the retry back-off (the metadata client retries with it too).
-    pub fn clock(&self) -> &(dyn Clock + Send + Sync) {
-        &*self.clock
-    }
-
     /// Fetches a resource into memory: decompressed and verified. For configs, CAs and key
     /// files. More than `opts.limits.max_config_size` bytes (after decompression) is refused
     /// with [`TooLarge`] as soon as it arrives.
@@ -424,8 +276,14 @@ impl Fetcher {
                     compression: None,
                     ..r.clone()
                 };
-                return copy_verified("(empty source)", &plain, Box::new(io::empty()), out)
-                    .map_err(|(Failure::Retry(e) | Failure::Fatal(e))| e);
+                return copy_verified(
+                    &self.chunks,
+                    "(empty source)",
+                    &plain,
+                    Box::new(io::empty()),
+                    out,
+                )
+                .map_err(|(Failure::Retry(e) | Failure::Fatal(e))| e);
             }
             return Ok(0);
         };
@@ -439,14 +297,14 @@ impl Fetcher {
         } else {
             None
         };
-        retry::run(&what, total, &*self.clock, |left| {
+        retry::run(&what, total, self.clock(), |left| {
             if !out.rewind().map_err(Failure::Fatal)? {
                 return Err(Failure::fatal(anyhow!(
                     "{what}: failed after part of the contents was written"
                 )));
             }
             let body = scheme.open(self, url, r, left)?;
-            copy_verified(url, r, body, out)
+            copy_verified(&self.chunks, url, r, body, out)
         })
         .map_err(|e| crate::limits::context_unless_too_large(e, || format!("fetching {what}")))
     }
@@ -534,32 +392,6 @@ impl Write for Out<'_> {
     }
 }
 
-/// A redirect from https to http drops TLS: always a warning; refused (final) when
-/// `limits.refuse_tls_downgrade` (`--refuse-tls-downgrade`, `agent.refuse_tls_downgrade`).
-pub fn check_tls_downgrade(f: &Fetcher, from: &str, to: &str) -> Result<(), Failure> {
-    let scheme = |u: &str| {
-        u.split_once("://")
-            .map(|(s, _)| s.to_ascii_lowercase())
-            .unwrap_or_default()
-    };
-    if scheme(from) != "https" || scheme(to) != "http" {
-        return Ok(());
-    }
-    if f.opts.limits.refuse_tls_downgrade {
-        return Err(Failure::fatal(anyhow!(
-            "{}: refusing the redirect to {}: it drops TLS (https to http) and TLS downgrades are refused (--refuse-tls-downgrade / agent.refuse_tls_downgrade)",
-            short(from),
-            short(to)
-        )));
-    }
-    log::warn!(
-        "{}: redirected to {}, which drops TLS (https to http): the contents are not protected in transit; refuse such redirects with --refuse-tls-downgrade / agent.refuse_tls_downgrade",
-        short(from),
-        short(to)
-    );
-    Ok(())
-}
-
 /// Remembers whether a read error came from the transport (retry) rather than from
 /// decompression (final).
 /// Into memory, the raw (compressed) bytes are bounded too: a gzip stream that never produces
@@ -638,32 +470,6 @@ fn hasher_for(r: &Resource) -> Result<Option<Expected>> {
 
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
-/// Bytes read, decompressed and written per step of a download.
-const CHUNK: usize = 256 * 1024;
-/// Chunks queued for the hashing thread at most: memory stays at (HASH_QUEUE + 2) × CHUNK
-/// whatever the size of the download.
-const HASH_QUEUE: usize = 4;
-
-thread_local! {
-    /// Chunk buffers kept between downloads (a files stage makes thousands of small ones).
-    static CHUNKS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-fn take_chunk() -> Vec<u8> {
-    CHUNKS
-        .with(|c| c.borrow_mut().pop())
-        .unwrap_or_else(|| vec![0u8; CHUNK])
-}
-
-fn keep_chunk(b: Vec<u8>) {
-    CHUNKS.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() < HASH_QUEUE + 2 {
-            c.push(b);
-        }
-    });
-}
-
 /// Where the hash of a download is computed: on this thread for the first chunk, on a
 /// thread of its own once the body is longer than one chunk (hashing then overlaps with
 /// reading and writing).
@@ -686,6 +492,7 @@ enum Hashing<'scope> {
 /// bounded queue, so that it overlaps with the download instead of following it. The hash
 /// is checked before `Ok` is returned; the caller commits nothing before that.
 fn copy_verified(
+    chunks: &Chunks,
     url: &str,
     r: &Resource,
     body: Box<dyn Read + '_>,
@@ -724,7 +531,7 @@ fn copy_verified(
         let mut n: u64 = 0;
         let start = Instant::now();
         let mut next_report = start + PROGRESS_EVERY;
-        let mut buf = take_chunk();
+        let mut buf = chunks.take();
         let result = loop {
             // Fill the chunk (fewer writes and hand-overs), stopping at the end of the body.
             let mut k = 0;
@@ -784,7 +591,7 @@ fn copy_verified(
                 Hashing::Thread { .. } => {}
             }
             if let Hashing::Thread { to_hash, reuse, .. } = &hashing {
-                let next = reuse.try_recv().unwrap_or_else(|_| take_chunk());
+                let next = reuse.try_recv().unwrap_or_else(|_| chunks.take());
                 let full = std::mem::replace(&mut buf, next);
                 if to_hash.send((full, k)).is_err() {
                     break Err(Failure::fatal(anyhow!("the hashing thread stopped")));
@@ -802,7 +609,7 @@ fn copy_verified(
                 next_report = now + PROGRESS_EVERY;
             }
         };
-        keep_chunk(buf);
+        chunks.keep(buf);
         // The end of the body (or an error): the hashing thread drains its queue and gives
         // the digest; its buffers are kept for the next download.
         let got = match hashing {
@@ -818,7 +625,7 @@ fn copy_verified(
                 drop(to_hash);
                 let d = digest.join();
                 for b in reuse.try_iter() {
-                    keep_chunk(b);
+                    chunks.keep(b);
                 }
                 match d {
                     Ok(d) => Some((d, func, want)),
@@ -898,23 +705,10 @@ pub fn sha512_hex(data: &[u8]) -> String {
     hex(&sha2::Sha512::digest(data))
 }
 
-/// Long URLs (data URLs) are shortened in logs and errors; other sources (a file, a
-/// platform's drive: "openstack config drive /dev/sr0 (…), file …") are kept whole, their
-/// end names the file.
-pub fn short(src: &str) -> String {
-    // The scheme's "://" is near the start: a long data URL is not searched through.
-    if src.len() > 80
-        && (src.starts_with("data:") || src[..src.floor_char_boundary(64)].contains("://"))
-    {
-        format!("{}…", &src[..src.floor_char_boundary(77)])
-    } else {
-        src.to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::Limits;
 
     fn res(src: &str) -> Resource {
         Resource {

@@ -11,21 +11,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::{Digest, Sha256};
 
+use super::fetcher::{Fetcher, Scheme};
+use super::metadata_client::Credentials;
 use super::metadata_client::{AWS_IMDSV2, Client};
 use super::retry::Failure;
-use super::{Fetcher, Scheme, hex};
 use crate::config::types::Resource;
+use crate::encoding::hex;
 
 const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-
-/// AWS credentials of the instance role.
-#[derive(Debug, Clone)]
-pub struct Credentials {
-    pub access_key: String,
-    pub secret_key: String,
-    pub token: Option<String>,
-    pub region: String,
-}
 
 pub struct S3;
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 
+use super::fetcher::{Fetcher, Scheme, short};
 use super::retry::Failure;
-use super::{Fetcher, Scheme, short};
 use crate::config::types::Resource;
 
 const OP_RRQ: u16 = 1;

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result, bail};
 use log::{info, warn};
 
-use super::Context;
+use super::context::Context;
 use crate::config::{self, Config};
 use crate::fetch::{self, Fetcher, NeedsNetwork, short};
 use crate::limits::{self, REFS_HINT};

@@ -9,28 +9,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use log::info;
 
-use super::Context;
+use super::context::Context;
 use crate::config::Config;
 use crate::fetch::Fetcher;
 use crate::files::mounts::{MountGuard, mountable};
 use crate::files::nodes::{Attrs, Contents};
-use crate::files::passwd::SshKeysFile;
 use crate::files::resolve::Root;
 use crate::files::{Writer, kargs, result, selinux};
 
-/// Settings of the files stage that come from the command line (carried in
-/// [`Context::files`]).
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    /// Distro helper that applies kernel argument changes.
-    pub kargs_helper: Option<PathBuf>,
-    /// Where SSH keys are written in each home.
-    pub ssh_keys_file: SshKeysFile,
-    /// Test builds only: open directories element by element with `O_NOFOLLOW`, as on a
-    /// kernel without `openat2` (see `files::resolve`).
-    #[cfg(feature = "test-hooks")]
-    pub no_openat2: bool,
-}
+pub use super::context::FilesOptions as Options;
 
 /// Runs the stage with the options of the context ([`Context::files`]).
 pub fn run(config: &Config, ctx: &Context) -> Result<()> {

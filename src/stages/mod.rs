@@ -3,87 +3,14 @@
 //! function of the config and the [`Context`]; what one stage leaves for the next goes
 //! through the state directory ([`crate::state`]).
 
+pub mod context;
 pub mod disks;
 pub mod fetch;
 pub mod files;
 
-use std::path::PathBuf;
+pub use context::{Context, FilesOptions, Stage};
 
 use anyhow::Result;
-
-use crate::config::Config;
-use crate::endpoints::Endpoints;
-use crate::limits::Limits;
-use crate::state::StateDir;
-
-/// Everything a stage needs besides the config.
-#[derive(Debug, Clone)]
-pub struct Context {
-    pub root: PathBuf,
-    pub state_dir: PathBuf,
-    pub platform: Option<String>,
-    pub config_file: Option<PathBuf>,
-    pub config_url: Option<String>,
-    /// System base configs (`base.d/`, `base.platform.d/<platform>/`).
-    pub system_config_dir: PathBuf,
-    /// Fail (with the neednet marker) instead of fetching anything over the network.
-    pub offline: bool,
-    /// Memory limits and redirect policy of every fetch (flags and kernel arguments).
-    pub limits: Limits,
-    /// Where the services and files are, and the device time-out (built-in values, kernel
-    /// arguments, flags); a stage fetches with them as its platform prepared them
-    /// ([`Context::prepared`]).
-    pub endpoints: Endpoints,
-    /// Command-line settings of the files stage.
-    pub files: files::Options,
-}
-
-impl Context {
-    /// The state directory: what one stage leaves for the next (`crate::state`).
-    pub fn state(&self) -> StateDir<'_> {
-        StateDir::new(&self.state_dir)
-    }
-
-    /// Fetch options for what a stage fetches for `config`: its timeouts, proxy and CAs
-    /// (`ignition.security.tls.certificateAuthorities`), and this run's [`Context::limits`] and
-    /// [`Context::endpoints`]. The CAs are loaded here, so a stage calls this before it changes
-    /// anything: a CA that cannot be had fails the stage with nothing done. In the rendered
-    /// config the fetch stage left they are `data:` URLs (it fetched them once,
-    /// [`crate::fetch::inline_cas`]), so the later stages need no network for them.
-    pub fn fetch_options(&self, config: &Config) -> Result<crate::fetch::Options> {
-        let base = crate::fetch::Options {
-            limits: self.limits,
-            endpoints: self.endpoints.clone(),
-            ..Default::default()
-        };
-        crate::fetch::Options::from_config_with_cas(config, &base)
-    }
-
-    /// This context with its endpoints prepared by the platform
-    /// ([`crate::platform::prepare`]), as every stage fetches with them.
-    pub fn prepared(&self) -> Result<Context> {
-        let mut c = self.clone();
-        crate::platform::prepare(self.platform.as_deref(), self.offline, &mut c.endpoints)?;
-        Ok(c)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    Fetch,
-    Disks,
-    Files,
-}
-
-impl Stage {
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Fetch => "fetch",
-            Stage::Disks => "disks",
-            Stage::Files => "files",
-        }
-    }
-}
 
 /// Runs `stages` in the order given.
 pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {

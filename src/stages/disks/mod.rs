@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::Context;
+use super::context::Context;
 use crate::config::Config;
 use crate::fetch::Fetcher;
 

@@ -1,0 +1,96 @@
+//! What every stage is given besides the config: the [`Context`] (root, state directory,
+//! platform, limits, endpoints, the files stage's command-line settings) and the list of
+//! [`Stage`]s. Below the stages, which all read it.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::config::Config;
+use crate::endpoints::Endpoints;
+use crate::files::passwd::SshKeysFile;
+use crate::limits::Limits;
+use crate::state::StateDir;
+
+/// Everything a stage needs besides the config.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub root: PathBuf,
+    pub state_dir: PathBuf,
+    pub platform: Option<String>,
+    pub config_file: Option<PathBuf>,
+    pub config_url: Option<String>,
+    /// System base configs (`base.d/`, `base.platform.d/<platform>/`).
+    pub system_config_dir: PathBuf,
+    /// Fail (with the neednet marker) instead of fetching anything over the network.
+    pub offline: bool,
+    /// Memory limits and redirect policy of every fetch (flags and kernel arguments).
+    pub limits: Limits,
+    /// Where the services and files are, and the device time-out (built-in values, kernel
+    /// arguments, flags); a stage fetches with them as its platform prepared them
+    /// ([`Context::prepared`]).
+    pub endpoints: Endpoints,
+    /// Command-line settings of the files stage.
+    pub files: FilesOptions,
+}
+
+impl Context {
+    /// The state directory: what one stage leaves for the next (`crate::state`).
+    pub fn state(&self) -> StateDir<'_> {
+        StateDir::new(&self.state_dir)
+    }
+
+    /// Fetch options for what a stage fetches for `config`: its timeouts, proxy and CAs
+    /// (`ignition.security.tls.certificateAuthorities`), and this run's [`Context::limits`] and
+    /// [`Context::endpoints`]. The CAs are loaded here, so a stage calls this before it changes
+    /// anything: a CA that cannot be had fails the stage with nothing done. In the rendered
+    /// config the fetch stage left they are `data:` URLs (it fetched them once,
+    /// [`crate::fetch::inline_cas`]), so the later stages need no network for them.
+    pub fn fetch_options(&self, config: &Config) -> Result<crate::fetch::Options> {
+        let base = crate::fetch::Options {
+            limits: self.limits,
+            endpoints: self.endpoints.clone(),
+            ..Default::default()
+        };
+        crate::fetch::Options::from_config_with_cas(config, &base)
+    }
+
+    /// This context with its endpoints prepared by the platform
+    /// ([`crate::platform::prepare`]), as every stage fetches with them.
+    pub fn prepared(&self) -> Result<Context> {
+        let mut c = self.clone();
+        crate::platform::prepare(self.platform.as_deref(), self.offline, &mut c.endpoints)?;
+        Ok(c)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Fetch,
+    Disks,
+    Files,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Fetch => "fetch",
+            Stage::Disks => "disks",
+            Stage::Files => "files",
+        }
+    }
+}
+
+/// Settings of the files stage that come from the command line (carried in
+/// [`Context::files`]; `stages::files::Options`).
+#[derive(Debug, Clone, Default)]
+pub struct FilesOptions {
+    /// Distro helper that applies kernel argument changes.
+    pub kargs_helper: Option<PathBuf>,
+    /// Where SSH keys are written in each home.
+    pub ssh_keys_file: SshKeysFile,
+    /// Test builds only: open directories element by element with `O_NOFOLLOW`, as on a
+    /// kernel without `openat2` (see `files::resolve`).
+    #[cfg(feature = "test-hooks")]
+    pub no_openat2: bool,
+}
