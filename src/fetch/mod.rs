@@ -9,6 +9,7 @@ pub mod metadata_client;
 pub mod proxy;
 pub mod retry;
 pub mod s3;
+pub mod stream;
 pub mod tftp;
 pub mod tls;
 
