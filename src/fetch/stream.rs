@@ -41,7 +41,9 @@ impl Socket {
     fn set_timeout(&self, opt: SockTimeout, t: Option<Duration>) -> io::Result<()> {
         use nix::sys::socket::{setsockopt, sockopt};
         // Zero means "no time-out" to the kernel; a zero Duration would be an instant one.
-        let t = t.map(|d| d.max(Duration::from_micros(1))).unwrap_or_default();
+        let t = t
+            .map(|d| d.max(Duration::from_micros(1)))
+            .unwrap_or_default();
         let tv = nix::sys::time::TimeVal::new(t.as_secs() as _, t.subsec_micros() as _);
         let fd = self.0.as_fd();
         match opt {

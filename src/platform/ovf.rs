@@ -13,7 +13,8 @@
 //!
 //! The XML is read by `roxmltree` (adopted in place of a hand-written tokenizer: a small,
 //! dependency-free, well-kept parser that resolves namespaces, entities and CDATA and gives
-//! each element's byte range, which is all [`delete_properties`] needs). As Go's
+//! each element's byte range, which is all [`delete_properties`] needs; measured, it adds
+//! 36,896 bytes to the 5.2 MB static binary, 0.7%). As Go's
 //! `xml.Unmarshal`, anything after the root element is ignored. A DOCTYPE is accepted
 //! (roxmltree bounds entity expansion); attribute values are normalized as XML says
 //! (a literal tab or newline becomes a space; `&#10;` stays a newline).
@@ -259,14 +260,20 @@ mod tests {
         for (doc, want) in [
             ("", "does not have a root node"),
             ("<Environment><PropertySection>", "opened but never closed"),
-            ("<Environment></Other>", "expected 'Environment' tag, not 'Other'"),
+            (
+                "<Environment></Other>",
+                "expected 'Environment' tag, not 'Other'",
+            ),
             ("<Environment a=b/>", "expected a quote"),
             ("<Environment a=\"x/>", "unexpected end of stream"),
             (
                 "<Environment><p:Property/></Environment>",
                 "unknown namespace prefix 'p'",
             ),
-            ("<Environment a=\"&bogus;\"/>", "unknown entity reference 'bogus'"),
+            (
+                "<Environment a=\"&bogus;\"/>",
+                "unknown entity reference 'bogus'",
+            ),
             ("<!-- open", "expected '-->'"),
         ] {
             let e = format!("{:#}", properties(doc).unwrap_err());
