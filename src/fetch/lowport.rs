@@ -1,19 +1,19 @@
 //! Plain-HTTP connections from a privileged source port (1–1023), for metadata services that
 //! answer only such clients (Scaleway: only root on the instance may read the user data).
 //! A ureq connector that binds a random port below 1024 before connecting (needs root or
-//! `CAP_NET_BIND_SERVICE`), and a transport over the socket; no TLS, no proxy, no
+//! `CAP_NET_BIND_SERVICE`); the transport is [`super::stream`]'s. No TLS, no proxy, no
 //! connection reuse.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::OwnedFd;
 
 use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, SockaddrStorage, bind, connect, setsockopt, socket, sockopt,
 };
-use ureq::unversioned::transport::{
-    Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, Transport,
-};
+use ureq::unversioned::transport::{ConnectionDetails, Connector, Either, Transport};
+
+use super::stream::StreamTransport;
 
 /// Tries of a random source port before giving up (others may be in use).
 const PORT_TRIES: usize = 16;
@@ -22,7 +22,7 @@ const PORT_TRIES: usize = 16;
 pub struct LowPortConnector;
 
 impl<In: Transport> Connector<In> for LowPortConnector {
-    type Out = Either<In, LowPortTransport>;
+    type Out = Either<In, StreamTransport<TcpStream>>;
 
     fn connect(
         &self,
@@ -46,11 +46,7 @@ impl<In: Transport> Connector<In> for LowPortConnector {
         let mut last = None;
         for addr in details.addrs.iter() {
             match connect_from_low_port(*addr, timeout) {
-                Ok(s) => {
-                    let c = details.config;
-                    let buffers = LazyBuffers::new(c.input_buffer_size(), c.output_buffer_size());
-                    return Ok(Some(Either::B(LowPortTransport { stream: s, buffers })));
-                }
+                Ok(s) => return Ok(Some(Either::B(StreamTransport::new(s, details.config)))),
                 Err(e) => last = Some(e),
             }
         }
@@ -118,64 +114,4 @@ fn connect_from_low_port(
         }
     }
     Err(last)
-}
-
-/// One connection made by [`LowPortConnector`].
-pub struct LowPortTransport {
-    stream: TcpStream,
-    buffers: LazyBuffers,
-}
-
-impl std::fmt::Debug for LowPortTransport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LowPortTransport")
-    }
-}
-
-/// The time-out of `t` for one I/O call; a spent budget is a time-out error.
-fn io_timeout(t: NextTimeout) -> Result<Option<std::time::Duration>, ureq::Error> {
-    if t.after.is_zero() {
-        return Err(ureq::Error::Timeout(t.reason));
-    }
-    Ok(t.not_zero().map(|d| *d))
-}
-
-fn map_io(e: io::Error, t: NextTimeout) -> ureq::Error {
-    match e.kind() {
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ureq::Error::Timeout(t.reason),
-        _ => ureq::Error::Io(e),
-    }
-}
-
-impl Transport for LowPortTransport {
-    fn buffers(&mut self) -> &mut dyn Buffers {
-        &mut self.buffers
-    }
-
-    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        let t = timeout.for_write();
-        self.stream.set_write_timeout(io_timeout(t)?)?;
-        let out = &self.buffers.output()[..amount];
-        self.stream.write_all(out).map_err(|e| map_io(e, t))
-    }
-
-    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        let t = timeout.for_read();
-        self.stream.set_read_timeout(io_timeout(t)?)?;
-        let buf = self.buffers.input_append_buf();
-        let n = loop {
-            match self.stream.read(buf) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(map_io(e, t)),
-            }
-        };
-        self.buffers.input_appended(n);
-        Ok(n > 0)
-    }
-
-    fn is_open(&mut self) -> bool {
-        // Never reused: each request binds a fresh privileged port.
-        false
-    }
 }

@@ -12,6 +12,7 @@ pub mod options;
 pub mod proxy;
 pub mod retry;
 pub mod s3;
+pub mod stream;
 pub mod tftp;
 pub mod tls;
 

@@ -8,14 +8,22 @@
 //! does not accept the connection is an error. Unlike Ignition, which parses whatever body
 //! comes back, a status other than 2xx is an error naming it. Reads and writes time out
 //! after [`IO_TIMEOUT`] (Ignition waits forever).
+//!
+//! The HTTP exchange is ureq's, as for every other HTTP fetch (crate adopted here in place of
+//! a hand-written HTTP/1.1 client: one HTTP implementation for the agent): the connector
+//! hands ureq the vsock stream connected beforehand, through the transport of
+//! [`crate::fetch::stream`], and no name is ever resolved.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{ConnectionDetails, Connector, NextTimeout, Transport};
 
 use super::{Found, Provider};
 use crate::fetch::Fetcher;
+use crate::fetch::stream::{Socket, StreamTransport, TimedStream};
 use crate::limits::{TooLarge, read_bounded};
 
 /// The host's context id (`VMADDR_CID_HOST`).
@@ -25,138 +33,149 @@ pub const PORT: u32 = 1024;
 /// Longest wait for the host to answer (or take) data.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The request Ignition sends (the host name is arbitrary: the connection is the address).
-pub const REQUEST: &[u8] =
-    b"GET / HTTP/1.1\r\nHost: d\r\nAccept: application/json\r\nConnection: close\r\n\r\n";
+/// The URL of the request (the host name is arbitrary: the connection is the address).
+pub const URL: &str = "http://d/";
 
-/// Longest status line or header line accepted.
-const MAX_LINE: usize = 8192;
-/// Most header lines accepted.
-const MAX_HEADERS: usize = 100;
+/// Longest response head (status line and headers) accepted.
+const MAX_HEAD: usize = 8192;
 
-/// Sends [`REQUEST`] on `stream` and returns the response body (bounded by `limit`):
-/// `Content-Length`, chunked, or up to the end of the stream.
-pub fn http_get(stream: impl Read + Write, limit: u64) -> Result<Vec<u8>> {
-    let mut r = BufReader::new(stream);
-    r.get_mut().write_all(REQUEST).context("sending the request")?;
-    r.get_mut().flush().context("sending the request")?;
-    let status = line(&mut r).context("reading the status line")?;
-    let mut parts = status.splitn(3, ' ');
-    let (proto, code) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if !proto.starts_with("HTTP/1.") || code.len() != 3 {
-        bail!("not an HTTP/1.x response: {:?}", short(&status));
+/// Hands ureq the one stream connected before the request.
+struct Connected<S>(Mutex<Option<S>>);
+
+impl<S> std::fmt::Debug for Connected<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Connected")
     }
-    let code: u16 = code.parse().with_context(|| format!("status {code:?}"))?;
-    if !(200..300).contains(&code) {
-        bail!("the host answered {:?}", short(&status));
+}
+
+impl<In: Transport, S: TimedStream> Connector<In> for Connected<S> {
+    type Out = StreamTransport<S>;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails,
+        _chained: Option<In>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        let stream = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .ok_or(ureq::Error::ConnectionFailed)?;
+        Ok(Some(StreamTransport::new(stream, details.config)))
     }
-    let mut length: Option<u64> = None;
-    let mut chunked = false;
-    for n in 0.. {
-        if n == MAX_HEADERS {
-            bail!("more than {MAX_HEADERS} header lines");
-        }
-        let h = line(&mut r).context("reading the headers")?;
-        if h.is_empty() {
-            break;
-        }
-        let Some((name, value)) = h.split_once(':') else {
-            bail!("a malformed header line {:?}", short(&h));
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            length = Some(
-                value
-                    .parse()
-                    .with_context(|| format!("Content-Length {value:?}"))?,
-            );
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.eq_ignore_ascii_case("chunked");
-            if !chunked && !value.eq_ignore_ascii_case("identity") {
-                bail!("unsupported Transfer-Encoding {value:?}");
-            }
-        } else if name.eq_ignore_ascii_case("content-encoding")
-            && !value.eq_ignore_ascii_case("identity")
-        {
-            bail!("unsupported Content-Encoding {value:?} (the request asks for none)");
-        }
+}
+
+/// No name lookup: the stream is already connected ([`Connected`] ignores the address).
+#[derive(Debug)]
+struct NoLookup;
+
+impl Resolver for NoLookup {
+    fn resolve(
+        &self,
+        _uri: &ureq::http::Uri,
+        _config: &ureq::config::Config,
+        _timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let mut addrs = self.empty();
+        addrs.push(std::net::SocketAddr::from(([0, 0, 0, 0], 80)));
+        Ok(addrs)
     }
-    let too_large = || TooLarge {
-        what: "config from the applehv vsock host".into(),
-        limit,
+}
+
+/// What ureq's error `e` means for the exchange with the host.
+fn describe(e: ureq::Error) -> anyhow::Error {
+    match e {
+        ureq::Error::LargeResponseHeader(..) => {
+            anyhow::anyhow!("a response head longer than {MAX_HEAD} bytes")
+        }
+        ureq::Error::Protocol(p) => anyhow::anyhow!("not an HTTP/1.x response ({p})"),
+        ureq::Error::Timeout(t) => {
+            anyhow::anyhow!("the host sent or took nothing for {} s ({t})", IO_TIMEOUT.as_secs())
+        }
+        ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            anyhow::anyhow!("the host closed the connection before answering")
+        }
+        e => anyhow::Error::new(e),
+    }
+}
+
+/// Whether `e` comes from the stream ending early.
+fn ended_early(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof)
+    })
+}
+
+/// Sends `GET /` with `Accept: application/json` on `stream` and returns the response body
+/// (bounded by `limit`): `Content-Length`, chunked, or up to the end of the stream.
+pub fn http_get<S: TimedStream>(stream: S, limit: u64) -> Result<Vec<u8>> {
+    let config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .user_agent(ureq::config::AutoHeaderValue::None)
+        .timeout_per_read(Some(IO_TIMEOUT))
+        .timeout_per_write(Some(IO_TIMEOUT))
+        .max_response_header_size(MAX_HEAD)
+        .max_idle_connections(0)
+        .max_idle_connections_per_host(0)
+        .build();
+    let agent = ureq::Agent::with_parts(config, Connected(Mutex::new(Some(stream))), NoLookup);
+    let resp = agent
+        .get(URL)
+        .header("Accept", "application/json")
+        .header("Connection", "close")
+        .call()
+        .map_err(describe)?;
+    let status = resp.status();
+    if !status.is_success() {
+        bail!("the host answered {:?}", format!("{:?} {status}", resp.version()));
+    }
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_string())
     };
-    if chunked {
-        let mut body = Vec::new();
-        loop {
-            let size_line = line(&mut r).context("reading a chunk size")?;
-            let hex = size_line.split(';').next().unwrap_or("").trim();
-            let size = u64::from_str_radix(hex, 16)
-                .with_context(|| format!("a chunk size {:?}", short(&size_line)))?;
-            if size == 0 {
-                // Trailers, up to the empty line.
-                for _ in 0..MAX_HEADERS {
-                    if line(&mut r).context("reading the trailers")?.is_empty() {
-                        return Ok(body);
-                    }
-                }
-                bail!("more than {MAX_HEADERS} trailer lines");
-            }
-            if body.len() as u64 + size > limit {
-                return Err(too_large().into());
-            }
-            let start = body.len();
-            body.resize(start + size as usize, 0);
-            r.read_exact(&mut body[start..])
-                .context("reading a chunk (the host closed early)")?;
-            if !line(&mut r).context("reading a chunk end")?.is_empty() {
-                bail!("a chunk longer than its size");
-            }
+    if let Some(te) = header("transfer-encoding")
+        && !te.eq_ignore_ascii_case("chunked")
+        && !te.eq_ignore_ascii_case("identity")
+    {
+        bail!("unsupported Transfer-Encoding {te:?}");
+    }
+    if let Some(ce) = header("content-encoding")
+        && !ce.eq_ignore_ascii_case("identity")
+    {
+        bail!("unsupported Content-Encoding {ce:?} (the request asks for none)");
+    }
+    const WHAT: &str = "config from the applehv vsock host";
+    if let Some(n) = resp.body().content_length()
+        && n > limit
+    {
+        return Err(TooLarge {
+            what: WHAT.into(),
+            limit,
         }
+        .into());
     }
-    match length {
-        Some(n) if n > limit => Err(too_large().into()),
-        Some(n) => {
-            let mut body = vec![0u8; n as usize];
-            r.read_exact(&mut body)
-                .with_context(|| format!("reading a {n}-byte body (the host closed early)"))?;
-            Ok(body)
+    let length = resp.body().content_length();
+    let body = read_bounded(resp.into_body().into_reader(), limit, WHAT);
+    body.map_err(|e| {
+        let early = if ended_early(&e) {
+            " (the host closed early)"
+        } else {
+            ""
+        };
+        match length {
+            Some(n) => e.context(format!("reading a {n}-byte body{early}")),
+            None => e.context(format!("reading the body{early}")),
         }
-        None => read_bounded(r, limit, "config from the applehv vsock host"),
-    }
-}
-
-/// One CRLF- (or LF-) terminated line, without its end; bounded.
-fn line(r: &mut impl BufRead) -> Result<String> {
-    let mut buf = Vec::new();
-    let n = r
-        .take(MAX_LINE as u64 + 2)
-        .read_until(b'\n', &mut buf)
-        .context("reading from the host")?;
-    if n == 0 {
-        bail!("the host closed the connection");
-    }
-    if buf.last() != Some(&b'\n') {
-        if buf.len() > MAX_LINE {
-            bail!("a line longer than {MAX_LINE} bytes");
-        }
-        bail!("the host closed the connection in the middle of a line");
-    }
-    buf.pop();
-    if buf.last() == Some(&b'\r') {
-        buf.pop();
-    }
-    String::from_utf8(buf).context("a line that is not UTF-8")
-}
-
-fn short(s: &str) -> &str {
-    &s[..s.floor_char_boundary(120)]
+    })
 }
 
 /// A connected vsock stream to `cid`:`port`, with read and write timeouts.
-fn connect(cid: u32, port: u32) -> Result<std::fs::File> {
-    use nix::sys::socket::{
-        AddressFamily, SockFlag, SockType, VsockAddr, setsockopt, socket, sockopt,
-    };
+fn connect(cid: u32, port: u32) -> Result<Socket> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, VsockAddr, socket};
     let fd = socket(
         AddressFamily::Vsock,
         SockType::Stream,
@@ -164,11 +183,14 @@ fn connect(cid: u32, port: u32) -> Result<std::fs::File> {
         None,
     )
     .context("creating a vsock socket (module vsock)")?;
-    let tv = nix::sys::time::TimeVal::new(IO_TIMEOUT.as_secs() as _, 0);
-    setsockopt(&fd, sockopt::ReceiveTimeout, &tv).context("setting a vsock read timeout")?;
-    setsockopt(&fd, sockopt::SendTimeout, &tv).context("setting a vsock write timeout")?;
+    let sock = Socket(std::fs::File::from(fd));
+    sock.set_read_timeout(Some(IO_TIMEOUT))
+        .context("setting a vsock read timeout")?;
+    // Bounds the connect as well.
+    sock.set_write_timeout(Some(IO_TIMEOUT))
+        .context("setting a vsock write timeout")?;
     nix::sys::socket::connect(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        std::os::fd::AsRawFd::as_raw_fd(&sock.0),
         &VsockAddr::new(cid, port),
     )
     .with_context(|| {
@@ -176,7 +198,7 @@ fn connect(cid: u32, port: u32) -> Result<std::fs::File> {
             "connecting to vsock {cid}:{port} (the host's config service): is this an Apple Hypervisor VM with a vsock device, and does the host listen on port {port}?"
         )
     })?;
-    Ok(std::fs::File::from(fd))
+    Ok(sock)
 }
 
 pub struct Applehv;
@@ -198,6 +220,7 @@ impl Provider for Applehv {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
 
     use super::*;
@@ -239,10 +262,11 @@ mod tests {
             100,
         );
         assert_eq!(got.unwrap(), b"{}");
-        let req = String::from_utf8(req).unwrap();
-        assert!(req.starts_with("GET / HTTP/1.1\r\n"), "{req}");
-        assert!(req.contains("\r\nAccept: application/json\r\n"), "{req}");
-        assert!(req.contains("\r\nHost: d\r\n"), "{req}");
+        // Header names are case-insensitive (ureq sends them in lower case).
+        let req = String::from_utf8(req).unwrap().to_ascii_lowercase();
+        assert!(req.starts_with("get / http/1.1\r\n"), "{req}");
+        assert!(req.contains("\r\naccept: application/json\r\n"), "{req}");
+        assert!(req.contains("\r\nhost: d\r\n"), "{req}");
     }
 
     #[test]
@@ -281,7 +305,8 @@ mod tests {
         let e = err(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n\r\n", 100);
         assert!(e.contains("unsupported Content-Encoding"), "{e}");
         let e = err(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 100);
-        assert!(e.contains("chunk size"), "{e}");
+        // ureq's wording: "chunk length cannot be read as a number".
+        assert!(e.contains("chunk length"), "{e}");
         let long = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(10_000));
         let e = err(long.as_bytes(), 100);
         assert!(e.contains("longer than"), "{e}");

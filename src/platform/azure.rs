@@ -163,6 +163,10 @@ pub fn from_cd(d: &Drive, roots: &Roots, limit: u64) -> Result<Option<Found>> {
 
 /// The custom data of an `ovf-env.xml`: the base64 text of its `CustomData` element (any
 /// namespace prefix), decoded; None without the element or with an empty one.
+///
+/// Not read with `roxmltree` (which `super::ovf` uses): this reader finds the element in
+/// documents with undeclared prefixes or cut short after it, which the tests below pin and a
+/// namespace-checking parser refuses, and base64 text has no entities to resolve.
 pub fn custom_data(xml: &[u8]) -> Result<Option<Vec<u8>>> {
     let text = std::str::from_utf8(xml).context("ovf-env.xml is not UTF-8")?;
     let mut rest = text;

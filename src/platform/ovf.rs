@@ -11,53 +11,35 @@
 //!   attribute all in the OVF environment namespace), and leaves every other byte of the
 //!   document as it was.
 //!
-//! The reader below is a small, non-validating XML tokenizer: elements, attributes with
-//! namespace prefixes, the five predefined entities and character references, comments,
-//! processing instructions, CDATA and a DOCTYPE without internal subset. It needs no XML crate
-//! for two attributes of one element.
+//! The XML is read by `roxmltree` (adopted in place of a hand-written tokenizer: a small,
+//! dependency-free, well-kept parser that resolves namespaces, entities and CDATA and gives
+//! each element's byte range, which is all [`delete_properties`] needs; measured, it adds
+//! 36,896 bytes to the 5.2 MB static binary, 0.7%). As Go's
+//! `xml.Unmarshal`, anything after the root element is ignored. A DOCTYPE is accepted
+//! (roxmltree bounds entity expansion); attribute values are normalized as XML says
+//! (a literal tab or newline becomes a space; `&#10;` stays a newline).
 
 use std::collections::HashMap;
+use std::ops::Range;
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow};
+use roxmltree::{Document, Node, ParsingOptions};
 
 /// The OVF environment namespace.
 pub const XMLNS: &str = "http://schemas.dmtf.org/ovf/environment/1";
 
-/// The namespace of the `xml:` prefix.
-const XML_PREFIX_NS: &str = "http://www.w3.org/XML/1998/namespace";
-
-/// One element of the document, with the byte span of its whole markup (start tag to end
-/// tag), its depth, namespace-resolved name and attributes.
-#[derive(Debug)]
-struct Element {
-    depth: usize,
-    /// Index of the parent in the element list (None: the root).
-    parent: Option<usize>,
-    ns: Option<String>,
-    local: String,
-    /// (namespace, local name, value): unprefixed attributes have no namespace.
-    attrs: Vec<(Option<String>, String, String)>,
-    start: usize,
-    end: usize,
-}
-
 /// The properties of an OVF environment: key → value.
 pub fn properties(doc: &str) -> Result<HashMap<String, String>> {
-    let els = parse(doc)?;
+    let doc = parse(doc)?;
     let mut props = HashMap::new();
-    for e in &els {
-        if e.depth != 2 || e.local != "Property" {
-            continue;
-        }
-        let parent = &els[e.parent.expect("depth 2 has a parent")];
-        if parent.local != "PropertySection" {
-            continue;
-        }
+    for e in sections(&doc, |n| n.tag_name().name() == "PropertySection")
+        .flat_map(|s| s.children())
+        .filter(|e| e.is_element() && e.tag_name().name() == "Property")
+    {
         let attr = |name: &str| {
-            e.attrs
-                .iter()
-                .find(|(_, l, _)| l == name)
-                .map(|(_, _, v)| v.clone())
+            e.attributes()
+                .find(|a| a.name() == name)
+                .map(|a| a.value().to_string())
                 .unwrap_or_default()
         };
         props.insert(attr("key"), attr("value"));
@@ -69,28 +51,22 @@ pub fn properties(doc: &str) -> Result<HashMap<String, String>> {
 /// strictly, see the module documentation), and whether any was removed. Nothing removed:
 /// `doc` itself, byte for byte.
 pub fn delete_properties(doc: &str, keys: &[&str]) -> Result<(String, bool)> {
-    let els = parse(doc)?;
-    let in_ns = |e: &Element| e.ns.as_deref() == Some(XMLNS);
-    let mut spans: Vec<(usize, usize)> = Vec::new();
-    for e in &els {
-        if e.depth != 2 || e.local != "Property" || !in_ns(e) {
-            continue;
-        }
-        let section = &els[e.parent.expect("depth 2 has a parent")];
-        let root = &els[section.parent.expect("depth 1 has a parent")];
-        if section.local != "PropertySection"
-            || !in_ns(section)
-            || root.local != "Environment"
-            || !in_ns(root)
-        {
-            continue;
-        }
-        let key = e
-            .attrs
-            .iter()
-            .find(|(ns, l, _)| ns.as_deref() == Some(XMLNS) && l == "key");
-        if key.is_some_and(|(_, _, v)| keys.contains(&v.as_str())) {
-            spans.push((e.start, e.end));
+    let parsed = parse(doc)?;
+    let in_ns = |n: &Node| n.tag_name().namespace() == Some(XMLNS);
+    let mut spans: Vec<Range<usize>> = Vec::new();
+    if parsed.root_element().tag_name().name() == "Environment" && in_ns(&parsed.root_element()) {
+        let props = sections(&parsed, |n| {
+            n.tag_name().name() == "PropertySection" && in_ns(n)
+        })
+        .flat_map(|s| s.children())
+        .filter(|e| e.is_element() && e.tag_name().name() == "Property" && in_ns(e));
+        for e in props {
+            let key = e
+                .attributes()
+                .find(|a| a.namespace() == Some(XMLNS) && a.name() == "key");
+            if key.is_some_and(|a| keys.contains(&a.value())) {
+                spans.push(e.range());
+            }
         }
     }
     if spans.is_empty() {
@@ -98,260 +74,62 @@ pub fn delete_properties(doc: &str, keys: &[&str]) -> Result<(String, bool)> {
     }
     let mut out = String::with_capacity(doc.len());
     let mut at = 0;
-    for (s, e) in spans {
-        out.push_str(&doc[at..s]);
-        at = e;
+    for r in spans {
+        out.push_str(&doc[at..r.start]);
+        at = r.end;
     }
     out.push_str(&doc[at..]);
     Ok((out, true))
 }
 
-/// The elements of the document's root element, in document order. Anything after the root
-/// element ends is ignored (as Go's `xml.Unmarshal` does).
-fn parse(doc: &str) -> Result<Vec<Element>> {
-    let b = doc.as_bytes();
-    let mut i = 0;
-    let mut els: Vec<Element> = Vec::new();
-    // Open elements: (index in els, qualified name, namespace bindings it declared).
-    let mut open: Vec<(usize, String)> = Vec::new();
-    let mut scopes: Vec<HashMap<String, String>> = vec![HashMap::from([(
-        "xml".to_string(),
-        XML_PREFIX_NS.to_string(),
-    )])];
-    let mut seen_root = false;
-    while i < b.len() {
-        if b[i] != b'<' {
-            i += 1;
-            continue;
+/// The children of the root element that `is_section` accepts.
+fn sections<'a, 'i>(
+    doc: &'a Document<'i>,
+    is_section: impl Fn(&Node) -> bool + 'a,
+) -> impl Iterator<Item = Node<'a, 'i>> {
+    doc.root_element()
+        .children()
+        .filter(move |n| n.is_element() && is_section(n))
+}
+
+/// The document; anything after its root element is ignored, as Go's `xml.Unmarshal` does:
+/// when the parser stops at an error, the text before the error is tried on its own.
+fn parse(doc: &str) -> Result<Document<'_>> {
+    let opts = || ParsingOptions {
+        allow_dtd: true,
+        ..ParsingOptions::default()
+    };
+    match Document::parse_with_options(doc, opts()) {
+        Ok(d) => Ok(d),
+        Err(e) => {
+            let at = offset(doc, e.pos());
+            if at > 0
+                && let Ok(d) = Document::parse_with_options(&doc[..at], opts())
+            {
+                return Ok(d);
+            }
+            Err(anyhow!("XML: {e}"))
         }
-        let rest = &doc[i..];
-        if rest.starts_with("<!--") {
-            i += 4 + find(&doc[i + 4..], "-->", i, "an unterminated comment")? + 3;
-        } else if rest.starts_with("<![CDATA[") {
-            i += 9 + find(&doc[i + 9..], "]]>", i, "an unterminated CDATA section")? + 3;
-        } else if rest.starts_with("<?") {
-            i +=
-                2 + find(
-                    &doc[i + 2..],
-                    "?>",
-                    i,
-                    "an unterminated processing instruction",
-                )? + 2;
-        } else if let Some(decl) = rest.strip_prefix("<!") {
-            let close = find(rest, ">", i, "an unterminated declaration")?;
-            if decl.starts_with("DOCTYPE") && rest[..close].contains('[') {
-                bail!("XML at byte {i}: a DOCTYPE with an internal subset is not supported");
-            }
-            i += close + 1;
-        } else if rest.starts_with("</") {
-            let close = find(rest, ">", i, "an unterminated end tag")?;
-            let name = rest[2..close].trim();
-            let Some((idx, qname)) = open.pop() else {
-                bail!("XML at byte {i}: end tag </{name}> without a start tag");
-            };
-            if name != qname {
-                bail!("XML at byte {i}: end tag </{name}> does not match <{qname}>");
-            }
-            scopes.pop();
-            i += close + 1;
-            els[idx].end = i;
-            if open.is_empty() {
-                return Ok(els);
-            }
-        } else {
-            if seen_root && open.is_empty() {
-                bail!("XML at byte {i}: a second root element");
-            }
-            seen_root = true;
-            let (tag, len) = start_tag(doc, i)?;
-            let mut scope = scopes.last().expect("the xml scope").clone();
-            for (name, value) in &tag.attrs {
-                if name == "xmlns" {
-                    scope.insert(String::new(), value.clone());
-                } else if let Some(p) = name.strip_prefix("xmlns:") {
-                    scope.insert(p.to_string(), value.clone());
-                }
-            }
-            let resolve = |qname: &str, element: bool| -> Result<(Option<String>, String)> {
-                match qname.split_once(':') {
-                    Some((p, l)) => match scope.get(p) {
-                        Some(ns) => Ok((Some(ns.clone()), l.to_string())),
-                        None => bail!("XML at byte {i}: undeclared namespace prefix {p:?}"),
-                    },
-                    None if element => Ok((
-                        scope.get("").filter(|s| !s.is_empty()).cloned(),
-                        qname.to_string(),
-                    )),
-                    None => Ok((None, qname.to_string())),
-                }
-            };
-            let (ns, local) = resolve(&tag.name, true)?;
-            let mut attrs = Vec::new();
-            for (name, value) in &tag.attrs {
-                if name == "xmlns" || name.starts_with("xmlns:") {
-                    continue;
-                }
-                let (ans, alocal) = resolve(name, false)?;
-                attrs.push((ans, alocal, value.clone()));
-            }
-            let idx = els.len();
-            els.push(Element {
-                depth: open.len(),
-                parent: open.last().map(|(p, _)| *p),
-                ns,
-                local,
-                attrs,
-                start: i,
-                end: i + len,
-            });
-            i += len;
-            if tag.empty {
-                if open.is_empty() {
-                    return Ok(els);
-                }
-            } else {
-                open.push((idx, tag.name));
-                scopes.push(scope);
-            }
-        }
-    }
-    match open.last() {
-        Some((_, name)) => bail!("XML: element <{name}> is not closed"),
-        None => bail!("XML: no root element"),
     }
 }
 
-/// Offset of `pat` in `s`, or an error at byte `at` saying `what`.
-fn find(s: &str, pat: &str, at: usize, what: &str) -> Result<usize> {
-    match s.find(pat) {
-        Some(k) => Ok(k),
-        None => bail!("XML at byte {at}: {what}"),
-    }
-}
-
-struct StartTag {
-    name: String,
-    attrs: Vec<(String, String)>,
-    empty: bool,
-}
-
-fn is_name_char(c: u8) -> bool {
-    !c.is_ascii_whitespace() && !matches!(c, b'=' | b'>' | b'/' | b'<' | b'"' | b'\'')
-}
-
-/// The start tag at `doc[at..]` (which begins with `<`) and its length.
-fn start_tag(doc: &str, at: usize) -> Result<(StartTag, usize)> {
-    let b = doc.as_bytes();
-    let mut i = at + 1;
-    let name_end = (i..b.len())
-        .find(|&k| !is_name_char(b[k]))
-        .unwrap_or(b.len());
-    if name_end == i {
-        bail!("XML at byte {at}: a tag without a name");
-    }
-    let name = doc[i..name_end].to_string();
-    i = name_end;
-    let mut attrs = Vec::new();
-    loop {
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        match b.get(i) {
-            None => bail!("XML at byte {at}: an unterminated start tag <{name}"),
-            Some(b'>') => {
-                let tag = StartTag {
-                    name,
-                    attrs,
-                    empty: false,
-                };
-                return Ok((tag, i + 1 - at));
-            }
-            Some(b'/') if b.get(i + 1) == Some(&b'>') => {
-                let tag = StartTag {
-                    name,
-                    attrs,
-                    empty: true,
-                };
-                return Ok((tag, i + 2 - at));
-            }
-            Some(_) => {}
-        }
-        let an_start = i;
-        while i < b.len() && is_name_char(b[i]) {
-            i += 1;
-        }
-        if i == an_start {
-            bail!("XML at byte {i}: unexpected {:?} in <{name}>", b[i] as char);
-        }
-        let aname = doc[an_start..i].to_string();
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        if b.get(i) != Some(&b'=') {
-            bail!("XML at byte {i}: attribute {aname} of <{name}> has no value");
-        }
-        i += 1;
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        let quote = match b.get(i) {
-            Some(&q @ (b'"' | b'\'')) => q,
-            _ => bail!("XML at byte {i}: the value of attribute {aname} is not quoted"),
-        };
-        let v_start = i + 1;
-        let Some(len) = b[v_start..].iter().position(|&c| c == quote) else {
-            bail!("XML at byte {i}: the value of attribute {aname} is not terminated");
-        };
-        let raw = &doc[v_start..v_start + len];
-        if raw.contains('<') {
-            bail!("XML at byte {v_start}: '<' in the value of attribute {aname}");
-        }
-        attrs.push((aname, unescape(raw, v_start)?));
-        i = v_start + len + 1;
-    }
-}
-
-/// `s` with entity and character references replaced; `at` is its offset, for errors.
-fn unescape(s: &str, at: usize) -> Result<String> {
-    if !s.contains('&') {
-        return Ok(s.to_string());
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(k) = rest.find('&') {
-        out.push_str(&rest[..k]);
-        let Some(semi) = rest[k..].find(';') else {
-            bail!(
-                "XML at byte {}: '&' without ';'",
-                at + s.len() - rest.len() + k
-            );
-        };
-        let name = &rest[k + 1..k + semi];
-        let c = match name {
-            "lt" => '<',
-            "gt" => '>',
-            "amp" => '&',
-            "quot" => '"',
-            "apos" => '\'',
-            _ => {
-                let code = if let Some(h) = name.strip_prefix("#x") {
-                    u32::from_str_radix(h, 16).ok()
-                } else if let Some(d) = name.strip_prefix('#') {
-                    d.parse().ok()
-                } else {
-                    None
-                };
-                match code.and_then(char::from_u32) {
-                    Some(c) => c,
-                    None => bail!("XML at byte {at}: unknown reference &{name};"),
-                }
-            }
-        };
-        out.push(c);
-        rest = &rest[k + semi + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+/// The byte offset of a parser position (1-based row, and column in characters).
+fn offset(doc: &str, pos: roxmltree::TextPos) -> usize {
+    let Some(line_start) = (if pos.row <= 1 {
+        Some(0)
+    } else {
+        doc.match_indices('\n')
+            .nth(pos.row as usize - 2)
+            .map(|(i, _)| i + 1)
+    }) else {
+        return 0;
+    };
+    let line = &doc[line_start..];
+    let col = line
+        .char_indices()
+        .nth((pos.col as usize).saturating_sub(1))
+        .map_or(line.len(), |(i, _)| i);
+    line_start + col
 }
 
 #[cfg(test)]
@@ -478,18 +256,25 @@ mod tests {
 
     #[test]
     fn malformed_documents_are_errors() {
+        // roxmltree's wording.
         for (doc, want) in [
-            ("", "no root element"),
-            ("<Environment><PropertySection>", "is not closed"),
-            ("<Environment></Other>", "does not match"),
-            ("<Environment a=b/>", "not quoted"),
-            ("<Environment a=\"x/>", "not terminated"),
+            ("", "does not have a root node"),
+            ("<Environment><PropertySection>", "opened but never closed"),
+            (
+                "<Environment></Other>",
+                "expected 'Environment' tag, not 'Other'",
+            ),
+            ("<Environment a=b/>", "expected a quote"),
+            ("<Environment a=\"x/>", "unexpected end of stream"),
             (
                 "<Environment><p:Property/></Environment>",
-                "undeclared namespace prefix",
+                "unknown namespace prefix 'p'",
             ),
-            ("<Environment a=\"&bogus;\"/>", "unknown reference"),
-            ("<!-- open", "unterminated comment"),
+            (
+                "<Environment a=\"&bogus;\"/>",
+                "unknown entity reference 'bogus'",
+            ),
+            ("<!-- open", "expected '-->'"),
         ] {
             let e = format!("{:#}", properties(doc).unwrap_err());
             assert!(e.contains(want), "{doc:?}: {e}");
@@ -526,5 +311,61 @@ mod tests {
         let (pruned, _) = delete_properties(DELETE_COMPLEX, KEYS).unwrap();
         let p = properties(&pruned).unwrap();
         assert_eq!(p["bar"], "0");
+    }
+
+    /// As vSphere writes it, with another prefix for the OVF namespace, CRLF line ends, a
+    /// comment, and a JSON config whose quotes and ampersand are entities.
+    const OTHER_PREFIX: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\r\n\
+<ovfenv:Environment xmlns:ovfenv=\"http://schemas.dmtf.org/ovf/environment/1\" \
+xmlns:ve=\"http://www.vmware.com/schema/ovfenv\" ovfenv:id=\"\" ve:vCenterId=\"vm-7\">\r\n\
+   <ovfenv:PropertySection>\r\n\
+      <!-- <ovfenv:Property ovfenv:key=\"guestinfo.ignition.config.data\" ovfenv:value=\"no\"/> -->\r\n\
+      <ovfenv:Property ovfenv:key=\"guestinfo.ignition.config.data\" \
+ovfenv:value=\"{&quot;ignition&quot;:{&quot;version&quot;:&quot;3.4.0&quot;},&quot;x&quot;:&quot;a&amp;b &lt;c&gt;&quot;}\"/>\r\n\
+      <ovfenv:Property ovfenv:value=\"\" ovfenv:key=\"guestinfo.ignition.config.data.encoding\"/>\r\n\
+      <ovfenv:Property ovfenv:key=\"hostname\" ovfenv:value=\"h&#x2d;1\"/>\r\n\
+   </ovfenv:PropertySection>\r\n\
+</ovfenv:Environment>\r\n";
+
+    #[test]
+    fn another_namespace_prefix_and_entities_in_values() {
+        let p = properties(OTHER_PREFIX).unwrap();
+        assert_eq!(
+            p["guestinfo.ignition.config.data"],
+            r#"{"ignition":{"version":"3.4.0"},"x":"a&b <c>"}"#
+        );
+        // Attribute order does not matter; the commented-out property is not one.
+        assert_eq!(p["guestinfo.ignition.config.data.encoding"], "");
+        assert_eq!(p["hostname"], "h-1");
+        assert_eq!(p.len(), 3);
+        // The prefix is bound to the OVF namespace: deleting matches, and only the two
+        // elements go (the comment, the CRLFs and the other property stay as they were).
+        let (pruned, removed) = delete_properties(OTHER_PREFIX, KEYS).unwrap();
+        assert!(removed);
+        let want = OTHER_PREFIX
+            .split("\r\n")
+            .map(|l| match l.find("<ovfenv:Property ovfenv:") {
+                Some(i) if l.contains("guestinfo.") && !l.starts_with("<!--") => &l[..i],
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\r\n");
+        assert_eq!(pruned, want);
+        let p = properties(&pruned).unwrap();
+        assert_eq!(p.len(), 1, "{p:?}");
+    }
+
+    #[test]
+    fn cdata_and_a_doctype_do_not_disturb() {
+        let doc = r#"<?xml version="1.0"?>
+<!DOCTYPE Environment>
+<Environment xmlns="http://schemas.dmtf.org/ovf/environment/1" xmlns:oe="http://schemas.dmtf.org/ovf/environment/1">
+  <PropertySection><![CDATA[ <Property oe:key="k" oe:value="cdata"/> ]]>
+    <Property oe:key="k" oe:value="v"/>
+  </PropertySection>
+</Environment>"#;
+        let p = properties(doc).unwrap();
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p["k"], "v");
     }
 }
