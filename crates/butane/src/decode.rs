@@ -5,10 +5,10 @@
 
 use std::collections::HashMap;
 
+use crate::api::{Diag, Report};
 use crate::schema::{Def, K, T};
 use crate::value::{G, Obj};
 use crate::yaml::{Kind, Node, Pos, Style};
-use crate::{Diag, Report};
 
 pub struct Decoder<'r> {
     pub minor: u8,

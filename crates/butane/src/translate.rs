@@ -1,25 +1,16 @@
 //! The translation: variant/version to Ignition spec version, decoding, Butane's validation,
 //! the sugar of each variant, Ignition's validation of the result, and the JSON.
 
+use crate::api::{Diag, LocalError, Options, Output, Release, Report, TreeEntry};
 use crate::decode::{Decoder, entries};
 use crate::schema::{self, Def, F, K, T};
 use crate::sugar::{make_data_url, merge, unit_path_escape};
 use crate::value::{G, Obj, to_json};
 use crate::yaml::{self, Kind, Node, Pos};
-use crate::{Diag, LocalError, Options, Output, Report, TreeEntry};
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
-
-/// Which Butane release's experimental versions to follow (they move between releases).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Release {
-    /// Butane v0.25.x: experimental variants emit spec 3.6.0-experimental.
-    V0_25,
-    /// Butane v0.29.x (the default): experimental variants emit spec 3.7.0-experimental.
-    Newest,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
