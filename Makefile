@@ -22,7 +22,7 @@ STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
 PREFIX      ?= /usr
 DESTDIR     ?=
 
-.PHONY: deny deny-advisories all static static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root lint bench bench-config bench-butane bench-serve fuzz clean
+.PHONY: deny deny-advisories all static bench-deps static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root lint bench bench-config bench-butane bench-serve fuzz clean
 
 all: static
 
@@ -93,13 +93,22 @@ test-root: test-deps
 
 # Clippy twice: with every target (tests turn the feature test-hooks on) and for the shipped
 # library and binary alone (without it).
+# The layer rule inside the agent crate (the crates below it are kept apart by Cargo):
+# .ci/layers.py fails on an import that runs up a layer; its self-test shows it failing on
+# a deliberate one.
 lint:
+	python3 .ci/layers.py --self-test
+	python3 .ci/layers.py
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	cargo clippy --locked --workspace -- -D warnings
 	cargo clippy --locked --workspace --no-default-features -- -D warnings
 
-bench: bench-config bench-butane
+# What the benchmarks call (wrk, nginx, curl, time, mkfs tools), installed as `make test` does.
+bench-deps: deps
+	.ci/install-packages bench
+
+bench: bench-deps bench-config bench-butane
 	@for b in benches/*.sh; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done
 
 bench-config:
@@ -108,7 +117,7 @@ bench-config:
 bench-butane:
 	cargo bench --locked --bench butane
 
-bench-serve:
+bench-serve: bench-deps
 	benches/serve.sh
 
 # Every fuzz target for FUZZ_SECONDS each (default 180), seeded from the test inputs

@@ -9,7 +9,7 @@ use std::fs::File as FsFile;
 use std::io::{ErrorKind, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, Result, bail};
 use log::{debug, info};
@@ -24,8 +24,6 @@ use super::resolve::{
 };
 use crate::config::types::{Directory, File, Link, NodeUser, Resource, Storage};
 use crate::signals::Temp;
-
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Threads writing regular files at most.
 const MAX_WORKERS: usize = 4;
@@ -71,9 +69,12 @@ pub struct Attrs {
 
 /// The name of a temporary node beside `name` (in the same directory).
 fn tmp_name(name: &str) -> String {
-    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     let short: String = name.chars().take(64).collect();
-    format!(".{short}.agent-tmp-{}-{n}", std::process::id())
+    format!(
+        ".{short}.agent-tmp-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 /// Removes a temporary node unless disarmed (also on SIGINT/SIGTERM/SIGHUP: see

@@ -22,7 +22,7 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -305,15 +305,13 @@ pub struct Mounted {
     pub device: Device,
 }
 
-static MOUNTS: AtomicU32 = AtomicU32::new(0);
-
 impl Mounted {
     /// Mounts `device` read-only.
     pub fn mount(device: &Device) -> Result<Mounted> {
         let dir = std::env::temp_dir().join(format!(
             "agent-drive-{}-{}",
             std::process::id(),
-            MOUNTS.fetch_add(1, Ordering::Relaxed)
+            uuid::Uuid::new_v4().simple()
         ));
         std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         // ext4 and ext3 would replay their journal even read-only.
