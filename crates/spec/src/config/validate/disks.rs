@@ -2,7 +2,8 @@
 
 use std::collections::HashSet;
 
-use super::{Path, V, is_uuid, path_ok};
+use super::common::{V, is_uuid, path_ok};
+use crate::config::diag::Path;
 use crate::config::types::*;
 
 pub(super) fn disk(v: &mut V, d: &Disk, p: &Path) {

@@ -1,6 +1,7 @@
 //! Filesystems.
 
-use super::{Path, V, hex_len, is_uuid, path_ok};
+use super::common::{V, hex_len, is_uuid, path_ok};
+use crate::config::diag::Path;
 use crate::config::types::*;
 
 const FS_FORMATS: &[&str] = &["ext4", "xfs", "btrfs", "vfat", "swap", "none"];

@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 
-use super::{Path, V, hex_len, unique};
+use super::common::{V, hex_len, unique};
+use crate::config::diag::Path;
 use crate::config::types::*;
 
 /// Schemes a resource `source` may use.

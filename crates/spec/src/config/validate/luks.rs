@@ -1,7 +1,8 @@
 //! LUKS volumes, with their clevis bindings and tang servers.
 
+use super::common::{V, each, is_uuid, path_ok, unique_entries};
 use super::ignition::resource;
-use super::{Path, V, each, is_uuid, path_ok, unique_entries};
+use crate::config::diag::Path;
 use crate::config::types::*;
 
 pub(super) fn luks(v: &mut V, l: &Luks, p: &Path) {

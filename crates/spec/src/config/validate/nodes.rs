@@ -3,8 +3,9 @@
 
 use std::collections::HashSet;
 
+use super::common::{V, id_in_range};
 use super::ignition::resource;
-use super::{Path, V, id_in_range};
+use crate::config::diag::Path;
 use crate::config::types::*;
 
 pub(super) fn file(v: &mut V, f: &File, p: &Path) {

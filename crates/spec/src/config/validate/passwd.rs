@@ -1,6 +1,7 @@
 //! Users and groups.
 
-use super::{Path, V, each, id_in_range, path_ok, unique, unique_entries};
+use super::common::{V, each, id_in_range, path_ok, unique, unique_entries};
+use crate::config::diag::Path;
 use crate::config::types::*;
 
 pub(super) fn passwd(v: &mut V, s: &Passwd, p: &Path) {

@@ -1,6 +1,7 @@
 //! RAID arrays.
 
-use super::{Path, V, path_ok, unique_entries};
+use super::common::{V, path_ok, unique_entries};
+use crate::config::diag::Path;
 use crate::config::types::*;
 
 pub(super) fn raid(v: &mut V, r: &Raid, p: &Path) {

@@ -4,8 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Path, V, keyed, path_ok};
+use super::common::{V, keyed, path_ok};
 use super::{disks, filesystems, luks, nodes, raid};
+use crate::config::diag::Path;
 use crate::config::types::*;
 
 pub(super) fn storage(v: &mut V, s: &Storage, p: &Path) {

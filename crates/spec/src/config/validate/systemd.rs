@@ -2,7 +2,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Path, V, keyed};
+use super::common::{V, keyed};
+use crate::config::diag::Path;
 use crate::config::types::*;
 
 /// The unit types Ignition accepts as a unit name's suffix.
