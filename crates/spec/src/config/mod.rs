@@ -20,7 +20,7 @@
 //!    `premerge` function there, named in the struct's options.
 //! 3. Only if some *values* are newer than the field (a URL scheme, a format name, mode
 //!    bits): a rule in `version.rs` (`Features::node`).
-//! 4. Semantic checks (ranges, paths, conflicts): `validate.rs`.
+//! 4. Semantic checks (ranges, paths, conflicts): the function of its type in `validate/`.
 //! 5. Its effect: the stage that applies it.
 //! 6. Tests: a row in `version.rs`'s `TABLE` if it has `since N`; the field in
 //!    `tests/configs/generate.py` (`full()` for its version, an `invalid()` case for a
