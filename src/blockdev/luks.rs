@@ -445,10 +445,15 @@ pub fn apply<'p>(
                 // unreachable or rotated away) stays as it is.
                 crate::util::run("clevis", &["luks", "unlock", "-d", &d, "-n", &l.name])
                     .with_context(|| {
+                        let tpm = if l.clevis.tpm2 == Some(true) {
+                            " (a tpm2 pin opens only on the TPM it was bound to, with the \
+                             same state)"
+                        } else {
+                            ""
+                        };
                         format!(
                             "luks {}: clevis could not unlock the existing volume on {d} \
-                             bound with {}: its pins did not release the key (a tpm2 pin \
-                             opens only on the TPM it was bound to, with the same state); \
+                             bound with {}: its pins did not release the key{tpm}; \
                              wipeVolume is false, so the volume was left untouched",
                             l.name,
                             binding(l).unwrap_or_else(|| "clevis".into())
