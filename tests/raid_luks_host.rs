@@ -2,9 +2,10 @@
 //! and no dm-crypt, so these tests cover what needs neither: the plan (`agent plan` shows
 //! reuse/create per array and volume, probing real LUKS2 headers made with cryptsetup) and every
 //! refusal, which must fail before anything is written (the images stay byte-for-byte the same),
-//! and formatting (wipeVolume, label, uuid, options) through the library.
+//! and formatting (wipeVolume, label, uuid, options) through the library, and binding to a
+//! software TPM (swtpm on 127.0.0.1, reached through the `swtpm:` TCTI).
 //! Creating, assembling and opening for real is tested in the VM (vm-tests/scenarios/07-raid1,
-//! 08-luks).
+//! 08-luks, 09-luks-tang, 15-luks-tpm2, 16-luks-tpm2-tang).
 
 use std::process::Command;
 
