@@ -470,9 +470,11 @@ fn tpm2_bound_volume_follows_the_wipe_volume_rules() {
     // wipeVolume true: recreated and bound to this TPM. (`agent run --stage disks` formats
     // and binds, then stops at opening: no dm-crypt on the host.)
     let dir = TempDir::new("raidluks");
-    let cfg = config(json!({"luks": [{"name": "t", "device": l.dev, "clevis": tpm2,
+    let cfg = config(
+        json!({"luks": [{"name": "t", "device": l.dev, "clevis": tpm2,
         "wipeVolume": true,
-        "options": ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]}]}));
+        "options": ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]}]}),
+    );
     std::fs::write(dir.0.join("config.json"), cfg.to_string()).unwrap();
     let (_, _, err) = tpm.run(
         env!("CARGO_BIN_EXE_agent"),
