@@ -2,9 +2,10 @@
 //! and no dm-crypt, so these tests cover what needs neither: the plan (`agent plan` shows
 //! reuse/create per array and volume, probing real LUKS2 headers made with cryptsetup) and every
 //! refusal, which must fail before anything is written (the images stay byte-for-byte the same),
-//! and formatting (wipeVolume, label, uuid, options) through the library.
+//! and formatting (wipeVolume, label, uuid, options) through the library, and binding to a
+//! software TPM (swtpm on 127.0.0.1, reached through the `swtpm:` TCTI).
 //! Creating, assembling and opening for real is tested in the VM (vm-tests/scenarios/07-raid1,
-//! 08-luks).
+//! 08-luks, 09-luks-tang, 15-luks-tpm2, 16-luks-tpm2-tang).
 
 use std::process::Command;
 
@@ -120,7 +121,7 @@ fn plan_shows_luks_reuse_and_create() {
     );
     assert!(
         out.contains(&format!(
-            "luks b on {}: create LUKS2 (generated key), clevis sss",
+            "luks b on {}: create LUKS2 (generated key), clevis sss (tang http://10.0.2.2:1)",
             b.dev
         )),
         "{out}"
@@ -327,4 +328,186 @@ fn luks_on_a_new_partition_by_partlabel() {
     if !ok {
         assert!(err.contains(&format!("opening {part} as pl")), "{err}");
     }
+}
+
+/// A software TPM (swtpm) on 127.0.0.1 with its state in a directory of its own, reached by
+/// tpm2-tools and clevis through the `swtpm:` TCTI (no device, no resource manager): the
+/// guest's TPM in the VM scenarios, here on the host. Stopped on drop.
+struct Swtpm {
+    child: std::process::Child,
+    port: u16,
+    _state: TempDir,
+}
+
+impl Swtpm {
+    fn start() -> Swtpm {
+        need("swtpm");
+        let state = TempDir::new("swtpm");
+        // The TCTI reaches the control channel at port + 1: two free neighbouring ports.
+        let port = (0..100)
+            .find_map(|_| {
+                let a = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+                let p = a.local_addr().ok()?.port();
+                std::net::TcpListener::bind(("127.0.0.1", p.checked_add(1)?)).ok()?;
+                Some(p)
+            })
+            .expect("two free neighbouring ports");
+        let child = Command::new("swtpm")
+            .args(["socket", "--tpm2", "--flags", "not-need-init,startup-clear"])
+            .arg("--tpmstate")
+            .arg(format!("dir={}", state.0.display()))
+            .arg("--server")
+            .arg(format!("type=tcp,port={port},bindaddr=127.0.0.1"))
+            .arg("--ctrl")
+            .arg(format!("type=tcp,port={},bindaddr=127.0.0.1", port + 1))
+            .spawn()
+            .unwrap();
+        let t = Swtpm {
+            child,
+            port,
+            _state: state,
+        };
+        // Ready when it accepts a connection (bounded: 200 tries).
+        let up = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(25));
+            std::net::TcpStream::connect(("127.0.0.1", port + 1)).is_ok()
+        });
+        assert!(up, "swtpm did not listen on 127.0.0.1:{}", port + 1);
+        t
+    }
+
+    fn tcti(&self) -> String {
+        format!("swtpm:host=127.0.0.1,port={}", self.port)
+    }
+
+    /// `program args` with this TPM: (success, stdout, stderr).
+    fn run(&self, program: &str, args: &[&str], stdin: &[u8]) -> (bool, String, String) {
+        use std::io::Write;
+        need(program);
+        let mut c = Command::new(program)
+            .args(args)
+            .env("TPM2TOOLS_TCTI", self.tcti())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = c.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for Swtpm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A LUKS2 volume bound to a (software) TPM2 with clevis, as boot 1 of
+/// vm-tests/scenarios/15-luks-tpm2 leaves it, under the `wipeVolume` rules of a tang binding:
+/// `wipeVolume` false plans a reuse through clevis, and a config without clevis is refused
+/// touching nothing; `wipeVolume` true recreates it (a new header, bound to the TPM at hand,
+/// whose key a TPM with reset state does not release). Opening needs dm-crypt: the VM does it.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn tpm2_bound_volume_follows_the_wipe_volume_rules() {
+    must_be_root();
+    need("cryptsetup");
+    need("clevis");
+    let tpm = Swtpm::start();
+    let l = Loop::new(32);
+    l.luks(b"first-key", "tvol");
+    let (ok, _, err) = tpm.run(
+        "clevis",
+        &[
+            "luks",
+            "bind",
+            "-y",
+            "-d",
+            &l.dev,
+            "-k",
+            "-",
+            "sss",
+            r#"{"t":1,"pins":{"tpm2":[{}]}}"#,
+        ],
+        b"first-key",
+    );
+    assert!(ok, "clevis luks bind with tpm2: {err}");
+    let (ok, list, err) = tpm.run("clevis", &["luks", "list", "-d", &l.dev], b"");
+    assert!(ok && list.contains("tpm2"), "clevis luks list: {list}{err}");
+    let first_uuid = sh("cryptsetup", &["luksUUID", &l.dev], None);
+    let before = l.bytes();
+
+    // wipeVolume false, the same binding: reused, opened through clevis.
+    let tpm2 = json!({"tpm2": true});
+    let (ok, out, err) = plan(json!({"luks": [
+        {"name": "t", "device": l.dev, "label": "tvol", "clevis": tpm2}]}));
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!(
+            "luks t on {}: reuse (open with clevis), clevis sss (tpm2)",
+            l.dev
+        )),
+        "{out}"
+    );
+    // wipeVolume false without clevis: refused before anything is written.
+    let (ok, err) = run_disks(json!({"luks": [{"name": "t", "device": l.dev,
+        "keyFile": {"source": "data:,first-key"}}]}));
+    assert!(!ok);
+    assert!(
+        err.contains("the volume is bound to clevis, the config has no clevis binding")
+            && err.contains("wipeVolume is false; refusing to touch it"),
+        "{err}"
+    );
+    assert_eq!(l.bytes(), before, "a refused run changed the volume");
+
+    // wipeVolume true: recreated and bound to this TPM. (`agent run --stage disks` formats
+    // and binds, then stops at opening: no dm-crypt on the host.)
+    let dir = TempDir::new("raidluks");
+    let cfg = config(
+        json!({"luks": [{"name": "t", "device": l.dev, "clevis": tpm2,
+        "wipeVolume": true,
+        "options": ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"]}]}),
+    );
+    std::fs::write(dir.0.join("config.json"), cfg.to_string()).unwrap();
+    let (_, _, err) = tpm.run(
+        env!("CARGO_BIN_EXE_agent"),
+        &[
+            "run",
+            "--stage",
+            "disks",
+            "--device-timeout",
+            "3",
+            "--state-dir",
+            dir.0.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(
+        err.contains(&format!("binding {} to clevis pin sss", l.dev)),
+        "{err}"
+    );
+    let new_uuid = sh("cryptsetup", &["luksUUID", &l.dev], None);
+    assert_ne!(new_uuid, first_uuid, "the volume was not recreated");
+    let (ok, list, err) = tpm.run("clevis", &["luks", "list", "-d", &l.dev], b"");
+    assert!(ok && list.contains("tpm2"), "clevis luks list: {list}{err}");
+    // This TPM releases the new key (it opens the volume); a TPM with fresh state does not.
+    let slot = list.split(':').next().unwrap().trim().to_string();
+    let (ok, key, err) = tpm.run("clevis", &["luks", "pass", "-d", &l.dev, "-s", &slot], b"");
+    assert!(ok, "clevis luks pass: {err}");
+    sh(
+        "cryptsetup",
+        &["open", "--test-passphrase", "--key-file=-", &l.dev],
+        Some(key.as_bytes()),
+    );
+    drop(tpm);
+    let reset = Swtpm::start();
+    let (ok, _, err) = reset.run("clevis", &["luks", "pass", "-d", &l.dev, "-s", &slot], b"");
+    assert!(!ok, "a TPM with new state released the key: {err}");
 }

@@ -91,3 +91,30 @@ expect_file() { [[ -f "$1" ]] || fail "missing file ${1#"$WORK"/mnt.*/}"; }
 expect_content() { [[ "$(cat "$1")" == "$2" ]] || fail "content of $1: expected '$2', got '$(head -c 200 "$1")'"; }
 expect_mode() { expect_eq "$(stat -c %a "$1")" "$2" "mode of $1"; }
 expect_console() { grep -aq -- "$1" "$CONSOLE" || fail "console lacks '$1'"; }
+
+# image_loop FILE: a read-only loop device over a whole disk image (e.g. $DISK2), for tools
+# that want a block device (clevis luks list).
+image_loop() {
+    local dev
+    dev=$(losetup -f --show -r "$1") || fail "losetup for $1"
+    echo "loop $dev $1" >>"$_lib_reg"
+    echo "$dev"
+}
+
+# expect_clevis_pins FILE PIN...: the LUKS2 header of the image FILE has a clevis token, and
+# `clevis luks list` names every PIN in its binding (the first one is the top pin:
+# `1: sss '{"t":1,"pins":{"tpm2":[...]}}'`). Prints the list.
+expect_clevis_pins() {
+    local img=$1 dev list p
+    shift
+    cryptsetup luksDump --dump-json-metadata "$img" | tr -d ' \n' | grep -q '"type":"clevis"' ||
+        fail "no clevis token in the header of ${img##*/}"
+    dev=$(image_loop "$img")
+    list=$(clevis luks list -d "$dev") || fail "clevis luks list -d $dev (${img##*/})"
+    grep -q "^[0-9]*: $1 " <<<"$list" || fail "${img##*/}: not bound with pin $1: $list"
+    shift
+    for p in "$@"; do
+        grep -q "\"$p\"" <<<"$list" || fail "${img##*/}: no $p pin in: $list"
+    done
+    echo "${img##*/}: $list"
+}

@@ -30,6 +30,9 @@
 #                  169.254.169.0/24 GUEST_SERVER=169.254.169.254:80 for a metadata service,
 #                  CDROM (an image attached read-only as an IDE CD-ROM, /dev/sr0: a path, relative
 #                  ones in $WORK; prepare.sh or beforeN.sh makes it, e.g. a config drive ISO)
+#                  TPM=1 (a software TPM 2.0: Debian's swtpm, its state in $WORK/tpm, attached as
+#                  tpm-tis; a beforeN.sh that moves $WORK/tpm away gives boot N a TPM whose
+#                  state was reset; swtpm's log in $WORK/swtpm.log)
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
 #   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...)
@@ -166,8 +169,26 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
         fi
         args+=(-netdev "$netdev" -device virtio-net-pci,netdev=n0)
     fi
+    local tpm_pid=
+    if [[ -n ${TPM:-} ]]; then
+        # One swtpm per boot on a fresh control socket; --terminate: it exits when QEMU
+        # closes the connection. Its state (keys, seeds) persists in $WORK/tpm across boots.
+        mkdir -p "$WORK/tpm"
+        rm -f "$WORK/tpm.sock"
+        swtpm socket --tpm2 --tpmstate "dir=$WORK/tpm" --ctrl "type=unixio,path=$WORK/tpm.sock" \
+            --terminate --log "file=$WORK/swtpm.log" </dev/null >>"$WORK/swtpm.log" 2>&1 &
+        tpm_pid=$!
+        for i in $(seq 1 100); do [[ -S $WORK/tpm.sock ]] && break; sleep 0.05; done
+        [[ -S $WORK/tpm.sock ]] || { kill "$tpm_pid" 2>/dev/null; return 1; }
+        args+=(-chardev "socket,id=chrtpm,path=$WORK/tpm.sock"
+            -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-tis,tpmdev=tpm0)
+    fi
     local rc=0
     timeout "${TIMEOUT}" qemu-system-x86_64 "${args[@]}" </dev/null >"$console.qemu" 2>&1 || rc=$?
+    if [[ -n $tpm_pid ]]; then
+        kill "$tpm_pid" 2>/dev/null || true
+        wait "$tpm_pid" 2>/dev/null || true
+    fi
     return $rc
 }
 
@@ -188,7 +209,7 @@ run_scenario() {
         trap stop_server EXIT
         set -a
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
-        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG= CDROM=
+        NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG= CDROM= TPM=
         NET= GUEST_SERVER=10.0.2.100:8080
         # shellcheck disable=SC1091
         source "$sdir/scenario.conf"

@@ -6,7 +6,8 @@
 #    installed with service starts refused: a udev daemon on the host would re-read partition
 #    tables behind the other tests' backs;
 #  - the tools the agent's stages call, copied into the initramfs by our dracut module (mdadm,
-#    cryptsetup, clevis for RAID/LUKS), and tang (a tang server for 09-luks-tang);
+#    cryptsetup, clevis and its tpm2 pin for RAID/LUKS), tang (a tang server for 09-luks-tang)
+#    and swtpm (a software TPM for the tpm2 scenarios);
 #  - Debian's cloud kernel, unpacked (never installed) under $VM_CACHE/kernel.
 # Prints the kernel release it prepared on the last line of stdout.
 set -euo pipefail
@@ -32,6 +33,7 @@ fi
 pkgs_main="dracut-core udev kmod cpio lz4 zstd e2fsprogs dosfstools xfsprogs btrfs-progs
     util-linux fdisk gdisk passwd policycoreutils file mtools socat
     mdadm cryptsetup-bin clevis clevis-luks jose curl tang libpwquality-tools cracklib-runtime
+    clevis-tpm2 tpm2-tools swtpm
     xorriso genisoimage"
 missing=()
 for p in $pkgs_main; do

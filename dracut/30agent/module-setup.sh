@@ -25,6 +25,9 @@ installkernel() {
         ata_piix virtio_scsi
     # LUKS2: dm-crypt's default cipher (aes-xts-plain64) and the kernel crypto API cryptsetup uses.
     hostonly='' instmods dm_mod xts aesni_intel algif_skcipher af_alg
+    # clevis's tpm2 pin: the TPM drivers (TIS on QEMU's tpm-tis and most PCs, CRB on newer
+    # firmware TPMs; built into Debian's cloud kernel, modules in Fedora's), as in FCOS's initramfs.
+    hostonly='' instmods tpm_tis tpm_crb
     # Hypervisor channels (modules absent from a kernel or architecture are skipped):
     # VirtualBox guest properties, Hyper-V KVP, vsock (applehv), z/VM reader, BlueField bootfifo.
     hostonly='' instmods vboxguest hv_vmbus hv_utils vsock vmw_vsock_virtio_transport \
@@ -75,6 +78,14 @@ install() {
         jose curl pwmake luksmeta bash sed awk sort mktemp basename tr cat \
         /etc/security/pwquality.conf /var/cache/cracklib/cracklib_dict.hwm \
         /var/cache/cracklib/cracklib_dict.pwd /var/cache/cracklib/cracklib_dict.pwi
+    # The tpm2 pin (clevis-tpm2, tpm2-tools): the tpm2_* programs clevis-{en,de}crypt-tpm2 run
+    # (symlinks to the multi-call `tpm2`) and the TCTI they load with dlopen, which dracut's
+    # library resolution cannot see: clevis sets TPM2TOOLS_TCTI=device:/dev/tpmrm0 (no
+    # resource manager daemon), so libtss2-tctildr opens libtss2-tcti-device.
+    inst_multiple -o \
+        tpm2 tpm2_createprimary tpm2_create tpm2_createpolicy tpm2_load tpm2_unseal \
+        tpm2_flushcontext tpm2_pcrread
+    inst_libdir_file 'libtss2-tcti-device.so*'
     # zvm: the s390-tools that read the z/VM reader.
     inst_multiple -o vmur chccwdev cio_ignore
     # mke2fs reads its defaults from here.

@@ -257,6 +257,27 @@ pub fn clevis_pin(l: &Luks) -> Option<(String, String)> {
     Some(("sss".into(), cfg.to_string()))
 }
 
+/// The binding in words, for the plan and for errors: `sss (tpm2)`, `sss (tang http://t1,
+/// tpm2; threshold 2)`, or the custom pin.
+pub fn binding(l: &Luks) -> Option<String> {
+    let (pin, _) = clevis_pin(l)?;
+    let c = &l.clevis;
+    if c.custom.pin.is_some() {
+        return Some(pin);
+    }
+    let mut pins: Vec<String> = c.tang.iter().map(|t| format!("tang {}", t.url)).collect();
+    if c.tpm2 == Some(true) {
+        pins.push("tpm2".into());
+    }
+    let t = c.threshold.unwrap_or(1);
+    let threshold = if pins.len() > 1 {
+        format!("; threshold {t}")
+    } else {
+        String::new()
+    };
+    Some(format!("{pin} ({}{threshold})", pins.join(", ")))
+}
+
 /// Whether opening the volume needs the network (tang, or a custom pin that says so).
 pub fn needs_network(l: &Luks) -> bool {
     !l.clevis.tang.is_empty() || l.clevis.custom.needs_network == Some(true)
@@ -420,8 +441,25 @@ pub fn apply<'p>(
         LuksAction::Reuse { clevis } => {
             log::info!("reusing the existing LUKS volume on {d} as {}", l.name);
             if *clevis {
+                // Nothing is written before or by a failed unlock: a volume whose pins no
+                // longer release the key (another TPM, a TPM whose state was reset, tang
+                // unreachable or rotated away) stays as it is.
                 crate::util::run("clevis", &["luks", "unlock", "-d", &d, "-n", &l.name])
-                    .with_context(|| format!("unlocking {d} with clevis"))?;
+                    .with_context(|| {
+                        let tpm = if l.clevis.tpm2 == Some(true) {
+                            " (a tpm2 pin opens only on the TPM it was bound to, with the \
+                             same state)"
+                        } else {
+                            ""
+                        };
+                        format!(
+                            "luks {}: clevis could not unlock the existing volume on {d} \
+                             bound with {}: its pins did not release the key{tpm}; \
+                             wipeVolume is false, so the volume was left untouched",
+                            l.name,
+                            binding(l).unwrap_or_else(|| "clevis".into())
+                        )
+                    })?;
             } else {
                 let k = p.key.as_ref().context("internal: no key")?;
                 crate::util::run_with_stdin("cryptsetup", &open_args(l, &d), Some(k.bytes()))
@@ -545,8 +583,8 @@ pub fn describe(l: &Luks, action: &LuksAction) -> String {
             }
         ),
     };
-    let bind = clevis_pin(l)
-        .map(|(p, _)| format!(", clevis {p}"))
+    let bind = binding(l)
+        .map(|b| format!(", clevis {b}"))
         .unwrap_or_default();
     format!("{what}{bind}")
 }
@@ -694,6 +732,14 @@ mod tests {
         assert_eq!(v["pins"]["tang"][0]["thp"], "abc");
         assert!(v["pins"]["tpm2"].is_array());
         assert!(needs_network(&l));
+        assert_eq!(
+            binding(&l).unwrap(),
+            "sss (tang http://10.0.2.100:8080, tpm2; threshold 2)"
+        );
+        let mut t = luks(false, false);
+        t.clevis.tpm2 = Some(true);
+        assert_eq!(binding(&t).unwrap(), "sss (tpm2)");
+        assert!(!needs_network(&t));
         let mut c = luks(false, false);
         c.clevis.custom.pin = Some("tpm2".into());
         c.clevis.custom.config = Some("{\"pcr_ids\":\"7\"}".into());
@@ -701,6 +747,7 @@ mod tests {
             clevis_pin(&c),
             Some(("tpm2".into(), "{\"pcr_ids\":\"7\"}".into()))
         );
+        assert_eq!(binding(&c).unwrap(), "tpm2");
         assert!(!needs_network(&c));
     }
 
