@@ -241,7 +241,7 @@ struct Conn {
     /// When the current response was queued.
     queued: Instant,
     /// The socket bytes of the current response, for the evicting thread (see
-    /// `Server::evict_slowest`); made when a response first waits for its client.
+    /// `Admission::evict_slowest`); made when a response first waits for its client.
     shared_sent: Option<Arc<AtomicUsize>>,
     finished: Option<Finished>,
     /// The current request and its response, in buffers kept from one to the next.
@@ -744,7 +744,7 @@ impl<H: Handler> Shard<H> {
         self.live -= 1;
         self.load(self.me).fetch_sub(1, Ordering::Relaxed);
         let srv = &self.srv;
-        // Leave the waiting set before the socket is closed (see Server::waiting).
+        // Leave the waiting set before the socket is closed (see `Admission::waiting`).
         if let Some(k) = c.waiting.take()
             && !srv.adm.wait_leave(k)
         {
