@@ -12,74 +12,77 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use super::Options;
 use super::accept::{self, Negotiated};
 use super::checkpoint::{Checkpoint, Retained};
 use super::http::{self, Body, Request, Response};
 use super::metrics::Metrics;
+use super::options::Options;
 use super::render::Pool;
 use super::source::{self, Generation};
 use super::status::Tracker;
 use super::tokens::{self, Clock};
 use spec::config::Version;
 
-/// The active generation, which every event loop reads on every request. Each thread keeps
-/// a clone of its own and takes it again only after a change, so a read takes no lock and
-/// writes no memory that another CPU reads (measured: the shared lock word and reference
-/// count, taken twice per request, were a tenth of the server's own code on the serve
-/// benchmark). A thread holds at most one generation this way until its next read.
+/// The active generation, which every event loop reads on every request. Each loop keeps a
+/// clone of its own (a [`Seen`]) and takes it again only after a change, so a read takes no
+/// lock and writes no memory that another CPU reads (measured: the shared lock word and
+/// reference count, taken twice per request, were a tenth of the server's own code on the
+/// serve benchmark). A loop holds at most one generation this way until its next read.
 #[derive(Default)]
 pub(super) struct Active {
     cur: RwLock<Option<Arc<Generation>>>,
-    /// Changes with every `set`, to a value no `Active` in the process had before.
+    /// Changes with every `set` (0: never set).
     stamp: AtomicU64,
 }
 
-static STAMPS: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// This thread's clone of an `Active`'s generation, and that generation's stamp.
-    static SEEN: std::cell::RefCell<(u64, Option<Arc<Generation>>)> =
-        const { std::cell::RefCell::new((0, None)) };
-}
+/// One reader's clone of an [`Active`]'s generation, and that generation's stamp. A `Seen`
+/// serves one `Active` only (each event loop's belongs to the one `App` it serves).
+#[derive(Default)]
+pub(super) struct Seen(u64, Option<Arc<Generation>>);
 
 impl Active {
     pub(super) fn set(&self, g: Option<Arc<Generation>>) {
         let mut cur = self.cur.write().unwrap_or_else(|e| e.into_inner());
         *cur = g;
-        self.stamp
-            .store(STAMPS.fetch_add(1, Ordering::Relaxed), Ordering::Release);
+        // Under the lock: stamps follow the order of the values.
+        let next = self.stamp.load(Ordering::Relaxed) + 1;
+        self.stamp.store(next, Ordering::Release);
     }
 
     pub(super) fn get(&self) -> Option<Arc<Generation>> {
         self.cur.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// `f` of the active generation, from this thread's clone.
-    pub(super) fn with<R>(&self, f: impl FnOnce(Option<&Arc<Generation>>) -> R) -> R {
-        // Taken out while `f` runs: a nested call finds none and reads the shared one.
-        let mut seen = SEEN.with_borrow_mut(std::mem::take);
+    /// The active generation, from the reader's clone `seen` (taken again after a change).
+    pub(super) fn seen<'a>(&self, seen: &'a mut Seen) -> Option<&'a Arc<Generation>> {
         let stamp = self.stamp.load(Ordering::Acquire);
         if stamp == 0 || seen.0 != stamp {
             let cur = self.cur.read().unwrap_or_else(|e| e.into_inner());
             // Under the lock: the stamp that goes with `cur`.
-            seen = (self.stamp.load(Ordering::Acquire), cur.clone());
+            *seen = Seen(self.stamp.load(Ordering::Acquire), cur.clone());
         }
-        let r = f(seen.1.as_ref());
-        SEEN.with_borrow_mut(|s| *s = seen);
-        r
+        seen.1.as_ref()
     }
 }
 
-/// The metrics label of spec version 3.`minor`.0 (those of the known versions made once).
+/// What each event loop keeps for the [`App`] (see [`http::Handler::local`]).
+#[derive(Default)]
+pub struct Local {
+    /// The loop's number: its part of the metrics' tallies.
+    part: usize,
+    /// The loop's clone of the active generation.
+    seen: Seen,
+}
+
+/// The metrics labels of the known spec versions, 3.0.0 on (checked against
+/// `spec::config::version` by a test).
+const LABELS: [&str; 7] = [
+    "3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0", "3.6.0",
+];
+
+/// The metrics label of spec version 3.`minor`.0 (no allocation for a known version).
 fn version_label(minor: u8) -> Cow<'static, str> {
-    static LABELS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let labels = LABELS.get_or_init(|| {
-        (0..=spec::config::version::NEWEST_MINOR)
-            .map(|m| Version::new(m).to_string())
-            .collect()
-    });
-    match labels.get(minor as usize) {
+    match LABELS.get(minor as usize) {
         Some(l) => Cow::Borrowed(l),
         None => Cow::Owned(Version::new(minor).to_string()),
     }
@@ -346,24 +349,22 @@ impl App {
             .map(|r| r.pool.clone())
     }
 
-    fn config(&self, req: &Request, name: &str, out: &mut Response) {
+    fn config(&self, seen: &mut Seen, req: &Request, name: &str, out: &mut Response) {
         if self.require_token {
             return self.config_with_token(req, name, out);
         }
         if !source::valid_pool_name(name) {
             return out.reset(404);
         }
-        self.active.with(|g| {
-            let Some(g) = g else {
-                *out = Response::text(503, "no valid config generation loaded")
-                    .header("Retry-After", "5");
-                return;
-            };
-            match g.pools.get(name) {
-                Some(pool) => self.serve_pool(req, pool, out),
-                None => out.reset(404),
-            }
-        })
+        let Some(g) = self.active.seen(seen) else {
+            *out =
+                Response::text(503, "no valid config generation loaded").header("Retry-After", "5");
+            return;
+        };
+        match g.pools.get(name) {
+            Some(pool) => self.serve_pool(req, pool, out),
+            None => out.reset(404),
+        }
     }
 
     /// `/config/<pool>` with `--require-token`. The token is checked before the pool is looked
@@ -492,7 +493,16 @@ fn etag_matches(if_none_match: &str, etag: &str) -> bool {
 }
 
 impl http::Handler for App {
-    fn handle(&self, req: &Request, out: &mut Response) {
+    type Local = Local;
+
+    fn local(&self, index: usize) -> Local {
+        Local {
+            part: index,
+            seen: Seen::default(),
+        }
+    }
+
+    fn handle(&self, local: &mut Local, req: &Request, out: &mut Response) {
         let path = req.path();
         let config = path.strip_prefix("/config/");
         let known = config.is_some()
@@ -507,7 +517,7 @@ impl http::Handler for App {
             return *out = r;
         }
         if let Some(name) = config {
-            return self.config(req, name, out);
+            return self.config(&mut local.seen, req, name, out);
         }
         *out = match path {
             "/healthz" => Response::text(200, "ok"),
@@ -535,6 +545,7 @@ impl http::Handler for App {
 
     fn done(
         &self,
+        local: &mut Local,
         req: Option<&Request>,
         resp: &Response,
         bytes: usize,
@@ -542,7 +553,7 @@ impl http::Handler for App {
         peer: SocketAddr,
     ) {
         self.metrics
-            .request(resp.pool(), resp.status, &resp.version, took);
+            .request(local.part, resp.pool(), resp.status, &resp.version, took);
         if self.access_log {
             self.access_log(req, resp, bytes, took, peer);
         }
@@ -593,31 +604,26 @@ mod tests {
         }))
     }
 
-    fn id(a: &Active) -> Option<String> {
-        a.with(|g| g.map(|g| g.id.clone()))
+    fn id(a: &Active, seen: &mut Seen) -> Option<String> {
+        a.seen(seen).map(|g| g.id.clone())
     }
 
     #[test]
-    fn every_thread_sees_each_new_generation() {
+    fn every_reader_sees_each_new_generation() {
         let a = Arc::new(Active::default());
         let b = Active::default();
-        assert_eq!(id(&a), None);
+        let (mut sa, mut sb) = (Seen::default(), Seen::default());
+        assert_eq!(id(&a, &mut sa), None);
         a.set(generation("one"));
         b.set(generation("other"));
-        assert_eq!(id(&a), Some("one".into()));
-        // Two values in turn on one thread: the clone of one is never taken for the other.
-        assert_eq!(id(&b), Some("other".into()));
-        assert_eq!(id(&a), Some("one".into()));
-        // A call inside a call reads the shared one.
-        assert_eq!(
-            a.with(|g| (g.map(|g| g.id.clone()), id(&b))),
-            (Some("one".into()), Some("other".into()))
-        );
+        assert_eq!(id(&a, &mut sa), Some("one".into()));
+        assert_eq!(id(&b, &mut sb), Some("other".into()));
+        assert_eq!(id(&a, &mut sa), Some("one".into()));
         let seen: Vec<_> = (0..4)
             .map(|i| {
                 let a = a.clone();
                 std::thread::spawn(move || {
-                    let first = id(&a);
+                    let first = id(&a, &mut Seen::default());
                     if i == 0 {
                         a.set(generation("two"));
                     }
@@ -627,11 +633,23 @@ mod tests {
             .map(|t| t.join().unwrap())
             .collect();
         assert!(seen.iter().all(|(f, _)| f.is_some()));
-        // This thread had a clone of "one": it sees "two" now.
-        assert_eq!(id(&a), Some("two".into()));
+        // This reader had a clone of "one": it sees "two" now.
+        assert_eq!(id(&a, &mut sa), Some("two".into()));
         a.set(None);
-        assert_eq!(id(&a), None);
+        assert_eq!(id(&a, &mut sa), None);
         assert!(a.get().is_none());
+    }
+
+    /// The labels made without allocating are those of the known versions.
+    #[test]
+    fn version_labels() {
+        assert_eq!(
+            LABELS.len(),
+            spec::config::version::NEWEST_MINOR as usize + 1
+        );
+        for (m, l) in LABELS.iter().enumerate() {
+            assert_eq!(*l, Version::new(m as u8).to_string());
+        }
     }
 
     #[test]

@@ -15,8 +15,8 @@ const BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0,
 ];
 
-/// Request counters that a group of threads add to. Each thread adds to one tally (picked
-/// once per thread), so event loops on different CPUs do not take turns owning the same
+/// Request counters that a group of event loops add to. Each loop adds to one tally (its
+/// number's), so event loops on different CPUs do not take turns owning the same
 /// cache lines on every request; `/metrics` adds the tallies up.
 #[derive(Default)]
 #[repr(align(128))]
@@ -43,9 +43,10 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Records one request. `pool` must already be a bounded label (known pool or "-").
-    pub fn request(&self, pool: &str, status: u16, version: &str, took: Duration) {
-        let t = &self.tallies[super::thread_part(TALLIES)];
+    /// Records one request in tally `part` (the event loop's number: each loop writes its
+    /// own). `pool` must already be a bounded label (known pool or "-").
+    pub fn request(&self, part: usize, pool: &str, status: u16, version: &str, took: Duration) {
+        let t = &self.tallies[part % TALLIES];
         // Hot path: a shared lock and an atomic add, no allocation.
         let found = t.requests.read().is_ok_and(|m| {
             m.iter()
@@ -222,9 +223,10 @@ mod tests {
                 let m = m.clone();
                 std::thread::spawn(move || {
                     for _ in 0..100 {
-                        m.request("worker", 200, "3.4.0", Duration::from_micros(200));
+                        m.request(i, "worker", 200, "3.4.0", Duration::from_micros(200));
                     }
                     m.request(
+                        i,
                         "worker",
                         if i % 2 == 0 { 304 } else { 200 },
                         "3.4.0",
@@ -264,9 +266,9 @@ mod tests {
     #[test]
     fn renders() {
         let m = Metrics::default();
-        m.request("worker", 200, "3.0.0", Duration::from_micros(300));
-        m.request("worker", 200, "3.0.0", Duration::from_millis(2));
-        m.request("-", 404, "-", Duration::from_micros(50));
+        m.request(0, "worker", 200, "3.0.0", Duration::from_micros(300));
+        m.request(0, "worker", 200, "3.0.0", Duration::from_millis(2));
+        m.request(0, "-", 404, "-", Duration::from_micros(50));
         let c = ConnStats::default();
         c.open.store(3, Ordering::Relaxed);
         c.rejected.store(2, Ordering::Relaxed);

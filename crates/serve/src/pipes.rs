@@ -14,7 +14,6 @@
 //! the memfd way.
 
 use std::any::Any;
-use std::cell::RefCell;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
@@ -72,8 +71,9 @@ impl Master {
     }
 }
 
+/// One event loop's masters (each loop owns one and passes it to [`Loop::send`]).
 #[derive(Default)]
-struct Loop {
+pub struct Loop {
     /// Most recently used last.
     masters: Vec<Master>,
     /// Addresses of responses asked for once without a master (compared, never followed).
@@ -82,37 +82,24 @@ struct Loop {
     off_until: Option<std::time::Instant>,
 }
 
-thread_local! {
-    static LOOP: RefCell<Loop> = RefCell::new(Loop::default());
-}
-
 fn addr<T: ?Sized>(k: &Arc<T>) -> usize {
     Arc::as_ptr(k).cast::<()>() as usize
 }
 
-/// Sends `parts` (one response, `key`'s bytes: the same key always stands for the same bytes)
-/// from the start into `sock`. None: not this way (send it otherwise); else splice(2)'s
-/// result: the bytes the socket took, which may be fewer than all.
-pub fn send<K: Any + Send + Sync>(
-    sock: &impl AsFd,
-    key: &Arc<K>,
-    parts: &[&[u8]],
-) -> Option<nix::Result<usize>> {
-    let len: usize = parts.iter().map(|p| p.len()).sum();
-    if len == 0 || len > MAX_LEN {
-        return None;
-    }
-    LOOP.with_borrow_mut(|l| l.send(sock, key, parts, len))
-}
-
 impl Loop {
-    fn send<K: Any + Send + Sync>(
+    /// Sends `parts` (one response, `key`'s bytes: the same key always stands for the same
+    /// bytes) from the start into `sock`. None: not this way (send it otherwise); else
+    /// splice(2)'s result: the bytes the socket took, which may be fewer than all.
+    pub fn send<K: Any + Send + Sync>(
         &mut self,
         sock: &impl AsFd,
         key: &Arc<K>,
         parts: &[&[u8]],
-        len: usize,
     ) -> Option<nix::Result<usize>> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len == 0 || len > MAX_LEN {
+            return None;
+        }
         if let Some(t) = self.off_until {
             if std::time::Instant::now() < t {
                 return None;
@@ -241,17 +228,16 @@ mod tests {
     }
 
     /// The most recent master's scratch pipe holds exactly its ready copies.
-    fn check_scratch() -> usize {
-        LOOP.with_borrow(|l| {
-            let m = l.masters.last().unwrap();
-            let held = m.scratch.as_ref().map_or(0, pending);
-            assert_eq!(held, m.ready * m.len);
-            m.ready
-        })
+    fn check_scratch(l: &Loop) -> usize {
+        let m = l.masters.last().unwrap();
+        let held = m.scratch.as_ref().map_or(0, pending);
+        assert_eq!(held, m.ready * m.len);
+        m.ready
     }
 
     #[test]
     fn every_send_has_the_same_bytes() {
+        let mut l = Loop::default();
         let (mut rx, tx) = pair();
         let key = Arc::new(());
         let head = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
@@ -265,13 +251,13 @@ mod tests {
             got
         });
         // First ask: remembered, not kept.
-        assert!(send(&tx, &key, &[&head, &body]).is_none());
+        assert!(l.send(&tx, &key, &[&head, &body]).is_none());
         let mut refills = 0;
         let mut last = 0;
         for _ in 1..sends {
             // A blocking socket takes it all.
-            assert_eq!(send(&tx, &key, &[&head, &body]).unwrap(), Ok(len));
-            let ready = check_scratch();
+            assert_eq!(l.send(&tx, &key, &[&head, &body]).unwrap(), Ok(len));
+            let ready = check_scratch(&l);
             if ready > last {
                 refills += 1;
             }
@@ -290,38 +276,36 @@ mod tests {
 
     #[test]
     fn bounded_by_size_and_budget() {
+        let mut l = Loop::default();
         let (_rx, tx) = pair();
         // Nobody reads: what the socket does not take is dropped.
         tx.set_nonblocking(true).unwrap();
         let big = vec![0u8; MAX_LEN + 1];
         let key = Arc::new(());
-        assert!(send(&tx, &key, &[&big]).is_none());
-        assert!(send(&tx, &key, &[&big]).is_none());
+        assert!(l.send(&tx, &key, &[&big]).is_none());
+        assert!(l.send(&tx, &key, &[&big]).is_none());
         // Many different responses: the masters never hold more than the budget.
         let part = vec![1u8; 200 * 1024];
         let keys: Vec<_> = (0..24).map(|_| Arc::new(())).collect();
         for k in &keys {
-            let _ = send(&tx, k, &[&part]);
-            let _ = send(&tx, k, &[&part]);
-            LOOP.with_borrow(|l| {
-                assert!(l.masters.iter().map(Master::bytes).sum::<usize>() <= BUDGET);
-                assert!(l.seen.len() <= SEEN);
-            });
+            let _ = l.send(&tx, k, &[&part]);
+            let _ = l.send(&tx, k, &[&part]);
+            assert!(l.masters.iter().map(Master::bytes).sum::<usize>() <= BUDGET);
+            assert!(l.seen.len() <= SEEN);
         }
         // Many small ones: a bounded number of masters, each with a bounded number of copies.
         let small: Vec<_> = (0..40).map(|_| Arc::new(())).collect();
         for k in &small {
-            let _ = send(&tx, k, &[b"HTTP/1.1 200 OK\r\n\r\nok"]);
-            let _ = send(&tx, k, &[b"HTTP/1.1 200 OK\r\n\r\nok"]);
-            LOOP.with_borrow(|l| {
-                assert!(l.masters.len() <= MAX_MASTERS);
-                assert!(l.masters.iter().all(|m| m.copies <= MAX_COPIES));
-            });
+            let _ = l.send(&tx, k, &[b"HTTP/1.1 200 OK\r\n\r\nok"]);
+            let _ = l.send(&tx, k, &[b"HTTP/1.1 200 OK\r\n\r\nok"]);
+            assert!(l.masters.len() <= MAX_MASTERS);
+            assert!(l.masters.iter().all(|m| m.copies <= MAX_COPIES));
         }
     }
 
     #[test]
     fn a_socket_that_takes_part_leaves_no_bytes_behind() {
+        let mut l = Loop::default();
         let (rx, tx) = pair();
         // A small send buffer and nobody reading: the socket takes only part.
         nix::sys::socket::setsockopt(&tx, nix::sys::socket::sockopt::SndBuf, &4096).unwrap();
@@ -329,20 +313,20 @@ mod tests {
         tx.set_nonblocking(true).unwrap();
         let key = Arc::new(());
         let body = vec![9u8; 100 * 1024];
-        assert!(send(&tx, &key, &[&body]).is_none());
+        assert!(l.send(&tx, &key, &[&body]).is_none());
         let mut sends = 0;
         loop {
             sends += 1;
             assert!(sends < 10_000, "the socket never filled");
-            let res = send(&tx, &key, &[&body]).unwrap();
-            check_scratch();
+            let res = l.send(&tx, &key, &[&body]).unwrap();
+            check_scratch(&l);
             match res {
                 Ok(n) if n == body.len() => {}
                 // Part of a copy stayed in the scratch pipe, which is dropped for a new one.
-                Ok(_) => LOOP.with_borrow(|l| assert!(l.masters[0].scratch.is_none())),
+                Ok(_) => assert!(l.masters[0].scratch.is_none()),
                 Err(e) => {
                     assert_eq!(e, Errno::EAGAIN);
-                    LOOP.with_borrow(|l| assert!(l.masters[0].scratch.is_none()));
+                    assert!(l.masters[0].scratch.is_none());
                     break;
                 }
             }

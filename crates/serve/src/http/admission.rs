@@ -1,0 +1,355 @@
+//! Connection admission and eviction: the connection limits, the global and per-address
+//! connection counts, the sets of connections waiting for a head and of responses waiting
+//! for their client, and eviction from them at `max_connections`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    /// From accept (and from the first byte of each later head) to the end of the head.
+    pub header_timeout: Duration,
+    /// Between requests on a keep-alive connection.
+    pub idle_timeout: Duration,
+    /// The minimum send rate, in bytes per second: a response in progress that delivers less
+    /// than this times `send_window` in any window of `send_window` is dropped.
+    pub min_send_rate: usize,
+    pub send_window: Duration,
+    pub max_connections: usize,
+    /// 0: no per-address cap.
+    pub max_connections_per_address: usize,
+    /// How long a closing connection is drained before it is closed (lingering close).
+    pub linger: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_header_bytes: 16 * 1024,
+            max_headers: 64,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            min_send_rate: 4096,
+            send_window: Duration::from_secs(10),
+            max_connections: 10_000,
+            max_connections_per_address: 0,
+            linger: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Limits {
+    /// Refused connections answered at the same time (the 503 and, on TLS, its handshake);
+    /// beyond this they are closed without an answer.
+    pub fn reject_budget(&self) -> usize {
+        (self.max_connections / 8).clamp(16, 1024)
+    }
+}
+
+/// Connection counters shared with the metrics.
+#[derive(Debug, Default)]
+pub struct ConnStats {
+    /// Connections holding a slot of `max_connections`.
+    pub open: AtomicUsize,
+    /// Connections refused (connection limit with nothing to evict, or per-address cap).
+    pub rejected: AtomicU64,
+    /// Connections closed to make room for a new one at the connection limit.
+    pub evicted: AtomicU64,
+    /// Connections closed because no whole request head (or TLS handshake) arrived within
+    /// the header time-out.
+    pub header_timeouts: AtomicU64,
+    /// Responses dropped for delivering less than the minimum send rate.
+    pub too_slow: AtomicU64,
+    /// Per event loop: the connections it has, with those handed to it and not yet taken
+    /// (set when the loops start).
+    pub loops: std::sync::OnceLock<Arc<[AtomicUsize]>>,
+}
+
+/// One part of the server's waiting set. Each event loop uses one part (its number's), so
+/// loops do not take turns at one lock on every request.
+#[derive(Default)]
+#[repr(align(128))]
+struct WaitPart(Mutex<BTreeSet<(u64, RawFd)>>);
+
+pub(super) const WAIT_PARTS: usize = 8;
+
+/// A waiting connection's entry: its part, when it started waiting, its socket.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WaitKey {
+    part: usize,
+    at: u64,
+    fd: RawFd,
+}
+
+/// A connection's entry among the responses waiting for their client: its part, its socket.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SlowKey {
+    part: usize,
+    fd: RawFd,
+}
+
+/// One part of the server's set of responses waiting for their client: per socket, when its
+/// response was queued (on the clock of `Admission::waiting`) and the bytes of it the socket
+/// took so far (kept by its owner).
+#[derive(Default)]
+#[repr(align(128))]
+struct SlowPart(Mutex<HashMap<RawFd, (u64, Arc<AtomicUsize>)>>);
+
+/// The server's admission state, shared by every event loop: the limits, the counts, and
+/// the eviction candidates.
+pub(super) struct Admission {
+    pub(super) limits: Limits,
+    pub(super) stats: Arc<ConnStats>,
+    /// Connections waiting for a request head (the eviction candidates), in parts: when
+    /// each started waiting, and its socket. A connection's owner removes its entry (under
+    /// its part's lock) before it closes the socket, so an evicting thread may shut the
+    /// socket down while holding every part's lock.
+    waiting: [WaitPart; WAIT_PARTS],
+    /// The clock of `waiting`.
+    born: Instant,
+    /// Responses the socket took only part of, waiting for their client: the candidates for
+    /// eviction when no connection is waiting for a request head, slowest first. The same
+    /// rule as for `waiting`: the owner removes its entry before it closes the socket.
+    slow: [SlowPart; WAIT_PARTS],
+    /// Per client address: connections counted against the cap, and lingering ones.
+    per_address: Mutex<HashMap<IpAddr, AddressCount>>,
+    /// Refused connections still being answered.
+    pub(super) rejecting: AtomicUsize,
+}
+
+impl Admission {
+    pub(super) fn new(limits: Limits, stats: Arc<ConnStats>) -> Self {
+        Admission {
+            limits,
+            stats,
+            waiting: Default::default(),
+            born: Instant::now(),
+            slow: Default::default(),
+            per_address: Mutex::new(HashMap::new()),
+            rejecting: AtomicUsize::new(0),
+        }
+    }
+
+    /// Registers a connection of event loop `part` (its number) as waiting for a head;
+    /// returns its key.
+    pub(super) fn wait_enter(&self, part: usize, fd: RawFd, now: Instant) -> WaitKey {
+        let k = WaitKey {
+            part: part % WAIT_PARTS,
+            at: now.saturating_duration_since(self.born).as_nanos() as u64,
+            fd,
+        };
+        lock(&self.waiting[k.part].0).insert((k.at, k.fd));
+        k
+    }
+
+    /// Unregisters a waiting connection. false: it was evicted meanwhile (its slot already
+    /// went to another connection and its socket is shut down).
+    pub(super) fn wait_leave(&self, k: WaitKey) -> bool {
+        lock(&self.waiting[k.part].0).remove(&(k.at, k.fd))
+    }
+
+    /// Evicts the connection that has waited longest for a request head and releases its
+    /// slot. false: every connection is busy with a request.
+    pub(super) fn evict_oldest(&self) -> bool {
+        // Every part, always in this order (a thread holds at most one part otherwise).
+        let mut parts: Vec<_> = self.waiting.iter().map(|p| lock(&p.0)).collect();
+        let Some((oldest, part)) = parts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((*p.first()?, i)))
+            .min()
+        else {
+            return false;
+        };
+        parts[part].remove(&oldest);
+        // Its owner cannot close the socket before taking the lock we hold (see `waiting`);
+        // shutting it down wakes the owner, which then closes it.
+        let _ = nix::sys::socket::shutdown(oldest.1, nix::sys::socket::Shutdown::Both);
+        drop(parts);
+        self.stats.open.fetch_sub(1, Ordering::SeqCst);
+        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Registers a response of event loop `part` queued at `queued` that waits for its client, with the counter
+    /// of its bytes the socket took; returns its key.
+    pub(super) fn slow_enter(
+        &self,
+        part: usize,
+        fd: RawFd,
+        queued: Instant,
+        sent: Arc<AtomicUsize>,
+    ) -> SlowKey {
+        let k = SlowKey {
+            part: part % WAIT_PARTS,
+            fd,
+        };
+        let at = queued.saturating_duration_since(self.born).as_nanos() as u64;
+        lock(&self.slow[k.part].0).insert(fd, (at, sent));
+        k
+    }
+
+    /// Unregisters a waiting response. false: it was evicted meanwhile.
+    pub(super) fn slow_leave(&self, k: SlowKey) -> bool {
+        lock(&self.slow[k.part].0).remove(&k.fd).is_some()
+    }
+
+    /// Evicts the slowest response waiting for its client and releases its slot: the one
+    /// whose client acknowledged the fewest bytes per second since it was queued (counted
+    /// over at least a second, so a response just queued is not the slowest for having had
+    /// no time). false: none is waiting.
+    pub(super) fn evict_slowest(&self) -> bool {
+        let mut parts: Vec<_> = self.slow.iter().map(|p| lock(&p.0)).collect();
+        let now = self.born.elapsed().as_nanos() as u64;
+        let rate = |fd: RawFd, at: u64, sent: &AtomicUsize| {
+            // The socket is open: its owner closes it only after removing its entry, under
+            // the lock held here.
+            let delivered = sent.load(Ordering::Relaxed).saturating_sub(unacked_fd(fd));
+            let secs = (now.saturating_sub(at) as f64 / 1e9).max(1.0);
+            delivered as f64 / secs
+        };
+        let Some((_, part, fd)) = parts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                p.iter()
+                    .map(move |(&fd, (at, sent))| (rate(fd, *at, sent), i, fd))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+        else {
+            return false;
+        };
+        parts[part].remove(&fd);
+        // As in `evict_oldest`: the owner closes it once it sees the shutdown.
+        abort_on_close(fd);
+        let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
+        drop(parts);
+        self.stats.open.fetch_sub(1, Ordering::SeqCst);
+        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Takes a connection slot, evicting at the limit a connection waiting for a request
+    /// head or, when there is none, the slowest response waiting for its client.
+    pub(super) fn acquire_slot(&self) -> bool {
+        if self.stats.open.fetch_add(1, Ordering::SeqCst) < self.limits.max_connections {
+            return true;
+        }
+        if self.evict_oldest() || self.evict_slowest() {
+            return true;
+        }
+        self.stats.open.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    pub(super) fn address_acquire(&self, ip: IpAddr) -> bool {
+        let cap = self.limits.max_connections_per_address;
+        if cap == 0 {
+            return true;
+        }
+        let mut m = lock(&self.per_address);
+        let n = m.entry(ip).or_default();
+        if n.active >= cap {
+            return false;
+        }
+        n.active += 1;
+        true
+    }
+
+    /// Gives back what `hold` holds of `ip`'s counts.
+    pub(super) fn address_release(&self, ip: IpAddr, hold: AddressHold) {
+        let mut m = lock(&self.per_address);
+        if let Some(n) = m.get_mut(&ip) {
+            match hold {
+                AddressHold::None => {}
+                AddressHold::Active => n.active -= 1,
+                AddressHold::Lingering => n.lingering -= 1,
+            }
+            if n.active == 0 && n.lingering == 0 {
+                m.remove(&ip);
+            }
+        }
+    }
+
+    /// A counted connection has sent its last answer: it stops counting against the cap and
+    /// may linger, unless its address already has `cap` lingering connections (false: close
+    /// it at once).
+    pub(super) fn address_linger(&self, ip: IpAddr) -> bool {
+        let cap = self.limits.max_connections_per_address;
+        let mut m = lock(&self.per_address);
+        let Some(n) = m.get_mut(&ip) else {
+            return false;
+        };
+        n.active -= 1;
+        // Not lingering: the entry stays, it still counts `cap` lingering connections.
+        let linger = n.lingering < cap;
+        if linger {
+            n.lingering += 1;
+        }
+        linger
+    }
+}
+
+/// One client address's connections under `max_connections_per_address`.
+#[derive(Debug, Default)]
+struct AddressCount {
+    /// Counted against the cap: every connection until its last answer is sent.
+    active: usize,
+    /// Lingering after their last answer (at most the cap more).
+    lingering: usize,
+}
+
+/// What a connection holds of its address's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AddressHold {
+    None,
+    Active,
+    Lingering,
+}
+
+/// Makes the close of socket `fd` a reset (SO_LINGER 0): what its send buffer still holds
+/// is dropped at once, instead of the kernel going on sending it, unowned, to a client that
+/// does not read (a dropped slow response).
+pub(super) fn abort_on_close(fd: RawFd) {
+    let l = nix::libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `fd` is an open socket (its owner closes it only after leaving the sets this
+    // is called under, or is the caller), and `l` is a valid linger value of the size given.
+    let _ = unsafe {
+        nix::libc::setsockopt(
+            fd,
+            nix::libc::SOL_SOCKET,
+            nix::libc::SO_LINGER,
+            (&raw const l).cast(),
+            std::mem::size_of::<nix::libc::linger>() as nix::libc::socklen_t,
+        )
+    };
+}
+
+/// Bytes written to `sock` that its peer has not acknowledged yet (SIOCOUTQ); 0 when it
+/// cannot be told.
+pub(super) fn unacked(sock: &TcpStream) -> usize {
+    unacked_fd(sock.as_raw_fd())
+}
+
+/// [`unacked`] of an open socket's descriptor.
+fn unacked_fd(fd: RawFd) -> usize {
+    let mut n: nix::libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one c_int to the valid, exclusively borrowed `n`;
+    // the caller keeps the socket open for the duration of the call.
+    let r = unsafe { nix::libc::ioctl(fd, nix::libc::TIOCOUTQ, &mut n) };
+    if r < 0 { 0 } else { n.max(0) as usize }
+}
+
+/// `m` locked; a poisoned lock is taken as it is.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
