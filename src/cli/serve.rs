@@ -107,6 +107,14 @@ pub struct ServeArgs {
     /// Largest request head in bytes.
     #[arg(long, default_value_t = 16 * 1024)]
     pub max_header_bytes: usize,
+    /// Largest request body in bytes (a machine's report, sent with Content-Length; larger
+    /// is answered 413).
+    #[arg(long, default_value_t = 256 * 1024)]
+    pub max_body_bytes: usize,
+    /// Request bodies being read at one time, all connections together, in bytes (beyond:
+    /// 503 with Retry-After).
+    #[arg(long, default_value_t = 32 << 20)]
+    pub max_body_total: usize,
     /// Time in-flight requests get to finish on SIGTERM (the process exits at most 1 s
     /// after it, whatever the source watcher is doing).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -141,6 +149,8 @@ impl From<ServeArgs> for crate::serve::Options {
             // At most 256 (the flag's range).
             threads: a.threads.map(|n| n as usize),
             max_header_bytes: a.max_header_bytes,
+            max_body_bytes: a.max_body_bytes,
+            max_body_total: a.max_body_total,
             shutdown_grace: a.shutdown_grace,
             access_log: !a.no_access_log,
         }

@@ -586,9 +586,9 @@ fn limits_json(l: &http::Limits) -> serde_json::Value {
         "sendRateWindowSeconds": l.send_window.as_secs_f64(),
         "maxHeaderBytes": l.max_header_bytes,
         "maxHeaders": l.max_headers,
-        // Request bodies are never read: a request with one is answered and the
-        // connection closed.
-        "maxBodyBytes": 0,
+        // A request body (a machine's report) is read whole, with Content-Length only.
+        "maxBodyBytes": l.max_body_bytes,
+        "maxBodyTotalBytes": l.max_body_total,
     })
 }
 

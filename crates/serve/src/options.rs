@@ -52,6 +52,10 @@ pub struct Options {
     pub threads: Option<usize>,
     /// Largest request head in bytes.
     pub max_header_bytes: usize,
+    /// Largest request body in bytes (a machine's report).
+    pub max_body_bytes: usize,
+    /// Request bodies being read, all connections together, in bytes.
+    pub max_body_total: usize,
     /// Time in-flight requests get to finish on SIGTERM.
     pub shutdown_grace: Duration,
     /// Write a JSON access-log line per request (stderr).

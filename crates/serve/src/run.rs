@@ -53,6 +53,8 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     let limits = http::Limits {
         max_header_bytes: opts.max_header_bytes,
+        max_body_bytes: opts.max_body_bytes,
+        max_body_total: opts.max_body_total,
         header_timeout: opts.header_timeout,
         idle_timeout: opts.idle_timeout,
         min_send_rate: opts.min_send_rate,

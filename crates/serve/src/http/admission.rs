@@ -26,6 +26,12 @@ pub struct Limits {
     pub max_connections_per_address: usize,
     /// How long a closing connection is drained before it is closed (lingering close).
     pub linger: Duration,
+    /// The largest request body read (a machine's report); larger is answered 413.
+    pub max_body_bytes: usize,
+    /// Request bodies being read, all connections together, in bytes: beyond it a request
+    /// with a body is answered 503 (Retry-After: 1), so bodies add at most this to the
+    /// server's memory whatever the number of connections.
+    pub max_body_total: usize,
 }
 
 impl Default for Limits {
@@ -40,6 +46,8 @@ impl Default for Limits {
             max_connections: 10_000,
             max_connections_per_address: 0,
             linger: Duration::from_secs(2),
+            max_body_bytes: 256 * 1024,
+            max_body_total: 32 << 20,
         }
     }
 }
@@ -121,9 +129,26 @@ pub(super) struct Admission {
     per_address: Mutex<HashMap<IpAddr, AddressCount>>,
     /// Refused connections still being answered.
     pub(super) rejecting: AtomicUsize,
+    /// Bytes of request bodies being read (see [`Limits::max_body_total`]).
+    bodies: AtomicUsize,
 }
 
 impl Admission {
+    /// Reserves `n` bytes of the body budget; false when it would pass `max_body_total`.
+    pub(super) fn body_reserve(&self, n: usize) -> bool {
+        let max = self.limits.max_body_total;
+        self.bodies
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                (b + n <= max).then_some(b + n)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` bytes of the body budget.
+    pub(super) fn body_release(&self, n: usize) {
+        self.bodies.fetch_sub(n, Ordering::AcqRel);
+    }
+
     pub(super) fn new(limits: Limits, stats: Arc<ConnStats>) -> Self {
         Admission {
             limits,
@@ -133,6 +158,7 @@ impl Admission {
             slow: Default::default(),
             per_address: Mutex::new(HashMap::new()),
             rejecting: AtomicUsize::new(0),
+            bodies: AtomicUsize::new(0),
         }
     }
 

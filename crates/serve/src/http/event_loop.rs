@@ -185,6 +185,8 @@ impl<H: Handler> Server<H> {
 enum Phase {
     /// Waiting for (the rest of) a request head, or for the TLS handshake.
     Head,
+    /// The head is parsed: waiting for the rest of its body (`Conn::body`).
+    Body,
     /// A response is being written.
     Writing,
     /// The last response is written and the write side shut: draining until the peer closes.
@@ -216,6 +218,9 @@ struct Conn {
     waiting: Option<WaitKey>,
     /// Holds a slot of max_connections.
     counted: bool,
+    /// In `Phase::Body`: the body's length (reserved in the server's body budget) and when
+    /// its request started.
+    body: Option<(usize, Instant)>,
     /// What it counts for in the per-address map.
     address: AddressHold,
     /// A refused connection: answered 503 and closed.
@@ -652,6 +657,7 @@ impl<H: Handler> Shard<H> {
             phase: Phase::Head,
             deadline: now + srv.adm.limits.header_timeout,
             head_start: None,
+            body: None,
             served: 0,
             waiting: None,
             counted: slot,
@@ -744,6 +750,9 @@ impl<H: Handler> Shard<H> {
         self.live -= 1;
         self.load(self.me).fetch_sub(1, Ordering::Relaxed);
         let srv = &self.srv;
+        if let Some((n, _)) = c.body.take() {
+            srv.adm.body_release(n);
+        }
         // Leave the waiting set before the socket is closed (see `Admission::waiting`).
         if let Some(k) = c.waiting.take()
             && !srv.adm.wait_leave(k)
@@ -784,6 +793,32 @@ impl<H: Handler> Shard<H> {
                 continue;
             }
             match c.phase {
+                Phase::Body => {
+                    // The body did not arrive within the header time-out: say so, then close.
+                    self.srv
+                        .adm
+                        .stats
+                        .header_timeouts
+                        .fetch_add(1, Ordering::Relaxed);
+                    let Some(mut c) = self.slots[idx].conn.take() else {
+                        continue;
+                    };
+                    let started = c.body.take().map_or(now, |(n, s)| {
+                        self.srv.adm.body_release(n);
+                        s
+                    });
+                    let ours = self.leave_waiting(&mut c);
+                    if ours {
+                        c.resp = Response::text(408, "the request body did not arrive in time");
+                        self.queue(l, &mut c, false, false, false, started);
+                    }
+                    self.slots[idx].conn = Some(c);
+                    if ours {
+                        self.step(l, idx, false);
+                    } else {
+                        self.close(l, idx);
+                    }
+                }
                 Phase::Head => {
                     let handshaking = c.tls.as_ref().is_some_and(|t| t.is_handshaking());
                     if c.served == 0 || c.head_start.is_some() {
@@ -842,6 +877,19 @@ impl<H: Handler> Shard<H> {
                 }
                 Phase::Linger => self.close(l, idx),
             }
+        }
+    }
+
+    /// Hands the parsed request (with its body, if any) to the handler and queues its answer.
+    fn answer(&self, l: &mut Local<H::Local>, c: &mut Conn, started: Instant) {
+        let srv = &self.srv;
+        c.resp.reset(200);
+        srv.handler.handle(&mut l.handler, &c.req, &mut c.resp);
+        let keep = !c.req.close && !srv.shutdown.load(Ordering::Relaxed);
+        let head_only = c.req.method() == "HEAD";
+        self.queue(l, c, true, keep, head_only, started);
+        if c.req.body.capacity() > REQUEST_KEPT {
+            c.req.body = Vec::new();
         }
     }
 
@@ -1071,15 +1119,25 @@ impl<H: Handler> Shard<H> {
                             c.scan = ScanState::default();
                             c.head_start = None;
                             match parsed {
-                                Ok(()) => {
-                                    c.resp.reset(200);
-                                    srv.handler.handle(&mut l.handler, &c.req, &mut c.resp);
-                                    let keep = !c.req.close
-                                        && !c.req.has_body
-                                        && !srv.shutdown.load(Ordering::Relaxed);
-                                    let head_only = c.req.method() == "HEAD";
-                                    self.queue(l, c, true, keep, head_only, started);
-                                }
+                                Ok(()) => match c.req.body_len(srv.adm.limits.max_body_bytes) {
+                                    Err((status, why)) => {
+                                        c.resp = Response::text(status, &why);
+                                        self.queue(l, c, false, false, false, started);
+                                    }
+                                    Ok(0) => self.answer(l, c, started),
+                                    Ok(n) if srv.adm.body_reserve(n) => {
+                                        c.body = Some((n, started));
+                                        c.phase = Phase::Body;
+                                    }
+                                    Ok(_) => {
+                                        c.resp = Response::text(
+                                            503,
+                                            "the server is reading as many request bodies as it holds (--max-body-total); retry shortly",
+                                        )
+                                        .header("Retry-After", "1");
+                                        self.queue(l, c, false, false, false, started);
+                                    }
+                                },
                                 Err(status) => {
                                     c.resp.reset(status);
                                     self.queue(l, c, false, false, false, started);
@@ -1087,6 +1145,31 @@ impl<H: Handler> Shard<H> {
                             }
                         }
                     }
+                }
+                Phase::Body => {
+                    let (need, started) = c.body.expect("a body phase has its length");
+                    if c.buf.len() < need && readable {
+                        readable = false;
+                        self.fill_with(c, need, &mut l.scratch).ok()?;
+                    }
+                    if c.buf.len() < need {
+                        if c.eof {
+                            return None;
+                        }
+                        // Within the header time-out from the head's first byte, evictable
+                        // at the connection limit like a head still coming.
+                        self.enter_waiting(c);
+                        return Some(EpollFlags::EPOLLIN);
+                    }
+                    if !self.leave_waiting(c) {
+                        return None;
+                    }
+                    c.body = None;
+                    srv.adm.body_release(need);
+                    c.req.body.clear();
+                    c.req.body.extend_from_slice(&c.buf[..need]);
+                    c.buf.drain(..need);
+                    self.answer(l, c, started);
                 }
                 Phase::Writing => {
                     let done = match c.tls {

@@ -31,6 +31,11 @@ pub struct Request {
     headers: Vec<(Span, Span)>,
     pub close: bool,
     pub has_body: bool,
+    /// `Content-Length`, when given; `Transfer-Encoding` (any: only chunked exists).
+    content_length: Option<u64>,
+    chunked: bool,
+    /// The body, once read whole (see [`Request::body_len`]); kept between requests.
+    pub(super) body: Vec<u8>,
 }
 
 /// Headers a request may carry once only: a second one is answered 400.
@@ -55,6 +60,33 @@ impl Request {
 
     pub fn query(&self) -> Option<&str> {
         self.query.map(|q| self.at(q))
+    }
+
+    /// The request's body (empty when it has none): read whole before the handler is called.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// How many body bytes to read before the request is answered, at most `max`: Err with
+    /// the status and the reason when the body is refused (chunked: 411, too large: 413).
+    pub fn body_len(&self, max: usize) -> Result<usize, (u16, String)> {
+        if self.chunked {
+            return Err((
+                411,
+                "a request body must be sent with Content-Length (chunked bodies are not accepted)"
+                    .into(),
+            ));
+        }
+        let n = self.content_length.unwrap_or(0);
+        if n > max as u64 {
+            return Err((
+                413,
+                format!(
+                    "request body of {n} bytes is larger than the --max-body-bytes limit ({max} bytes)"
+                ),
+            ));
+        }
+        Ok(n as usize)
     }
 
     /// Each header's name and value, in the order sent.
@@ -195,6 +227,12 @@ impl Request {
         }
         self.close = close;
         self.has_body = chunked || content_length.unwrap_or(0) > 0;
+        self.content_length = content_length;
+        self.chunked = chunked;
+        self.body.clear();
+        if self.body.capacity() > REQUEST_KEPT {
+            self.body = Vec::new();
+        }
         Ok(())
     }
 }
