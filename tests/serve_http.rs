@@ -70,6 +70,12 @@ fn endpoints_and_statuses() {
         etag.starts_with('"') && etag.ends_with('"'),
         "strong ETag: {etag}"
     );
+    // Which config this is and where to report (docs/reports.md), never the token.
+    assert_eq!(r.header("x-agent-pool"), Some("worker"));
+    assert!(r.header("x-agent-config").unwrap().starts_with("worker-"));
+    let h = r.header("x-agent-config-hash").unwrap();
+    assert!(h.starts_with("sha256-") && h.len() == 7 + 64, "{h}");
+    assert_eq!(r.header("x-agent-report-url"), Some("/report"));
     let p = config::parse(&r.body).unwrap();
     assert_eq!(
         p.version,

@@ -26,6 +26,7 @@ pub mod checkpoint;
 pub mod http;
 pub mod metrics;
 pub mod options;
+pub mod page;
 pub mod pipes;
 pub mod pointer;
 pub mod render;

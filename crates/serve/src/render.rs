@@ -86,6 +86,9 @@ pub struct Pool {
     /// `master` pools: per minor version, the document split at each etcd index, made when
     /// first asked for (see [`Pool::render_etcd`]).
     etcd: Vec<OnceLock<Option<Arc<EtcdTemplate>>>>,
+    /// The header lines that tell a machine which config it got and where to report
+    /// (docs/reports.md): part of every document's header lines.
+    report_lines: String,
 }
 
 /// A document split where each etcd index goes: every response for any index shares the
@@ -119,6 +122,31 @@ fn etag_of(digest: &[u8]) -> String {
     format!("\"{}\"", hex(&digest[..16]))
 }
 
+/// Where machines send their reports (docs/reports.md), on the same origin.
+pub const REPORT_PATH: &str = "/report";
+
+/// `X-Agent-Pool`, `X-Agent-Config`, `X-Agent-Config-Hash` and `X-Agent-Report-URL`, each with
+/// CRLF; a pool name outside `[A-Za-z0-9._-]` is percent-encoded (a file name may hold a
+/// line break, a header value may not).
+fn report_lines(pool: &str, config_name: &str, config_hash: &str) -> String {
+    let token = |s: &str| {
+        let mut o = String::with_capacity(s.len());
+        for b in s.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+                o.push(b as char);
+            } else {
+                o.push_str(&format!("%{b:02X}"));
+            }
+        }
+        o
+    };
+    format!(
+        "X-Agent-Pool: {}\r\nX-Agent-Config: {}\r\nX-Agent-Config-Hash: sha256-{config_hash}\r\nX-Agent-Report-URL: {REPORT_PATH}\r\n",
+        token(pool),
+        token(config_name)
+    )
+}
+
 fn header_lines(version: Version, etag: &str) -> String {
     format!(
         "Content-Type: application/vnd.coreos.ignition+json;version={version}\r\n\
@@ -135,13 +163,19 @@ impl Pool {
         let config_hash = hex(&digest);
         let served = with_node_file(&config, &config_name);
         let min_version = version::minimum(&served);
+        let report_lines = report_lines(name, &config_name, &config_hash);
         let by_minor: Vec<_> = (0..=version::NEWEST_MINOR)
             .map(|m| {
                 let v = Version::new(m);
-                config::to_json(&served, v).map(|b| Rendered::new(b, v).shared())
+                config::to_json(&served, v).map(|b| {
+                    let mut r = Rendered::new(b, v).shared();
+                    r.header_lines.push_str(&report_lines);
+                    r
+                })
             })
             .collect();
         Ok(Pool {
+            report_lines,
             name: name.to_string(),
             config,
             config_name,
@@ -177,7 +211,11 @@ impl Pool {
         fill_etcd_index(&mut c, idx);
         let served = with_node_file(&c, &self.config_name);
         let v = Version::new(minor);
-        config::to_json(&served, v).map(|b| Rendered::new(b, v))
+        config::to_json(&served, v).map(|b| {
+            let mut r = Rendered::new(b, v);
+            r.header_lines.push_str(&self.report_lines);
+            r
+        })
     }
 }
 
@@ -224,7 +262,7 @@ impl Pool {
             }
         };
         Ok(Filled {
-            header_lines: header_lines(t.version, &etag),
+            header_lines: header_lines(t.version, &etag) + &self.report_lines,
             etag,
             body,
         })
