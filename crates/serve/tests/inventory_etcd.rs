@@ -103,6 +103,27 @@ impl Cluster {
         }
     }
 
+    /// The index of the member that leads the cluster now (from `/v3/maintenance/status`).
+    fn leader(&self) -> usize {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        let status = |url: &String| -> serde_json::Value {
+            let mut r = agent
+                .post(format!("{url}/v3/maintenance/status"))
+                .send(&b"{}"[..])
+                .expect("etcd status");
+            serde_json::from_slice(&r.body_mut().read_to_vec().expect("etcd status body"))
+                .expect("etcd status JSON")
+        };
+        let all: Vec<_> = self.clients.iter().map(status).collect();
+        let leader = all[0]["leader"].clone();
+        all.iter()
+            .position(|s| s["header"]["member_id"] == leader)
+            .expect("a member that leads")
+    }
+
     fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].take() {
             c.kill().expect("SIGKILL to an etcd member");
@@ -215,19 +236,29 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
             })
         })
         .collect();
-    // Kill member 0 (the first member of client 0, maybe the leader) a third of the way in.
+    // Kill the leader (the first member of one of the clients) a third of the way in: the
+    // others elect a new one while the herd goes on.
     while done.load(Ordering::Relaxed) < n / 3 {
         std::thread::sleep(Duration::from_millis(2));
     }
-    cluster.kill(0);
+    let leader = cluster.leader();
+    cluster.kill(leader);
+    let at_kill = done.load(Ordering::Relaxed);
+    eprintln!("killed etcd member m{leader} (the leader) after {at_kill} of {n} reports");
     for t in threads {
         t.join().expect("a reporting thread");
     }
 
+    assert!(at_kill < n, "the herd was over before the kill");
     let results = results.lock().expect("results");
     assert_eq!(results.len(), n);
     let failed: Vec<_> = results.iter().filter(|(_, _, r)| r.is_err()).collect();
-    assert!(failed.is_empty(), "reports refused: {failed:?}");
+    assert!(
+        failed.is_empty(),
+        "{} reports refused, the first: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
     let new = results
         .iter()
         .filter(|(_, _, r)| matches!(r, Ok(Recorded::New)))

@@ -536,6 +536,9 @@ pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Appli
             Some(r.id.clone())
         }
     };
+    // A report applied again (a retry older than the recent ids) replaces its own entry:
+    // its details are stored, not dropped.
+    drop.retain(|id| Some(id) != store.as_ref());
     // The state follows the newest boot (the last one to appear).
     m.state = m.boots.last().and_then(boot_state);
     (m, Applied::Recorded { store, drop })
