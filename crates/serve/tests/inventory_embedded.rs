@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 
 use inventory_support::report;
 use runtime::util::TestDir;
-use serve::inventory::{
-    Embedded, Filter, Origin, Recorded, Refused, State, Store, limits, parse,
-};
+use serve::inventory::{Embedded, Filter, Origin, Recorded, Refused, State, Store, limits, parse};
 
 fn token(pool: &str, at: u64) -> Origin {
     Origin {
@@ -48,7 +46,8 @@ fn inventory_embedded_states_follow_the_newest_boot() {
     for (i, (id, boot, stage, outcome, last, want)) in steps.iter().enumerate() {
         let r = report(id, m, boot, stage, outcome, *last);
         assert_eq!(
-            s.record(&r, &token("worker", 100 + i as u64)).expect("recording"),
+            s.record(&r, &token("worker", 100 + i as u64))
+                .expect("recording"),
             Recorded::New
         );
         let got = s.machine(m).expect("reading").expect("the machine");
@@ -62,20 +61,36 @@ fn inventory_embedded_states_follow_the_newest_boot() {
     let b1 = &got.boots[0];
     assert_eq!(b1.boot_id, "b1");
     let stages: Vec<_> = b1.stages.iter().map(|s| s.report_id.as_str()).collect();
-    assert_eq!(stages, ["r2", "r3", "r8"], "one entry per stage, the later ok wins a tie");
+    assert_eq!(
+        stages,
+        ["r2", "r3", "r8"],
+        "one entry per stage, the later ok wins a tie"
+    );
     // The failure keeps its error and log tail.
     let fail = &got.boots[1].stages[1];
-    assert_eq!(fail.error.as_deref(), Some("mkfs.xfs /dev/vda4: exit status 1"));
+    assert_eq!(
+        fail.error.as_deref(),
+        Some("mkfs.xfs /dev/vda4: exit status 1")
+    );
     let d = fail.detail.as_ref().expect("the failure's details");
     assert_eq!(d.log_tail.len(), 2);
     assert_eq!(d.changes.partitions.created, ["/dev/vda4"]);
     assert_eq!(got.identity.hostname.as_deref(), Some("node-1"));
-    assert_eq!(got.config.as_ref().and_then(|c| c.hash.as_deref()), Some("sha256-00"));
+    assert_eq!(
+        got.config.as_ref().and_then(|c| c.hash.as_deref()),
+        Some("sha256-00")
+    );
     assert!(got.authenticated);
     // Listings carry no details.
     let listed = s.machines(&Filter::default()).expect("listing");
     assert_eq!(listed.len(), 1);
-    assert!(listed[0].boots.iter().flat_map(|b| &b.stages).all(|s| s.detail.is_none()));
+    assert!(
+        listed[0]
+            .boots
+            .iter()
+            .flat_map(|b| &b.stages)
+            .all(|s| s.detail.is_none())
+    );
 }
 
 #[test]
@@ -83,8 +98,11 @@ fn inventory_embedded_pool_comes_from_the_token() {
     let dir = TestDir::new("inv-auth");
     let s = open(&dir);
     // The body says pool "worker"; the token says "infra": the token wins.
-    s.record(&report("a1", "m-1", "b", "fetch", "ok", false), &token("infra", 1))
-        .expect("recording");
+    s.record(
+        &report("a1", "m-1", "b", "fetch", "ok", false),
+        &token("infra", 1),
+    )
+    .expect("recording");
     let m = s.machine("m-1").expect("reading").expect("m-1");
     assert_eq!((m.pool.as_deref(), m.authenticated), (Some("infra"), true));
     // Without a token: the body's pool, marked unauthenticated.
@@ -95,7 +113,10 @@ fn inventory_embedded_pool_comes_from_the_token() {
     s.record(&report("a2", "m-1", "b", "disks", "ok", false), &anon)
         .expect("recording");
     let m = s.machine("m-1").expect("reading").expect("m-1");
-    assert_eq!((m.pool.as_deref(), m.authenticated), (Some("worker"), false));
+    assert_eq!(
+        (m.pool.as_deref(), m.authenticated),
+        (Some("worker"), false)
+    );
     assert!(m.boots[0].stages[0].authenticated && !m.boots[0].stages[1].authenticated);
 }
 
@@ -119,7 +140,10 @@ fn inventory_embedded_keeps_the_last_ten_boots() {
     let want: Vec<_> = (2..12).map(|b| format!("boot-{b}")).collect();
     assert_eq!(boots, want, "the two oldest boots are dropped");
     assert!(
-        m.boots.iter().flat_map(|b| &b.stages).all(|s| s.detail.is_some()),
+        m.boots
+            .iter()
+            .flat_map(|b| &b.stages)
+            .all(|s| s.detail.is_some()),
         "every kept stage has its details"
     );
     assert_eq!(m.reports, 36);
@@ -131,12 +155,21 @@ fn inventory_embedded_a_retried_report_is_stored_once() {
     let dir = TestDir::new("inv-idem");
     let s = open(&dir);
     let r = report("same-id", "m-i", "b", "disks", "ok", false);
-    assert_eq!(s.record(&r, &token("worker", 1)).expect("recording"), Recorded::New);
-    assert_eq!(s.record(&r, &token("worker", 2)).expect("recording"), Recorded::Duplicate);
+    assert_eq!(
+        s.record(&r, &token("worker", 1)).expect("recording"),
+        Recorded::New
+    );
+    assert_eq!(
+        s.record(&r, &token("worker", 2)).expect("recording"),
+        Recorded::Duplicate
+    );
     drop(s);
     // Still known after the store is reopened.
     let s = open(&dir);
-    assert_eq!(s.record(&r, &token("worker", 3)).expect("recording"), Recorded::Duplicate);
+    assert_eq!(
+        s.record(&r, &token("worker", 3)).expect("recording"),
+        Recorded::Duplicate
+    );
     let m = s.machine("m-i").expect("reading").expect("m-i");
     assert_eq!(m.reports, 1);
     assert_eq!(m.last_seen, 1, "a duplicate does not touch the record");
@@ -169,13 +202,34 @@ fn inventory_embedded_filters_and_counts() {
     };
     assert_eq!(ids(Filter::default()), ["m-a", "m-b", "m-c", "m-d", "m-e"]);
     let worker = Some("worker".to_string());
-    assert_eq!(ids(Filter { pool: worker.clone(), state: None }), ["m-a", "m-b", "m-e"]);
     assert_eq!(
-        ids(Filter { pool: worker, state: Some(State::Provisioned) }),
+        ids(Filter {
+            pool: worker.clone(),
+            state: None
+        }),
+        ["m-a", "m-b", "m-e"]
+    );
+    assert_eq!(
+        ids(Filter {
+            pool: worker,
+            state: Some(State::Provisioned)
+        }),
         ["m-a", "m-e"]
     );
-    assert_eq!(ids(Filter { pool: None, state: Some(State::Fetching) }), ["m-d"]);
-    assert!(ids(Filter { pool: Some("none".into()), state: None }).is_empty());
+    assert_eq!(
+        ids(Filter {
+            pool: None,
+            state: Some(State::Fetching)
+        }),
+        ["m-d"]
+    );
+    assert!(
+        ids(Filter {
+            pool: Some("none".into()),
+            state: None
+        })
+        .is_empty()
+    );
     let counts = s.counts().expect("counting");
     assert_eq!(
         counts,
@@ -200,16 +254,56 @@ fn inventory_report_limits_are_named() {
     let cases: &[(&str, Edit, &str)] = &[
         ("format", |v| v["format"] = 2.into(), "format 2"),
         ("empty id", |v| v["id"] = "".into(), "id must have 1 to 128"),
-        ("id with /", |v| v["machine"]["id"] = "a/b".into(), "machine.id may hold only"),
-        ("paths", |v| v["changes"]["paths"] = vec!["/p"; 1001].into(), "the path limit of 1000"),
-        ("path", |v| v["changes"]["paths"] = vec!["p".repeat(4097)].into(), "the path length limit of 4096"),
-        ("log lines", |v| v["log_tail"] = vec!["l"; 51].into(), "the log line limit of 50"),
-        ("log line", |v| v["log_tail"] = vec!["l".repeat(1025)].into(), "the log line length limit of 1024"),
-        ("macs", |v| v["machine"]["macs"] = vec!["52:54:00:00:00:00"; 65].into(), "the MAC limit of 64"),
-        ("hostname", |v| v["machine"]["hostname"] = "h".repeat(257).into(), "the string limit of 256"),
-        ("error", |v| v["error"] = "e".repeat(4097).into(), "the error limit of 4096"),
-        ("devices", |v| v["changes"]["partitions"]["created"] = vec!["/dev/x"; 129].into(), "the device limit of 128"),
-        ("started", |v| v["outcome"] = "started".into(), "only for the fetch stage"),
+        (
+            "id with /",
+            |v| v["machine"]["id"] = "a/b".into(),
+            "machine.id may hold only",
+        ),
+        (
+            "paths",
+            |v| v["changes"]["paths"] = vec!["/p"; 1001].into(),
+            "the path limit of 1000",
+        ),
+        (
+            "path",
+            |v| v["changes"]["paths"] = vec!["p".repeat(4097)].into(),
+            "the path length limit of 4096",
+        ),
+        (
+            "log lines",
+            |v| v["log_tail"] = vec!["l"; 51].into(),
+            "the log line limit of 50",
+        ),
+        (
+            "log line",
+            |v| v["log_tail"] = vec!["l".repeat(1025)].into(),
+            "the log line length limit of 1024",
+        ),
+        (
+            "macs",
+            |v| v["machine"]["macs"] = vec!["52:54:00:00:00:00"; 65].into(),
+            "the MAC limit of 64",
+        ),
+        (
+            "hostname",
+            |v| v["machine"]["hostname"] = "h".repeat(257).into(),
+            "the string limit of 256",
+        ),
+        (
+            "error",
+            |v| v["error"] = "e".repeat(4097).into(),
+            "the error limit of 4096",
+        ),
+        (
+            "devices",
+            |v| v["changes"]["partitions"]["created"] = vec!["/dev/x"; 129].into(),
+            "the device limit of 128",
+        ),
+        (
+            "started",
+            |v| v["outcome"] = "started".into(),
+            "only for the fetch stage",
+        ),
         ("stage", |v| v["stage"] = "kargs".into(), "unknown variant"),
     ];
     for (name, edit, want) in cases {
@@ -231,7 +325,10 @@ fn inventory_report_limits_are_named() {
     v["machine"]["token"] = "s3cret".into();
     let r = parse(&serde_json::to_vec(&v).expect("JSON")).expect("valid");
     let stored = serde_json::to_string(&r).expect("JSON");
-    assert!(!stored.contains("c2VjcmV0") && !stored.contains("s3cret"), "{stored}");
+    assert!(
+        !stored.contains("c2VjcmV0") && !stored.contains("s3cret"),
+        "{stored}"
+    );
     // At the limits: accepted.
     let mut v = body();
     v["changes"]["paths"] = vec!["p".repeat(100); limits::PATHS].into();
@@ -265,7 +362,14 @@ fn inventory_embedded_crash_child() {
         let m = format!("m-{}", n % 50);
         let id = format!("crash-{n}");
         let stage = ["fetch", "disks", "files"][(n % 3) as usize];
-        let r = report(&id, &m, &format!("boot-{}", n / 150), stage, "ok", stage == "files");
+        let r = report(
+            &id,
+            &m,
+            &format!("boot-{}", n / 150),
+            stage,
+            "ok",
+            stage == "files",
+        );
         s.record(&r, &token("worker", n)).expect("recording");
         acked
             .write_all(format!("{m} {id}\n").as_bytes())
@@ -281,7 +385,12 @@ fn inventory_embedded_survives_sigkill_mid_write() {
     // Three rounds: each kills the writer at a different point of its loop.
     for (round, wait_for) in [150usize, 400, 700].into_iter().enumerate() {
         let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["inventory_embedded_crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "inventory_embedded_crash_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CRASH_ENV, &dir.0)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -292,7 +401,10 @@ fn inventory_embedded_survives_sigkill_mid_write() {
             if let Some(st) = child.try_wait().expect("waiting") {
                 panic!("round {round}: the writer ended on its own: {st}");
             }
-            assert!(Instant::now() < deadline, "round {round}: the writer made no progress");
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the writer made no progress"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         child.kill().expect("SIGKILL to the writer");
@@ -308,9 +420,19 @@ fn inventory_embedded_survives_sigkill_mid_write() {
         let mut n = 0;
         for line in text.lines() {
             let (m, id) = line.split_once(' ').expect("a line of acked");
-            let rec = s.machine(m).expect("reading").unwrap_or_else(|| panic!("{m} lost"));
-            let stored = rec.boots.iter().flat_map(|b| &b.stages).any(|s| s.report_id == id);
-            assert!(stored, "round {round}: acknowledged report {id} of {m} lost");
+            let rec = s
+                .machine(m)
+                .expect("reading")
+                .unwrap_or_else(|| panic!("{m} lost"));
+            let stored = rec
+                .boots
+                .iter()
+                .flat_map(|b| &b.stages)
+                .any(|s| s.report_id == id);
+            assert!(
+                stored,
+                "round {round}: acknowledged report {id} of {m} lost"
+            );
             n += 1;
         }
         assert!(n >= wait_for);
@@ -318,5 +440,52 @@ fn inventory_embedded_survives_sigkill_mid_write() {
         std::fs::remove_file(&acked).expect("removing acked");
         drop(s);
         std::fs::remove_file(dir.0.join("inventory.db")).expect("removing the store");
+    }
+}
+
+#[test]
+fn inventory_embedded_concurrent_reports_each_once() {
+    // 8 threads; every report is sent by two of them (a retry racing its original), so
+    // reports of one machine and copies of one report meet in the same commit batches.
+    let dir = TestDir::new("inv-herd");
+    let s = std::sync::Arc::new(open(&dir));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut new = 0;
+                for k in 0..150 {
+                    // Thread t sends reports of pair t/2; both threads of a pair send each.
+                    let n = (t / 2) * 150 + if t % 2 == 0 { k } else { 149 - k };
+                    let (m, b, st) = (n % 20, n / 60, ["fetch", "disks", "files"][(n / 20) % 3]);
+                    let r = report(
+                        &format!("h-{n}"),
+                        &format!("m-{m}"),
+                        &format!("boot-{b}"),
+                        st,
+                        "ok",
+                        st == "files",
+                    );
+                    if s.record(&r, &token("worker", n as u64)).expect("recording") == Recorded::New
+                    {
+                        new += 1;
+                    }
+                }
+                new
+            })
+        })
+        .collect();
+    let new: usize = threads
+        .into_iter()
+        .map(|t| t.join().expect("a thread"))
+        .sum();
+    assert_eq!(new, 600, "each of the 600 reports recorded once");
+    let all = s.machines(&Filter::default()).expect("listing");
+    assert_eq!(all.len(), 20);
+    for m in &all {
+        assert_eq!(m.reports, 30, "{}", m.id);
+        let stages: usize = m.boots.iter().map(|b| b.stages.len()).sum();
+        assert_eq!(stages, 30, "{}: every report has its entry", m.id);
+        assert_eq!(m.state, Some(State::Provisioned), "{}", m.id);
     }
 }

@@ -142,7 +142,10 @@ impl Drop for Cluster {
                 let log = std::fs::read_to_string(self.dir.0.join(format!("m{i}.log")))
                     .unwrap_or_default();
                 let tail: Vec<_> = log.lines().rev().take(15).collect();
-                eprintln!("--- etcd m{i} log (last lines, newest first):\n{}", tail.join("\n"));
+                eprintln!(
+                    "--- etcd m{i} log (last lines, newest first):\n{}",
+                    tail.join("\n")
+                );
             }
         }
     }
@@ -192,7 +195,14 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
         for b in 0..BOOTS {
             for (s, (stage, last)) in STAGES.into_iter().enumerate() {
                 let id = format!("r-{m}-{b}-{s}");
-                let r = report(&id, &format!("m-{m}"), &format!("boot-{b}"), stage, "ok", last);
+                let r = report(
+                    &id,
+                    &format!("m-{m}"),
+                    &format!("boot-{b}"),
+                    stage,
+                    "ok",
+                    last,
+                );
                 let first = (m + b + s) % 3;
                 work.push((r.clone(), first));
                 work.push((r, (first + 1) % 3));
@@ -227,10 +237,11 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
                         received: i as u64,
                     };
                     let got = clients[*client].record(r, &origin);
-                    results
-                        .lock()
-                        .expect("results")
-                        .push((t, r.id.clone(), got.map_err(|e| format!("{e:#}"))));
+                    results.lock().expect("results").push((
+                        t,
+                        r.id.clone(),
+                        got.map_err(|e| format!("{e:#}")),
+                    ));
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -263,7 +274,11 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
         .iter()
         .filter(|(_, _, r)| matches!(r, Ok(Recorded::New)))
         .count();
-    assert!(new <= n / 2, "{new} reports recorded as new, of {} distinct", n / 2);
+    assert!(
+        new <= n / 2,
+        "{new} reports recorded as new, of {} distinct",
+        n / 2
+    );
 
     // Every client sees the same inventory, and every report is in it exactly once.
     let seen: Vec<Vec<_>> = clients
@@ -271,9 +286,17 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
         .map(|c| c.machines(&Filter::default()).expect("listing"))
         .collect();
     assert_eq!(seen[0].len(), MACHINES);
-    assert!(seen.iter().all(|s| *s == seen[0]), "the clients' inventories differ");
+    assert!(
+        seen.iter().all(|s| *s == seen[0]),
+        "the clients' inventories differ"
+    );
     for m in &seen[0] {
-        assert_eq!(m.reports as usize, BOOTS * STAGES.len(), "{}: reports recorded", m.id);
+        assert_eq!(
+            m.reports as usize,
+            BOOTS * STAGES.len(),
+            "{}: reports recorded",
+            m.id
+        );
         assert_eq!(m.state, Some(State::Provisioned), "{}", m.id);
         let mut ids: Vec<_> = m
             .boots
@@ -291,9 +314,17 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
             .iter()
             .map(|c| c.machine(&m.id).expect("reading").expect("the machine"))
             .collect();
-        assert!(full.iter().all(|f| *f == full[0]), "{}: the clients differ", m.id);
         assert!(
-            full[0].boots.iter().flat_map(|b| &b.stages).all(|s| s.detail.is_some()),
+            full.iter().all(|f| *f == full[0]),
+            "{}: the clients differ",
+            m.id
+        );
+        assert!(
+            full[0]
+                .boots
+                .iter()
+                .flat_map(|b| &b.stages)
+                .all(|s| s.detail.is_some()),
             "{}: a stage without its details",
             m.id
         );

@@ -140,7 +140,8 @@ impl Etcd {
     /// members with it).
     pub fn with_first(opts: EtcdOptions, first: usize) -> Result<Etcd> {
         let e = Etcd::new(opts)?;
-        e.current.store(first % e.opts.endpoints.len(), Ordering::Relaxed);
+        e.current
+            .store(first % e.opts.endpoints.len(), Ordering::Relaxed);
         Ok(e)
     }
 
@@ -225,9 +226,10 @@ impl Etcd {
 
     /// Reads one key: its value and mod_revision (0: absent).
     fn get(&self, key: &str) -> Result<Option<(Vec<u8>, i64)>> {
-        let a: RangeAnswer =
-            serde_json::from_value(self.post("/v3/kv/range", &json!({"key": b64(key.as_bytes())}))?)
-                .with_context(|| format!("etcd: reading {key}"))?;
+        let a: RangeAnswer = serde_json::from_value(
+            self.post("/v3/kv/range", &json!({"key": b64(key.as_bytes())}))?,
+        )
+        .with_context(|| format!("etcd: reading {key}"))?;
         let Some(kv) = a.kvs.into_iter().next() else {
             return Ok(None);
         };
@@ -237,7 +239,8 @@ impl Etcd {
             .unwrap_or("0")
             .parse::<i64>()
             .with_context(|| format!("etcd: the mod_revision of {key}"))?;
-        let v = base64_decode(kv.value.as_bytes()).with_context(|| format!("etcd: the value of {key}"))?;
+        let v = base64_decode(kv.value.as_bytes())
+            .with_context(|| format!("etcd: the value of {key}"))?;
         Ok(Some((v, rev)))
     }
 

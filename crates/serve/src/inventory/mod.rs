@@ -82,7 +82,9 @@ pub fn open(
     Ok(match kind {
         StoreKind::Embedded => {
             let Some(dir) = state_dir else {
-                bail!("the embedded inventory store needs --state-dir (it keeps {EMBEDDED_FILE} there)");
+                bail!(
+                    "the embedded inventory store needs --state-dir (it keeps {EMBEDDED_FILE} there)"
+                );
             };
             Arc::new(Embedded::open(&dir.join(EMBEDDED_FILE))?)
         }

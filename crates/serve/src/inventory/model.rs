@@ -197,7 +197,9 @@ impl std::str::FromStr for State {
         State::ALL
             .into_iter()
             .find(|st| st.as_str() == s)
-            .ok_or_else(|| format!("unknown state {s:?} (fetching, provisioning, provisioned, failed)"))
+            .ok_or_else(|| {
+                format!("unknown state {s:?} (fetching, provisioning, provisioned, failed)")
+            })
     }
 }
 
@@ -342,8 +344,9 @@ fn check_str(field: &str, v: &str, max: usize, limit: &str) -> Result<(), Refuse
 }
 
 fn check_opt(field: &str, v: &Option<String>) -> Result<(), Refused> {
-    v.as_deref()
-        .map_or(Ok(()), |s| check_str(field, s, limits::STRING_BYTES, "string"))
+    v.as_deref().map_or(Ok(()), |s| {
+        check_str(field, s, limits::STRING_BYTES, "string")
+    })
 }
 
 fn check_list(
@@ -398,11 +401,46 @@ fn validate(r: &Report) -> Result<(), Refused> {
     }
     let c = &r.changes;
     let d = limits::DEVICES;
-    check_list("changes.partitions.created", &c.partitions.created, d, "device", s, "string")?;
-    check_list("changes.partitions.kept", &c.partitions.kept, d, "device", s, "string")?;
-    check_list("changes.partitions.deleted", &c.partitions.deleted, d, "device", s, "string")?;
-    check_list("changes.filesystems.made", &c.filesystems.made, d, "device", s, "string")?;
-    check_list("changes.filesystems.reused", &c.filesystems.reused, d, "device", s, "string")?;
+    check_list(
+        "changes.partitions.created",
+        &c.partitions.created,
+        d,
+        "device",
+        s,
+        "string",
+    )?;
+    check_list(
+        "changes.partitions.kept",
+        &c.partitions.kept,
+        d,
+        "device",
+        s,
+        "string",
+    )?;
+    check_list(
+        "changes.partitions.deleted",
+        &c.partitions.deleted,
+        d,
+        "device",
+        s,
+        "string",
+    )?;
+    check_list(
+        "changes.filesystems.made",
+        &c.filesystems.made,
+        d,
+        "device",
+        s,
+        "string",
+    )?;
+    check_list(
+        "changes.filesystems.reused",
+        &c.filesystems.reused,
+        d,
+        "device",
+        s,
+        "string",
+    )?;
     check_list(
         "changes.paths",
         &c.paths,
@@ -470,7 +508,7 @@ pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Appli
         first_seen: origin.received,
         ..Machine::default()
     });
-    if m.recent_ids.iter().any(|id| *id == r.id) {
+    if m.recent_ids.contains(&r.id) {
         return (m, Applied::Duplicate);
     }
     let authenticated = origin.token_pool.is_some();
@@ -553,7 +591,9 @@ pub struct Filter {
 
 impl Filter {
     pub fn matches(&self, m: &Machine) -> bool {
-        self.pool.as_ref().is_none_or(|p| m.pool.as_ref() == Some(p))
+        self.pool
+            .as_ref()
+            .is_none_or(|p| m.pool.as_ref() == Some(p))
             && self.state.is_none_or(|s| m.state == Some(s))
     }
 }

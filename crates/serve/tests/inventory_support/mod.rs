@@ -6,7 +6,14 @@ use serve::inventory::{Report, parse};
 
 /// A report of `stage` (`fetch`, `disks`, `files`) with `outcome` for `machine`'s boot `boot`;
 /// `id` names the report.
-pub fn report(id: &str, machine: &str, boot: &str, stage: &str, outcome: &str, last: bool) -> Report {
+pub fn report(
+    id: &str,
+    machine: &str,
+    boot: &str,
+    stage: &str,
+    outcome: &str,
+    last: bool,
+) -> Report {
     let failed = outcome == "failed";
     let body = serde_json::json!({
         "format": 1,
