@@ -16,7 +16,7 @@ use anyhow::{Context, Result, anyhow};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
-use super::{Recorded, Store};
+use super::store::{Recorded, Store};
 
 const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
 const DETAILS: TableDefinition<&str, &[u8]> = TableDefinition::new("details");

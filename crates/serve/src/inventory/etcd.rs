@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use spec::encoding::data_url::{base64_decode, base64_encode};
 
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
-use super::{Recorded, Store};
+use super::store::{Recorded, Store};
 
 /// Time to connect to a member.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -3,6 +3,7 @@
 //! - `model`: the report ([`parse`], bounded by [`limits`]), the machine record and the rules
 //!   that fold a report into it ([`apply`]);
 //! - `embedded`: the default store, one redb file in `--state-dir` (`inventory.db`);
+//! - `store`: the [`Store`] trait both stores implement;
 //! - `etcd`: the shared store for replicas, over etcd's v3 JSON gateway.
 //!
 //! Both stores run the same [`apply`] inside their own atomic read-modify-write of one
@@ -12,6 +13,7 @@
 pub mod embedded;
 pub mod etcd;
 pub mod model;
+pub mod store;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,30 +25,7 @@ pub use self::etcd::{Etcd, EtcdOptions};
 pub use self::model::{
     Applied, Counts, Filter, Machine, Origin, Refused, Report, State, apply, limits, parse,
 };
-
-/// Whether a report was new or a retry of one already recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recorded {
-    New,
-    Duplicate,
-}
-
-/// Where the inventory lives. Every method is safe to call from many threads at once.
-pub trait Store: Send + Sync {
-    /// Records a report (parsed by [`parse`]) atomically: reads the machine's record,
-    /// [`apply`]s the report, writes the record and the report's details, or, when the
-    /// report's id is already known, changes nothing and says [`Recorded::Duplicate`].
-    /// On `Ok` the report is durable.
-    fn record(&self, report: &Report, origin: &Origin) -> Result<Recorded>;
-    /// One machine, with each stage's details (changes, log tail).
-    fn machine(&self, id: &str) -> Result<Option<Machine>>;
-    /// The machines matching `filter`, by id, without stage details.
-    fn machines(&self, filter: &Filter) -> Result<Vec<Machine>>;
-    /// Machines by state and pool (for metrics).
-    fn counts(&self) -> Result<Counts> {
-        Ok(model::count(&self.machines(&Filter::default())?))
-    }
-}
+pub use self::store::{Recorded, Store};
 
 /// `--inventory-store`: which store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -220,7 +220,7 @@ pub struct Origin {
 }
 
 /// The server's record of one machine. Listings carry it without [`StageRecord::detail`];
-/// [`super::Store::machine`] fills that in.
+/// [`Store::machine`](super::store::Store::machine) fills that in.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
     pub id: String,
@@ -267,7 +267,7 @@ pub struct StageRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// What the stage changed and its log tail: stored beside the record (one entry per
-    /// report), read by [`super::Store::machine`], absent from listings.
+    /// report), read by [`Store::machine`](super::store::Store::machine), absent from listings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<Detail>,
 }
