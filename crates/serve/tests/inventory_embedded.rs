@@ -489,3 +489,34 @@ fn inventory_embedded_concurrent_reports_each_once() {
         assert_eq!(m.state, Some(State::Provisioned), "{}", m.id);
     }
 }
+
+#[test]
+fn inventory_open_by_flag() {
+    use serve::inventory::{StoreKind, open as open_store};
+    assert_eq!("embedded".parse(), Ok(StoreKind::Embedded));
+    assert_eq!("etcd".parse(), Ok(StoreKind::Etcd));
+    assert!("sqlite".parse::<StoreKind>().is_err());
+    let dir = TestDir::new("inv-open");
+    let state = dir.0.join("state");
+    let s = open_store(StoreKind::Embedded, Some(&state), &[]).expect("the embedded store");
+    s.record(
+        &report("o1", "m-o", "b", "fetch", "ok", false),
+        &token("worker", 1),
+    )
+    .expect("recording");
+    assert!(state.join("inventory.db").is_file());
+    // One process, one owner: a second open of the same file is refused while it is open.
+    let err = open_store(StoreKind::Embedded, Some(&state), &[])
+        .err()
+        .expect("the file is in use");
+    assert!(format!("{err:#}").contains("inventory.db"), "{err:#}");
+    drop(s);
+    let err = open_store(StoreKind::Embedded, None, &[])
+        .err()
+        .expect("no state dir");
+    assert!(err.to_string().contains("--state-dir"), "{err}");
+    let err = open_store(StoreKind::Etcd, None, &[])
+        .err()
+        .expect("no endpoints");
+    assert!(err.to_string().contains("--etcd-endpoints"), "{err}");
+}

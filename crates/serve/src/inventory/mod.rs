@@ -18,7 +18,7 @@ pub mod store;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 pub use self::embedded::Embedded;
 pub use self::etcd::{Etcd, EtcdOptions};
@@ -65,6 +65,8 @@ pub fn open(
                     "the embedded inventory store needs --state-dir (it keeps {EMBEDDED_FILE} there)"
                 );
             };
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the state directory {}", dir.display()))?;
             Arc::new(Embedded::open(&dir.join(EMBEDDED_FILE))?)
         }
         StoreKind::Etcd => Arc::new(Etcd::new(EtcdOptions::new(etcd_endpoints.to_vec()))?),
