@@ -24,6 +24,7 @@ pub mod accept;
 pub mod app;
 pub mod checkpoint;
 pub mod http;
+pub mod inventory;
 pub mod metrics;
 pub mod options;
 pub mod page;

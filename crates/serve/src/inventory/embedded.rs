@@ -1,0 +1,230 @@
+//! The embedded store: one redb file (`<state-dir>/inventory.db`).
+//!
+//! Two tables: `machines` (machine id → the record as JSON) and `details` (`<machine
+//! id>/<report id>` → the report's changes and log tail as JSON). Reports are recorded in
+//! write transactions (redb runs one at a time; reports that arrive while one commits go
+//! together into the next), committed with redb's default durability: the commit returns
+//! after fsync, and redb's copy-on-write pages with a checksummed commit slot mean a crash at
+//! any point leaves the last committed transaction intact. `record` returns after its
+//! report's transaction committed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, PoisonError};
+
+use anyhow::{Context, Result, anyhow};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
+use super::store::{Recorded, Store};
+
+const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
+const DETAILS: TableDefinition<&str, &[u8]> = TableDefinition::new("details");
+
+pub struct Embedded {
+    db: Database,
+    path: PathBuf,
+    queue: Mutex<Queue>,
+    /// Signalled when a batch is committed.
+    ready: Condvar,
+}
+
+/// Reports committed in one transaction at most.
+const BATCH: usize = 512;
+
+/// Reports waiting for a commit, and the results of committed ones not yet collected.
+#[derive(Default)]
+struct Queue {
+    next: u64,
+    pending: Vec<Queued>,
+    committing: bool,
+    done: HashMap<u64, std::result::Result<Recorded, String>>,
+}
+
+struct Queued {
+    ticket: u64,
+    report: Report,
+    origin: Origin,
+}
+
+fn detail_key(machine: &str, report: &str) -> String {
+    format!("{machine}/{report}")
+}
+
+impl Embedded {
+    /// Opens (or creates) the store at `path`. Only one process may have it open.
+    pub fn open(path: &Path) -> Result<Embedded> {
+        let db = Database::create(path)
+            .with_context(|| format!("opening the inventory store {}", path.display()))?;
+        let s = Embedded {
+            db,
+            path: path.to_path_buf(),
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+        };
+        // Create both tables, so readers never find one missing.
+        let tx =
+            s.db.begin_write()
+                .with_context(|| s.what("starting a write to"))?;
+        tx.open_table(MACHINES)
+            .with_context(|| s.what("creating the tables of"))?;
+        tx.open_table(DETAILS)
+            .with_context(|| s.what("creating the tables of"))?;
+        tx.commit().with_context(|| s.what("committing to"))?;
+        Ok(s)
+    }
+
+    fn what(&self, doing: &str) -> String {
+        format!("{doing} the inventory store {}", self.path.display())
+    }
+}
+
+impl Embedded {
+    /// Records `batch` in one write transaction: each report is applied to the record as
+    /// the reports before it in the batch left it.
+    fn commit_batch(&self, batch: &[Queued]) -> Result<Vec<Recorded>> {
+        let tx = self
+            .db
+            .begin_write()
+            .with_context(|| self.what("starting a write to"))?;
+        let mut out = Vec::with_capacity(batch.len());
+        {
+            let mut machines = tx
+                .open_table(MACHINES)
+                .with_context(|| self.what("opening"))?;
+            let mut details = tx
+                .open_table(DETAILS)
+                .with_context(|| self.what("opening"))?;
+            for q in batch {
+                let r = &q.report;
+                let old = match machines
+                    .get(r.machine.id.as_str())
+                    .with_context(|| self.what("reading"))?
+                {
+                    Some(v) => Some(serde_json::from_slice::<Machine>(v.value()).with_context(
+                        || format!("reading machine {} from the inventory", r.machine.id),
+                    )?),
+                    None => None,
+                };
+                let (m, applied) = model::apply(old, r, &q.origin);
+                let Applied::Recorded { store, drop } = applied else {
+                    out.push(Recorded::Duplicate);
+                    continue;
+                };
+                let json = serde_json::to_vec(&m)?;
+                machines
+                    .insert(r.machine.id.as_str(), json.as_slice())
+                    .with_context(|| self.what("writing to"))?;
+                for id in drop {
+                    details
+                        .remove(detail_key(&m.id, &id).as_str())
+                        .with_context(|| self.what("writing to"))?;
+                }
+                if let Some(id) = store {
+                    let d = serde_json::to_vec(&r.detail())?;
+                    details
+                        .insert(detail_key(&m.id, &id).as_str(), d.as_slice())
+                        .with_context(|| self.what("writing to"))?;
+                }
+                out.push(Recorded::New);
+            }
+        }
+        tx.commit().with_context(|| self.what("committing to"))?;
+        Ok(out)
+    }
+}
+
+impl Store for Embedded {
+    /// Group commit: a caller queues its report; whoever finds no commit under way commits
+    /// everything queued (at most [`BATCH`]) in one transaction and one fsync, and hands each
+    /// caller its result. A herd of reports costs a few fsyncs, not one each.
+    fn record(&self, r: &Report, origin: &Origin) -> Result<Recorded> {
+        let lock = || self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = lock();
+        let ticket = q.next;
+        q.next += 1;
+        q.pending.push(Queued {
+            ticket,
+            report: r.clone(),
+            origin: origin.clone(),
+        });
+        loop {
+            if let Some(res) = q.done.remove(&ticket) {
+                return res.map_err(|e| anyhow!(e));
+            }
+            if q.committing {
+                q = self.ready.wait(q).unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            q.committing = true;
+            let take = q.pending.len().min(BATCH);
+            let batch: Vec<Queued> = q.pending.drain(..take).collect();
+            drop(q);
+            let results = self.commit_batch(&batch);
+            q = lock();
+            q.committing = false;
+            match results {
+                Ok(rs) => {
+                    for (b, r) in batch.iter().zip(rs) {
+                        q.done.insert(b.ticket, Ok(r));
+                    }
+                }
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    for b in &batch {
+                        q.done.insert(b.ticket, Err(msg.clone()));
+                    }
+                }
+            }
+            self.ready.notify_all();
+        }
+    }
+
+    fn machine(&self, id: &str) -> Result<Option<Machine>> {
+        let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
+        let machines = tx
+            .open_table(MACHINES)
+            .with_context(|| self.what("opening"))?;
+        let Some(v) = machines.get(id).with_context(|| self.what("reading"))? else {
+            return Ok(None);
+        };
+        let mut m: Machine = serde_json::from_slice(v.value())
+            .with_context(|| format!("reading machine {id} from the inventory"))?;
+        let details = tx
+            .open_table(DETAILS)
+            .with_context(|| self.what("opening"))?;
+        for s in m.boots.iter_mut().flat_map(|b| b.stages.iter_mut()) {
+            if let Some(d) = details
+                .get(detail_key(id, &s.report_id).as_str())
+                .with_context(|| self.what("reading"))?
+            {
+                s.detail = Some(serde_json::from_slice::<Detail>(d.value()).with_context(
+                    || {
+                        format!(
+                            "reading report {} of machine {id} from the inventory",
+                            s.report_id
+                        )
+                    },
+                )?);
+            }
+        }
+        Ok(Some(m))
+    }
+
+    fn machines(&self, filter: &Filter) -> Result<Vec<Machine>> {
+        let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
+        let machines = tx
+            .open_table(MACHINES)
+            .with_context(|| self.what("opening"))?;
+        let mut out = Vec::new();
+        for e in machines.iter().with_context(|| self.what("reading"))? {
+            let (k, v) = e.with_context(|| self.what("reading"))?;
+            let m: Machine = serde_json::from_slice(v.value())
+                .with_context(|| format!("reading machine {} from the inventory", k.value()))?;
+            if filter.matches(&m) {
+                out.push(m);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,74 @@
+//! The machine inventory (docs/reports.md): what every machine reported, kept in a store.
+//!
+//! - `model`: the report ([`parse`], bounded by [`limits`]), the machine record and the rules
+//!   that fold a report into it ([`apply`]);
+//! - `embedded`: the default store, one redb file in `--state-dir` (`inventory.db`);
+//! - `store`: the [`Store`] trait both stores implement;
+//! - `etcd`: the shared store for replicas, over etcd's v3 JSON gateway.
+//!
+//! Both stores run the same [`apply`] inside their own atomic read-modify-write of one
+//! machine's record, so a retried report (same `id`) is recorded once and concurrent reports
+//! of one machine never overwrite each other.
+
+pub mod embedded;
+pub mod etcd;
+pub mod model;
+pub mod store;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+
+pub use self::embedded::Embedded;
+pub use self::etcd::{Etcd, EtcdOptions};
+pub use self::model::{
+    Applied, Counts, Filter, Machine, Origin, Refused, Report, State, apply, limits, parse,
+};
+pub use self::store::{Recorded, Store};
+
+/// `--inventory-store`: which store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreKind {
+    /// `embedded` (default): `<state-dir>/inventory.db`.
+    #[default]
+    Embedded,
+    /// `etcd`: the cluster at `--etcd-endpoints`.
+    Etcd,
+}
+
+impl std::str::FromStr for StoreKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "embedded" => Ok(StoreKind::Embedded),
+            "etcd" => Ok(StoreKind::Etcd),
+            _ => Err(format!("unknown inventory store {s:?} (embedded, etcd)")),
+        }
+    }
+}
+
+/// The embedded store's file in the state directory.
+pub const EMBEDDED_FILE: &str = "inventory.db";
+
+/// Opens the store `agent serve` was asked for: `kind` with `--state-dir` (embedded) or
+/// `--etcd-endpoints` (etcd).
+pub fn open(
+    kind: StoreKind,
+    state_dir: Option<&Path>,
+    etcd_endpoints: &[String],
+) -> Result<Arc<dyn Store>> {
+    Ok(match kind {
+        StoreKind::Embedded => {
+            let Some(dir) = state_dir else {
+                bail!(
+                    "the embedded inventory store needs --state-dir (it keeps {EMBEDDED_FILE} there)"
+                );
+            };
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the state directory {}", dir.display()))?;
+            Arc::new(Embedded::open(&dir.join(EMBEDDED_FILE))?)
+        }
+        StoreKind::Etcd => Arc::new(Etcd::new(EtcdOptions::new(etcd_endpoints.to_vec()))?),
+    })
+}

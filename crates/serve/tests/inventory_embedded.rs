@@ -1,0 +1,522 @@
+//! The inventory's report model and its embedded store (a real redb file): states, the boot
+//! history bound, retried reports, filters, counts, the report limits, and a writer killed
+//! with SIGKILL mid-loop that loses no acknowledged report.
+
+mod inventory_support;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use inventory_support::report;
+use runtime::util::TestDir;
+use serve::inventory::{Embedded, Filter, Origin, Recorded, Refused, State, Store, limits, parse};
+
+fn token(pool: &str, at: u64) -> Origin {
+    Origin {
+        token_pool: Some(pool.into()),
+        received: at,
+    }
+}
+
+fn open(dir: &TestDir) -> Embedded {
+    Embedded::open(&dir.0.join("inventory.db")).expect("opening the store")
+}
+
+#[test]
+fn inventory_embedded_states_follow_the_newest_boot() {
+    let dir = TestDir::new("inv-states");
+    let s = open(&dir);
+    let m = "4c4c4544-0042-3510-8052-b4c04f4e4d32";
+    let steps: &[(&str, &str, &str, &str, bool, State)] = &[
+        ("r1", "b1", "fetch", "started", false, State::Fetching),
+        ("r2", "b1", "fetch", "ok", false, State::Provisioning),
+        ("r3", "b1", "disks", "ok", false, State::Provisioning),
+        ("r4", "b1", "files", "ok", true, State::Provisioned),
+        // A second boot: the state follows it.
+        ("r5", "b2", "fetch", "started", false, State::Fetching),
+        ("r6", "b2", "fetch", "ok", false, State::Provisioning),
+        ("r7", "b2", "disks", "failed", false, State::Failed),
+        // A late report of the first boot does not move the second boot's state.
+        ("r8", "b1", "files", "ok", true, State::Failed),
+        // A third boot moves it on.
+        ("r9", "b3", "fetch", "ok", false, State::Provisioning),
+    ];
+    for (i, (id, boot, stage, outcome, last, want)) in steps.iter().enumerate() {
+        let r = report(id, m, boot, stage, outcome, *last);
+        assert_eq!(
+            s.record(&r, &token("worker", 100 + i as u64))
+                .expect("recording"),
+            Recorded::New
+        );
+        let got = s.machine(m).expect("reading").expect("the machine");
+        assert_eq!(got.state, Some(*want), "after report {id}");
+    }
+    let got = s.machine(m).expect("reading").expect("the machine");
+    assert_eq!((got.first_seen, got.last_seen), (100, 108));
+    assert_eq!(got.reports, 9);
+    assert_eq!(got.boots.len(), 3);
+    // The fetch of boot 1 was reported twice (started, ok): one entry, the ok one.
+    let b1 = &got.boots[0];
+    assert_eq!(b1.boot_id, "b1");
+    let stages: Vec<_> = b1.stages.iter().map(|s| s.report_id.as_str()).collect();
+    assert_eq!(
+        stages,
+        ["r2", "r3", "r8"],
+        "one entry per stage, the later ok wins a tie"
+    );
+    // The failure keeps its error and log tail.
+    let fail = &got.boots[1].stages[1];
+    assert_eq!(
+        fail.error.as_deref(),
+        Some("mkfs.xfs /dev/vda4: exit status 1")
+    );
+    let d = fail.detail.as_ref().expect("the failure's details");
+    assert_eq!(d.log_tail.len(), 2);
+    assert_eq!(d.changes.partitions.created, ["/dev/vda4"]);
+    assert_eq!(got.identity.hostname.as_deref(), Some("node-1"));
+    assert_eq!(
+        got.config.as_ref().and_then(|c| c.hash.as_deref()),
+        Some("sha256-00")
+    );
+    assert!(got.authenticated);
+    // Listings carry no details.
+    let listed = s.machines(&Filter::default()).expect("listing");
+    assert_eq!(listed.len(), 1);
+    assert!(
+        listed[0]
+            .boots
+            .iter()
+            .flat_map(|b| &b.stages)
+            .all(|s| s.detail.is_none())
+    );
+}
+
+#[test]
+fn inventory_embedded_pool_comes_from_the_token() {
+    let dir = TestDir::new("inv-auth");
+    let s = open(&dir);
+    // The body says pool "worker"; the token says "infra": the token wins.
+    s.record(
+        &report("a1", "m-1", "b", "fetch", "ok", false),
+        &token("infra", 1),
+    )
+    .expect("recording");
+    let m = s.machine("m-1").expect("reading").expect("m-1");
+    assert_eq!((m.pool.as_deref(), m.authenticated), (Some("infra"), true));
+    // Without a token: the body's pool, marked unauthenticated.
+    let anon = Origin {
+        token_pool: None,
+        received: 2,
+    };
+    s.record(&report("a2", "m-1", "b", "disks", "ok", false), &anon)
+        .expect("recording");
+    let m = s.machine("m-1").expect("reading").expect("m-1");
+    assert_eq!(
+        (m.pool.as_deref(), m.authenticated),
+        (Some("worker"), false)
+    );
+    assert!(m.boots[0].stages[0].authenticated && !m.boots[0].stages[1].authenticated);
+}
+
+#[test]
+fn inventory_embedded_keeps_the_last_ten_boots() {
+    let dir = TestDir::new("inv-history");
+    let s = open(&dir);
+    for b in 0..12 {
+        for (stage, last) in [("fetch", false), ("disks", false), ("files", true)] {
+            let id = format!("r{b}-{stage}");
+            s.record(
+                &report(&id, "m-h", &format!("boot-{b}"), stage, "ok", last),
+                &token("worker", b),
+            )
+            .expect("recording");
+        }
+    }
+    let m = s.machine("m-h").expect("reading").expect("m-h");
+    assert_eq!(m.boots.len(), limits::BOOTS);
+    let boots: Vec<_> = m.boots.iter().map(|b| b.boot_id.clone()).collect();
+    let want: Vec<_> = (2..12).map(|b| format!("boot-{b}")).collect();
+    assert_eq!(boots, want, "the two oldest boots are dropped");
+    assert!(
+        m.boots
+            .iter()
+            .flat_map(|b| &b.stages)
+            .all(|s| s.detail.is_some()),
+        "every kept stage has its details"
+    );
+    assert_eq!(m.reports, 36);
+    assert_eq!(m.recent_ids.len(), 36.min(limits::RECENT_IDS));
+}
+
+#[test]
+fn inventory_embedded_a_retried_report_is_stored_once() {
+    let dir = TestDir::new("inv-idem");
+    let s = open(&dir);
+    let r = report("same-id", "m-i", "b", "disks", "ok", false);
+    assert_eq!(
+        s.record(&r, &token("worker", 1)).expect("recording"),
+        Recorded::New
+    );
+    assert_eq!(
+        s.record(&r, &token("worker", 2)).expect("recording"),
+        Recorded::Duplicate
+    );
+    drop(s);
+    // Still known after the store is reopened.
+    let s = open(&dir);
+    assert_eq!(
+        s.record(&r, &token("worker", 3)).expect("recording"),
+        Recorded::Duplicate
+    );
+    let m = s.machine("m-i").expect("reading").expect("m-i");
+    assert_eq!(m.reports, 1);
+    assert_eq!(m.last_seen, 1, "a duplicate does not touch the record");
+}
+
+#[test]
+fn inventory_embedded_filters_and_counts() {
+    let dir = TestDir::new("inv-filter");
+    let s = open(&dir);
+    let cases = [
+        ("m-a", "worker", "files", "ok", true),
+        ("m-b", "worker", "disks", "failed", false),
+        ("m-c", "infra", "files", "ok", true),
+        ("m-d", "infra", "fetch", "started", false),
+        ("m-e", "worker", "files", "ok", true),
+    ];
+    for (m, pool, stage, outcome, last) in cases {
+        s.record(
+            &report(&format!("{m}-r"), m, "b", stage, outcome, last),
+            &token(pool, 1),
+        )
+        .expect("recording");
+    }
+    let ids = |f: Filter| -> Vec<String> {
+        s.machines(&f)
+            .expect("listing")
+            .into_iter()
+            .map(|m| m.id)
+            .collect()
+    };
+    assert_eq!(ids(Filter::default()), ["m-a", "m-b", "m-c", "m-d", "m-e"]);
+    let worker = Some("worker".to_string());
+    assert_eq!(
+        ids(Filter {
+            pool: worker.clone(),
+            state: None
+        }),
+        ["m-a", "m-b", "m-e"]
+    );
+    assert_eq!(
+        ids(Filter {
+            pool: worker,
+            state: Some(State::Provisioned)
+        }),
+        ["m-a", "m-e"]
+    );
+    assert_eq!(
+        ids(Filter {
+            pool: None,
+            state: Some(State::Fetching)
+        }),
+        ["m-d"]
+    );
+    assert!(
+        ids(Filter {
+            pool: Some("none".into()),
+            state: None
+        })
+        .is_empty()
+    );
+    let counts = s.counts().expect("counting");
+    assert_eq!(
+        counts,
+        [
+            ((State::Fetching, "infra".to_string()), 1),
+            ((State::Provisioned, "infra".to_string()), 1),
+            ((State::Provisioned, "worker".to_string()), 2),
+            ((State::Failed, "worker".to_string()), 1),
+        ]
+    );
+}
+
+/// A valid body to break one field of at a time.
+fn body() -> serde_json::Value {
+    let r = report("lim", "m-l", "b", "disks", "failed", false);
+    serde_json::to_value(&r).expect("a report as JSON")
+}
+
+#[test]
+fn inventory_report_limits_are_named() {
+    type Edit = fn(&mut serde_json::Value);
+    let cases: &[(&str, Edit, &str)] = &[
+        ("format", |v| v["format"] = 2.into(), "format 2"),
+        ("empty id", |v| v["id"] = "".into(), "id must have 1 to 128"),
+        (
+            "id with /",
+            |v| v["machine"]["id"] = "a/b".into(),
+            "machine.id may hold only",
+        ),
+        (
+            "paths",
+            |v| v["changes"]["paths"] = vec!["/p"; 1001].into(),
+            "the path limit of 1000",
+        ),
+        (
+            "path",
+            |v| v["changes"]["paths"] = vec!["p".repeat(4097)].into(),
+            "the path length limit of 4096",
+        ),
+        (
+            "log lines",
+            |v| v["log_tail"] = vec!["l"; 51].into(),
+            "the log line limit of 50",
+        ),
+        (
+            "log line",
+            |v| v["log_tail"] = vec!["l".repeat(1025)].into(),
+            "the log line length limit of 1024",
+        ),
+        (
+            "macs",
+            |v| v["machine"]["macs"] = vec!["52:54:00:00:00:00"; 65].into(),
+            "the MAC limit of 64",
+        ),
+        (
+            "hostname",
+            |v| v["machine"]["hostname"] = "h".repeat(257).into(),
+            "the string limit of 256",
+        ),
+        (
+            "error",
+            |v| v["error"] = "e".repeat(4097).into(),
+            "the error limit of 4096",
+        ),
+        (
+            "devices",
+            |v| v["changes"]["partitions"]["created"] = vec!["/dev/x"; 129].into(),
+            "the device limit of 128",
+        ),
+        (
+            "started",
+            |v| v["outcome"] = "started".into(),
+            "only for the fetch stage",
+        ),
+        ("stage", |v| v["stage"] = "kargs".into(), "unknown variant"),
+    ];
+    for (name, edit, want) in cases {
+        let mut v = body();
+        edit(&mut v);
+        let err = parse(&serde_json::to_vec(&v).expect("JSON")).expect_err(name);
+        assert!(matches!(err, Refused::Invalid(_)), "{name}: {err:?}");
+        assert!(err.to_string().contains(want), "{name}: {err}");
+    }
+    // The body limit: 413.
+    let mut v = body();
+    v["padding"] = "x".repeat(limits::BODY_BYTES).into();
+    let err = parse(&serde_json::to_vec(&v).expect("JSON")).expect_err("too large");
+    assert!(matches!(err, Refused::TooLarge(_)), "{err:?}");
+    assert!(err.to_string().contains("--max-report-bytes"), "{err}");
+    // Undocumented fields are dropped, never stored.
+    let mut v = body();
+    v["contents"] = "c2VjcmV0".into();
+    v["machine"]["token"] = "s3cret".into();
+    let r = parse(&serde_json::to_vec(&v).expect("JSON")).expect("valid");
+    let stored = serde_json::to_string(&r).expect("JSON");
+    assert!(
+        !stored.contains("c2VjcmV0") && !stored.contains("s3cret"),
+        "{stored}"
+    );
+    // At the limits: accepted.
+    let mut v = body();
+    v["changes"]["paths"] = vec!["p".repeat(100); limits::PATHS].into();
+    v["error"] = "e".repeat(limits::ERROR_BYTES).into();
+    v["log_tail"] = vec!["l".repeat(limits::LOG_LINE_BYTES); limits::LOG_LINES].into();
+    v["machine"]["macs"] = vec!["52:54:00:00:00:00"; limits::MACS].into();
+    let bytes = serde_json::to_vec(&v).expect("JSON");
+    assert!(bytes.len() > limits::BODY_BYTES / 2);
+    parse(&bytes).expect("a report at the limits");
+}
+
+const CRASH_ENV: &str = "INVENTORY_CRASH_CHILD_DIR";
+
+/// The writer of `inventory_embedded_survives_sigkill_mid_write`: run as a child process of
+/// the test binary, it records reports in a loop and appends each acknowledged report's id
+/// to `acked` (after `record` returned Ok), until it is killed.
+#[test]
+fn inventory_embedded_crash_child() {
+    let Some(dir) = std::env::var_os(CRASH_ENV) else {
+        return; // only as the child of the crash test
+    };
+    let dir = Path::new(&dir);
+    let s = Embedded::open(&dir.join("inventory.db")).expect("opening the store");
+    let mut acked = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(dir.join("acked"))
+        .expect("opening acked");
+    for n in 0u64.. {
+        // Machines in turn, so records both grow and are created.
+        let m = format!("m-{}", n % 50);
+        let id = format!("crash-{n}");
+        let stage = ["fetch", "disks", "files"][(n % 3) as usize];
+        let r = report(
+            &id,
+            &m,
+            &format!("boot-{}", n / 150),
+            stage,
+            "ok",
+            stage == "files",
+        );
+        s.record(&r, &token("worker", n)).expect("recording");
+        acked
+            .write_all(format!("{m} {id}\n").as_bytes())
+            .expect("writing acked");
+    }
+}
+
+#[test]
+fn inventory_embedded_survives_sigkill_mid_write() {
+    let dir = TestDir::new("inv-crash");
+    let acked = dir.0.join("acked");
+    let lines = || std::fs::read_to_string(&acked).unwrap_or_default();
+    // Three rounds: each kills the writer at a different point of its loop.
+    for (round, wait_for) in [150usize, 400, 700].into_iter().enumerate() {
+        let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+            .args([
+                "inventory_embedded_crash_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CRASH_ENV, &dir.0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the writer");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while lines().lines().count() < wait_for {
+            if let Some(st) = child.try_wait().expect("waiting") {
+                panic!("round {round}: the writer ended on its own: {st}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the writer made no progress"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().expect("SIGKILL to the writer");
+        let st = child.wait().expect("waiting for the writer");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&st),
+            Some(9),
+            "round {round}: killed by SIGKILL"
+        );
+        // Every acknowledged report is in the reopened store.
+        let s = open(&dir);
+        let text = lines();
+        let mut n = 0;
+        for line in text.lines() {
+            let (m, id) = line.split_once(' ').expect("a line of acked");
+            let rec = s
+                .machine(m)
+                .expect("reading")
+                .unwrap_or_else(|| panic!("{m} lost"));
+            let stored = rec
+                .boots
+                .iter()
+                .flat_map(|b| &b.stages)
+                .any(|s| s.report_id == id);
+            assert!(
+                stored,
+                "round {round}: acknowledged report {id} of {m} lost"
+            );
+            n += 1;
+        }
+        assert!(n >= wait_for);
+        // The next round's writer numbers its reports afresh: start from a new file.
+        std::fs::remove_file(&acked).expect("removing acked");
+        drop(s);
+        std::fs::remove_file(dir.0.join("inventory.db")).expect("removing the store");
+    }
+}
+
+#[test]
+fn inventory_embedded_concurrent_reports_each_once() {
+    // 8 threads; every report is sent by two of them (a retry racing its original), so
+    // reports of one machine and copies of one report meet in the same commit batches.
+    let dir = TestDir::new("inv-herd");
+    let s = std::sync::Arc::new(open(&dir));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut new = 0;
+                for k in 0..150 {
+                    // Thread t sends reports of pair t/2; both threads of a pair send each.
+                    let n = (t / 2) * 150 + if t % 2 == 0 { k } else { 149 - k };
+                    let (m, b, st) = (n % 20, n / 60, ["fetch", "disks", "files"][(n / 20) % 3]);
+                    let r = report(
+                        &format!("h-{n}"),
+                        &format!("m-{m}"),
+                        &format!("boot-{b}"),
+                        st,
+                        "ok",
+                        st == "files",
+                    );
+                    if s.record(&r, &token("worker", n as u64)).expect("recording") == Recorded::New
+                    {
+                        new += 1;
+                    }
+                }
+                new
+            })
+        })
+        .collect();
+    let new: usize = threads
+        .into_iter()
+        .map(|t| t.join().expect("a thread"))
+        .sum();
+    assert_eq!(new, 600, "each of the 600 reports recorded once");
+    let all = s.machines(&Filter::default()).expect("listing");
+    assert_eq!(all.len(), 20);
+    for m in &all {
+        assert_eq!(m.reports, 30, "{}", m.id);
+        let stages: usize = m.boots.iter().map(|b| b.stages.len()).sum();
+        assert_eq!(stages, 30, "{}: every report has its entry", m.id);
+        assert_eq!(m.state, Some(State::Provisioned), "{}", m.id);
+    }
+}
+
+#[test]
+fn inventory_open_by_flag() {
+    use serve::inventory::{StoreKind, open as open_store};
+    assert_eq!("embedded".parse(), Ok(StoreKind::Embedded));
+    assert_eq!("etcd".parse(), Ok(StoreKind::Etcd));
+    assert!("sqlite".parse::<StoreKind>().is_err());
+    let dir = TestDir::new("inv-open");
+    let state = dir.0.join("state");
+    let s = open_store(StoreKind::Embedded, Some(&state), &[]).expect("the embedded store");
+    s.record(
+        &report("o1", "m-o", "b", "fetch", "ok", false),
+        &token("worker", 1),
+    )
+    .expect("recording");
+    assert!(state.join("inventory.db").is_file());
+    // One process, one owner: a second open of the same file is refused while it is open.
+    let err = open_store(StoreKind::Embedded, Some(&state), &[])
+        .err()
+        .expect("the file is in use");
+    assert!(format!("{err:#}").contains("inventory.db"), "{err:#}");
+    drop(s);
+    let err = open_store(StoreKind::Embedded, None, &[])
+        .err()
+        .expect("no state dir");
+    assert!(err.to_string().contains("--state-dir"), "{err}");
+    let err = open_store(StoreKind::Etcd, None, &[])
+        .err()
+        .expect("no endpoints");
+    assert!(err.to_string().contains("--etcd-endpoints"), "{err}");
+}
