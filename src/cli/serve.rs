@@ -115,6 +115,22 @@ pub struct ServeArgs {
     /// 503 with Retry-After).
     #[arg(long, default_value_t = 32 << 20)]
     pub max_body_total: usize,
+    /// Where machine reports are kept: `embedded` (one file, inventory.db, in --state-dir)
+    /// or `etcd` (the cluster at --etcd-endpoints: replicas then share one inventory).
+    #[arg(long, default_value = "embedded")]
+    pub inventory_store: serve::inventory::StoreKind,
+    /// With --inventory-store=etcd: the etcd client URLs, comma-separated
+    /// (http://10.0.0.1:2379,http://10.0.0.2:2379).
+    #[arg(long, value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+    /// The admin listener (the inventory: /machines, /ui/, its metrics), plain HTTP; `off`
+    /// for none. Off loopback it needs --admin-token-file.
+    #[arg(long, default_value = "127.0.0.1:22625", value_parser = parse_admin_listen)]
+    pub admin_listen: AdminListen,
+    /// A file holding the admin token (its first line, at least 16 bytes): every admin
+    /// request must carry it (Authorization: Bearer, or Basic with it as the password).
+    #[arg(long)]
+    pub admin_token_file: Option<PathBuf>,
     /// Time in-flight requests get to finish on SIGTERM (the process exits at most 1 s
     /// after it, whatever the source watcher is doing).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -151,6 +167,10 @@ impl From<ServeArgs> for crate::serve::Options {
             max_header_bytes: a.max_header_bytes,
             max_body_bytes: a.max_body_bytes,
             max_body_total: a.max_body_total,
+            inventory_store: a.inventory_store,
+            etcd_endpoints: a.etcd_endpoints,
+            admin_listen: a.admin_listen.0,
+            admin_token_file: a.admin_token_file,
             shutdown_grace: a.shutdown_grace,
             access_log: !a.no_access_log,
         }
@@ -174,4 +194,17 @@ mod tests {
         assert!(parse_duration("x").is_err());
         assert!(parse_duration("5d").is_err());
     }
+}
+
+/// `--admin-listen`: an address, or `off`.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminListen(pub Option<std::net::SocketAddr>);
+
+fn parse_admin_listen(s: &str) -> Result<AdminListen, String> {
+    if s == "off" {
+        return Ok(AdminListen(None));
+    }
+    s.parse()
+        .map(|a| AdminListen(Some(a)))
+        .map_err(|e| format!("{s:?}: {e} (an address such as 127.0.0.1:22625, or off)"))
 }

@@ -2,8 +2,8 @@
 //! by `.ci/packages/ui.apt`), run once per call with its own profile directory, bounded in
 //! time, and killed with its children when the call returns.
 
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -93,6 +93,10 @@ pub fn screenshot(url: &str, name: &str, width: u32, height: u32) -> PathBuf {
         Duration::from_secs(60),
     );
     let png = std::fs::read(&path).unwrap_or_else(|e| panic!("no screenshot of {url}: {e}: {err}"));
-    assert!(png.starts_with(b"\x89PNG"), "{} is not a PNG", path.display());
+    assert!(
+        png.starts_with(b"\x89PNG"),
+        "{} is not a PNG",
+        path.display()
+    );
     path
 }

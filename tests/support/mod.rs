@@ -5,7 +5,8 @@
 //! - [`fetch`], [`faulty_http`]: daemons, TFTP, test PKI, the fault-injecting HTTP(S) server;
 //! - [`files`]: running the files stage on a temporary root, data URLs, hashes;
 //! - [`netns`]: a network namespace of the test's own, for servers on a platform's real address;
-//! - [`serve`]: an `agent serve` child, a raw HTTP/1.1 client, TLS.
+//! - [`serve`]: an `agent serve` child, a raw HTTP/1.1 client, TLS;
+//! - [`browser`]: headless Chromium for the server's web page.
 //!
 //! Tests that need root are `#[ignore = "needs root: make test-root"]`: `cargo test` (and
 //! `make test-pure`) runs the rest as any user; `make test-root` runs only them and
@@ -13,6 +14,7 @@
 
 #![allow(dead_code, unused_imports)]
 
+pub mod browser;
 pub mod faulty_http;
 pub mod fetch;
 pub mod files;

@@ -66,6 +66,15 @@ impl Server {
         if let Some(d) = &state {
             cmd.arg("--state-dir").arg(d.path().join("state"));
         }
+        // The admin listener on a port of its own (the default, 22625, is one per host).
+        let admin_given = args
+            .iter()
+            .any(|a| *a == "--admin-listen" || a.starts_with("--admin-listen="));
+        if !admin_given {
+            cmd.args(["--admin-listen", "127.0.0.1:0"]);
+        }
+        let admin = !args.windows(2).any(|w| w == ["--admin-listen", "off"])
+            && !args.contains(&"--admin-listen=off");
         if std::env::var_os("SERVE_TEST_LOG").is_some() {
             cmd.stderr(Stdio::inherit());
         }
@@ -79,12 +88,14 @@ impl Server {
         let stdout = child.stdout.take().unwrap();
         // Killed (SIGKILL) should it never report its address: no server left behind.
         let mut child = KillOnDrop(Some(child));
-        let expect =
-            args.contains(&"--tls-cert") as usize + args.contains(&"--listen-http") as usize;
+        let expect = (args.contains(&"--tls-cert") as usize
+            + args.contains(&"--listen-http") as usize)
+            .max(1)
+            + admin as usize;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut r = BufReader::new(stdout);
-            for _ in 0..expect.max(1) + 1 {
+            for _ in 0..expect + 1 {
                 let mut line = String::new();
                 let _ = r.read_line(&mut line);
                 let _ = tx.send(line);
@@ -93,7 +104,7 @@ impl Server {
             let _ = std::io::copy(&mut r, &mut std::io::sink());
         });
         let mut listeners = Vec::new();
-        for _ in 0..expect.max(1) {
+        for _ in 0..expect {
             let line = rx
                 .recv_timeout(Duration::from_secs(20))
                 .expect("agent serve did not report its address");
@@ -102,6 +113,12 @@ impl Server {
                 .strip_prefix("listening ")
                 .unwrap_or_else(|| panic!("unexpected: {line:?}"));
             let (scheme, addr) = rest.split_once("://").unwrap();
+            // "listening admin http://ADDR": the admin listener, as scheme "admin".
+            let scheme = if scheme.starts_with("admin ") {
+                "admin"
+            } else {
+                scheme
+            };
             listeners.push((scheme.to_string(), addr.parse().unwrap()));
         }
         if wait_load {
@@ -119,7 +136,7 @@ impl Server {
         }
     }
 
-    /// The address of the listener for `scheme` ("http" or "https").
+    /// The address of the listener for `scheme` ("http", "https", or "admin").
     pub fn addr_of(&self, scheme: &str) -> SocketAddr {
         self.listeners
             .iter()

@@ -121,6 +121,8 @@ pub struct App {
     pub(super) conns: Arc<http::ConnStats>,
     /// The connection and request limits, as shown in /status.
     pub(super) limits: serde_json::Value,
+    /// Machine reports and the inventory (`POST /report`, the admin listener).
+    pub(super) fleet: super::fleet::Fleet,
 }
 
 fn method_ok(req: &Request) -> Option<Response> {
@@ -172,7 +174,20 @@ impl App {
         }
         let schedule =
             tokens::Schedule::new(opts.token_ttl.as_secs(), opts.token_clock_skew.as_secs());
+        // A store that cannot be opened is reported (answers, /status, the log), and the
+        // server goes on serving configs without an inventory.
+        let store = super::inventory::open(
+            opts.inventory_store,
+            opts.state_dir.as_deref(),
+            &opts.etcd_endpoints,
+        )
+        .map_err(|e| {
+            let msg = format!("{e:#}");
+            log::error!("inventory store unusable, reports are refused: {msg}");
+            msg
+        });
         Ok(App {
+            fleet: super::fleet::Fleet::new(store),
             source: opts.source.clone(),
             clock: tokens::default_clock(),
             metrics: Metrics::default(),
@@ -300,7 +315,7 @@ impl App {
     }
 
     /// Checks a bearer token; Ok(what it grants) or the error response.
-    fn authorize(&self, req: &Request) -> Result<tokens::Grant, Response> {
+    pub(super) fn authorize(&self, req: &Request) -> Result<tokens::Grant, Response> {
         let tok = tokens::parse_bearer(req.header_one("authorization")).map_err(|_| {
             Response::text(401, "missing or malformed Authorization: Bearer <token>")
                 .header("WWW-Authenticate", "Bearer")
@@ -505,6 +520,9 @@ impl http::Handler for App {
     fn handle(&self, local: &mut Local, req: &Request, out: &mut Response) {
         let path = req.path();
         let config = path.strip_prefix("/config/");
+        if path == super::render::REPORT_PATH {
+            return super::fleet::report(self, req, out);
+        }
         let known = config.is_some()
             || matches!(
                 path,
@@ -536,7 +554,9 @@ impl http::Handler for App {
             }
             "/metrics" => {
                 let mut r = Response::new(200);
-                r.body = Body::Owned(self.metrics.render(&self.conns).into_bytes());
+                let mut text = self.metrics.render(&self.conns);
+                text.push_str(&self.fleet.metrics());
+                r.body = Body::Owned(text.into_bytes());
                 r.header("Content-Type", "text/plain; version=0.0.4")
             }
             _ => return self.ignition(req, out),

@@ -23,6 +23,7 @@
 pub mod accept;
 pub mod app;
 pub mod checkpoint;
+pub mod fleet;
 pub mod http;
 pub mod inventory;
 pub mod metrics;

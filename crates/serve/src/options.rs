@@ -60,6 +60,14 @@ pub struct Options {
     pub shutdown_grace: Duration,
     /// Write a JSON access-log line per request (stderr).
     pub access_log: bool,
+    /// Where machine reports are kept (docs/reports.md).
+    pub inventory_store: crate::inventory::StoreKind,
+    /// `--inventory-store=etcd`: the cluster's client URLs.
+    pub etcd_endpoints: Vec<String>,
+    /// The admin listener (the inventory, its API, its page); None: none.
+    pub admin_listen: Option<SocketAddr>,
+    /// The admin token's file; required when the admin listener is not on loopback.
+    pub admin_token_file: Option<PathBuf>,
 }
 
 impl Options {

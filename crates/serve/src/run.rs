@@ -80,7 +80,7 @@ pub fn run(opts: &Options) -> Result<()> {
         _ => None,
     };
     let shutdown = Arc::new(AtomicBool::new(false));
-    let server = http::Server::new(limits, app.clone(), conns.clone(), shutdown.clone());
+    let server = http::Server::new(limits.clone(), app.clone(), conns.clone(), shutdown.clone());
     let mut plan: Vec<(SocketAddr, Option<Arc<rustls::ServerConfig>>, &str)> = Vec::new();
     if let Some(r) = &resolver {
         let addr = opts
@@ -100,6 +100,41 @@ pub fn run(opts: &Options) -> Result<()> {
         log::info!("listening on {scheme}://{local}");
         listeners.push(http::Listener { sock: l, tls: cfg });
     }
+    // The admin listener: the inventory, its API and its page, never on the machine-facing
+    // listeners (crate::fleet).
+    let mut admin_listeners = Vec::new();
+    let admin_loops = match opts.admin_listen {
+        None => Vec::new(),
+        Some(addr) => {
+            let token = match &opts.admin_token_file {
+                Some(f) => Some(admin_token(f)?),
+                None if addr.ip().is_loopback() => None,
+                None => bail!(
+                    "--admin-listen {addr} is not a loopback address: give --admin-token-file (the inventory is never served to an unauthenticated client)"
+                ),
+            };
+            let l = http::bind(addr)?;
+            let local = l.local_addr().context("reading the bound address")?;
+            writeln!(out, "listening admin http://{local}").context("writing to stdout")?;
+            log::info!("admin (inventory, /ui/) on http://{local}");
+            admin_listeners.push(http::Listener { sock: l, tls: None });
+            let admin = Arc::new(crate::fleet::Admin {
+                app: app.clone(),
+                token,
+            });
+            let admin_limits = http::Limits {
+                max_connections: 256,
+                ..limits.clone()
+            };
+            let admin_server = http::Server::new(
+                admin_limits,
+                admin,
+                Arc::new(http::ConnStats::default()),
+                shutdown.clone(),
+            );
+            admin_server.start(&admin_listeners, 1)?
+        }
+    };
     out.flush().ok();
     drop(out);
     let loops = server.start(&listeners, threads)?;
@@ -136,12 +171,12 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     shutdown.store(true, Ordering::SeqCst);
     nudges.nudge();
-    for l in &listeners {
+    for l in listeners.iter().chain(&admin_listeners) {
         http::stop_listener(&l.sock);
     }
     // The event loops finish in-flight requests, then return.
     let deadline = Instant::now() + opts.shutdown_grace;
-    while loops.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
+    while loops.iter().chain(&admin_loops).any(|t| !t.is_finished()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     let left = conns.open.load(Ordering::SeqCst);
@@ -163,6 +198,36 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     log::info!("stopped");
     Ok(())
+}
+
+/// The admin token from `path`: a regular file, at most 4 KiB, its first line, at least 16
+/// bytes (a guessable token would open the inventory).
+fn admin_token(path: &std::path::Path) -> Result<String> {
+    use std::io::Read;
+    let (f, _) = runtime::util::open_regular(path, true).map_err(|e| {
+        let why = match e {
+            runtime::util::OpenRegularError::Io(e) => e.to_string(),
+            runtime::util::OpenRegularError::NotRegular(k) => format!("not a regular file ({k})"),
+        };
+        anyhow::anyhow!("--admin-token-file {}: {why}", path.display())
+    })?;
+    let mut b = Vec::new();
+    f.take(4096)
+        .read_to_end(&mut b)
+        .with_context(|| format!("reading --admin-token-file {}", path.display()))?;
+    let t = String::from_utf8_lossy(&b)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if t.len() < 16 {
+        bail!(
+            "--admin-token-file {}: the token is shorter than 16 bytes",
+            path.display()
+        );
+    }
+    Ok(t)
 }
 
 /// How long after the grace period shutdown waits for the source watcher.

@@ -1,0 +1,320 @@
+//! The fleet side of `agent serve` (issue 28, docs/reports.md), over real sockets on
+//! 127.0.0.1: machines POST reports to /report; the admin listener alone serves the
+//! inventory (`/machines`, `/machines/<id>`, the page at `/ui/`), behind the admin token when
+//! one is set; the page checked in a real browser (headless Chromium), its screenshots kept
+//! in target/artifacts/.
+
+mod support;
+
+use std::path::Path;
+
+use support::serve::*;
+
+fn source(t: &TempDir) -> std::path::PathBuf {
+    let src = t.path().join("src");
+    write(&src.join("pools/worker.ign"), &worker_config("worker"));
+    write(&src.join("pools/infra.ign"), &worker_config("infra"));
+    src
+}
+
+/// A report as the agent sends it (docs/reports.md).
+fn report(
+    id: &str,
+    machine: &str,
+    stage: &str,
+    outcome: &str,
+    last: bool,
+    error: Option<&str>,
+) -> String {
+    serde_json::json!({
+        "format": 1,
+        "id": id,
+        "boot_id": format!("boot-{machine}"),
+        "sent": "2026-11-27T05:40:12Z",
+        "machine": {"id": machine, "uuid": machine, "serial": "SER1", "macs": ["52:54:00:12:34:56"],
+                    "platform": "qemu", "instance_id": null, "hostname": format!("host-{machine}")},
+        "agent": "0.1.0",
+        "config": {"pool": "worker", "name": "worker-abc", "hash": "sha256-00"},
+        "stage": stage,
+        "outcome": outcome,
+        "final": last,
+        "duration_ms": 1234,
+        "changes": {"partitions": {"created": ["/dev/vda4"], "kept": [], "deleted": []},
+                    "filesystems": {"made": ["/dev/vda4 (xfs)"], "reused": []},
+                    "paths": ["/etc/hostname"]},
+        "error": error,
+        "log_tail": if error.is_some() { vec!["mkfs.xfs: /dev/vdb: device busy", "disks: failed"] } else { vec![] },
+    })
+    .to_string()
+}
+
+fn post(addr: std::net::SocketAddr, body: &str, auth: Option<&str>) -> Resp {
+    let auth = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+    request(
+        addr,
+        &format!(
+            "POST /report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+fn get(addr: std::net::SocketAddr, path: &str, auth: Option<&str>) -> Resp {
+    let auth = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+    request(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"),
+    )
+}
+
+#[test]
+fn reports_build_the_inventory_that_only_the_admin_listener_serves() {
+    let t = TempDir::new("fleet");
+    let src = source(&t);
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+        ],
+        &[],
+    );
+    let http = s.addr_of("http");
+    let admin = s.addr_of("admin");
+
+    // One machine provisions, one fails in the disks stage.
+    let a = "4c4c4544-0000-0000-0000-00000000000a";
+    let b = "4c4c4544-0000-0000-0000-00000000000b";
+    for (i, (stage, last)) in [("fetch", false), ("disks", false), ("files", true)]
+        .iter()
+        .enumerate()
+    {
+        let r = post(
+            http,
+            &report(&format!("a{i}"), a, stage, "ok", *last, None),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(
+        post(http, &report("b0", b, "fetch", "ok", false, None), None).status,
+        200
+    );
+    let failed = report(
+        "b1",
+        b,
+        "disks",
+        "failed",
+        false,
+        Some("disks: mkfs.xfs on /dev/vdb failed: device busy"),
+    );
+    assert_eq!(post(http, &failed, None).status, 200);
+    // A retry of the same report is stored once.
+    let r = post(http, &failed, None);
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("duplicate"), "{}", r.text());
+    // Bad reports: named field, nothing stored.
+    let r = post(http, "{\"format\":1}", None);
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = post(http, "not json", None);
+    assert_eq!(r.status, 400);
+    assert_eq!(get(http, "/report", None).status, 405);
+
+    // The machine-facing listener never serves the inventory.
+    for p in [
+        "/machines",
+        "/machines/".to_string().as_str(),
+        "/ui/",
+        "/ui/machines/x",
+    ] {
+        assert_eq!(get(http, p, None).status, 404, "{p}");
+    }
+
+    // The admin listener (loopback, no token set): the inventory.
+    let r = get(admin, "/machines", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let ms = v["machines"].as_array().unwrap();
+    assert_eq!(ms.len(), 2);
+    let state = |id: &str| {
+        ms.iter()
+            .find(|m| m["id"] == id)
+            .map(|m| m["state"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(state(a), "provisioned");
+    assert_eq!(state(b), "failed");
+    let r = get(admin, "/machines?state=failed", None);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["machines"].as_array().unwrap().len(), 1);
+    assert_eq!(get(admin, "/machines?state=bogus", None).status, 400);
+    let r = get(admin, &format!("/machines/{b}"), None);
+    assert_eq!(r.status, 200);
+    let text = r.text();
+    assert!(
+        text.contains("device busy") && text.contains("mkfs.xfs: /dev/vdb"),
+        "{text}"
+    );
+    assert_eq!(get(admin, "/machines/nope", None).status, 404);
+    assert_eq!(get(admin, "/machines/..%2f..%2fetc", None).status, 404);
+
+    // Metrics: reports by result, machines by state and pool.
+    let m = get(http, "/metrics", None).text();
+    assert!(
+        m.contains("agent_serve_reports_total{result=\"recorded\"} 5"),
+        "{m}"
+    );
+    assert!(
+        m.contains("agent_serve_reports_total{result=\"duplicate\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("agent_serve_machines{state=\"failed\",pool=\"worker\"} 1"),
+        "{m}"
+    );
+
+    // The page, in a real browser: rows, states, the error; a machine's page with its log.
+    let dom = support::browser::dump_dom(&format!("http://{admin}/ui/"));
+    assert!(
+        dom.contains(&format!("data-machine=\"{a}\" data-state=\"provisioned\"")),
+        "{dom}"
+    );
+    assert!(
+        dom.contains(&format!("data-machine=\"{b}\" data-state=\"failed\"")),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("mkfs.xfs on /dev/vdb failed: device busy"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("data-pool=\"worker\"") && dom.contains("data-pool=\"infra\""),
+        "{dom}"
+    );
+    let one = support::browser::dump_dom(&format!("http://{admin}/ui/machines/{b}"));
+    assert!(one.contains("data-error=\"disks\""), "{one}");
+    assert!(one.contains("mkfs.xfs: /dev/vdb: device busy"), "{one}");
+    assert!(one.contains("partition created: /dev/vda4"), "{one}");
+    for (name, url, w, h) in [
+        ("ui-machines", format!("http://{admin}/ui/"), 1280, 800),
+        ("ui-machines-phone", format!("http://{admin}/ui/"), 390, 844),
+        (
+            "ui-machine-failed",
+            format!("http://{admin}/ui/machines/{b}"),
+            1280,
+            900,
+        ),
+    ] {
+        let p = support::browser::screenshot(&url, name, w, h);
+        eprintln!("screenshot: {}", p.display());
+    }
+}
+
+#[test]
+fn the_admin_token_guards_the_inventory_and_machine_tokens_do_not_open_it() {
+    let t = TempDir::new("fleet-admin");
+    let src = source(&t);
+    let token_file = t.path().join("admin.token");
+    let admin_token = "0123456789abcdef0123456789abcdef";
+    write(&token_file, &format!("{admin_token}\n"));
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--admin-token-file",
+            token_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let http = s.addr_of("http");
+    let admin = s.addr_of("admin");
+    // A machine's token (the legacy store's, for pool worker) authenticates its report...
+    let machine_token = token_of(&src, "worker");
+    let body = report("r1", "m-1", "fetch", "ok", false, None)
+        .replace("\"pool\":\"worker\"", "\"pool\":\"infra\"");
+    let r = post(http, &body, Some(&format!("Bearer {machine_token}")));
+    assert_eq!(r.status, 200, "{}", r.text());
+    // ...but does not open the inventory; nothing without the admin token does.
+    assert_eq!(get(admin, "/machines", None).status, 401);
+    assert_eq!(
+        get(admin, "/machines", Some(&format!("Bearer {machine_token}"))).status,
+        401
+    );
+    assert_eq!(
+        get(admin, "/ui/", Some("Bearer wrong-wrong-wrong-wrong")).status,
+        401
+    );
+    let r = get(admin, "/machines", Some(&format!("Bearer {admin_token}")));
+    assert_eq!(r.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let m = &v["machines"][0];
+    // The pool comes from the token, not from the body.
+    assert_eq!(m["pool"], "worker");
+    assert_eq!(m["authenticated"], true);
+    // A browser's Basic prompt: any user, the token as password.
+    let basic = agent::encoding::data_url::base64_encode(format!("ops:{admin_token}").as_bytes());
+    assert_eq!(
+        get(admin, "/ui/", Some(&format!("Basic {basic}"))).status,
+        200
+    );
+    // A malformed machine token is refused outright (an unknown well-formed one is 503, as
+    // for a config: a booting machine's token may not be known yet).
+    assert_eq!(
+        post(
+            http,
+            &report("r2", "m-1", "disks", "ok", false, None),
+            Some("Bearer nope")
+        )
+        .status,
+        401
+    );
+}
+
+#[test]
+fn an_admin_listener_off_loopback_needs_a_token() {
+    let t = TempDir::new("fleet-off-loopback");
+    let src = source(&t);
+    let out = std::process::Command::new(AGENT)
+        .args([
+            "serve",
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+        ])
+        .args(["--admin-listen", "0.0.0.0:0", "--state-dir"])
+        .arg(t.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--admin-token-file"), "{err}");
+}
+
+fn token_of(src: &Path, pool: &str) -> String {
+    let out = std::process::Command::new(AGENT)
+        .args([
+            "token",
+            "show",
+            "--source",
+            src.to_str().unwrap(),
+            "--reveal",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f.len() == 3 && f[0] == pool && f[1] == "token").then(|| f[2].to_string())
+        })
+        .unwrap_or_else(|| panic!("no token for {pool}"))
+}
