@@ -175,6 +175,45 @@ fn reports_build_the_inventory_that_only_the_admin_listener_serves() {
         "{m}"
     );
 
+    // The command line reads the same inventory.
+    let agent = |args: &[&str]| {
+        let out = std::process::Command::new(AGENT)
+            .arg("machines")
+            .args(["--server", &format!("http://{admin}")])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let list = agent(&["list"]);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with(&format!("{a}\tprovisioned\tworker"))),
+        "{list}"
+    );
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with(&format!("{b}\tfailed\tworker"))),
+        "{list}"
+    );
+    let failed_only = agent(&["list", "--state", "failed"]);
+    assert_eq!(
+        failed_only.lines().count(),
+        2,
+        "header and one machine: {failed_only}"
+    );
+    let show = agent(&["show", b]);
+    assert!(
+        show.contains("error: disks: mkfs.xfs on /dev/vdb failed: device busy"),
+        "{show}"
+    );
+    assert!(show.contains("| mkfs.xfs: /dev/vdb: device busy"), "{show}");
+
     // The page, in a real browser: rows, states, the error; a machine's page with its log.
     let dom = support::browser::dump_dom(&format!("http://{admin}/ui/"));
     assert!(
@@ -256,6 +295,30 @@ fn the_admin_token_guards_the_inventory_and_machine_tokens_do_not_open_it() {
     // The pool comes from the token, not from the body.
     assert_eq!(m["pool"], "worker");
     assert_eq!(m["authenticated"], true);
+    // The command line needs it too.
+    let out = std::process::Command::new(AGENT)
+        .args(["machines", "list", "--server", &format!("http://{admin}")])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--admin-token-file"));
+    let out = std::process::Command::new(AGENT)
+        .args([
+            "machines",
+            "list",
+            "--server",
+            &format!("http://{admin}"),
+            "--admin-token-file",
+        ])
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("m-1\tprovisioning\tworker"));
     // A browser's Basic prompt: any user, the token as password.
     let basic = agent::encoding::data_url::base64_encode(format!("ops:{admin_token}").as_bytes());
     assert_eq!(

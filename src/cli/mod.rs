@@ -7,6 +7,8 @@
 mod butane;
 mod delete_config;
 mod fetch;
+#[cfg(feature = "serve")]
+mod machines;
 mod plan;
 mod run;
 #[cfg(feature = "serve")]
@@ -20,6 +22,8 @@ use clap::{Parser, Subcommand};
 pub use self::butane::{ButaneArgs, DirFiles};
 pub use self::delete_config::DeleteConfigArgs;
 pub use self::fetch::FetchArgs;
+#[cfg(feature = "serve")]
+pub use self::machines::{MachinesAction, MachinesArgs};
 pub use self::plan::PlanArgs;
 pub use self::run::RunArgs;
 #[cfg(feature = "serve")]
@@ -77,6 +81,10 @@ pub enum Command {
     /// Print the pointer config a machine boots with (merge URL, bearer header, CA).
     #[cfg(feature = "serve")]
     Pointer(PointerArgs),
+    /// The config server's machine inventory: what each machine reported (list, show ID),
+    /// from its admin listener.
+    #[cfg(feature = "serve")]
+    Machines(MachinesArgs),
 }
 
 /// Runs the command; returns the process exit code.
@@ -102,6 +110,8 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Token(a) => token::token_main(a),
         #[cfg(feature = "serve")]
         Command::Pointer(a) => token::pointer_main(a),
+        #[cfg(feature = "serve")]
+        Command::Machines(a) => machines::run(a),
     };
     match result {
         Ok(()) => 0,

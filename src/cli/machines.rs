@@ -1,0 +1,202 @@
+//! `agent machines list | show ID`: the server's inventory (docs/reports.md), read from its
+//! admin listener with the admin token, through the provisioning fetcher's HTTP client.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+
+use crate::fetch::{Fetcher, Options, http};
+
+#[derive(Debug, Args)]
+pub struct MachinesArgs {
+    /// The server's admin listener.
+    #[arg(long, default_value = "http://127.0.0.1:22625", global = true)]
+    pub server: String,
+    /// The admin token's file (`agent serve --admin-token-file`).
+    #[arg(long, global = true)]
+    pub admin_token_file: Option<PathBuf>,
+    /// Print the server's JSON as it is.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub action: MachinesAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MachinesAction {
+    /// One line per machine: id, state, pool, config, last seen, hostname.
+    List {
+        /// Only this pool's machines.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Only machines in this state (fetching, provisioning, provisioned, failed).
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// One machine: identity, and per boot its stages, changes and failure.
+    Show {
+        /// The machine's id (SMBIOS UUID, or mac-<address>).
+        id: String,
+    },
+}
+
+/// The largest answer read (a listing of many machines).
+const MAX_ANSWER: u64 = 64 << 20;
+
+fn get(a: &MachinesArgs, path_and_query: &str) -> Result<serde_json::Value> {
+    let mut headers = Vec::new();
+    if let Some(f) = &a.admin_token_file {
+        let t = std::fs::read_to_string(f)
+            .with_context(|| format!("reading --admin-token-file {}", f.display()))?;
+        let t = t.lines().next().unwrap_or_default().trim().to_string();
+        headers.push(("Authorization".to_string(), format!("Bearer {t}")));
+    }
+    let url = format!("{}{path_and_query}", a.server.trim_end_matches('/'));
+    let f = Fetcher::new(Options::default());
+    let mut r = http::send(
+        &f,
+        "GET",
+        &url,
+        &headers,
+        false,
+        Some(Duration::from_secs(30)),
+    )
+    .map_err(|e| match e {
+        crate::fetch::retry::Failure::Retry(e) | crate::fetch::retry::Failure::Fatal(e) => {
+            e.context(url.clone())
+        }
+    })?;
+    let mut body = Vec::new();
+    (&mut r.body)
+        .take(MAX_ANSWER + 1)
+        .read_to_end(&mut body)
+        .with_context(|| format!("reading {url}"))?;
+    if body.len() as u64 > MAX_ANSWER {
+        bail!("{url}: the answer is larger than {MAX_ANSWER} bytes");
+    }
+    match r.status {
+        200 => serde_json::from_slice(&body).with_context(|| format!("{url}: not JSON")),
+        401 => bail!(
+            "{}: give the admin token with --admin-token-file",
+            r.describe()
+        ),
+        _ => bail!(
+            "{}: {}",
+            r.describe(),
+            String::from_utf8_lossy(&body).trim()
+        ),
+    }
+}
+
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "-".into(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+pub fn run(a: MachinesArgs) -> Result<()> {
+    match &a.action {
+        MachinesAction::List { pool, state } => {
+            let mut q = Vec::new();
+            if let Some(p) = pool {
+                q.push(format!("pool={}", enc(p)));
+            }
+            if let Some(s) = state {
+                q.push(format!("state={}", enc(s)));
+            }
+            let path = if q.is_empty() {
+                "/machines".to_string()
+            } else {
+                format!("/machines?{}", q.join("&"))
+            };
+            let v = get(&a, &path)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            println!("ID\tSTATE\tPOOL\tCONFIG\tLAST SEEN\tHOSTNAME");
+            for m in v["machines"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    text(&m["id"]),
+                    text(&m["state"]),
+                    text(&m["pool"]),
+                    text(&m["config"]["name"]),
+                    m["last_seen"].as_u64().map_or("-".into(), |s| utc(s)),
+                    text(&m["identity"]["hostname"]),
+                );
+            }
+        }
+        MachinesAction::Show { id } => {
+            let v = get(&a, &format!("/machines/{}", enc(id)))?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            println!("id\t{}", text(&v["id"]));
+            println!("state\t{}", text(&v["state"]));
+            println!("pool\t{}", text(&v["pool"]));
+            println!(
+                "config\t{} {}",
+                text(&v["config"]["name"]),
+                text(&v["config"]["hash"])
+            );
+            println!("hostname\t{}", text(&v["identity"]["hostname"]));
+            println!("platform\t{}", text(&v["identity"]["platform"]));
+            println!("authenticated\t{}", text(&v["authenticated"]));
+            for b in v["boots"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+                .iter()
+                .rev()
+            {
+                println!("boot {}", text(&b["boot_id"]));
+                for s in b["stages"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                    println!(
+                        "  {}\t{}\t{} ms",
+                        text(&s["stage"]),
+                        text(&s["outcome"]),
+                        text(&s["duration_ms"])
+                    );
+                    if let Some(e) = s["error"].as_str() {
+                        println!("    error: {e}");
+                    }
+                    for l in s["detail"]["log_tail"]
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or(&[])
+                    {
+                        println!("    | {}", text(l));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn utc(secs: u64) -> String {
+    let u = crate::util::utc(secs);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        u.year, u.month, u.day, u.hour, u.minute, u.second
+    )
+}
