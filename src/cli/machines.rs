@@ -139,7 +139,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                     text(&m["state"]),
                     text(&m["pool"]),
                     text(&m["config"]["name"]),
-                    m["last_seen"].as_u64().map_or("-".into(), |s| utc(s)),
+                    m["last_seen"].as_u64().map_or("-".into(), utc),
                     text(&m["identity"]["hostname"]),
                 );
             }
