@@ -27,7 +27,7 @@ pub struct Fleet {
     record_us: AtomicU64,
     records: AtomicU64,
     /// Machines by state and pool, read from the store at most once per `COUNTS_TTL`.
-    counts: Mutex<Option<(Instant, inventory::Counts)>>,
+    counts: Mutex<Option<(Instant, Option<inventory::Counts>)>>,
 }
 
 const COUNTS_TTL: Duration = Duration::from_secs(5);
@@ -76,10 +76,19 @@ impl Fleet {
         let fresh = cache
             .as_ref()
             .is_some_and(|(t, _)| t.elapsed() < COUNTS_TTL);
-        if !fresh && let Ok(c) = store.counts() {
-            *cache = Some((Instant::now(), c));
+        if !fresh {
+            // A store that cannot answer is asked again after COUNTS_TTL, not at every
+            // scrape: the last counts stay (or none).
+            match store.counts() {
+                Ok(c) => *cache = Some((Instant::now(), Some(c))),
+                Err(e) => {
+                    log::warn!("counting the inventory's machines: {e:#}");
+                    let last = cache.take().and_then(|(_, c)| c);
+                    *cache = Some((Instant::now(), last));
+                }
+            }
         }
-        if let Some((_, counts)) = cache.as_ref() {
+        if let Some((_, Some(counts))) = cache.as_ref() {
             o.push_str("# HELP agent_serve_machines Machines in the inventory, by state and pool.\n# TYPE agent_serve_machines gauge\n");
             for ((state, pool), n) in counts {
                 o.push_str(&format!(
