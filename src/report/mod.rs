@@ -89,7 +89,7 @@ impl Changes {
         let n = paths.len();
         paths.truncate(MAX_PATHS);
         Changes {
-            paths_truncated: (n > MAX_PATHS).then_some(n - MAX_PATHS),
+            paths_truncated: (n > MAX_PATHS).then(|| n - MAX_PATHS),
             paths,
             ..Changes::default()
         }
