@@ -618,11 +618,21 @@ mod tests {
                 source: "file /x".into(),
                 sha512: "00".into(),
             }],
+            served: Some(Served {
+                pool: Some("worker".into()),
+                auth: Some("Bearer tok_never_in_fetch_json".into()),
+                ..Default::default()
+            }),
         };
         s.write_fetch_record(&r).unwrap();
         assert_eq!(mode(&t.0.join("fetch.json")), 0o644);
         let text = std::fs::read_to_string(t.0.join("fetch.json")).unwrap();
         assert!(text.contains("\"userConfigProvided\": true"), "{text}");
+        // The token goes to its own 0600 file, never into the record.
+        assert!(!text.contains("tok_never") && text.contains("worker"), "{text}");
+        s.write_report_auth(Some("Bearer tok_x")).unwrap();
+        assert_eq!(mode(&t.0.join(REPORT_AUTH)), 0o600);
+        assert_eq!(s.report_auth().as_deref(), Some("Bearer tok_x"));
         assert_eq!(s.read_fetch_record().unwrap().configs[0].kind, "user");
         assert_eq!(s.user_config_provided(), Some(true));
 

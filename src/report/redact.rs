@@ -52,11 +52,15 @@ pub fn text(s: &str) -> String {
         if hide_next > 0 {
             hide_next -= 1;
             let lower = word.to_ascii_lowercase();
-            out.push_str(&keep_quotes(word, "…"));
-            // "Authorization: Bearer x": the scheme is followed by the credential.
-            if matches!(lower.trim_matches(|c: char| !c.is_alphanumeric()), "bearer" | "basic" | "token" | "digest")
-            {
+            // "Authorization: Bearer x": the scheme stays, the credential after it goes.
+            if matches!(
+                lower.trim_matches(|c: char| !c.is_alphanumeric()),
+                "bearer" | "basic" | "token" | "digest"
+            ) {
+                out.push_str(word);
                 hide_next = 1;
+            } else {
+                out.push_str(&keep_quotes(word, "…"));
             }
             out.push_str(ws);
             continue;
@@ -114,9 +118,13 @@ fn word_redacted(word: &str) -> (String, u8) {
     if lower.contains("://")
         && let Some(q) = w.find('?')
     {
-        let end = w[q..]
+        let mut end = w[q..]
             .find(|c: char| "\"'<>)]}#".contains(c))
             .map_or(w.len(), |e| q + e);
+        // Punctuation that ends the sentence, not the query.
+        while end > q + 1 && w[..end].ends_with([':', ',', ';', '.']) {
+            end -= 1;
+        }
         w = format!("{}?…{}", &w[..q], &w[end..]);
     }
     // key=value secrets (also inside a longer word: `x?token=…` was removed above).

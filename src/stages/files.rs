@@ -57,8 +57,7 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
     let r = write_all(config, ctx, opts, &mut w);
     if let Err(e) = &r {
         // The log of the failure, where whoever looks at the disk finds it.
-        log::error!("{e:#}");
-        if let Err(e) = report_root::keep_log(&w, ctx) {
+        if let Err(e) = report_root::keep_log(&w, ctx, Some(e)) {
             log::warn!("{e:#}");
         }
     }
@@ -66,7 +65,7 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
     if let Some(step) = &opts.report {
         report_root::report(&w, ctx, step);
     }
-    if let Err(e) = report_root::keep_log(&w, ctx) {
+    if let Err(e) = report_root::keep_log(&w, ctx, None) {
         log::warn!("{e:#}");
     }
     selinux::relabel(&w.root, &w.touched())?;
