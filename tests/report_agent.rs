@@ -398,3 +398,48 @@ fn secrets_never_reach_a_report() {
         assert!(!sum.contains(s), "{s} in the summary: {sum}");
     }
 }
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn the_disks_report_lists_partitions_and_filesystems() {
+    must_be_root();
+    let l = support::root::Loop::new(64);
+    let p1 = format!("{}p1", l.dev());
+    let p2 = format!("{}p2", l.dev());
+    let storage = |parts: Value, fss: Value| {
+        json!({"ignition": {"version": "3.4.0"}, "storage": {
+            "disks": [{"device": l.dev(), "partitions": parts}], "filesystems": fss}})
+    };
+    // First boot: two partitions and a filesystem made.
+    let s = Server::start(
+        None,
+        Some(&storage(
+            json!([{"number": 1, "sizeMiB": 16}, {"number": 2, "sizeMiB": 16}]),
+            json!([{"device": p1, "format": "ext4", "label": "data"}]),
+        )),
+        "/report",
+    );
+    let run = agent_run(&pointer(&s.url("/ignition")), "quiet", &["--stage", "fetch", "--stage", "disks"], None);
+    assert!(run.out.status.success(), "{}", run.stderr());
+    let got = s.reports();
+    assert_eq!(stages(&got), ["fetch:ok", "disks:ok"], "{}", run.stderr());
+    let c = &got[1].0["changes"];
+    assert_eq!(c["partitions"]["created"], json!([p1, p2]), "{c}");
+    assert_eq!(c["filesystems"]["made"], json!([format!("{p1} (ext4)")]), "{c}");
+    // Again: partition 1 and its filesystem kept, partition 2 deleted.
+    let s = Server::start(
+        None,
+        Some(&storage(
+            json!([{"number": 1, "sizeMiB": 16}, {"number": 2, "shouldExist": false, "wipePartitionEntry": true}]),
+            json!([{"device": p1, "format": "ext4", "label": "data"}]),
+        )),
+        "/report",
+    );
+    let run = agent_run(&pointer(&s.url("/ignition")), "quiet", &["--stage", "fetch", "--stage", "disks"], None);
+    assert!(run.out.status.success(), "{}", run.stderr());
+    let c = &s.reports()[1].0["changes"];
+    assert_eq!(c["partitions"]["kept"], json!([p1]), "{c}");
+    assert_eq!(c["partitions"]["deleted"], json!([p2]), "{c}");
+    assert_eq!(c["filesystems"]["reused"], json!([format!("{p1} (ext4)")]), "{c}");
+    assert_eq!(s.reports()[1].0["final"], true);
+}
