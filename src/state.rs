@@ -629,7 +629,10 @@ mod tests {
         let text = std::fs::read_to_string(t.0.join("fetch.json")).unwrap();
         assert!(text.contains("\"userConfigProvided\": true"), "{text}");
         // The token goes to its own 0600 file, never into the record.
-        assert!(!text.contains("tok_never") && text.contains("worker"), "{text}");
+        assert!(
+            !text.contains("tok_never") && text.contains("worker"),
+            "{text}"
+        );
         s.write_report_auth(Some("Bearer tok_x")).unwrap();
         assert_eq!(mode(&t.0.join(REPORT_AUTH)), 0o600);
         assert_eq!(s.report_auth().as_deref(), Some("Bearer tok_x"));

@@ -29,7 +29,10 @@ impl Server {
     fn start(port: Option<u16>, config: Option<&Value>, report_url: &str) -> Server {
         let port = port.unwrap_or_else(free_tcp_port);
         let out = TempDir::new("reports-got");
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/report_server.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/report_server.py"
+        );
         let mut args = vec![port.to_string(), out.path().display().to_string()];
         if let Some(c) = config {
             let f = out.join("served.ign");
@@ -125,7 +128,13 @@ fn agent_run(config: &Value, cmdline: &str, extra: &[&str], state: Option<TempDi
 fn stages(reports: &[(Value, String)]) -> Vec<String> {
     reports
         .iter()
-        .map(|(r, _)| format!("{}:{}", r["stage"].as_str().unwrap(), r["outcome"].as_str().unwrap()))
+        .map(|(r, _)| {
+            format!(
+                "{}:{}",
+                r["stage"].as_str().unwrap(),
+                r["outcome"].as_str().unwrap()
+            )
+        })
         .collect()
 }
 
@@ -155,7 +164,12 @@ fn a_provisioned_machine_sends_three_reports_with_what_changed() {
     let run = agent_run(&pointer(&s.url("/ignition")), "quiet", &[], None);
     assert!(run.out.status.success(), "{}", run.stderr());
     let got = s.reports();
-    assert_eq!(stages(&got), ["fetch:ok", "disks:ok", "files:ok"], "{}", run.stderr());
+    assert_eq!(
+        stages(&got),
+        ["fetch:ok", "disks:ok", "files:ok"],
+        "{}",
+        run.stderr()
+    );
     for (r, auth) in &got {
         assert_eq!(auth, &format!("Bearer {TOKEN}"));
         assert_eq!(r["format"], 1);
@@ -179,7 +193,10 @@ fn a_provisioned_machine_sends_three_reports_with_what_changed() {
     // The token is kept for reports only, 0600, never in a report.
     let auth = run.state.join("report-auth");
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&auth).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&auth).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     for raw in s.raw() {
         assert!(!raw.contains(TOKEN));
     }
@@ -205,10 +222,18 @@ fn a_fetch_failure_is_reported_to_the_kernel_argument_url() {
     );
     assert!(!run.out.status.success());
     let got = s.reports();
-    assert_eq!(stages(&got), ["fetch:started", "fetch:failed"], "{}", run.stderr());
+    assert_eq!(
+        stages(&got),
+        ["fetch:started", "fetch:failed"],
+        "{}",
+        run.stderr()
+    );
     let failed = &got[1].0;
     let err = failed["error"].as_str().unwrap();
-    assert!(err.contains("/missing.ign?…") && err.contains("404"), "{err}");
+    assert!(
+        err.contains("/missing.ign?…") && err.contains("404"),
+        "{err}"
+    );
     assert!(!failed["log_tail"].as_array().unwrap().is_empty());
     assert_eq!(got[1].1, "", "no token without a served config");
     for raw in s.raw() {
@@ -218,7 +243,10 @@ fn a_fetch_failure_is_reported_to_the_kernel_argument_url() {
     assert!(sum.len() <= 20, "{sum:#?}");
     let sum = sum.join("\n");
     assert!(sum.contains("the fetch stage FAILED"), "{sum}");
-    assert!(sum.contains("/missing.ign?…") && !sum.contains("querysecret"), "{sum}");
+    assert!(
+        sum.contains("/missing.ign?…") && !sum.contains("querysecret"),
+        "{sum}"
+    );
     assert!(sum.contains("agent.log"), "{sum}");
 }
 
@@ -230,12 +258,28 @@ fn a_disks_failure_is_reported_with_its_device() {
         {"device": "/dev/agent-report-test-absent", "partitions": [{"label": "x"}]}
     ]}});
     let s = Server::start(None, Some(&served), "/report");
-    let run = agent_run(&pointer(&s.url("/ignition")), "quiet", &["--device-timeout", "0.2"], None);
+    let run = agent_run(
+        &pointer(&s.url("/ignition")),
+        "quiet",
+        &["--device-timeout", "0.2"],
+        None,
+    );
     assert!(!run.out.status.success());
     let got = s.reports();
-    assert_eq!(stages(&got), ["fetch:ok", "disks:failed"], "{}", run.stderr());
+    assert_eq!(
+        stages(&got),
+        ["fetch:ok", "disks:failed"],
+        "{}",
+        run.stderr()
+    );
     let r = &got[1].0;
-    assert!(r["error"].as_str().unwrap().contains("/dev/agent-report-test-absent"), "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("/dev/agent-report-test-absent"),
+        "{r}"
+    );
     assert!(!r["log_tail"].as_array().unwrap().is_empty());
     let sum = summary(&run.stderr());
     assert!(sum.len() <= 20, "{sum:#?}");
@@ -257,7 +301,12 @@ fn a_files_failure_is_reported_and_its_log_kept_in_the_root() {
     let run = agent_run(&pointer(&s.url("/ignition")), "quiet", &[], None);
     assert!(!run.out.status.success());
     let got = s.reports();
-    assert_eq!(stages(&got), ["fetch:ok", "disks:ok", "files:failed"], "{}", run.stderr());
+    assert_eq!(
+        stages(&got),
+        ["fetch:ok", "disks:ok", "files:failed"],
+        "{}",
+        run.stderr()
+    );
     let r = &got[2].0;
     let err = r["error"].as_str().unwrap();
     assert!(err.contains("/absent/app.conf?…"), "{err}");
@@ -268,7 +317,10 @@ fn a_files_failure_is_reported_and_its_log_kept_in_the_root() {
     let sum = summary(&run.stderr());
     assert!(sum.len() <= 20, "{sum:#?}");
     let sum = sum.join("\n");
-    assert!(sum.contains("the files stage FAILED") && sum.contains("/etc/app.conf"), "{sum}");
+    assert!(
+        sum.contains("the files stage FAILED") && sum.contains("/etc/app.conf"),
+        "{sum}"
+    );
     let log = std::fs::read_to_string(run.root.join("var/log/agent/agent.log")).unwrap();
     assert!(log.contains("/etc/app.conf"), "{log}");
 }
@@ -290,8 +342,14 @@ fn reports_wait_in_the_queue_until_the_server_is_back() {
     let queued = |d: &Path| {
         std::fs::read_dir(d)
             .map(|rd| {
-                rd.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
-                    .count()
+                rd.filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "json")
+                })
+                .count()
             })
             .unwrap_or(0)
     };
@@ -299,11 +357,17 @@ fn reports_wait_in_the_queue_until_the_server_is_back() {
     let rq = run.root.join("var/lib/agent/reports");
     assert_eq!(queued(&rq), 3);
     assert!(run.root.join("var/lib/agent/agent").exists());
-    let unit = std::fs::read_to_string(run.root.join("etc/systemd/system/agent-report.service")).unwrap();
-    assert!(unit.contains("ExecStart=/var/lib/agent/agent report drain --dir /var/lib/agent/reports"));
+    let unit =
+        std::fs::read_to_string(run.root.join("etc/systemd/system/agent-report.service")).unwrap();
+    assert!(
+        unit.contains("ExecStart=/var/lib/agent/agent report drain --dir /var/lib/agent/reports")
+    );
     assert_eq!(
-        std::fs::read_link(run.root.join("etc/systemd/system/multi-user.target.wants/agent-report.service"))
-            .unwrap(),
+        std::fs::read_link(
+            run.root
+                .join("etc/systemd/system/multi-user.target.wants/agent-report.service")
+        )
+        .unwrap(),
         Path::new("/etc/systemd/system/agent-report.service")
     );
     // The server is back: `agent report drain` (as the unit runs it) sends them all.
@@ -313,7 +377,11 @@ fn reports_wait_in_the_queue_until_the_server_is_back() {
         .arg(&rq)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got = back.reports();
     assert_eq!(stages(&got), ["fetch:ok", "disks:ok", "files:ok"]);
     assert!(got.iter().all(|(_, a)| a == &format!("Bearer {TOKEN}")));
@@ -330,14 +398,29 @@ fn the_next_stage_sends_the_queue_first() {
         Some(&json!({"ignition": {"version": "3.4.0"}})),
         &format!("http://127.0.0.1:{down}/report"),
     );
-    let first = agent_run(&pointer(&s.url("/ignition")), "quiet", &["--stage", "fetch"], None);
+    let first = agent_run(
+        &pointer(&s.url("/ignition")),
+        "quiet",
+        &["--stage", "fetch"],
+        None,
+    );
     assert!(first.out.status.success(), "{}", first.stderr());
     let back = Server::start(Some(down), None, "");
     let state = first.state;
-    let second = agent_run(&pointer(&s.url("/ignition")), "quiet", &["--stage", "disks"], Some(state));
+    let second = agent_run(
+        &pointer(&s.url("/ignition")),
+        "quiet",
+        &["--stage", "disks"],
+        Some(state),
+    );
     assert!(second.out.status.success(), "{}", second.stderr());
     let got = back.reports();
-    assert_eq!(stages(&got), ["fetch:ok", "disks:ok"], "{}", second.stderr());
+    assert_eq!(
+        stages(&got),
+        ["fetch:ok", "disks:ok"],
+        "{}",
+        second.stderr()
+    );
     assert_eq!(got[1].0["final"], true);
 }
 
@@ -355,21 +438,30 @@ fn secrets_never_reach_a_report() {
         "c2VjcmV0Y29udGVudHMy",
     ];
     let served = json!({"ignition": {"version": "3.4.0"},
-        "passwd": {"users": [{"name": "core", "passwordHash": secrets[2]}]},
-        "storage": {"files": [
-            {"path": "/etc/a", "contents": {"source": "data:,SECRETCONTENTS42"}},
-            {"path": "/etc/b", "contents": {"source": format!("data:;base64,{}", secrets[5])}},
-            {"path": "/etc/c", "contents": {
-                "source": s0.url("/absent?sig=querysecret99"),
-                "httpHeaders": [{"name": "X-Api-Key", "value": "hdrsecretvalue77"}]}}
-        ]}});
+    "passwd": {"users": [{"name": "core", "passwordHash": secrets[2]}]},
+    "storage": {"files": [
+        {"path": "/etc/a", "contents": {"source": "data:,SECRETCONTENTS42"}},
+        {"path": "/etc/b", "contents": {"source": format!("data:;base64,{}", secrets[5])}},
+        {"path": "/etc/c", "contents": {
+            "source": s0.url("/absent?sig=querysecret99"),
+            "httpHeaders": [{"name": "X-Api-Key", "value": "hdrsecretvalue77"}]}}
+    ]}});
     let s = Server::start(None, Some(&served), "/report");
     // Once sent, and once queued (another run against a server that is down).
     let run = agent_run(&pointer(&s.url("/ignition")), "quiet", &["-v"], None);
     assert!(!run.out.status.success());
-    assert_eq!(stages(&s.reports()), ["fetch:ok", "disks:ok", "files:failed"], "{}", run.stderr());
+    assert_eq!(
+        stages(&s.reports()),
+        ["fetch:ok", "disks:ok", "files:failed"],
+        "{}",
+        run.stderr()
+    );
     let down = free_tcp_port();
-    let s2 = Server::start(None, Some(&served), &format!("http://127.0.0.1:{down}/report"));
+    let s2 = Server::start(
+        None,
+        Some(&served),
+        &format!("http://127.0.0.1:{down}/report"),
+    );
     let run2 = agent_run(&pointer(&s2.url("/ignition")), "quiet", &["-v"], None);
     assert!(!run2.out.status.success());
     let mut stored = s.raw();
@@ -387,9 +479,14 @@ fn secrets_never_reach_a_report() {
     }
     // The failure (useradd, whose command line the log shows with the hash) is in the
     // report, redacted.
-    assert!(run.stderr().contains(secrets[2]), "the test must put the hash in the log");
     assert!(
-        stored.iter().any(|r| r.contains("creating user core") && r.contains("<password hash>")),
+        run.stderr().contains(secrets[2]),
+        "the test must put the hash in the log"
+    );
+    assert!(
+        stored
+            .iter()
+            .any(|r| r.contains("creating user core") && r.contains("<password hash>")),
         "{stored:#?}"
     );
     // And the console summary is free of them too.
@@ -419,13 +516,22 @@ fn the_disks_report_lists_partitions_and_filesystems() {
         )),
         "/report",
     );
-    let run = agent_run(&pointer(&s.url("/ignition")), "quiet", &["--stage", "fetch", "--stage", "disks"], None);
+    let run = agent_run(
+        &pointer(&s.url("/ignition")),
+        "quiet",
+        &["--stage", "fetch", "--stage", "disks"],
+        None,
+    );
     assert!(run.out.status.success(), "{}", run.stderr());
     let got = s.reports();
     assert_eq!(stages(&got), ["fetch:ok", "disks:ok"], "{}", run.stderr());
     let c = &got[1].0["changes"];
     assert_eq!(c["partitions"]["created"], json!([p1, p2]), "{c}");
-    assert_eq!(c["filesystems"]["made"], json!([format!("{p1} (ext4)")]), "{c}");
+    assert_eq!(
+        c["filesystems"]["made"],
+        json!([format!("{p1} (ext4)")]),
+        "{c}"
+    );
     // Again: partition 1 and its filesystem kept, partition 2 deleted.
     let s = Server::start(
         None,
@@ -435,11 +541,20 @@ fn the_disks_report_lists_partitions_and_filesystems() {
         )),
         "/report",
     );
-    let run = agent_run(&pointer(&s.url("/ignition")), "quiet", &["--stage", "fetch", "--stage", "disks"], None);
+    let run = agent_run(
+        &pointer(&s.url("/ignition")),
+        "quiet",
+        &["--stage", "fetch", "--stage", "disks"],
+        None,
+    );
     assert!(run.out.status.success(), "{}", run.stderr());
     let c = &s.reports()[1].0["changes"];
     assert_eq!(c["partitions"]["kept"], json!([p1]), "{c}");
     assert_eq!(c["partitions"]["deleted"], json!([p2]), "{c}");
-    assert_eq!(c["filesystems"]["reused"], json!([format!("{p1} (ext4)")]), "{c}");
+    assert_eq!(
+        c["filesystems"]["reused"],
+        json!([format!("{p1} (ext4)")]),
+        "{c}"
+    );
     assert_eq!(s.reports()[1].0["final"], true);
 }

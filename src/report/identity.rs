@@ -105,7 +105,11 @@ mod tests {
         let dmi = d.join("dmi");
         let net = d.join("net");
         for (dir, f, v) in [
-            (&dmi, "product_uuid", "4C4C4544-0042-3510-8052-B4C04F4E4D32\n"),
+            (
+                &dmi,
+                "product_uuid",
+                "4C4C4544-0042-3510-8052-B4C04F4E4D32\n",
+            ),
             (&dmi, "product_serial", "ABC123\n"),
             (&net.join("lo"), "address", "00:00:00:00:00:00\n"),
             (&net.join("eth1"), "address", "52:54:00:AA:BB:CC\n"),
@@ -125,7 +129,11 @@ mod tests {
         assert_eq!(m.macs, ["52:54:00:12:34:56", "52:54:00:aa:bb:cc"]);
         assert_eq!(m.instance_id, None);
         // An unset UUID: the first MAC names the machine.
-        std::fs::write(dmi.join("product_uuid"), "00000000-0000-0000-0000-000000000000").unwrap();
+        std::fs::write(
+            dmi.join("product_uuid"),
+            "00000000-0000-0000-0000-000000000000",
+        )
+        .unwrap();
         assert_eq!(machine(&e, None).id, "mac-52:54:00:12:34:56");
         std::fs::remove_dir_all(&d).unwrap();
     }

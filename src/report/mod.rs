@@ -123,7 +123,12 @@ impl std::fmt::Debug for Target {
 
 /// The report target of this boot: `agent.report.url=` on `cmdline` wins over the URL the
 /// config server named (kept by the fetch stage in the state directory); None: no reports.
-pub fn target(state: &StateDir, cmdline: &str, endpoints: &Endpoints, limits: Limits) -> Option<Target> {
+pub fn target(
+    state: &StateDir,
+    cmdline: &str,
+    endpoints: &Endpoints,
+    limits: Limits,
+) -> Option<Target> {
     let served = state.read_fetch_record().ok().and_then(|r| r.served);
     let karg = runtime::cmdline::value(cmdline, KARG_REPORT_URL).filter(|u| !u.is_empty());
     let url = karg
@@ -159,7 +164,11 @@ pub struct Outcome<'a> {
 
 /// Builds the report of `o` for `t`, secrets removed.
 pub fn build(t: &Target, o: Outcome) -> Report {
-    let known: Vec<&str> = t.auth.iter().flat_map(|a| [a.as_str(), bearer(a)]).collect();
+    let known: Vec<&str> = t
+        .auth
+        .iter()
+        .flat_map(|a| [a.as_str(), bearer(a)])
+        .collect();
     let (error, log_tail) = match o.error {
         Some(e) => (
             Some(redact::text_with(&one_line(&format!("{e:#}")), &known)),

@@ -74,7 +74,8 @@ fn push_bytes(dir: &Path, t: &Target, body: &[u8], id: &str) -> Result<PathBuf> 
 /// Where the reports queued in `dir` go (`agent report drain`).
 pub fn target_of(dir: &Path) -> Result<Target> {
     let read = |f: &str| std::fs::read(dir.join(f));
-    let url = read(URL_FILE).with_context(|| format!("reading {}", dir.join(URL_FILE).display()))?;
+    let url =
+        read(URL_FILE).with_context(|| format!("reading {}", dir.join(URL_FILE).display()))?;
     let url = String::from_utf8_lossy(&url).trim().to_string();
     if url.is_empty() {
         bail!("{}: no report URL", dir.join(URL_FILE).display());

@@ -3,6 +3,10 @@
 //! header values of credentials, and the exact secrets the caller knows (the fetch token).
 //! A report holds no file contents by construction (paths only); the error and log lines
 //! pass through [`text`] before they are sent or queued.
+//!
+//! Hand-written word scanning rather than the `regex` crate: the rules are per word (a URL, a
+//! `key=value`, a hash prefix, the word after `Bearer`), which a scan says plainly, and the
+//! agent crate has no `regex` dependency to put in the initramfs binary for it.
 
 /// The hash prefixes of crypt(3) (`$1$` MD5, `$5$`/`$6$` SHA-2, `$y$`/`$gy$` yescrypt,
 /// `$2a$`/`$2b$`/`$2y$` bcrypt, `$7$` scrypt, `$sha1$`, `$md5`).
@@ -80,9 +84,16 @@ fn split_trailing_ws(p: &str) -> (&str, &str) {
 
 /// Quotes and brackets around a hidden word stay (`"…"`).
 fn keep_quotes(word: &str, with: &str) -> String {
-    let lead: String = word.chars().take_while(|c| "\"'([{<".contains(*c)).collect();
+    let lead: String = word
+        .chars()
+        .take_while(|c| "\"'([{<".contains(*c))
+        .collect();
     let tail: String = {
-        let t: Vec<char> = word.chars().rev().take_while(|c| "\"')]}>,;.".contains(*c)).collect();
+        let t: Vec<char> = word
+            .chars()
+            .rev()
+            .take_while(|c| "\"')]}>,;.".contains(*c))
+            .collect();
         t.into_iter().rev().collect()
     };
     if lead.len() + tail.len() >= word.len() {
@@ -101,7 +112,9 @@ fn word_redacted(word: &str) -> (String, u8) {
     }
     // `Authorization:`, `token:`, `"password":`.
     if let Some(k) = bare.strip_suffix(':').map(|k| k.trim_matches('"'))
-        && SECRET_KEYS.iter().any(|s| k == *s || k.ends_with(&format!("-{s}")) || k.ends_with(&format!("_{s}")))
+        && SECRET_KEYS
+            .iter()
+            .any(|s| k == *s || k.ends_with(&format!("-{s}")) || k.ends_with(&format!("_{s}")))
     {
         return (word.to_string(), 1);
     }
@@ -173,7 +186,10 @@ mod tests {
     #[test]
     fn secrets_are_removed() {
         let cases = [
-            ("fetching data:,hello%20world failed", "fetching data:… failed"),
+            (
+                "fetching data:,hello%20world failed",
+                "fetching data:… failed",
+            ),
             (
                 "source \"data:text/plain;base64,c2VjcmV0\" bad",
                 "source \"data:…\" bad",
@@ -182,13 +198,31 @@ mod tests {
                 "GET https://h/x.ign?sig=abc&token=def: 403",
                 "GET https://h/x.ign?…: 403",
             ),
-            ("user core hash $6$salt$abcdefghij ok", "user core hash <password hash> ok"),
-            ("\"passwordHash\": \"$y$j9T$abc$def\"", "\"passwordHash\": \"<password hash>\""),
-            ("bcrypt $2b$12$abcdefghijklmnopqrstuv", "bcrypt <password hash>"),
-            ("Authorization: Bearer tok_abcdef123", "Authorization: Bearer …"),
+            (
+                "user core hash $6$salt$abcdefghij ok",
+                "user core hash <password hash> ok",
+            ),
+            (
+                "\"passwordHash\": \"$y$j9T$abc$def\"",
+                "\"passwordHash\": \"<password hash>\"",
+            ),
+            (
+                "bcrypt $2b$12$abcdefghijklmnopqrstuv",
+                "bcrypt <password hash>",
+            ),
+            (
+                "Authorization: Bearer tok_abcdef123",
+                "Authorization: Bearer …",
+            ),
             ("header Bearer tok_abcdef123 sent", "header Bearer … sent"),
-            ("url http://h/c?x=1 and token=sekrit1", "url http://h/c?… and token=…"),
-            ("Authorization: Basic dXNlcjpwYXNz", "Authorization: Basic …"),
+            (
+                "url http://h/c?x=1 and token=sekrit1",
+                "url http://h/c?… and token=…",
+            ),
+            (
+                "Authorization: Basic dXNlcjpwYXNz",
+                "Authorization: Basic …",
+            ),
             ("X-Auth-Token: abcd1234", "X-Auth-Token: …"),
             ("plain line /dev/vda4 (xfs)", "plain line /dev/vda4 (xfs)"),
         ];

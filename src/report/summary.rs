@@ -18,7 +18,7 @@ const LINE: usize = 200;
 pub fn lines(stage: &str, e: &anyhow::Error, log: &Path, report: &str) -> Vec<String> {
     let chain: Vec<String> = e
         .chain()
-        .map(|c| redact::text(&c.to_string().lines().next().unwrap_or("").to_string()))
+        .map(|c| redact::text(c.to_string().lines().next().unwrap_or("")))
         .collect();
     let mut out = vec![format!("agent: the {stage} stage FAILED")];
     let objects = objects(&chain);
@@ -39,7 +39,10 @@ pub fn lines(stage: &str, e: &anyhow::Error, log: &Path, report: &str) -> Vec<St
         out.push(format!("  why:   {}", chain[chain.len() - 1]));
     }
     for (i, c) in check(stage).iter().enumerate() {
-        out.push(format!("  {} {c}", if i == 0 { "check:" } else { "      " }));
+        out.push(format!(
+            "  {} {c}",
+            if i == 0 { "check:" } else { "      " }
+        ));
     }
     out.push(format!("  log:   {} (the full log)", log.display()));
     out.push(format!("  report: {report}"));
@@ -116,7 +119,10 @@ mod tests {
         assert!(l.len() <= MAX_LINES, "{l:#?}");
         let all = l.join("\n");
         assert!(all.contains("files stage FAILED"), "{all}");
-        assert!(all.contains("https://h/c.ign?…") && all.contains("/etc/app.conf"), "{all}");
+        assert!(
+            all.contains("https://h/c.ign?…") && all.contains("/etc/app.conf"),
+            "{all}"
+        );
         assert!(!all.contains("token=x"), "{all}");
         assert!(all.contains("why:   No such file"), "{all}");
         assert!(all.contains("/run/agent/agent.log"), "{all}");

@@ -41,7 +41,11 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
             }
         }
         // The files stage sends its own report while the new root is mounted.
-        let files_target = if stage == Stage::Files { target() } else { None };
+        let files_target = if stage == Stage::Files {
+            target()
+        } else {
+            None
+        };
         let files_reports = files_target.is_some();
         let r = (|| -> Result<Changes> {
             Ok(match stage {
@@ -80,7 +84,15 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
             Err(e) => {
                 let sent = match target() {
                     Some(t) => {
-                        let o = outcome(ctx, stage, "failed", final_, t0, Changes::default(), Some(e));
+                        let o = outcome(
+                            ctx,
+                            stage,
+                            "failed",
+                            final_,
+                            t0,
+                            Changes::default(),
+                            Some(e),
+                        );
                         let url = report::redact::url(&t.url);
                         match report::deliver(&t, &state, &report::build(&t, o)) {
                             Delivered::Sent => format!("sent to {url}"),
@@ -90,8 +102,7 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
                     }
                     None => "none (no report URL: agent.report.url= or the config server's)".into(),
                 };
-                let lines =
-                    report::summary::lines(stage.name(), e, &state.log_path(), &sent);
+                let lines = report::summary::lines(stage.name(), e, &state.log_path(), &sent);
                 report::summary::print(&lines, crate::logging::kmsg());
             }
         }

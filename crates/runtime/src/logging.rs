@@ -42,7 +42,9 @@ pub fn stage() -> &'static str {
 
 /// The last lines logged (at most [`RING_LINES`], oldest first, without their newline).
 pub fn recent() -> Vec<String> {
-    RING.lock().map(|r| r.iter().cloned().collect()).unwrap_or_default()
+    RING.lock()
+        .map(|r| r.iter().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// Whether lines also go to /dev/kmsg (`--log-kmsg`).
@@ -59,7 +61,9 @@ pub fn tee_to(path: &Path) -> std::io::Result<()> {
         .append(true)
         .mode(0o600)
         .open(path)?;
-    let mut tee = TEE.lock().map_err(|_| std::io::Error::other("logger lock poisoned"))?;
+    let mut tee = TEE
+        .lock()
+        .map_err(|_| std::io::Error::other("logger lock poisoned"))?;
     if tee.is_none() {
         for l in recent() {
             f.write_all(format!("{l}\n").as_bytes())?;

@@ -67,7 +67,12 @@ pub fn keep_log(w: &Writer, ctx: &Context, error: Option<&anyhow::Error>) -> Res
     }
     w.put_dir("/var/log/agent", root_only(0o700), false)
         .and_then(|()| w.put_file(ROOT_LOG, Contents::Bytes(&bytes), root_only(0o600), true))
-        .with_context(|| format!("copying the log {} to {ROOT_LOG} in the root", src.display()))
+        .with_context(|| {
+            format!(
+                "copying the log {} to {ROOT_LOG} in the root",
+                src.display()
+            )
+        })
 }
 
 /// Sends the stage's report (the reports queued before it first); when some stay queued,
@@ -114,7 +119,12 @@ fn install(w: &Writer, dir: &std::path::Path) -> Result<()> {
     let exe = std::fs::read("/proc/self/exe").context("reading the agent binary /proc/self/exe")?;
     w.put_file(ROOT_AGENT, Contents::Bytes(&exe), root_only(0o755), true)?;
     let unit = format!("/etc/systemd/system/{UNIT}");
-    w.put_file(&unit, Contents::Bytes(unit_text().as_bytes()), root_only(0o644), true)?;
+    w.put_file(
+        &unit,
+        Contents::Bytes(unit_text().as_bytes()),
+        root_only(0o644),
+        true,
+    )?;
     w.put_symlink(
         &format!("/etc/systemd/system/multi-user.target.wants/{UNIT}"),
         &unit,
