@@ -280,3 +280,22 @@ pub fn deliver(t: &Target, state: &StateDir, r: &Report) -> Delivered {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_bounded_and_errors_one_line() {
+        let c = Changes::of_paths((0..MAX_PATHS + 5).map(|i| format!("/p{i}")).collect());
+        assert_eq!(c.paths.len(), MAX_PATHS);
+        assert_eq!(c.paths_truncated, Some(5));
+        assert_eq!(Changes::of_paths(vec!["/a".into()]).paths_truncated, None);
+        let v = serde_json::to_value(Changes::of_paths(vec!["/a".into()])).unwrap();
+        assert!(v.get("paths_truncated").is_none(), "{v}");
+        assert_eq!(
+            one_line("config is invalid:\n  error at $.x\n\n"),
+            "config is invalid:; error at $.x"
+        );
+    }
+}

@@ -141,3 +141,42 @@ fn remove_queue(dir: &Path) -> Result<()> {
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_keeps_the_newest_hundred() {
+        let d = std::env::temp_dir().join(format!("agent-queue-{}", uuid::Uuid::new_v4().simple()));
+        let t = Target {
+            url: "http://127.0.0.1:9/report".into(),
+            auth: Some("Bearer tok_q".into()),
+            ..Target::default()
+        };
+        let mut ids = Vec::new();
+        for n in 0..MAX_QUEUED + 3 {
+            let r = Report {
+                id: format!("r{n:03}"),
+                ..Report::default()
+            };
+            push(&d, &t, &r).unwrap();
+            ids.push(r.id);
+        }
+        let left = list(&d).unwrap();
+        assert_eq!(left.len(), MAX_QUEUED);
+        // The three oldest went.
+        let first = std::fs::read_to_string(&left[0]).unwrap();
+        assert!(first.contains("\"r003\""), "{first}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&d), 0o700);
+        assert_eq!(mode(&d.join(AUTH_FILE)), 0o600);
+        let back = target_of(&d).unwrap();
+        assert_eq!(back.url, t.url);
+        assert_eq!(back.auth, t.auth);
+        // The token is beside the reports, never in one.
+        assert!(!first.contains("tok_q"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -18,10 +18,11 @@ use crate::report::{self, Changes, Delivered, Outcome};
 
 /// Runs `stages` in the order given. The log is kept in `<state-dir>/agent.log` too; after
 /// each stage a report goes to the report URL if there is one (`crate::report`,
-/// docs/reports.md), and a failed stage prints its summary on the console.
+/// docs/reports.md; offline, it is queued for the next stage), and a failed stage prints its
+/// summary on the console.
 pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
     let state = ctx.state();
-    if crate::util::mkdir_private(state.path()).is_ok()
+    if state.create().is_ok()
         && let Err(e) = crate::logging::tee_to(&state.log_path())
     {
         log::warn!("keeping the log in {}: {e}", state.log_path().display());
@@ -30,7 +31,9 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
     let target = || report::target(&state, &cmdline, &ctx.endpoints, ctx.limits);
     for (i, &stage) in stages.iter().enumerate() {
         crate::logging::set_stage(stage.name());
-        let final_ = i + 1 == stages.len();
+        // The initramfs runs one stage per unit: a run of fetch or disks alone is a part of
+        // the boot, not its end; the files stage, or the last of several, ends it.
+        let final_ = i + 1 == stages.len() && (stage == Stage::Files || stages.len() > 1);
         let t0 = Instant::now();
         let karg = runtime::cmdline::value(&cmdline, report::KARG_REPORT_URL);
         if stage == Stage::Fetch && !ctx.offline && karg.is_some_and(|u| !u.is_empty()) {
@@ -76,7 +79,15 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
             Ok(changes) => {
                 if let Some(t) = target() {
                     let o = outcome(ctx, stage, "ok", final_, t0, changes.clone(), None);
-                    report::deliver(&t, &state, &report::build(&t, o));
+                    let r = report::build(&t, o);
+                    if ctx.offline {
+                        // No network to send it with: the next stage sends it.
+                        if let Err(e) = report::queue::push(&state.reports_dir(), &t, &r) {
+                            log::warn!("queueing the {} report: {e:#}", stage.name());
+                        }
+                    } else {
+                        report::deliver(&t, &state, &r);
+                    }
                 }
             }
             // The offline pass that needs the network has not failed: the online pass follows.

@@ -132,3 +132,23 @@ impl Log for Logger {
 
     fn flush(&self) {}
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_ring_keeps_the_last_lines() {
+        super::init(0, false);
+        for i in 0..super::RING_LINES + 7 {
+            log::info!("ring line {i}");
+        }
+        let r = super::recent();
+        assert_eq!(r.len(), super::RING_LINES);
+        // Other tests of this binary may log in between: look at this test's lines only.
+        let ours: Vec<&String> = r.iter().filter(|l| l.contains("ring line")).collect();
+        assert_eq!(
+            ours.last().unwrap().as_str(),
+            format!("agent[agent] info: ring line {}", super::RING_LINES + 6)
+        );
+        assert!(!r.iter().any(|l| l.ends_with("ring line 6")), "{r:?}");
+    }
+}
