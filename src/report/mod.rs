@@ -243,19 +243,20 @@ pub enum Delivered {
 }
 
 /// Sends `r`: the reports queued in `state`'s queue first, then `r`; what cannot be sent is
-/// queued. At most one send waits for its bound ([`send::BUDGET`]): once the server does not
-/// answer, the rest is queued without trying.
+/// queued. All of it within one [`send::BUDGET`]: once the server does not answer, or the
+/// time is up, the rest is queued without trying (in order: `r` goes behind the queue).
 pub fn deliver(t: &Target, state: &StateDir, r: &Report) -> Delivered {
     let dir = state.reports_dir();
-    let reachable = match queue::drain(&dir, t) {
-        Ok(_) => true,
+    let deadline = std::time::Instant::now() + send::BUDGET;
+    let reachable = match queue::drain(&dir, t, Some(deadline)) {
+        Ok(_) => queue::list(&dir).map(|l| l.is_empty()).unwrap_or(false),
         Err(e) => {
             log::warn!("queued reports not sent yet: {e:#}");
             false
         }
     };
     if reachable {
-        match send::send(t, r) {
+        match send::send(t, r, deadline) {
             Ok(()) => {
                 log::info!("{} report sent to {}", r.stage, redact::url(&t.url));
                 return Delivered::Sent;

@@ -6,6 +6,7 @@
 //! first; a report the server took is removed.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
 
@@ -92,13 +93,18 @@ pub fn target_of(dir: &Path) -> Result<Target> {
 }
 
 /// Sends the reports queued in `dir` to `t`, oldest first, removing each one sent (or
-/// refused for good). Stops at the first that cannot be sent: the error says why. Returns
-/// how many were sent.
-pub fn drain(dir: &Path, t: &Target) -> Result<usize> {
+/// refused for good). Stops at the first that cannot be sent (the error says why), and at
+/// `deadline` if given (the rest stays queued). Returns how many were sent.
+pub fn drain(dir: &Path, t: &Target, deadline: Option<Instant>) -> Result<usize> {
     let mut sent = 0;
     for p in list(dir)? {
+        let by = match deadline {
+            Some(d) if Instant::now() >= d => break,
+            Some(d) => d,
+            None => Instant::now() + send::BUDGET,
+        };
         let body = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
-        match send::send_bytes(t, &body) {
+        match send::send_bytes(t, &body, by) {
             Ok(()) => sent += 1,
             Err(send::Error::Refused(e)) => {
                 log::warn!("queued report {} refused, dropped: {e:#}", p.display());
@@ -128,7 +134,7 @@ pub fn drain_dir(dir: &Path) -> Result<()> {
         return remove_queue(dir);
     }
     let t = target_of(dir)?;
-    let sent = drain(dir, &t)?;
+    let sent = drain(dir, &t, None)?;
     log::info!("all {sent} queued reports sent from {}", dir.display());
     remove_queue(dir)
 }

@@ -27,14 +27,14 @@ pub enum Error {
     Unreachable(anyhow::Error),
 }
 
-/// Sends `r` to `t`.
-pub fn send(t: &Target, r: &Report) -> Result<(), Error> {
+/// Sends `r` to `t` by `deadline` (at most [`BUDGET`] from now).
+pub fn send(t: &Target, r: &Report, deadline: Instant) -> Result<(), Error> {
     let body = serde_json::to_vec(r).map_err(|e| Error::Refused(e.into()))?;
-    send_bytes(t, &body)
+    send_bytes(t, &body, deadline)
 }
 
-/// Sends an encoded report to `t`.
-pub fn send_bytes(t: &Target, body: &[u8]) -> Result<(), Error> {
+/// Sends an encoded report to `t` by `deadline` (at most [`BUDGET`] from now).
+pub fn send_bytes(t: &Target, body: &[u8], deadline: Instant) -> Result<(), Error> {
     let f = Fetcher::new(fetch::Options {
         http_response_headers: Some(CONNECT_SECS),
         ca_pems: t.cas.clone(),
@@ -47,7 +47,7 @@ pub fn send_bytes(t: &Target, body: &[u8]) -> Result<(), Error> {
         headers.push(("Authorization".into(), a.clone()));
     }
     let url = redact::url(&t.url);
-    let deadline = Instant::now() + BUDGET;
+    let deadline = deadline.min(Instant::now() + BUDGET);
     let mut last = anyhow!("{url}: not tried");
     for n in 0..TRIES {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -25,8 +25,9 @@ pub fn lines(stage: &str, e: &anyhow::Error, log: &Path, report: &str) -> Vec<St
     if !objects.is_empty() {
         out.push(format!("  on:    {}", objects.join(", ")));
     }
-    if let Some(doing) = chain.first() {
-        out.push(format!("  doing: {doing}"));
+    // One message: it says why; several: the outermost says what the stage was doing.
+    if chain.len() > 1 {
+        out.push(format!("  doing: {}", chain[0]));
     }
     // The middle of the chain, as much as fits, then the root cause.
     let room = MAX_LINES.saturating_sub(out.len() + 4 + check(stage).len());
@@ -35,8 +36,8 @@ pub fn lines(stage: &str, e: &anyhow::Error, log: &Path, report: &str) -> Vec<St
             out.push(format!("         {c}"));
         }
     }
-    if chain.len() > 1 {
-        out.push(format!("  why:   {}", chain[chain.len() - 1]));
+    if let Some(why) = chain.last() {
+        out.push(format!("  why:   {why}"));
     }
     for (i, c) in check(stage).iter().enumerate() {
         out.push(format!(
