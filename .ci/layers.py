@@ -21,7 +21,7 @@ LAYERS = {
     "util": 1, "limits": 1, "logging": 1, "signals": 1, "cmdline": 1, "butane_files": 1,
     "config": 0, "encoding": 0, "json": 0,
     "mounts": 2, "endpoints": 2, "metadata": 2, "fetch": 2, "state": 2,
-    "platform": 3, "blockdev": 3, "files": 3,
+    "platform": 3, "blockdev": 3, "files": 3, "report": 3,
     "stages": 4,
     "cli": 5, "serve": 5,
 }

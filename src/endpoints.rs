@@ -30,6 +30,10 @@ pub const DEFAULT_GS: &str = "https://storage.googleapis.com";
 pub const DEFAULT_QEMU_FW_CFG_DIR: &str = "/sys/firmware/qemu_fw_cfg";
 /// Default of [`Endpoints::kernel_cmdline`].
 pub const DEFAULT_KERNEL_CMDLINE: &str = "/proc/cmdline";
+/// Default of [`Endpoints::dmi_dir`].
+pub const DEFAULT_DMI_DIR: &str = "/sys/class/dmi/id";
+/// Default of [`Endpoints::net_dir`].
+pub const DEFAULT_NET_DIR: &str = "/sys/class/net";
 /// Default of [`Endpoints::device_timeout`].
 pub const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Kernel argument setting [`Endpoints::s3`].
@@ -55,6 +59,10 @@ pub struct Endpoints {
     pub kernel_cmdline: PathBuf,
     /// Longest wait for a device node to appear (disks stage, `plan`).
     pub device_timeout: Duration,
+    /// The firmware's SMBIOS fields (a report's machine identity, `crate::report`).
+    pub dmi_dir: PathBuf,
+    /// The network interfaces (a report's MAC addresses).
+    pub net_dir: PathBuf,
     /// Base URLs of platforms' metadata services that replace the built-in ones, as
     /// (platform, URL) (test builds: `--test-metadata-url NAME=URL`); empty: each platform's
     /// own address (`src/platform/NAME.rs`). AWS's is [`Endpoints::aws_imds`].
@@ -72,6 +80,8 @@ impl Endpoints {
             qemu_fw_cfg_dir: DEFAULT_QEMU_FW_CFG_DIR.into(),
             kernel_cmdline: DEFAULT_KERNEL_CMDLINE.into(),
             device_timeout: DEFAULT_DEVICE_TIMEOUT,
+            dmi_dir: DEFAULT_DMI_DIR.into(),
+            net_dir: DEFAULT_NET_DIR.into(),
             metadata: Vec::new(),
         }
     }

@@ -17,5 +17,6 @@ pub mod files;
 pub mod metadata;
 pub mod mounts;
 pub mod platform;
+pub mod report;
 pub mod stages;
 pub mod state;

@@ -10,6 +10,9 @@
 //! | `luks/<name>.json` | disks | files (`/etc/crypttab`) | [`LuksRecord`] (JSON), 0600, directory 0700 |
 //! | `luks/<name>.key` | disks | files (`/etc/luks/<name>`) | the volume's key, 0600 |
 //! | `provider-files.json` | fetch (the platform's provider) | files (writes them into the root) | [`ProviderFile`]s (JSON, contents in base64), 0600; absent: none |
+//! | `report-auth` | fetch (the config fetch that named a report URL) | every stage's report ([`crate::report`]) | the `Authorization` header value the config was fetched with, 0600; only for reports, never logged |
+//! | `reports/*.json` | any stage ([`crate::report`]) | the next stage's report, the files stage (copies them into the root) | reports not sent yet, 0600, at most 100 |
+//! | `agent.log` | every stage (the logger) | people, the files stage (copies it to the root's `/var/log/agent/`) | the log lines, 0600 |
 //! | `provider-answer.json` | fetch (the first pass that asks the platform's provider) | fetch (later passes of the same boot) | [`ProviderAnswer`] (JSON, config and files in base64), 0600 |
 //!
 //! Every file is written atomically (a temporary file beside it, fsync, rename).
@@ -106,7 +109,39 @@ pub struct FetchRecord {
     pub platform: Option<String>,
     /// Every config fetched, in order: user config, its references, base configs.
     pub configs: Vec<Fetched>,
+    /// What `agent serve` said of the config it served (its `X-Agent-*` headers), where
+    /// reports go; None: no server said (docs/reports.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<Served>,
 }
+
+/// The `X-Agent-*` headers of a config fetch, kept by the fetch stage.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Served {
+    /// `X-Agent-Pool`.
+    pub pool: Option<String>,
+    /// `X-Agent-Config`: the config's name in the pool.
+    pub config: Option<String>,
+    /// `X-Agent-Config-Hash`.
+    pub hash: Option<String>,
+    /// `X-Agent-Report-URL`, resolved against the URL that answered.
+    pub report_url: Option<String>,
+    /// The CAs the rendered config trusts (PEM), for an https report URL.
+    #[serde(default)]
+    pub cas: Vec<String>,
+    /// The `Authorization` header value the config was fetched with: kept in [`REPORT_AUTH`]
+    /// (0600), never in `fetch.json`.
+    #[serde(skip)]
+    pub auth: Option<String>,
+}
+
+/// The file of the `Authorization` header value reports are sent with.
+pub const REPORT_AUTH: &str = "report-auth";
+/// Directory of the reports not sent yet.
+pub const REPORTS_DIR: &str = "reports";
+/// The full log of the stages.
+pub const LOG_FILE: &str = "agent.log";
 
 /// One config the fetch stage fetched.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -229,6 +264,38 @@ impl<'a> StateDir<'a> {
         self.read_fetch_record()
             .ok()
             .map(|r| r.user_config_provided)
+    }
+
+    /// Keeps the `Authorization` header value reports are sent with (0600); `None` removes it.
+    pub fn write_report_auth(&self, auth: Option<&str>) -> Result<()> {
+        let p = self.dir.join(REPORT_AUTH);
+        match auth {
+            Some(a) => crate::util::write_atomic(&p, a.as_bytes(), 0o600),
+            None => match std::fs::remove_file(&p) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(e).with_context(|| format!("removing {}", p.display()))
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// The `Authorization` header value reports are sent with, if the config had one.
+    pub fn report_auth(&self) -> Option<String> {
+        std::fs::read_to_string(self.dir.join(REPORT_AUTH))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    }
+
+    /// Directory of the reports not sent yet.
+    pub fn reports_dir(&self) -> PathBuf {
+        self.dir.join(REPORTS_DIR)
+    }
+
+    /// The full log of the stages.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join(LOG_FILE)
     }
 
     /// Where the neednet marker goes.
@@ -551,11 +618,24 @@ mod tests {
                 source: "file /x".into(),
                 sha512: "00".into(),
             }],
+            served: Some(Served {
+                pool: Some("worker".into()),
+                auth: Some("Bearer tok_never_in_fetch_json".into()),
+                ..Default::default()
+            }),
         };
         s.write_fetch_record(&r).unwrap();
         assert_eq!(mode(&t.0.join("fetch.json")), 0o644);
         let text = std::fs::read_to_string(t.0.join("fetch.json")).unwrap();
         assert!(text.contains("\"userConfigProvided\": true"), "{text}");
+        // The token goes to its own 0600 file, never into the record.
+        assert!(
+            !text.contains("tok_never") && text.contains("worker"),
+            "{text}"
+        );
+        s.write_report_auth(Some("Bearer tok_x")).unwrap();
+        assert_eq!(mode(&t.0.join(REPORT_AUTH)), 0o600);
+        assert_eq!(s.report_auth().as_deref(), Some("Bearer tok_x"));
         assert_eq!(s.read_fetch_record().unwrap().configs[0].kind, "user");
         assert_eq!(s.user_config_provided(), Some(true));
 

@@ -1,6 +1,6 @@
 //! The command line, every clap type of the program in one tree (no other module uses
 //! clap): [`Cli`] and [`Command`] here, each subcommand's flags and handler in its own file
-//! (`validate`, `run`, `plan`, `fetch`, `serve`, `token` for `token` and `pointer`). A
+//! (`validate`, `run`, `plan`, `report`, `fetch`, `serve`, `token` for `token` and `pointer`). A
 //! handler turns the flags into plain values (`stages::Context`, `serve::Options`,
 //! `fetch::Options`, ...) and calls the module that does the work.
 
@@ -10,6 +10,7 @@ mod fetch;
 #[cfg(feature = "serve")]
 mod machines;
 mod plan;
+mod report;
 mod run;
 #[cfg(feature = "serve")]
 mod serve;
@@ -25,6 +26,7 @@ pub use self::fetch::FetchArgs;
 #[cfg(feature = "serve")]
 pub use self::machines::{MachinesAction, MachinesArgs};
 pub use self::plan::PlanArgs;
+pub use self::report::{ReportAction, ReportArgs};
 pub use self::run::RunArgs;
 #[cfg(feature = "serve")]
 pub use self::serve::ServeArgs;
@@ -65,6 +67,9 @@ pub enum Command {
     /// Print the plan of the disks stage (partitions, RAID arrays, LUKS volumes, filesystems:
     /// create, reuse or wipe each) without touching any disk.
     Plan(PlanArgs),
+    /// Provisioning reports: `drain` sends the ones queued in a directory (what
+    /// agent-report.service runs in the provisioned system).
+    Report(ReportArgs),
     /// Print the versions of the agent and of the libraries it is built with.
     Info,
     /// Fetch one resource (URL) to a file, verified, with the provisioning fetcher.
@@ -101,6 +106,7 @@ pub fn dispatch(cli: Cli) -> i32 {
         // SIGINT, SIGTERM and SIGHUP remove temporary files and exit 128+signal.
         Command::Run(a) => crate::signals::install().and_then(|()| run::run(a)),
         Command::Plan(a) => plan::plan(a),
+        Command::Report(a) => report::run(a),
         Command::Info => info(),
         Command::Fetch(a) => crate::signals::install().and_then(|()| fetch::run(a)),
         Command::DeleteConfig(a) => delete_config::run(a),

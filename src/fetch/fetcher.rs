@@ -44,6 +44,28 @@ pub struct Fetcher {
     link_scope: Option<u32>,
     /// Buffers kept between downloads; a fork has its own.
     pub(super) chunks: Chunks,
+    /// The `X-Agent-*` headers of the last successful http(s) GET ([`Fetcher::take_agent_headers`]).
+    pub(super) agent_headers: std::sync::Mutex<Option<AgentHeaders>>,
+}
+
+/// The `X-Agent-*` response headers of a config fetch (`agent serve` says which config it
+/// served and where reports go, docs/reports.md), with the URL that answered (after
+/// redirects), against which a relative `X-Agent-Report-URL` is resolved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentHeaders {
+    pub url: String,
+    /// (lower-case name, value), only the `x-agent-*` ones.
+    pub headers: Vec<(String, String)>,
+}
+
+impl AgentHeaders {
+    /// The value of header `name` (any case).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 impl Fetcher {
@@ -60,7 +82,14 @@ impl Fetcher {
             aws_creds: OnceLock::new(),
             link_scope: None,
             chunks: Chunks::default(),
+            agent_headers: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The `X-Agent-*` headers of the last http(s) GET that succeeded with some, taken (the
+    /// fetch stage asks after each config it fetches); None when there were none.
+    pub fn take_agent_headers(&self) -> Option<AgentHeaders> {
+        self.agent_headers.lock().ok().and_then(|mut h| h.take())
     }
 
     /// A fetcher with the same options and clock, for another thread (its clients are its

@@ -89,6 +89,30 @@ pub fn send(
     low_port: bool,
     left: Option<Duration>,
 ) -> Result<Reply, Failure> {
+    send_with(f, method, url, headers, None, low_port, left)
+}
+
+/// One attempt at `POST url` with `body` (and `headers`, e.g. its `Content-Type`), redirects
+/// not followed; as [`send`] otherwise. The agent's reports (`crate::report`) go this way.
+pub fn post(
+    f: &Fetcher,
+    url: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+    left: Option<Duration>,
+) -> Result<Reply, Failure> {
+    send_with(f, "POST", url, headers, Some(body), false, left)
+}
+
+fn send_with(
+    f: &Fetcher,
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+    body: Option<&[u8]>,
+    low_port: bool,
+    left: Option<Duration>,
+) -> Result<Reply, Failure> {
     let agents = f
         .agents
         .get_or_init(|| Agents::new(&f.opts, f.link_scope()).map_err(|e| format!("{e:#}")))
@@ -118,6 +142,12 @@ pub fn send(
                 req = req.header(k, v);
             }
             bounded(req, left, hdr_timeout).send_empty()
+        } else if method == "POST" {
+            let mut req = agent.post(&url);
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            bounded(req, left, hdr_timeout).send(body.unwrap_or_default())
         } else {
             return Err(Failure::fatal(anyhow!(
                 "{}: unsupported HTTP method {method}",
@@ -146,6 +176,9 @@ pub fn send(
                 url = next;
             }
             _ => {
+                if method == "GET" && (200..300).contains(&status) {
+                    keep_agent_headers(f, &url, resp.headers());
+                }
                 return Ok(Reply {
                     url,
                     status,
@@ -159,6 +192,24 @@ pub fn send(
         "{}: more than {MAX_REDIRECTS} redirects",
         short(&url)
     )))
+}
+
+/// Keeps the `X-Agent-*` headers of a successful GET on the fetcher
+/// ([`Fetcher::take_agent_headers`]); nothing when there are none.
+fn keep_agent_headers(f: &Fetcher, url: &str, h: &ureq::http::HeaderMap) {
+    let found: Vec<(String, String)> = h
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("x-agent-"))
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    if !found.is_empty()
+        && let Ok(mut kept) = f.agent_headers.lock()
+    {
+        *kept = Some(super::fetcher::AgentHeaders {
+            url: url.to_string(),
+            headers: found,
+        });
+    }
 }
 
 fn classify(url: &str, e: ureq::Error) -> Failure {

@@ -32,7 +32,7 @@ use crate::limits::TooLarge;
 use fetcher::{CHUNK, Chunks, HASH_QUEUE};
 use retry::Failure;
 
-pub use fetcher::{Fetcher, Scheme, check_tls_downgrade, short};
+pub use fetcher::{AgentHeaders, Fetcher, Scheme, check_tls_downgrade, short};
 pub use options::{CaCache, DEFAULT_HEADER_TIMEOUT, Options};
 
 impl Options {

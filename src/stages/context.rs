@@ -81,6 +81,15 @@ impl Stage {
     }
 }
 
+/// The files stage's report: where it goes, whether it is the run's last, when the stage
+/// began.
+#[derive(Debug, Clone)]
+pub struct ReportStep {
+    pub target: crate::report::Target,
+    pub final_: bool,
+    pub started: std::time::Instant,
+}
+
 /// Settings of the files stage that come from the command line (carried in
 /// [`Context::files`]; `stages::files::Options`).
 #[derive(Debug, Clone, Default)]
@@ -89,6 +98,9 @@ pub struct FilesOptions {
     pub kargs_helper: Option<PathBuf>,
     /// Where SSH keys are written in each home.
     pub ssh_keys_file: SshKeysFile,
+    /// Set by [`crate::stages::run`] when reports go somewhere: the files stage sends its own
+    /// report before it unmounts, and installs what sends the queued ones from the new root.
+    pub report: Option<ReportStep>,
     /// Test builds only: open directories element by element with `O_NOFOLLOW`, as on a
     /// kernel without `openat2` (see `files::resolve`).
     #[cfg(feature = "test-hooks")]

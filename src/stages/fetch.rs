@@ -68,13 +68,13 @@ fn run_inner(ctx: &Context) -> Result<()> {
     };
     let mut provider_files = Vec::new();
     let (user, source) = acquire(ctx, &base_opts, &mut record, &mut provider_files)?;
-    let user = render_with(user, &source, &base_opts, &mut record.configs)?;
+    let user = render_with(user, &source, &base_opts, &mut record)?;
     let mut merged = Config::default();
     for (path, bytes) in base_configs(ctx, base_opts.limits.max_config_size)? {
         let src = format!("base config {}", path.display());
         let cfg = parse_logged(&bytes, &src)?;
         record.configs.push(fetched("base", &src, &bytes));
-        let cfg = render_with(cfg, &src, &base_opts, &mut record.configs)?;
+        let cfg = render_with(cfg, &src, &base_opts, &mut record)?;
         merged = config::merge(&merged, &cfg);
     }
     let mut rendered = config::merge(&merged, &user);
@@ -93,7 +93,16 @@ fn run_inner(ctx: &Context) -> Result<()> {
     if n > 0 {
         info!("{n} certificate authorities kept in the rendered config for the later stages");
     }
+    if let Some(served) = &mut record.served {
+        // An https report URL is trusted as the config's own fetches are.
+        served.cas = fetch::fetch_cas(&rendered, &ca_opts)?
+            .into_iter()
+            .map(|p| String::from_utf8_lossy(&p).into_owned())
+            .collect();
+    }
     let path = ctx.state().write_rendered(&rendered)?;
+    ctx.state()
+        .write_report_auth(record.served.as_ref().and_then(|s| s.auth.as_deref()))?;
     ctx.state().write_fetch_record(&record)?;
     ctx.state().write_provider_files(&provider_files)?;
     info!("rendered config written to {}", path.display());
@@ -168,11 +177,11 @@ fn acquire(
         };
         Some((bytes, format!("file {}", path.display())))
     } else if let Some(url) = &ctx.config_url {
-        Some((fetch_url(url, opts)?, url.clone()))
+        Some((fetch_url(url, opts, rec)?, url.clone()))
     } else if let Some(url) = cmdline_url(&runtime::cmdline::read(&opts.endpoints.kernel_cmdline)?)
     {
         info!("config URL from the kernel command line: {}", short(&url));
-        Some((fetch_url(&url, opts)?, url))
+        Some((fetch_url(&url, opts, rec)?, url))
     } else if let Some(found) = system_user_config(ctx, limit)? {
         Some(found)
     } else if let Some(p) = &ctx.platform {
@@ -265,12 +274,48 @@ fn system_user_config(ctx: &Context, limit: u64) -> Result<Option<(Vec<u8>, Stri
     Ok(found.map(|b| (b, source)))
 }
 
-fn fetch_url(url: &str, opts: &fetch::Options) -> Result<Vec<u8>> {
+fn fetch_url(url: &str, opts: &fetch::Options, rec: &mut Record) -> Result<Vec<u8>> {
     let res = config::types::Resource {
         source: Some(url.to_string()),
         ..Default::default()
     };
-    Fetcher::new(opts.clone()).fetch_bytes_as(&res, "config")
+    let f = Fetcher::new(opts.clone());
+    let bytes = f.fetch_bytes_as(&res, "config")?;
+    note_served(&f, &res, rec);
+    Ok(bytes)
+}
+
+/// Keeps what `agent serve` said of a config it served (its `X-Agent-*` headers) and the
+/// `Authorization` header the config was fetched with, for the reports (docs/reports.md).
+/// The last config fetched with such headers wins (a pointer config's merged `/ignition`).
+fn note_served(f: &Fetcher, r: &config::types::Resource, rec: &mut Record) {
+    let Some(h) = f.take_agent_headers() else {
+        return;
+    };
+    let served = crate::state::Served {
+        pool: h.get("x-agent-pool").map(str::to_string),
+        config: h.get("x-agent-config").map(str::to_string),
+        hash: h.get("x-agent-config-hash").map(str::to_string),
+        report_url: h
+            .get("x-agent-report-url")
+            .map(|u| fetch::http::resolve(&h.url, u)),
+        cas: Vec::new(),
+        auth: r
+            .http_headers
+            .iter()
+            .find(|x| x.name.eq_ignore_ascii_case("authorization"))
+            .and_then(|x| x.value.clone()),
+    };
+    info!(
+        "the config server served pool {}, config {}{}",
+        served.pool.as_deref().unwrap_or("-"),
+        served.config.as_deref().unwrap_or("-"),
+        match &served.report_url {
+            Some(u) => format!("; reports go to {}", crate::report::redact::url(u)),
+            None => String::new(),
+        }
+    );
+    rec.served = Some(served);
 }
 
 /// The config URL named on a kernel command line (`agent.config.url` wins).
@@ -328,17 +373,22 @@ pub fn parse_logged(bytes: &[u8], source: &str) -> Result<Config> {
 
 /// Resolves `ignition.config.replace` and `merge` references depth-first, in order.
 pub fn render(config: Config, source: &str) -> Result<Config> {
-    render_with(config, source, &fetch::Options::default(), &mut Vec::new())
+    render_with(
+        config,
+        source,
+        &fetch::Options::default(),
+        &mut Record::default(),
+    )
 }
 
 /// [`render`] with base fetch options (offline, endpoints, limits) and a record of every
-/// fetch. At most `base.limits.max_config_refs` referenced configs are fetched in all (merge
+/// fetch (and of what a config server said of the configs it served). At most `base.limits.max_config_refs` referenced configs are fetched in all (merge
 /// and replace, every level); references nest at most [`MAX_DEPTH`] deep.
 pub fn render_with(
     config: Config,
     source: &str,
     base: &fetch::Options,
-    rec: &mut Vec<Fetched>,
+    rec: &mut Record,
 ) -> Result<Config> {
     let mut chain = vec![source.to_string()];
     render_inner(config, &mut chain, base, rec, &mut 0)
@@ -348,7 +398,7 @@ fn render_inner(
     mut cfg: Config,
     chain: &mut Vec<String>,
     base: &fetch::Options,
-    rec: &mut Vec<Fetched>,
+    rec: &mut Record,
     count: &mut usize,
 ) -> Result<Config> {
     if chain.len() > MAX_DEPTH {
@@ -390,7 +440,7 @@ fn fetch_child(
     src: &str,
     chain: &[String],
     kind: &str,
-    rec: &mut Vec<Fetched>,
+    rec: &mut Record,
     count: &mut usize,
 ) -> Result<Config> {
     if chain.iter().any(|s| s == src) {
@@ -408,7 +458,8 @@ fn fetch_child(
     let bytes = fetcher.fetch_bytes_as(r, "config").map_err(|e| {
         limits::context_unless_too_large(e, || format!("fetching config {}", short(src)))
     })?;
-    rec.push(fetched(kind, src, &bytes));
+    note_served(fetcher, r, rec);
+    rec.configs.push(fetched(kind, src, &bytes));
     parse_logged(&bytes, &short(src))
 }
 

@@ -4,12 +4,14 @@
 //! `provider-files.json`), kernel arguments, the result file, SELinux relabelling,
 //! one `syncfs` per filesystem, and unmount (deepest first, also on failure).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context as _, Result};
 use log::info;
 
 use super::context::Context;
+
+mod report_root;
 use crate::config::Config;
 use crate::fetch::Fetcher;
 use crate::files::mounts::{MountGuard, mountable};
@@ -50,29 +52,34 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
     }
     let mounts = MountGuard::mount_all(&mut root, &config.storage.filesystems)?;
     // On failure the guard's Drop unmounts; on success close() reports unmount errors.
-    write_all(
-        config,
-        ctx,
-        opts,
-        &fetcher,
-        root,
-        mounts.mounted(),
-        mounts.created_dirs(),
-    )?;
+    let mut w = Writer::new(root, &fetcher);
+    w.set_mount_dirs(mounts.created_dirs().to_vec());
+    let r = write_all(config, ctx, opts, &mut w);
+    if let Err(e) = &r {
+        // The log of the failure, where whoever looks at the disk finds it.
+        if let Err(e) = report_root::keep_log(&w, ctx, Some(e)) {
+            log::warn!("{e:#}");
+        }
+    }
+    r?;
+    if let Some(step) = &opts.report {
+        report_root::report(&w, ctx, step);
+    }
+    if let Err(e) = report_root::keep_log(&w, ctx, None) {
+        log::warn!("{e:#}");
+    }
+    selinux::relabel(&w.root, &w.touched())?;
+    w.log_summary();
+    // Durability: one syncfs per filesystem instead of an fsync per file.
+    sync_fs(&ctx.root)?;
+    for m in mounts.mounted() {
+        sync_fs(m)?;
+    }
+    drop(w);
     mounts.close()
 }
 
-fn write_all(
-    config: &Config,
-    ctx: &Context,
-    opts: &Options,
-    fetcher: &Fetcher,
-    root: Root,
-    mounted: &[PathBuf],
-    mount_dirs: &[String],
-) -> Result<()> {
-    let mut w = Writer::new(root, fetcher);
-    w.set_mount_dirs(mount_dirs.to_vec());
+fn write_all(config: &Config, ctx: &Context, opts: &Options, w: &mut Writer) -> Result<()> {
     w.write_passwd(&config.passwd, opts.ssh_keys_file)?;
     w.write_storage(&config.storage)?;
     w.write_units(&config.systemd)?;
@@ -93,14 +100,7 @@ fn write_all(
         &ctx.root,
         opts.kargs_helper.as_deref(),
     )?;
-    write_result(&mut w, ctx)?;
-    selinux::relabel(&w.root, &w.touched())?;
-    w.log_summary();
-    // Durability: one syncfs per filesystem instead of an fsync per file.
-    sync_fs(&ctx.root)?;
-    for m in mounted {
-        sync_fs(m)?;
-    }
+    write_result(w, ctx)?;
     Ok(())
 }
 

@@ -3,9 +3,13 @@
 //!
 //! The stage tag ([`set_stage`]) and the kmsg switch are process-global, like the `log`
 //! facade's logger they belong to: a `log::info!` anywhere has no context argument to carry
-//! them. They only shape log lines, never what the program does.
+//! them. They only shape log lines, never what the program does. So are the two other places
+//! the logger writes to: a bounded ring of the last [`RING_LINES`] lines ([`recent`], the log
+//! tail of a failure report) and an optional log file ([`tee_to`], `<state-dir>/agent.log`).
 
+use std::collections::VecDeque;
 use std::io::Write;
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -13,6 +17,13 @@ use log::{Level, LevelFilter, Log, Metadata, Record};
 
 static STAGE: Mutex<&'static str> = Mutex::new("agent");
 static KMSG: AtomicBool = AtomicBool::new(false);
+/// The last lines logged, oldest first, at most [`RING_LINES`].
+static RING: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+/// The file every line is also appended to ([`tee_to`]).
+static TEE: Mutex<Option<std::fs::File>> = Mutex::new(None);
+
+/// Lines kept by the ring ([`recent`]).
+pub const RING_LINES: usize = 50;
 
 struct Logger;
 
@@ -27,6 +38,39 @@ pub fn set_stage(stage: &'static str) {
 
 pub fn stage() -> &'static str {
     STAGE.lock().map(|s| *s).unwrap_or("agent")
+}
+
+/// The last lines logged (at most [`RING_LINES`], oldest first, without their newline).
+pub fn recent() -> Vec<String> {
+    RING.lock()
+        .map(|r| r.iter().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Whether lines also go to /dev/kmsg (`--log-kmsg`).
+pub fn kmsg() -> bool {
+    KMSG.load(Ordering::Relaxed)
+}
+
+/// Appends every following line to `path` too (created 0600 if missing); the lines logged
+/// before (the ring's) are written first, so the file starts with the run's beginning.
+pub fn tee_to(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    let mut tee = TEE
+        .lock()
+        .map_err(|_| std::io::Error::other("logger lock poisoned"))?;
+    if tee.is_none() {
+        for l in recent() {
+            f.write_all(format!("{l}\n").as_bytes())?;
+        }
+    }
+    *tee = Some(f);
+    Ok(())
 }
 
 /// Installs the logger. `verbosity`: -1 quiet (errors only), 0 info, 1 debug, 2+ trace.
@@ -61,6 +105,17 @@ impl Log for Logger {
         };
         let line = format!("agent[{}] {level}: {}\n", stage(), r.args());
         let _ = std::io::stderr().write_all(line.as_bytes());
+        if let Ok(mut r) = RING.lock() {
+            if r.len() == RING_LINES {
+                r.pop_front();
+            }
+            r.push_back(line.trim_end().to_string());
+        }
+        if let Ok(mut t) = TEE.lock()
+            && let Some(f) = t.as_mut()
+        {
+            let _ = f.write_all(line.as_bytes());
+        }
         if KMSG.load(Ordering::Relaxed) {
             // Syslog priorities: err 3, warning 4, info 6, debug 7.
             let pri = match r.level() {
@@ -76,4 +131,24 @@ impl Log for Logger {
     }
 
     fn flush(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_ring_keeps_the_last_lines() {
+        super::init(0, false);
+        for i in 0..super::RING_LINES + 7 {
+            log::info!("ring line {i}");
+        }
+        let r = super::recent();
+        assert_eq!(r.len(), super::RING_LINES);
+        // Other tests of this binary may log in between: look at this test's lines only.
+        let ours: Vec<&String> = r.iter().filter(|l| l.contains("ring line")).collect();
+        assert_eq!(
+            ours.last().unwrap().as_str(),
+            format!("agent[agent] info: ring line {}", super::RING_LINES + 6)
+        );
+        assert!(!r.iter().any(|l| l.ends_with("ring line 6")), "{r:?}");
+    }
 }

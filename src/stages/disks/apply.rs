@@ -53,7 +53,20 @@ pub fn apply_with(p: &StagePlan, state: &StateDir, fetcher: &Fetcher) -> Result<
     // Every filesystem is made: the partitions may be re-read from now on.
     let table_io = parts.table_io;
     drop(parts);
+    let mut changes = crate::report::Changes::default();
+    for d in &work {
+        let fmt = d.fs.format.as_deref().unwrap_or("?");
+        let what = format!("{} ({fmt})", d.dev.display());
+        match &d.action {
+            filesystem::FsAction::Reuse(_) => changes.filesystems.reused.push(what),
+            filesystem::FsAction::Create | filesystem::FsAction::WipeCreate(_) if fmt != "none" => {
+                changes.filesystems.made.push(what)
+            }
+            _ => {}
+        }
+    }
     Ok(Report {
+        changes,
         total: t0.elapsed(),
         tools,
         fs_phase,

@@ -38,8 +38,9 @@ pub use crate::blockdev::raid::RaidWork;
 pub use apply::{apply, apply_with};
 pub use plan::{StagePlan, plan};
 
-/// Times of one run, for the benchmark and the log.
-#[derive(Debug, Default, Clone, Copy)]
+/// Times of one run, for the benchmark and the log, and what it changed (for the stage's
+/// report, `crate::report`).
+#[derive(Debug, Default, Clone)]
 pub struct Report {
     pub total: Duration,
     /// Summed wall time of the external mkfs/wipefs tools (they run in parallel).
@@ -54,6 +55,8 @@ pub struct Report {
     pub probing: Duration,
     /// Of `partitioning`: writing the tables and waiting for fsync (disk I/O).
     pub table_io: Duration,
+    /// Partitions created, kept and deleted; filesystems made and reused.
+    pub changes: crate::report::Changes,
 }
 
 /// Runs the stage: plans, logs the plan, carries it out. Returns the times of the run (all zero
@@ -75,6 +78,7 @@ pub fn run(config: &Config, ctx: &Context) -> Result<Report> {
     let mut r = apply_with(&p, &ctx.state(), &fetcher)?;
     r.total = t0.elapsed();
     r.planning = planning;
+    r.changes.partitions = partition_changes(&p);
     log::info!(
         "done in {:.1} ms (external tools {:.1} ms summed, filesystem phase {:.1} ms, own overhead {:.1} ms)",
         ms(r.total),
@@ -90,6 +94,28 @@ pub fn run(config: &Config, ctx: &Context) -> Result<Report> {
         ms(r.probing)
     );
     Ok(r)
+}
+
+/// The partitions of the plan by what happened to them (`/dev/<node>`); a resized one is
+/// kept, a re-created one created.
+fn partition_changes(p: &StagePlan) -> crate::report::Partitions {
+    use crate::blockdev::plan::Action;
+    let mut out = crate::report::Partitions::default();
+    for d in &p.disks {
+        for part in &d.plan.parts {
+            let node = format!(
+                "/dev/{}",
+                crate::blockdev::kernel::part_name(&d.name, part.number)
+            );
+            match part.action {
+                Action::Create | Action::Recreate => out.created.push(node),
+                Action::Keep | Action::Resize => out.kept.push(node),
+                Action::Delete => out.deleted.push(node),
+                Action::Absent | Action::Unlisted => {}
+            }
+        }
+    }
+    out
 }
 
 fn ms(d: Duration) -> f64 {

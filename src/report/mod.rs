@@ -1,0 +1,302 @@
+//! The agent's provisioning reports (docs/reports.md): after each stage, and when one fails,
+//! a JSON report of who the machine is (`identity`), which config it applied, what the stage
+//! changed and, on failure, the error and the last log lines with secrets removed (`redact`),
+//! POSTed to the report URL the config server named (or `agent.report.url=`) with the token
+//! the config was fetched with (`send`: bounded, never in the way); what cannot be sent waits
+//! in the state directory (`queue`) for the next stage, or for `agent report drain` from the
+//! new root. `summary` prints a failure's short summary on the console.
+
+pub mod identity;
+pub mod queue;
+pub mod redact;
+pub mod send;
+pub mod summary;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::endpoints::Endpoints;
+use crate::limits::Limits;
+use crate::state::StateDir;
+
+pub use identity::Machine;
+
+/// Kernel argument naming the report URL (it wins over the server's header).
+pub const KARG_REPORT_URL: &str = "agent.report.url";
+/// Paths listed in `changes.paths` at most (then `paths_truncated`).
+pub const MAX_PATHS: usize = 1000;
+/// Lines of log in a failure report.
+pub const LOG_TAIL: usize = runtime::logging::RING_LINES;
+/// The format of a report.
+pub const FORMAT: u32 = 1;
+
+/// One report (docs/reports.md, "A report").
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Report {
+    pub format: u32,
+    pub id: String,
+    pub boot_id: String,
+    pub sent: String,
+    pub machine: Machine,
+    pub agent: String,
+    pub config: AppliedConfig,
+    pub stage: String,
+    pub outcome: String,
+    #[serde(rename = "final")]
+    pub final_: bool,
+    pub duration_ms: u64,
+    pub changes: Changes,
+    pub error: Option<String>,
+    pub log_tail: Vec<String>,
+}
+
+/// `config`: what the server said it served.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AppliedConfig {
+    pub pool: Option<String>,
+    pub name: Option<String>,
+    pub hash: Option<String>,
+}
+
+/// `changes`: what a stage changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changes {
+    pub partitions: Partitions,
+    pub filesystems: Filesystems,
+    pub paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths_truncated: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partitions {
+    pub created: Vec<String>,
+    pub kept: Vec<String>,
+    pub deleted: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Filesystems {
+    pub made: Vec<String>,
+    pub reused: Vec<String>,
+}
+
+impl Changes {
+    /// Changes listing `paths` (at most [`MAX_PATHS`], then the count of the others).
+    pub fn of_paths(mut paths: Vec<String>) -> Changes {
+        let n = paths.len();
+        paths.truncate(MAX_PATHS);
+        Changes {
+            paths_truncated: (n > MAX_PATHS).then(|| n - MAX_PATHS),
+            paths,
+            ..Changes::default()
+        }
+    }
+}
+
+/// Where and how reports go: the URL, the `Authorization` header, the CAs, and what the
+/// server said it served. None of it is ever in a report body or a log line but the URL
+/// without its query.
+#[derive(Clone, Default)]
+pub struct Target {
+    pub url: String,
+    pub auth: Option<String>,
+    pub cas: Vec<Vec<u8>>,
+    pub config: AppliedConfig,
+    pub endpoints: Endpoints,
+    pub limits: Limits,
+}
+
+impl std::fmt::Debug for Target {
+    /// Without the `Authorization` value and the URL's query.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("url", &redact::url(&self.url))
+            .field("auth", &self.auth.as_ref().map(|_| "…"))
+            .field("cas", &self.cas.len())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The report target of this boot: `agent.report.url=` on `cmdline` wins over the URL the
+/// config server named (kept by the fetch stage in the state directory); None: no reports.
+pub fn target(
+    state: &StateDir,
+    cmdline: &str,
+    endpoints: &Endpoints,
+    limits: Limits,
+) -> Option<Target> {
+    let served = state.read_fetch_record().ok().and_then(|r| r.served);
+    let karg = runtime::cmdline::value(cmdline, KARG_REPORT_URL).filter(|u| !u.is_empty());
+    let url = karg
+        .map(str::to_string)
+        .or_else(|| served.as_ref().and_then(|s| s.report_url.clone()))?;
+    let served = served.unwrap_or_default();
+    Some(Target {
+        url,
+        auth: state.report_auth(),
+        cas: served.cas.iter().map(|c| c.clone().into_bytes()).collect(),
+        config: AppliedConfig {
+            pool: served.pool,
+            name: served.config,
+            hash: served.hash,
+        },
+        endpoints: endpoints.clone(),
+        limits,
+    })
+}
+
+/// What a report is about: the stage, its outcome and time, what it changed, its error.
+#[derive(Debug)]
+pub struct Outcome<'a> {
+    pub stage: &'a str,
+    /// `started`, `ok` or `failed`.
+    pub outcome: &'a str,
+    pub final_: bool,
+    pub duration: Duration,
+    pub changes: Changes,
+    pub error: Option<&'a anyhow::Error>,
+    pub platform: Option<&'a str>,
+}
+
+/// Builds the report of `o` for `t`, secrets removed.
+pub fn build(t: &Target, o: Outcome) -> Report {
+    let known: Vec<&str> = t
+        .auth
+        .iter()
+        .flat_map(|a| [a.as_str(), bearer(a)])
+        .collect();
+    let (error, log_tail) = match o.error {
+        Some(e) => (
+            Some(redact::text_with(&one_line(&format!("{e:#}")), &known)),
+            runtime::logging::recent()
+                .iter()
+                .rev()
+                .take(LOG_TAIL)
+                .rev()
+                .map(|l| redact::text_with(l, &known))
+                .collect(),
+        ),
+        None => (None, Vec::new()),
+    };
+    let mut changes = o.changes;
+    for p in &mut changes.paths {
+        *p = redact::text_with(p, &known);
+    }
+    Report {
+        format: FORMAT,
+        id: uuid::Uuid::new_v4().simple().to_string(),
+        boot_id: crate::state::boot_id(),
+        sent: now_rfc3339(),
+        machine: identity::machine(&t.endpoints, o.platform),
+        agent: env!("CARGO_PKG_VERSION").to_string(),
+        config: t.config.clone(),
+        stage: o.stage.to_string(),
+        outcome: o.outcome.to_string(),
+        final_: o.final_,
+        duration_ms: o.duration.as_millis() as u64,
+        changes,
+        error,
+        log_tail,
+    }
+}
+
+/// The credential of an `Authorization` header value (`Bearer x` → `x`).
+fn bearer(a: &str) -> &str {
+    a.split_once(' ').map_or(a, |(_, v)| v.trim())
+}
+
+/// An error on one line (a config's diagnostics come on several), at most 2,000 characters.
+fn one_line(s: &str) -> String {
+    let mut l: String = s
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if l.len() > 2000 {
+        l.truncate(l.floor_char_boundary(2000));
+        l.push('…');
+    }
+    l
+}
+
+fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    crate::files::result::rfc3339(secs)
+}
+
+/// What became of a report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivered {
+    Sent,
+    /// Queued in this directory (the server could not be reached).
+    Queued(PathBuf),
+    /// The server refused it for good (a 4xx): dropped, with a log line.
+    Refused,
+}
+
+/// Sends `r`: the reports queued in `state`'s queue first, then `r`; what cannot be sent is
+/// queued. All of it within one [`send::BUDGET`]: once the server does not answer, or the
+/// time is up, the rest is queued without trying (in order: `r` goes behind the queue).
+pub fn deliver(t: &Target, state: &StateDir, r: &Report) -> Delivered {
+    let dir = state.reports_dir();
+    let deadline = std::time::Instant::now() + send::BUDGET;
+    let reachable = match queue::drain(&dir, t, Some(deadline)) {
+        Ok(_) => queue::list(&dir).map(|l| l.is_empty()).unwrap_or(false),
+        Err(e) => {
+            log::warn!("queued reports not sent yet: {e:#}");
+            false
+        }
+    };
+    if reachable {
+        match send::send(t, r, deadline) {
+            Ok(()) => {
+                log::info!("{} report sent to {}", r.stage, redact::url(&t.url));
+                return Delivered::Sent;
+            }
+            Err(send::Error::Refused(e)) => {
+                log::warn!("{} report refused by the server, dropped: {e:#}", r.stage);
+                return Delivered::Refused;
+            }
+            Err(send::Error::Unreachable(e)) => {
+                log::warn!("{} report not sent: {e:#}", r.stage);
+            }
+        }
+    }
+    match queue::push(&dir, t, r) {
+        Ok(p) => {
+            log::info!("{} report queued in {}", r.stage, p.display());
+            Delivered::Queued(dir)
+        }
+        Err(e) => {
+            log::warn!("{} report lost: queueing it failed: {e:#}", r.stage);
+            Delivered::Refused
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_bounded_and_errors_one_line() {
+        let c = Changes::of_paths((0..MAX_PATHS + 5).map(|i| format!("/p{i}")).collect());
+        assert_eq!(c.paths.len(), MAX_PATHS);
+        assert_eq!(c.paths_truncated, Some(5));
+        assert_eq!(Changes::of_paths(vec!["/a".into()]).paths_truncated, None);
+        let v = serde_json::to_value(Changes::of_paths(vec!["/a".into()])).unwrap();
+        assert!(v.get("paths_truncated").is_none(), "{v}");
+        assert_eq!(
+            one_line("config is invalid:\n  error at $.x\n\n"),
+            "config is invalid:; error at $.x"
+        );
+    }
+}

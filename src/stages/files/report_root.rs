@@ -1,0 +1,138 @@
+//! The files stage's part in reporting (docs/reports.md): its own report, sent while the new
+//! root is mounted; when reports are still queued after it, the queue, the agent binary and
+//! `agent-report.service` written into the root (through the root-confined writer) to send
+//! them from the booted system; and the log copied to `/var/log/agent/agent.log`.
+
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+
+use crate::files::Writer;
+use crate::files::nodes::{Attrs, Contents};
+use crate::report::{self, Changes, Delivered, Outcome};
+use crate::stages::context::{Context, ReportStep};
+
+/// Where the queue goes in the root.
+pub const ROOT_QUEUE: &str = "/var/lib/agent/reports";
+/// Where the agent binary goes in the root.
+pub const ROOT_AGENT: &str = "/var/lib/agent/agent";
+/// The unit that sends the queue from the booted system.
+pub const UNIT: &str = "agent-report.service";
+/// The log's copy in the root.
+pub const ROOT_LOG: &str = "/var/log/agent/agent.log";
+
+/// The unit: sends the queue once the network is up, again every 30 s while it fails, then
+/// removes the binary and itself (the queue directory is removed by `agent report drain`
+/// once it is empty; `ConditionDirectoryNotEmpty` keeps the unit quiet after that).
+pub fn unit_text() -> String {
+    format!(
+        "# Written by the agent's files stage: sends the provisioning reports that could not be
+# sent from the initramfs, then removes itself.
+[Unit]
+Description=Send the agent's queued provisioning reports
+Wants=network-online.target
+After=network-online.target
+ConditionDirectoryNotEmpty={ROOT_QUEUE}
+StartLimitIntervalSec=0
+
+[Service]
+Type=oneshot
+ExecStart={ROOT_AGENT} report drain --dir {ROOT_QUEUE}
+ExecStartPost=/bin/rm -f {ROOT_AGENT} /etc/systemd/system/{UNIT} /etc/systemd/system/multi-user.target.wants/{UNIT}
+Restart=on-failure
+RestartSec=30
+
+[Install]
+WantedBy=multi-user.target
+"
+    )
+}
+
+fn root_only(mode: u32) -> Attrs {
+    Attrs {
+        uid: Some(0),
+        gid: Some(0),
+        mode: Some(mode),
+    }
+}
+
+/// Copies `<state-dir>/agent.log` to [`ROOT_LOG`] (0600), with the stage's `error` last.
+pub fn keep_log(w: &Writer, ctx: &Context, error: Option<&anyhow::Error>) -> Result<()> {
+    let src = ctx.state().log_path();
+    let Ok(mut bytes) = std::fs::read(&src) else {
+        return Ok(());
+    };
+    if let Some(e) = error {
+        bytes.extend_from_slice(format!("agent[files] error: {e:#}\n").as_bytes());
+    }
+    w.put_dir("/var/log/agent", root_only(0o700), false)
+        .and_then(|()| w.put_file(ROOT_LOG, Contents::Bytes(&bytes), root_only(0o600), true))
+        .with_context(|| {
+            format!(
+                "copying the log {} to {ROOT_LOG} in the root",
+                src.display()
+            )
+        })
+}
+
+/// Sends the stage's report (the reports queued before it first); when some stay queued,
+/// installs them with the binary and the unit in the root. Never fails the stage: what goes
+/// wrong is logged.
+pub fn report(w: &Writer, ctx: &Context, step: &ReportStep) {
+    let state = ctx.state();
+    let o = Outcome {
+        stage: "files",
+        outcome: "ok",
+        final_: step.final_,
+        duration: Instant::now().duration_since(step.started),
+        changes: Changes::of_paths(w.touched()),
+        error: None,
+        platform: ctx.platform.as_deref(),
+    };
+    let r = report::build(&step.target, o);
+    if let Delivered::Queued(dir) = report::deliver(&step.target, &state, &r)
+        && let Err(e) = install(w, &dir)
+    {
+        log::warn!("installing the report queue in the root: {e:#}");
+    }
+}
+
+/// Writes the queue in `dir`, the running binary and the unit into the root.
+fn install(w: &Writer, dir: &std::path::Path) -> Result<()> {
+    w.put_dir("/var/lib/agent", root_only(0o700), false)?;
+    w.put_dir(ROOT_QUEUE, root_only(0o700), false)?;
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let p = e?.path();
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        w.put_file(
+            &format!("{ROOT_QUEUE}/{name}"),
+            Contents::Bytes(&bytes),
+            root_only(0o600),
+            true,
+        )?;
+        n += name.ends_with(".json") as usize;
+    }
+    let exe = std::fs::read("/proc/self/exe").context("reading the agent binary /proc/self/exe")?;
+    w.put_file(ROOT_AGENT, Contents::Bytes(&exe), root_only(0o755), true)?;
+    let unit = format!("/etc/systemd/system/{UNIT}");
+    w.put_file(
+        &unit,
+        Contents::Bytes(unit_text().as_bytes()),
+        root_only(0o644),
+        true,
+    )?;
+    w.put_symlink(
+        &format!("/etc/systemd/system/multi-user.target.wants/{UNIT}"),
+        &unit,
+        Attrs::default(),
+        true,
+    )?;
+    log::info!(
+        "{n} reports not sent yet: queued in the root's {ROOT_QUEUE}, sent by {UNIT} once the system is up"
+    );
+    Ok(())
+}
