@@ -123,6 +123,8 @@ impl Endpoints {
 pub struct TestDoubles {
     pub kernel_cmdline: Option<PathBuf>,
     pub qemu_fw_cfg_dir: Option<PathBuf>,
+    /// SMBIOS identity (`product_uuid`, `product_serial`) for reports.
+    pub dmi_dir: Option<PathBuf>,
     pub aws_imds: Option<String>,
     pub gs: Option<String>,
     /// (platform, base URL) of metadata services.
@@ -138,6 +140,9 @@ impl TestDoubles {
         }
         if let Some(p) = self.qemu_fw_cfg_dir {
             e.qemu_fw_cfg_dir = p;
+        }
+        if let Some(p) = self.dmi_dir {
+            e.dmi_dir = p;
         }
         if let Some(u) = self.aws_imds {
             e.aws_imds = u;

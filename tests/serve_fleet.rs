@@ -381,3 +381,130 @@ fn token_of(src: &Path, pool: &str) -> String {
         })
         .unwrap_or_else(|| panic!("no token for {pool}"))
 }
+
+/// `agent run` against `agent serve` (issue 28's loop closed): a machine that provisions and
+/// one whose files stage fails both appear in the inventory with the right state, pool and
+/// config, stage durations, and (for the failure) the error — authenticated by the token
+/// their pointer config carries.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn agent_run_reports_land_in_the_inventory() {
+    support::root::must_be_root();
+    let t = TempDir::new("fleet-e2e");
+    let src = t.path().join("src");
+    write(&src.join("pools/worker.ign"), &worker_config("e2e"));
+    // A pool whose file cannot be fetched (nothing listens; httpTotal bounds the retries):
+    // its files stage fails.
+    write(
+        &src.join("pools/broken.ign"),
+        r#"{"ignition":{"version":"3.1.0","timeouts":{"httpTotal":3}},"storage":{"files":[{"path":"/etc/app.conf","contents":{"source":"http://127.0.0.1:9/absent?token=querysecret"}}]}}"#,
+    );
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+        ],
+        &[],
+    );
+    let http = s.addr_of("http");
+    let admin = s.addr_of("admin");
+    let run = |pool: &str, uuid: &str| {
+        let token = token_of(&src, pool);
+        let dir = TempDir::new("fleet-e2e-run");
+        let root = dir.path().join("root");
+        let state = dir.path().join("state");
+        let dmi = dir.path().join("dmi");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&dmi).unwrap();
+        std::fs::write(dmi.join("product_uuid"), format!("{uuid}\n")).unwrap();
+        let cfg = dir.path().join("pointer.ign");
+        std::fs::write(
+            &cfg,
+            serde_json::json!({"ignition": {"version": "3.4.0", "config": {"merge": [
+                {"source": format!("http://{http}/config/{pool}"),
+                 "httpHeaders": [{"name": "Authorization", "value": format!("Bearer {token}")}]}
+            ]}}})
+            .to_string(),
+        )
+        .unwrap();
+        let cmdline = dir.path().join("cmdline");
+        std::fs::write(&cmdline, "quiet").unwrap();
+        let out = std::process::Command::new(AGENT)
+            .args(["run", "--root"])
+            .arg(&root)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--config-file")
+            .arg(&cfg)
+            .arg("--test-kernel-cmdline-file")
+            .arg(&cmdline)
+            .args(["--system-config-dir", "/nonexistent"])
+            .arg("--test-dmi-dir")
+            .arg(&dmi)
+            .output()
+            .unwrap();
+        (out, dir)
+    };
+    let good = "4c4c4544-0000-0000-0000-0000000000e1";
+    let bad = "4c4c4544-0000-0000-0000-0000000000e2";
+    let (out, _d1) = run("worker", good);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (out, _d2) = run("broken", bad);
+    assert!(!out.status.success());
+
+    let r = get(admin, &format!("/machines/{good}"), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(m["state"], "provisioned");
+    assert_eq!(m["pool"], "worker");
+    assert_eq!(m["authenticated"], true);
+    let served = get(http, "/config/worker", None);
+    assert_eq!(
+        m["config"]["name"].as_str(),
+        served.header("x-agent-config"),
+        "the config the machine applied is the one served"
+    );
+    let stages: Vec<String> = m["boots"][0]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{}:{}",
+                s["stage"].as_str().unwrap(),
+                s["outcome"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(stages, ["fetch:ok", "disks:ok", "files:ok"]);
+
+    let r = get(admin, &format!("/machines/{bad}"), None);
+    let m: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(m["state"], "failed", "{m}");
+    assert_eq!(m["pool"], "broken");
+    let files = m["boots"][0]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stage"] == "files")
+        .unwrap()
+        .clone();
+    assert_eq!(files["outcome"], "failed");
+    let err = files["error"].as_str().unwrap();
+    assert!(
+        err.contains("/etc/app.conf") || err.contains("127.0.0.1:9"),
+        "{err}"
+    );
+    assert!(
+        !r.text().contains("querysecret"),
+        "no query string in the inventory"
+    );
+    assert!(!files["detail"]["log_tail"].as_array().unwrap().is_empty());
+}

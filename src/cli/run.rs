@@ -136,6 +136,10 @@ pub struct TestArgs {
     /// Test builds only: QEMU's fw_cfg sysfs directory.
     #[arg(long, hide = true, value_name = "DIR")]
     pub test_qemu_fw_cfg_dir: Option<PathBuf>,
+    /// Test builds only: the SMBIOS directory (/sys/class/dmi/id) a report's identity
+    /// comes from.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub test_dmi_dir: Option<PathBuf>,
     /// Test builds only: the AWS instance metadata service.
     #[arg(long, hide = true, value_name = "URL")]
     pub test_aws_imds_url: Option<String>,
@@ -154,6 +158,7 @@ impl TestArgs {
         crate::endpoints::TestDoubles {
             kernel_cmdline: self.test_kernel_cmdline_file,
             qemu_fw_cfg_dir: self.test_qemu_fw_cfg_dir,
+            dmi_dir: self.test_dmi_dir,
             aws_imds: self.test_aws_imds_url,
             gs: self.test_gs_endpoint,
             metadata: self.test_metadata_url,
