@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{Report, Target, send};
+use super::model::{Report, Target};
+use super::send;
 
 /// Reports kept at most in a queue.
 pub const MAX_QUEUED: usize = 100;

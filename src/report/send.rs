@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-use super::{Report, Target, redact};
+use super::model::{Report, Target};
+use super::redact;
 use crate::fetch::{self, Fetcher};
 
 /// Everything one report may take, tries included.

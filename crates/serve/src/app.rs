@@ -314,8 +314,27 @@ impl App {
         b
     }
 
+    /// `POST /report`: the token checked here (its pool wins over the body's; none is
+    /// unauthenticated, refused with `--require-token`), the rest in [`super::fleet::report`].
+    fn report(&self, req: &Request, out: &mut Response) {
+        if req.method() != "POST" {
+            *out = Response::new(405).header("Allow", "POST");
+            return;
+        }
+        let token = match req.header_one("authorization") {
+            Some(_) => self.authorize(req).map(|g| Some(g.pool)),
+            None if self.require_token => Err(Response::text(
+                401,
+                "a report needs the token the config was fetched with",
+            )
+            .header("WWW-Authenticate", "Bearer")),
+            None => Ok(None),
+        };
+        super::fleet::report(&self.fleet, token, req, out);
+    }
+
     /// Checks a bearer token; Ok(what it grants) or the error response.
-    pub(super) fn authorize(&self, req: &Request) -> Result<tokens::Grant, Response> {
+    fn authorize(&self, req: &Request) -> Result<tokens::Grant, Response> {
         let tok = tokens::parse_bearer(req.header_one("authorization")).map_err(|_| {
             Response::text(401, "missing or malformed Authorization: Bearer <token>")
                 .header("WWW-Authenticate", "Bearer")
@@ -521,7 +540,7 @@ impl http::Handler for App {
         let path = req.path();
         let config = path.strip_prefix("/config/");
         if path == super::render::REPORT_PATH {
-            return super::fleet::report(self, req, out);
+            return self.report(req, out);
         }
         let known = config.is_some()
             || matches!(

@@ -21,6 +21,7 @@
 //! and new clients alike get a config they understand.
 
 pub mod accept;
+pub mod admin;
 pub mod app;
 pub mod checkpoint;
 pub mod fleet;

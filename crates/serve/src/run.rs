@@ -118,7 +118,7 @@ pub fn run(opts: &Options) -> Result<()> {
             writeln!(out, "listening admin http://{local}").context("writing to stdout")?;
             log::info!("admin (inventory, /ui/) on http://{local}");
             admin_listeners.push(http::Listener { sock: l, tls: None });
-            let admin = Arc::new(crate::fleet::Admin {
+            let admin = Arc::new(crate::admin::Admin {
                 app: app.clone(),
                 token,
             });

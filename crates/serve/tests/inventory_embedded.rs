@@ -318,7 +318,7 @@ fn inventory_report_limits_are_named() {
     v["padding"] = "x".repeat(limits::BODY_BYTES).into();
     let err = parse(&serde_json::to_vec(&v).expect("JSON")).expect_err("too large");
     assert!(matches!(err, Refused::TooLarge(_)), "{err:?}");
-    assert!(err.to_string().contains("--max-report-bytes"), "{err}");
+    assert!(err.to_string().contains("--max-body-bytes"), "{err}");
     // Undocumented fields are dropped, never stored.
     let mut v = body();
     v["contents"] = "c2VjcmV0".into();

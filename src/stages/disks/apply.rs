@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use super::Report;
 use super::plan::StagePlan;
+use super::report::Report;
 use crate::blockdev::{failpoint, filesystem, luks, partitions, raid};
 use crate::fetch::{self, Fetcher};
 use crate::state::StateDir;

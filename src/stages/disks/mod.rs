@@ -22,6 +22,7 @@
 
 mod apply;
 mod plan;
+mod report;
 
 use std::time::{Duration, Instant};
 
@@ -37,27 +38,7 @@ pub use crate::blockdev::partitions::DiskWork;
 pub use crate::blockdev::raid::RaidWork;
 pub use apply::{apply, apply_with};
 pub use plan::{StagePlan, plan};
-
-/// Times of one run, for the benchmark and the log, and what it changed (for the stage's
-/// report, `crate::report`).
-#[derive(Debug, Default, Clone)]
-pub struct Report {
-    pub total: Duration,
-    /// Summed wall time of the external mkfs/wipefs tools (they run in parallel).
-    pub tools: Duration,
-    /// Wall time of the filesystem phase (tools in parallel).
-    pub fs_phase: Duration,
-    /// Reading tables, planning, probing devices known before partitioning.
-    pub planning: Duration,
-    /// Table writes (with fsync), partition nodes, waiting for them.
-    pub partitioning: Duration,
-    /// Probing and checking filesystems after partitioning.
-    pub probing: Duration,
-    /// Of `partitioning`: writing the tables and waiting for fsync (disk I/O).
-    pub table_io: Duration,
-    /// Partitions created, kept and deleted; filesystems made and reused.
-    pub changes: crate::report::Changes,
-}
+pub use report::Report;
 
 /// Runs the stage: plans, logs the plan, carries it out. Returns the times of the run (all zero
 /// when there is nothing to do).

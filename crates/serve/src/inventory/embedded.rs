@@ -54,6 +54,22 @@ fn detail_key(machine: &str, report: &str) -> String {
 impl Embedded {
     /// Opens (or creates) the store at `path`. Only one process may have it open.
     pub fn open(path: &Path) -> Result<Embedded> {
+        // Private to the server like the rest of its state directory (machine identities,
+        // error texts): created 0600, and made so if it exists.
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(path)
+                .with_context(|| format!("opening the inventory store {}", path.display()))?;
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("setting the mode of {} to 0600", path.display()))?;
+        }
         let db = Database::create(path)
             .with_context(|| format!("opening the inventory store {}", path.display()))?;
         let s = Embedded {

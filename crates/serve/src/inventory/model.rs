@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 /// The bounds on a report, each named in the error that refuses it (docs/reports.md, "Limits").
 pub mod limits {
-    /// A report body (`--max-report-bytes` by default).
+    /// A report body (`--max-body-bytes` by default).
     pub const BODY_BYTES: usize = 256 * 1024;
     /// `id`, `boot_id` and `machine.id`: letters, digits and `.:_-` only.
     pub const ID_BYTES: usize = 128;
@@ -299,7 +299,7 @@ pub enum Applied {
 pub fn parse(body: &[u8]) -> Result<Report, Refused> {
     if body.len() > limits::BODY_BYTES {
         return Err(Refused::TooLarge(format!(
-            "the report has {} bytes, more than the limit of {} (--max-report-bytes)",
+            "the report has {} bytes, more than the limit of {} (--max-body-bytes)",
             body.len(),
             limits::BODY_BYTES
         )));
