@@ -79,7 +79,7 @@ pub enum Command {
     DeleteConfig(DeleteConfigArgs),
     /// Serve machine configs to booting machines (the MachineConfigServer).
     #[cfg(feature = "serve")]
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Show, rotate or revoke the config server's bearer tokens.
     #[cfg(feature = "serve")]
     Token(TokenArgs),
@@ -111,7 +111,7 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Fetch(a) => crate::signals::install().and_then(|()| fetch::run(a)),
         Command::DeleteConfig(a) => delete_config::run(a),
         #[cfg(feature = "serve")]
-        Command::Serve(a) => serve::run(a),
+        Command::Serve(a) => serve::run(*a),
         #[cfg(feature = "serve")]
         Command::Token(a) => token::token_main(a),
         #[cfg(feature = "serve")]
