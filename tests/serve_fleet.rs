@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::path::Path;
-
 use support::serve::*;
 
 fn source(t: &TempDir) -> std::path::PathBuf {
@@ -358,28 +356,6 @@ fn an_admin_listener_off_loopback_needs_a_token() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--admin-token-file"), "{err}");
-}
-
-fn token_of(src: &Path, pool: &str) -> String {
-    let out = std::process::Command::new(AGENT)
-        .args([
-            "token",
-            "show",
-            "--source",
-            src.to_str().unwrap(),
-            "--reveal",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split('\t').collect();
-            (f.len() == 3 && f[0] == pool && f[1] == "token").then(|| f[2].to_string())
-        })
-        .unwrap_or_else(|| panic!("no token for {pool}"))
 }
 
 /// `agent run` against `agent serve` (issue 28's loop closed): a machine that provisions and

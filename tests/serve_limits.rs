@@ -548,28 +548,6 @@ fn malformed_request_lines_get_400_at_once() {
     assert_eq!(r.status, 200);
 }
 
-fn token_of(src: &Path, pool: &str) -> String {
-    let out = std::process::Command::new(AGENT)
-        .args([
-            "token",
-            "show",
-            "--source",
-            src.to_str().unwrap(),
-            "--reveal",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split('\t').collect();
-            (f.len() == 3 && f[0] == pool && f[1] == "token").then(|| f[2].to_string())
-        })
-        .unwrap_or_else(|| panic!("no token for {pool}"))
-}
-
 #[test]
 fn require_token_does_not_reveal_pools() {
     let t = TempDir::new("oracle");

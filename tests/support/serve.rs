@@ -557,3 +557,26 @@ pub fn raise_nofile(want: u64) -> u64 {
     }
     getrlimit(Resource::RLIMIT_NOFILE).unwrap().0
 }
+
+/// The legacy store's token of `pool` (`agent token show --reveal`) for the source `src`.
+pub fn token_of(src: &Path, pool: &str) -> String {
+    let out = std::process::Command::new(AGENT)
+        .args([
+            "token",
+            "show",
+            "--source",
+            src.to_str().unwrap(),
+            "--reveal",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f.len() == 3 && f[0] == pool && f[1] == "token").then(|| f[2].to_string())
+        })
+        .unwrap_or_else(|| panic!("no token for {pool}"))
+}

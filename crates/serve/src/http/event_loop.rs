@@ -800,24 +800,16 @@ impl<H: Handler> Shard<H> {
                         .stats
                         .header_timeouts
                         .fetch_add(1, Ordering::Relaxed);
-                    let Some(mut c) = self.slots[idx].conn.take() else {
-                        continue;
-                    };
                     let started = c.body.take().map_or(now, |(n, s)| {
                         self.srv.adm.body_release(n);
                         s
                     });
-                    let ours = self.leave_waiting(&mut c);
-                    if ours {
-                        c.resp = Response::text(408, "the request body did not arrive in time");
-                        self.queue(l, &mut c, false, false, false, started);
-                    }
-                    self.slots[idx].conn = Some(c);
-                    if ours {
-                        self.step(l, idx, false);
-                    } else {
-                        self.close(l, idx);
-                    }
+                    self.time_out(
+                        l,
+                        idx,
+                        Response::text(408, "the request body did not arrive in time"),
+                        started,
+                    );
                 }
                 Phase::Head => {
                     let handshaking = c.tls.as_ref().is_some_and(|t| t.is_handshaking());
@@ -830,21 +822,8 @@ impl<H: Handler> Shard<H> {
                     }
                     if c.head_start.is_some() && !handshaking && !c.reject {
                         // Slow headers: say so, then close.
-                        let Some(mut c) = self.slots[idx].conn.take() else {
-                            continue;
-                        };
-                        let ours = self.leave_waiting(&mut c);
-                        if ours {
-                            let started = c.head_start.unwrap_or(now);
-                            c.resp.reset(408);
-                            self.queue(l, &mut c, false, false, false, started);
-                        }
-                        self.slots[idx].conn = Some(c);
-                        if ours {
-                            self.step(l, idx, false);
-                        } else {
-                            self.close(l, idx);
-                        }
+                        let started = c.head_start.unwrap_or(now);
+                        self.time_out(l, idx, Response::new(408), started);
                     } else {
                         // Silent (or idle between requests): close quietly.
                         if let Some(t) = c.tls.as_mut()
@@ -877,6 +856,25 @@ impl<H: Handler> Shard<H> {
                 }
                 Phase::Linger => self.close(l, idx),
             }
+        }
+    }
+
+    /// Answers connection `idx` with `resp` (a 408) and closes it after; closes it at once
+    /// when it was evicted meanwhile.
+    fn time_out(&mut self, l: &mut Local<H::Local>, idx: usize, resp: Response, started: Instant) {
+        let Some(mut c) = self.slots[idx].conn.take() else {
+            return;
+        };
+        let ours = self.leave_waiting(&mut c);
+        if ours {
+            c.resp = resp;
+            self.queue(l, &mut c, false, false, false, started);
+        }
+        self.slots[idx].conn = Some(c);
+        if ours {
+            self.step(l, idx, false);
+        } else {
+            self.close(l, idx);
         }
     }
 
