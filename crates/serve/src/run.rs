@@ -113,7 +113,11 @@ pub fn run(opts: &Options) -> Result<()> {
                     "--admin-listen {addr} is not a loopback address: give --admin-token-file (the inventory is never served to an unauthenticated client)"
                 ),
             };
-            let l = http::bind(addr)?;
+            let l = http::bind(addr).with_context(|| {
+                format!(
+                    "--admin-listen {addr} (another agent serve on this host? give each its own --admin-listen, or off)"
+                )
+            })?;
             let local = l.local_addr().context("reading the bound address")?;
             writeln!(out, "listening admin http://{local}").context("writing to stdout")?;
             log::info!("admin (inventory, /ui/) on http://{local}");
