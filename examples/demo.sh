@@ -77,7 +77,8 @@ mkdir -p "$work/source/pools/master"
 cp "$here/webserver.ign" "$work/source/pools/worker.ign"
 cp "$here/master-etcd.ign" "$work/source/pools/master/10-etcd.ign"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$agent" serve --source "$work/source" --state-dir "$work/serve-state" --listen-http "127.0.0.1:$port" --no-access-log 2>"$work/serve.log" &
+aport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$agent" serve --source "$work/source" --state-dir "$work/serve-state" --listen-http "127.0.0.1:$port" --admin-listen "127.0.0.1:$aport" --no-access-log 2>"$work/serve.log" >/dev/null &
 server=$!
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
 echo "--- GET /config/worker (Accept: spec 3.2.0)"
@@ -92,4 +93,17 @@ echo "--- the pointer config a worker boots with"
 echo "--- GET /status"
 curl -s "http://127.0.0.1:$port/status" | head -20
 echo
+
+step "a machine boots from the pointer config, reports each stage; the server's inventory"
+"$agent" pointer --source "$work/source" --pool worker --url "http://127.0.0.1:$port/ignition" > "$work/pointer.ign"
+# A new root with its own (minimal) account databases, for the pool's user.
+mkdir -p "$work/root3/etc"
+printf 'root:x:0:0:root:/root:/bin/sh\n' > "$work/root3/etc/passwd"
+printf 'root:x:0:\n' > "$work/root3/etc/group"
+printf 'root:*:19000:0:99999:7:::\n' > "$work/root3/etc/shadow"
+printf 'root:*::\n' > "$work/root3/etc/gshadow"
+chmod 600 "$work/root3/etc/shadow" "$work/root3/etc/gshadow"
+"$agent" run --config-file "$work/pointer.ign" --root "$work/root3" --state-dir "$work/state3" --stage fetch --stage files 2>&1 | grep -E "served pool|report sent" || true
+"$agent" machines list --server "http://127.0.0.1:$aport"
+echo "(the same on the page: http://127.0.0.1:$aport/ui/ while the server runs)"
 echo "demo complete"
