@@ -43,7 +43,12 @@ impl Admin {
         } else {
             return false;
         };
-        constant_time_eq(given.as_bytes(), want.as_bytes())
+        // Compared as digests, in constant time (the tokens' own comparison).
+        use sha2::{Digest, Sha256};
+        super::tokens::ct_eq(
+            &Sha256::digest(given.as_bytes()).into(),
+            &Sha256::digest(want.as_bytes()).into(),
+        )
     }
 
     fn route(&self, req: &Request) -> Response {
@@ -107,7 +112,10 @@ impl Admin {
                 } else {
                     return Response::new(404);
                 };
-                let Some(id) = percent_decode(id).filter(|i| valid_id(i)) else {
+                let id = spec::encoding::data_url::percent_decode(id)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok());
+                let Some(id) = id.filter(|i| valid_id(i)) else {
                     return Response::new(404);
                 };
                 match store.machine(&id) {
@@ -204,30 +212,6 @@ fn valid_id(s: &str) -> bool {
         && s.len() <= inventory::limits::ID_BYTES
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'_' | b'-'))
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let h = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(h, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn ts(secs: u64) -> String {

@@ -357,7 +357,8 @@ fn base64_shape(input: &[u8]) -> Result<usize> {
     Ok(pad)
 }
 
-fn percent_decode(s: &str) -> Result<Vec<u8>> {
+/// `%XX` escapes of `s` decoded (a data URL's payload, a URL path segment).
+pub fn percent_decode(s: &str) -> Result<Vec<u8>> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
