@@ -197,6 +197,7 @@ mod tests {
             id: id.into(),
             dir: format!("/src/..{id}").into(),
             pools: BTreeMap::new(),
+            machines: Default::default(),
         }
     }
 
