@@ -9,6 +9,7 @@
 //! value holds for where it lands, so quotes, backslashes, newlines or `{{` in a value land
 //! literally; the text is filled in one pass, so a value is never expanded again.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -90,11 +91,18 @@ fn push_key(path: &str, k: &str) -> String {
     format!("{path}.{}", if plain { k } else { "…" })
 }
 
-/// A data URL's text, when it is one and its payload (gunzipped with `gzip`) is UTF-8.
-fn data_url_text(s: &str, gzip: bool) -> Option<String> {
+/// What a string holds placeholders in: its text, or for a data URL (a string starting with
+/// `data:`) its payload's text (gunzipped with `gzip`); None for a data URL that does not
+/// decode or whose payload is not UTF-8 text (left as it is).
+fn text_of(s: &str, gzip: bool) -> Option<Cow<'_, str>> {
     if !s.starts_with("data:") {
-        return None;
+        return Some(Cow::Borrowed(s));
     }
+    data_url_text(s, gzip).map(Cow::Owned)
+}
+
+/// A data URL's payload as text (gunzipped with `gzip`), when it is UTF-8.
+fn data_url_text(s: &str, gzip: bool) -> Option<String> {
     let bytes = spec::encoding::data_url::decode(s).ok()?;
     let bytes = if gzip {
         butane::gunzip(&bytes, MAX_PAYLOAD_BYTES)?
@@ -143,8 +151,8 @@ fn scan_at(
 ) -> Result<(), Error> {
     match v {
         Value::String(s) => {
-            let text = data_url_text(s, is_gzip(parent));
-            for (_, _, key) in find(text.as_deref().unwrap_or(s)) {
+            let text = text_of(s, is_gzip(parent)).unwrap_or_default();
+            for (_, _, key) in find(&text) {
                 out.push(Use {
                     key: key.to_string(),
                     path: path.to_string(),
@@ -193,13 +201,15 @@ fn fill_at(
     };
     match v {
         Value::String(s) => {
-            if let Some(text) = data_url_text(s, gzip) {
-                if !find(&text).is_empty() {
-                    let filled = fill_text(&text, &lookup, true).map_err(missing)?;
-                    *s = data_url_with(s, &filled, gzip);
+            if !s.starts_with("data:") {
+                if !find(s).is_empty() {
+                    *s = fill_text(s, &lookup, true).map_err(missing)?;
                 }
-            } else if !find(s).is_empty() {
-                *s = fill_text(s, &lookup, true).map_err(missing)?;
+            } else if let Some(text) = data_url_text(s, gzip)
+                && !find(&text).is_empty()
+            {
+                let filled = fill_text(&text, &lookup, true).map_err(missing)?;
+                *s = data_url_with(s, &filled, gzip);
             }
         }
         Value::Array(a) => {
@@ -257,7 +267,7 @@ mod tests {
     #[test]
     fn strings_data_urls_and_gzip() {
         let nasty = "a\"b\\c\nd{{.x}}e";
-        let plain = "data:,host%3D{{.h}}";
+        let plain = "data:,host%3D%7B%7B.h%7D%7D";
         let b64 = format!(
             "data:text/plain;base64,{}",
             spec::encoding::data_url::base64_encode(b"name={{.h}}\n")
