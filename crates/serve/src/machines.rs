@@ -16,9 +16,9 @@ use anyhow::{Result, anyhow, bail};
 use sha2::{Digest, Sha256};
 
 use super::placeholders;
+use super::reading::{Fragment, redact_diag};
 use super::render::Pool;
 use super::selectors::{self, BootProfile, Facts, MachineSpec, Match};
-use super::source::{Fragment, redact_diag};
 use spec::config::{self, Config, Version};
 
 /// Largest boot asset (kernel, initramfs); each is held in memory while served.
@@ -69,7 +69,7 @@ impl AssetCache {
     /// The asset at `path` (a regular file, checked as every source file is).
     pub fn read(&mut self, path: &Path) -> Result<Arc<Asset>> {
         use std::os::unix::fs::MetadataExt;
-        let f = super::source::open_regular(path)?;
+        let f = super::reading::open_regular(path)?;
         let m = f
             .metadata()
             .map_err(|e| anyhow!("reading {}: {e}", path.display()))?;
@@ -87,7 +87,7 @@ impl AssetCache {
             return Ok(e.0.clone());
         }
         drop(f);
-        let bytes = super::source::read_regular(path, MAX_ASSET_BYTES)?
+        let bytes = super::reading::read_regular(path, MAX_ASSET_BYTES)?
             .ok_or_else(|| anyhow!("{} vanished while being read", path.display()))?;
         let a = Arc::new(Asset::new(bytes));
         self.entries.insert(key, (a.clone(), true));
@@ -315,7 +315,7 @@ fn build_with(
                 for (fname, bytes) in frags {
                     let file = fragment_file(&m.pool, frags, fname);
                     let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|err| {
-                        format!("{file}: {}", super::source::redact(&err.to_string()))
+                        format!("{file}: {}", super::reading::redact(&err.to_string()))
                     })?;
                     let us = placeholders::scan(&v).map_err(|err| {
                         format!(
