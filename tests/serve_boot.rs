@@ -85,7 +85,7 @@ fn source(t: &TempDir) -> PathBuf {
     );
     write(
         &src.join("boot/default.json"),
-        r#"{"kernel": "vmlinuz", "initrd": ["initramfs.img"], "args": ["console=ttyS0", "ignition.platform.id=metal"]}"#,
+        r#"{"kernel": "vmlinuz", "initrd": ["initramfs.img"], "args": ["console=ttyS0", "ignition.platform.id=metal", "ip={{.ip}}::10.0.0.1:255.255.255.0::eth0:off"]}"#,
     );
     let kernel: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::create_dir_all(src.join("boot/assets")).unwrap();
@@ -239,7 +239,7 @@ fn boot_script_chains_with_the_machines_facts() {
     );
     let script = ipxe(&s2, "mac=52-54-00-12-34-01");
     assert!(
-        script.contains("kernel http://boot.example:8080/assets/vmlinuz console=ttyS0 ignition.platform.id=metal agent.config.url=http://boot.example:8080/machine-config?token="),
+        script.contains("kernel http://boot.example:8080/assets/vmlinuz console=ttyS0 ignition.platform.id=metal ip=10.0.0.5::10.0.0.1:255.255.255.0::eth0:off agent.config.url=http://boot.example:8080/machine-config?token="),
         "{script}"
     );
     assert!(
@@ -326,16 +326,16 @@ fn most_specific_selector_wins() {
     write(&src.join("pools/infra.ign"), &worker_config("infra"));
     write(
         &src.join("machines/rack-r1.json"),
-        r#"{"selector": {"labels": {"rack": "r1"}}, "pool": "infra"}"#,
+        r#"{"selector": {"labels": {"rack": "r1"}}, "pool": "infra", "values": {"ip": "10.0.1.1"}}"#,
     );
     write(
         &src.join("machines/node-1-r1.json"),
-        &serde_json::json!({"selector": {"mac": MAC1, "labels": {"rack": "r1"}}, "pool": "infra"})
+        &serde_json::json!({"selector": {"mac": MAC1, "labels": {"rack": "r1"}}, "pool": "infra", "values": {"ip": "10.0.1.2"}})
             .to_string(),
     );
     write(
         &src.join("machines/by-uuid.json"),
-        r#"{"selector": {"uuid": "4C4C4544-0042-3510-8052-B4C04F4E4D32"}, "pool": "infra"}"#,
+        r#"{"selector": {"uuid": "4C4C4544-0042-3510-8052-B4C04F4E4D32"}, "pool": "infra", "values": {"ip": "10.0.1.3"}}"#,
     );
     let s = start(&src, &[]);
     let pool_of = |q: &str| {
@@ -711,6 +711,17 @@ fn bad_input_keeps_the_last_good_generation() {
             vec![
                 "pool worker filled for machine node-1 (machines/node-1.json) is invalid",
                 "$.systemd.units.0.contents",
+            ],
+        ),
+        (
+            "machines/node-1.json",
+            machine(
+                MAC1,
+                "worker",
+                serde_json::json!({"hostname": "n", "ip": "10.0.0.5 rd.break", "note": "n"}),
+            ),
+            vec![
+                "boot/default.json: $.args.2 filled for machine node-1 (machines/node-1.json) is not one kernel argument",
             ],
         ),
         (

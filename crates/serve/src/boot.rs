@@ -312,8 +312,14 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
             .map_or("discovery".to_string(), |f| format!("machines/{f}.json")),
         &key[..8]
     );
+    // A machine file's arguments are filled with its values; the discovery pool's are the
+    // profile's as they are.
+    let args = file
+        .as_ref()
+        .and_then(|f| g.machines.configs.get(f))
+        .map_or(&profile.args, |c| &c.args);
     let mut s = format!("#!ipxe\nkernel {base}/assets/{}", profile.kernel);
-    for a in &profile.args {
+    for a in args {
         s.push(' ');
         s.push_str(a);
     }

@@ -110,6 +110,8 @@ pub struct RawMachines {
 pub struct MachineConfig {
     pub pool: String,
     pub config: Config,
+    /// Its boot profile's kernel arguments with its values filled in.
+    pub args: Vec<String>,
     /// Its documents, rendered when first asked for.
     served: OnceLock<Arc<Pool>>,
 }
@@ -233,6 +235,41 @@ impl MachineSet {
         let set = build_with(&raw, pools, None, &have).map_err(|e| anyhow!(e))?;
         Ok((set, missing))
     }
+}
+
+/// Machine `m`'s kernel arguments: its pool's boot profile's, each placeholder filled from
+/// its values (every one needed, like the config's); a filled argument must still be one
+/// argument (printable ASCII, no space), or the generation is invalid.
+fn machine_args(
+    m: &MachineSpec,
+    profiles: &BTreeMap<String, BootProfile>,
+) -> Result<Vec<String>, String> {
+    let (name, p) = match profiles.get_key_value(&m.pool) {
+        Some(x) => x,
+        None => profiles
+            .get_key_value("default")
+            .ok_or_else(|| format!("{}: pool {} has no boot profile", m.file(), m.pool))?,
+    };
+    let lookup = |k: &str| m.values.get(k).map(String::as_str);
+    let mut out = Vec::with_capacity(p.args.len());
+    for (i, a) in p.args.iter().enumerate() {
+        let filled = placeholders::fill_text(a, &lookup, true).map_err(|key| {
+            format!(
+                "boot/{name}.json: $.args.{i}: placeholder {{{{.{key}}}}}: machine {} ({}) has no value {key:?}",
+                m.name,
+                m.file()
+            )
+        })?;
+        if !filled.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "boot/{name}.json: $.args.{i} filled for machine {} ({}) is not one kernel argument (printable ASCII without spaces)",
+                m.name,
+                m.file()
+            ));
+        }
+        out.push(filled);
+    }
+    Ok(out)
 }
 
 /// The file a pool's fragment came from, as errors name it.
@@ -386,11 +423,13 @@ fn build_with(
         }
         // It must render like a pool's (every version that can express it).
         config::to_json(&parsed.config, Version::NEWEST).map_err(bad)?;
+        let args = machine_args(m, &profiles)?;
         configs.insert(
             m.name.clone(),
             MachineConfig {
                 pool: m.pool.clone(),
                 config: parsed.config,
+                args,
                 served: OnceLock::new(),
             },
         );
