@@ -441,3 +441,108 @@ fn build_with(
         configs,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(name: &str, json: &str) -> (String, Arc<Pool>) {
+        let c = config::parse(json.as_bytes()).unwrap().config;
+        (name.to_string(), Arc::new(Pool::new(name, c).unwrap()))
+    }
+
+    fn raw(machines: &[(&str, &str)]) -> RawMachines {
+        let mut r = RawMachines {
+            machines: machines
+                .iter()
+                .map(|(n, j)| (n.to_string(), j.as_bytes().to_vec()))
+                .collect(),
+            profiles: vec![(
+                "default".into(),
+                br#"{"kernel":"k","args":["x={{.etcd_index}}"]}"#.to_vec(),
+            )],
+            ..Default::default()
+        };
+        r.assets
+            .insert("k".into(), Arc::new(Asset::new(b"kernel".to_vec())));
+        r
+    }
+
+    /// `etcd_index` is one value like any other: a machine file's fills it everywhere in
+    /// the machine's config (and its kernel arguments), not only in units as `?etcd_index=`.
+    #[test]
+    fn etcd_index_is_a_value() {
+        let master = r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/etc/idx",
+            "contents":{"source":"data:,%7B%7B.etcd_index%7D%7D"}}]},"systemd":{"units":[
+            {"name":"etcd.service","contents":"[Service]\nExecStart=/bin/etcd --name etcd-{{.etcd_index}}\n"}]}}"#;
+        let pools: BTreeMap<_, _> = [pool("master", master)].into_iter().collect();
+        let set = build(
+            &raw(&[(
+                "m2",
+                r#"{"selector":{"serial":"S2"},"pool":"master","values":{"etcd_index":2}}"#,
+            )]),
+            &pools,
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let m = &set.configs["m2"];
+        assert_eq!(m.args, ["x=2"]);
+        let doc = m.served().render(0, None).unwrap();
+        let text = String::from_utf8(doc.body.to_vec()).unwrap();
+        assert!(text.contains("--name etcd-2"), "{text}");
+        assert!(
+            text.contains("data:;base64,Mg=="),
+            "the file holds 2: {text}"
+        );
+        // The pool itself, served as /config/master?etcd_index=5, is unchanged.
+        let five = pools["master"].render(0, Some(5)).unwrap();
+        let five = String::from_utf8(five.body.to_vec()).unwrap();
+        assert!(five.contains("--name etcd-5") && five.contains("%7B%7B.etcd_index%7D%7D"));
+        // A machine without the value: refused, naming the pool, path and machine.
+        let e = build(
+            &raw(&[("m3", r#"{"selector":{"serial":"S3"},"pool":"master"}"#)]),
+            &pools,
+            &BTreeMap::new(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("$.storage.files.0.contents.source: placeholder {{.etcd_index}}")
+                && e.contains("machine m3 (machines/m3.json)"),
+            "{e}"
+        );
+    }
+
+    /// What the checkpoint keeps gives the same machine set back.
+    #[test]
+    fn saved_and_restored() {
+        let pools: BTreeMap<_, _> = [pool(
+            "w",
+            r#"{"ignition":{"version":"3.0.0"},"systemd":{"units":[{"name":"a.service","contents":"{{.etcd_index}}"}]}}"#,
+        )]
+        .into_iter()
+        .collect();
+        let set = build(
+            &raw(&[(
+                "a",
+                r#"{"selector":{"mac":"52-54-00-00-00-0A"},"pool":"w","values":{"etcd_index":"7"}}"#,
+            )]),
+            &pools,
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let dir = runtime::util::TestDir::new("machines-restore");
+        std::fs::write(dir.0.join("k"), b"kernel").unwrap();
+        let (back, missing) = MachineSet::restore(&set.saved(), &pools, &dir.0).unwrap();
+        assert!(missing.is_empty());
+        assert_eq!(back.specs, set.specs);
+        assert_eq!(back.saved(), set.saved());
+        assert_eq!(
+            back.configs["a"].served().render(3, None).unwrap().body,
+            set.configs["a"].served().render(3, None).unwrap().body
+        );
+        std::fs::write(dir.0.join("k"), b"changed").unwrap();
+        let (back, missing) = MachineSet::restore(&set.saved(), &pools, &dir.0).unwrap();
+        assert_eq!(missing, ["k"]);
+        assert!(back.assets.is_empty());
+    }
+}
