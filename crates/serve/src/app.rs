@@ -335,7 +335,7 @@ impl App {
                 let id = super::inventory::parse(req.body())
                     .map(|r| r.machine.id)
                     .unwrap_or_default();
-                super::boot::report_token(self.fleet.store.as_deref(), req, &id)
+                super::boot::report_token(self.fleet.store.as_deref(), req, &id, self.require_token)
             }
             Some(_) => self.authorize(req).map(|g| Some(g.pool)),
             None if self.require_token => Err(Response::text(

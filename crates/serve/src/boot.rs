@@ -409,17 +409,24 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
 
 /// A report's token given as `/report?token=T` (the URL `/machine-config` hands out): the
 /// pool it grants, when it is a boot token of this machine still valid for reports.
-/// Ok(None): none given; Err: a token that does not pass.
+/// Ok(None): none given, or one that does not pass where unauthenticated reports are taken
+/// (recorded unauthenticated: a report queued on a machine for longer than the token's
+/// window is not lost); Err: the answer otherwise (`require`: `--require-token`).
 pub fn report_token(
     store: Option<&dyn Store>,
     req: &Request,
     machine: &str,
+    require: bool,
 ) -> Result<Option<String>, Response> {
     let Some(token) = req.query_param("token") else {
         return Ok(None);
     };
     if !well_formed(token) {
-        return Err(Response::text(401, "malformed token"));
+        return if require {
+            Err(Response::text(401, "malformed token"))
+        } else {
+            Ok(None)
+        };
     }
     let Some(store) = store else {
         return Err(Response::text(503, "no inventory store").header("Retry-After", "30"));
@@ -433,7 +440,13 @@ pub fn report_token(
             );
             Ok(None)
         }
-        Ok(_) => Err(Response::text(401, "unknown or expired token")),
+        Ok(_) if require => Err(Response::text(401, "unknown or expired token")),
+        Ok(_) => {
+            log::info!(
+                "a report of machine {machine} came with an unknown or expired boot token: recorded as unauthenticated"
+            );
+            Ok(None)
+        }
         Err(e) => {
             log::error!("reading a boot token: {e:#}");
             Err(
