@@ -769,3 +769,98 @@ fn machines_survive_a_restart_on_a_broken_source() {
     let r = get(s.plain(), "/assets/initramfs.img");
     assert_eq!(r.body, b"initramfs");
 }
+
+/// One etcd member on free 127.0.0.1 ports, killed on drop.
+struct Etcd {
+    child: std::process::Child,
+    url: String,
+    _dir: TempDir,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn etcd() -> Option<Etcd> {
+    let bin = std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join("etcd"))
+        .find(|f| f.is_file());
+    let Some(bin) = bin else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "etcd is not installed; CI installs it (.ci/packages/serve.apt: etcd-server)"
+        );
+        eprintln!("SKIPPED: etcd is not installed (apt-get install etcd-server)");
+        return None;
+    };
+    let dir = TempDir::new("boot-etcd");
+    let (client, peer) = (free_port(), free_port());
+    let url = format!("http://127.0.0.1:{client}");
+    let child = Command::new(bin)
+        .args([
+            "--name=m0".to_string(),
+            format!("--data-dir={}", dir.path().join("data").display()),
+            format!("--listen-client-urls={url}"),
+            format!("--advertise-client-urls={url}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-cluster=m0=http://127.0.0.1:{peer}"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting etcd");
+    let e = Etcd {
+        child,
+        url,
+        _dir: dir,
+    };
+    let addr: SocketAddr = format!("127.0.0.1:{client}").parse().unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            if out.contains("\"health\":\"true\"") {
+                return Some(e);
+            }
+        }
+        assert!(Instant::now() < end, "etcd did not become healthy");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Two replicas on one etcd store: a token that one replica issued is spent by a fetch
+/// from the other, and refused on its second use from either; the install done through one
+/// sends the machine to its local disk on the other.
+#[test]
+fn replicas_on_etcd_share_tokens_and_installs() {
+    let Some(e) = etcd() else { return };
+    let t = TempDir::new("boot-etcd-replicas");
+    let src = source(&t);
+    let args = ["--inventory-store", "etcd", "--etcd-endpoints", &e.url];
+    let a = start(&src, &args);
+    let b = start(&src, &args);
+    let script = ipxe(&a, "mac=52-54-00-12-34-02");
+    let p = config_path(&script);
+    let got = get(b.plain(), &p);
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(get(a.plain(), &p).status, 403, "spent on the other replica");
+    assert_eq!(get(b.plain(), &p).status, 403);
+    install(&a, "boot-1");
+    let q = "mac=52-54-00-12-34-01";
+    assert!(local_boot(&ipxe(&b, q)), "{}", ipxe(&b, q));
+}
