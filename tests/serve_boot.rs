@@ -864,3 +864,39 @@ fn replicas_on_etcd_share_tokens_and_installs() {
     let q = "mac=52-54-00-12-34-01";
     assert!(local_boot(&ipxe(&b, q)), "{}", ipxe(&b, q));
 }
+
+/// A token is never in the server's log (access log included) nor in the inventory: log
+/// lines name the first 8 hex digits of its hash.
+#[test]
+fn tokens_are_never_logged() {
+    let t = TempDir::new("boot-log");
+    let src = source(&t);
+    let log = t.path().join("serve.log");
+    let s = Server::start_logged(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+        ],
+        &[],
+        Some(&log),
+    );
+    install(&s, "boot-1");
+    let script = ipxe(&s, "mac=52-54-00-12-34-02");
+    let p = config_path(&script);
+    assert_eq!(get(s.plain(), &p).status, 200);
+    assert_eq!(get(s.plain(), &p).status, 403);
+    let token = p.split("token=").nth(1).unwrap().to_string();
+    let inventory = get(s.addr_of("admin"), "/machines").text();
+    drop(s);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("\"path\":\"/machine-config\""), "{text}");
+    assert!(text.contains("token already used"), "{text}");
+    assert!(!text.contains(&token), "the token is in the log:\n{text}");
+    assert!(
+        !text.contains(&token[..12]),
+        "part of the token is in the log:\n{text}"
+    );
+    assert!(!inventory.contains(&token[..12]), "{inventory}");
+}
