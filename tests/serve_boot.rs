@@ -562,6 +562,9 @@ fn install_once_then_reprovision() {
         ipxe(&s, q).contains("\nkernel "),
         "reprovision asked for: install"
     );
+    let page = get(s.addr_of("admin"), &format!("/ui/machines/{id}")).text();
+    assert!(page.contains("reprovision asked for at"), "{page}");
+    assert!(page.contains("machines/node-1.json"), "{page}");
     install(&s, "boot-2");
     assert!(local_boot(&ipxe(&s, q)), "installed again: local disk");
     assert!(admin_get(&s, &format!("/machines/{id}"))["reprovision"].is_null());
