@@ -903,3 +903,61 @@ fn tokens_are_never_logged() {
     );
     assert!(!inventory.contains(&token[..12]), "{inventory}");
 }
+
+/// The real agent, as the initramfs runs it after iPXE: `agent.config.url=` from the boot
+/// script on its kernel command line, the metal platform; it fetches its machine's config
+/// with the one-time token, writes its values into the root, and reports to the URL the
+/// config named: the inventory has it provisioned, authenticated, and its next network boot
+/// goes to the local disk.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn agent_run_from_an_ipxe_script_installs_once() {
+    support::root::must_be_root();
+    let t = TempDir::new("boot-agent");
+    let s = start(&source(&t), &[]);
+    let uuid = "4c4c4544-0000-0000-0000-0000000000b1";
+    let q = format!("mac=52-54-00-12-34-02&uuid={uuid}");
+    let script = ipxe(&s, &q);
+    let url = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("agent.config.url="))
+        .unwrap()
+        .to_string();
+    let dir = TempDir::new("boot-agent-run");
+    let root = dir.path().join("root");
+    let dmi = dir.path().join("dmi");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&dmi).unwrap();
+    std::fs::write(dmi.join("product_uuid"), format!("{uuid}\n")).unwrap();
+    let cmdline = dir.path().join("cmdline");
+    std::fs::write(&cmdline, format!("console=ttyS0 agent.config.url={url}")).unwrap();
+    let out = Command::new(AGENT)
+        .args(["run", "--platform", "metal", "--root"])
+        .arg(&root)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--test-kernel-cmdline-file")
+        .arg(&cmdline)
+        .args(["--system-config-dir", "/nonexistent"])
+        .arg("--test-dmi-dir")
+        .arg(&dmi)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/hostname")).unwrap(),
+        format!("{NASTY}\n")
+    );
+    let m = admin_get(&s, &format!("/machines/{uuid}"));
+    assert_eq!(m["state"], "provisioned", "{m}");
+    assert_eq!(m["authenticated"], true, "{m}");
+    assert_eq!(m["pool"], "worker");
+    assert!(local_boot(&ipxe(&s, &q)));
+    // The token was spent by the agent's fetch.
+    let p = url[url.find("/machine-config").unwrap()..].to_string();
+    assert_eq!(get(s.plain(), &p).status, 403);
+}
