@@ -404,21 +404,18 @@ impl Checkpoint {
         runtime::util::mkdir_private(&cdir)?;
         let mut wanted: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
         // Machine sets by the hash of their record.
-        let mut blobs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let mut blobs: BTreeMap<&String, &[u8]> = BTreeMap::new();
         for (g, _) in s.active.iter().chain(s.lkg.iter()) {
             if !g.machines.is_empty() {
-                let b = ser(&g.machines.saved())?;
-                blobs.insert(hex(&Sha256::digest(&b)), b);
+                let (hash, b) = g.machines.record();
+                blobs.insert(hash, b);
             }
         }
-        let machines_hash = |g: &Generation| {
-            (!g.machines.is_empty())
-                .then(|| ser(&g.machines.saved()).map(|b| hex(&Sha256::digest(&b))))
-                .transpose()
-        };
+        let machines_hash =
+            |g: &Generation| (!g.machines.is_empty()).then(|| g.machines.record().0.clone());
         let gen_record = |g: &Generation, r: &GenRef| -> Result<GenRecord> {
             Ok(GenRecord {
-                machines: machines_hash(g)?,
+                machines: machines_hash(g),
                 format: FORMAT,
                 generation: r.generation.clone(),
                 path: r.path.clone(),
@@ -451,7 +448,7 @@ impl Checkpoint {
         }
         let files = blobs
             .iter()
-            .map(|(h, b)| (h, Made::Bytes(b)))
+            .map(|(h, b)| (*h, Made::Bytes(b)))
             .chain(wanted.iter().map(|(h, p)| (h, Made::Config(p))));
         for (hash, bytes) in files {
             if good.contains(hash) {
@@ -538,7 +535,7 @@ impl Checkpoint {
             sync_dir(&self.dir)?;
         }
         if dirty || cdirty {
-            self.prune(&wanted.keys().chain(blobs.keys()).cloned().collect())?;
+            self.prune(&wanted.keys().chain(blobs.keys().copied()).cloned().collect())?;
         }
         Ok(())
     }

@@ -141,6 +141,8 @@ pub struct MachineSet {
     pub assets: BTreeMap<String, Arc<Asset>>,
     /// By machine name.
     pub configs: BTreeMap<String, MachineConfig>,
+    /// [`MachineSet::record`], made once.
+    record: OnceLock<(String, Vec<u8>)>,
 }
 
 /// What the checkpoint keeps of a machine set: the machine files and profiles as checked
@@ -176,6 +178,16 @@ impl MachineSet {
             .binary_search_by(|s| s.name.as_str().cmp(name))
             .ok()
             .map(|i| &self.specs[i])
+    }
+
+    /// What the checkpoint keeps, as the bytes of its file and their SHA-256 (hex), made
+    /// once per set (a checkpoint is saved at every tick of the watcher).
+    pub fn record(&self) -> &(String, Vec<u8>) {
+        self.record.get_or_init(|| {
+            let mut b = serde_json::to_vec_pretty(&self.saved()).unwrap_or_default();
+            b.push(b'\n');
+            (spec::encoding::hex(&Sha256::digest(&b)), b)
+        })
     }
 
     /// What the checkpoint keeps (see [`Saved`]).
@@ -439,6 +451,7 @@ fn build_with(
         profiles,
         assets: raw.assets.clone(),
         configs,
+        record: OnceLock::new(),
     })
 }
 
