@@ -535,7 +535,13 @@ impl Checkpoint {
             sync_dir(&self.dir)?;
         }
         if dirty || cdirty {
-            self.prune(&wanted.keys().chain(blobs.keys().copied()).cloned().collect())?;
+            self.prune(
+                &wanted
+                    .keys()
+                    .chain(blobs.keys().copied())
+                    .cloned()
+                    .collect(),
+            )?;
         }
         Ok(())
     }
