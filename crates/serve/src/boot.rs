@@ -383,7 +383,14 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
         return;
     };
     let pool = match &t.file {
-        Some(name) => g.machines.configs.get(name).map(|c| c.served()),
+        Some(name) => match g.machines.configs.get(name).map(|c| c.served()) {
+            Some(Err(e)) => {
+                log::error!("machine {}: rendering its config: {e}", t.machine);
+                *out = Response::text(500, "the machine's config could not be rendered");
+                return;
+            }
+            found => found.and_then(Result::ok),
+        },
         None => g.pools.get(&t.pool).cloned(),
     };
     let Some(pool) = pool else {

@@ -113,19 +113,18 @@ pub struct MachineConfig {
     /// Its boot profile's kernel arguments with its values filled in.
     pub args: Vec<String>,
     /// Its documents, rendered when first asked for.
-    served: OnceLock<Arc<Pool>>,
+    served: OnceLock<Result<Arc<Pool>, String>>,
 }
 
 impl MachineConfig {
-    /// The machine's documents (one per spec version, like a pool's), made once.
-    pub fn served(&self) -> Arc<Pool> {
+    /// The machine's documents (one per spec version, like a pool's), made once. (What
+    /// could fail was checked when the generation loaded.)
+    pub fn served(&self) -> Result<Arc<Pool>, String> {
         self.served
             .get_or_init(|| {
-                // Checked when the generation loaded: rendering cannot fail here.
-                Arc::new(
-                    Pool::new(&self.pool, self.config.clone())
-                        .unwrap_or_else(|e| panic!("machine config of pool {}: {e}", self.pool)),
-                )
+                Pool::new(&self.pool, self.config.clone())
+                    .map(Arc::new)
+                    .map_err(|e| format!("{e:#}"))
             })
             .clone()
     }
@@ -500,7 +499,7 @@ mod tests {
         .unwrap();
         let m = &set.configs["m2"];
         assert_eq!(m.args, ["x=2"]);
-        let doc = m.served().render(0, None).unwrap();
+        let doc = m.served().unwrap().render(0, None).unwrap();
         let text = String::from_utf8(doc.body.to_vec()).unwrap();
         assert!(text.contains("--name etcd-2"), "{text}");
         assert!(
@@ -550,8 +549,18 @@ mod tests {
         assert_eq!(back.specs, set.specs);
         assert_eq!(back.saved(), set.saved());
         assert_eq!(
-            back.configs["a"].served().render(3, None).unwrap().body,
-            set.configs["a"].served().render(3, None).unwrap().body
+            back.configs["a"]
+                .served()
+                .unwrap()
+                .render(3, None)
+                .unwrap()
+                .body,
+            set.configs["a"]
+                .served()
+                .unwrap()
+                .render(3, None)
+                .unwrap()
+                .body
         );
         std::fs::write(dir.0.join("k"), b"changed").unwrap();
         let (back, missing) = MachineSet::restore(&set.saved(), &pools, &dir.0).unwrap();
