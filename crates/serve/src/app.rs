@@ -17,7 +17,7 @@ use super::checkpoint::{Checkpoint, Retained};
 use super::http::{self, Body, Request, Response};
 use super::metrics::Metrics;
 use super::options::Options;
-use super::render::Pool;
+use super::render::{Pool, etag_matches};
 use super::source::{self, Generation};
 use super::status::Tracker;
 use super::tokens::{self, Clock};
@@ -123,6 +123,8 @@ pub struct App {
     pub(super) limits: serde_json::Value,
     /// Machine reports and the inventory (`POST /report`, the admin listener).
     pub(super) fleet: super::fleet::Fleet,
+    /// Network boot's settings (`crate::boot`).
+    pub(super) boot: super::boot::Settings,
 }
 
 fn method_ok(req: &Request) -> Option<Response> {
@@ -211,6 +213,11 @@ impl App {
             access_log: opts.access_log,
             conns,
             limits: limits_json(limits),
+            boot: super::boot::Settings {
+                public_url: opts.public_url.clone(),
+                discovery: opts.discovery.clone(),
+                token_ttl: opts.boot_token_ttl.as_secs(),
+            },
         })
     }
 
@@ -322,6 +329,14 @@ impl App {
             return;
         }
         let token = match req.header_one("authorization") {
+            _ if req.query_param("token").is_some() => {
+                // A network-booted machine's one-time token (`crate::boot`): it must be
+                // this machine's.
+                let id = super::inventory::parse(req.body())
+                    .map(|r| r.machine.id)
+                    .unwrap_or_default();
+                super::boot::report_token(self.fleet.store.as_deref(), req, &id, self.require_token)
+            }
             Some(_) => self.authorize(req).map(|g| Some(g.pool)),
             None if self.require_token => Err(Response::text(
                 401,
@@ -517,15 +532,6 @@ impl App {
     }
 }
 
-/// `If-None-Match` against our (strong) ETag, with the weak comparison RFC 9110 §13.1.2
-/// prescribes for it: `W/"x"` matches `"x"`; `*` matches any current representation.
-fn etag_matches(if_none_match: &str, etag: &str) -> bool {
-    if_none_match.split(',').any(|t| {
-        let t = t.trim();
-        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
-    })
-}
-
 impl http::Handler for App {
     type Local = Local;
 
@@ -541,6 +547,15 @@ impl http::Handler for App {
         let config = path.strip_prefix("/config/");
         if path == super::render::REPORT_PATH {
             return self.report(req, out);
+        }
+        if super::boot::ours(path) {
+            let ctx = super::boot::Ctx {
+                settings: &self.boot,
+                generation: self.active.seen(&mut local.seen),
+                store: self.fleet.store.as_deref(),
+                serve: &|r, p, o| self.serve_pool(r, p, o),
+            };
+            return super::boot::handle(&ctx, req, out);
         }
         let known = config.is_some()
             || matches!(
@@ -640,6 +655,7 @@ mod tests {
             id: id.into(),
             dir: PathBuf::new(),
             pools: Default::default(),
+            machines: Default::default(),
         }))
     }
 

@@ -122,6 +122,15 @@ fn etag_of(digest: &[u8]) -> String {
     format!("\"{}\"", hex(&digest[..16]))
 }
 
+/// `If-None-Match` against our (strong) ETag, with the weak comparison RFC 9110 §13.1.2
+/// prescribes for it: `W/"x"` matches `"x"`; `*` matches any current representation.
+pub fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').any(|t| {
+        let t = t.trim();
+        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
+    })
+}
+
 /// Where machines send their reports (docs/reports.md), on the same origin.
 pub const REPORT_PATH: &str = "/report";
 
@@ -334,15 +343,24 @@ pub fn fill_etcd_index(c: &mut Config, idx: u32) {
     fill_etcd_index_with(c, &idx.to_string());
 }
 
-/// Replaces `{{.etcd_index}}` in unit and drop-in contents with `n`.
+/// Replaces `{{.etcd_index}}` in unit and drop-in contents with `n`: the placeholder
+/// `etcd_index` ([`super::placeholders`]) filled where `?etcd_index=` always filled it, every
+/// other placeholder left as it is. (A machine file's `values.etcd_index` fills it everywhere
+/// in the machine's config, like any value.)
 fn fill_etcd_index_with(c: &mut Config, n: &str) {
+    let value = |k: &str| (k == "etcd_index").then_some(n);
+    let fill = |s: &mut String| {
+        if let Ok(f) = super::placeholders::fill_text(s, &value, false) {
+            *s = f;
+        }
+    };
     for u in &mut c.systemd.units {
         if let Some(s) = &mut u.contents {
-            *s = s.replace(ETCD_INDEX_VAR, n);
+            fill(s);
         }
         for d in &mut u.dropins {
             if let Some(s) = &mut d.contents {
-                *s = s.replace(ETCD_INDEX_VAR, n);
+                fill(s);
             }
         }
     }

@@ -24,13 +24,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::FileType;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::{Digest, Sha256};
 
+use super::machines::{AssetCache, MachineSet, RawMachines};
+pub use super::reading::{
+    Fragment, open_regular, read_regular, redact, redact_butane, redact_diag, valid_pool_name,
+};
 use super::render::Pool;
 use spec::config::{self, Config};
 
@@ -50,6 +53,9 @@ pub struct Generation {
     /// The resolved directory it was read from.
     pub dir: PathBuf,
     pub pools: BTreeMap<String, Arc<Pool>>,
+    /// The machine files, boot profiles and assets, and each machine's config
+    /// (`machines/`, `boot/`; empty when the source has none).
+    pub machines: Arc<MachineSet>,
 }
 
 /// The raw bytes of a generation, before validation.
@@ -62,11 +68,9 @@ pub struct RawGeneration {
     pub pools: BTreeMap<String, Vec<Fragment>>,
     /// Butane fragments that did not translate: "pool: file: errors".
     pub butane_errors: Vec<String>,
+    /// `machines/` and `boot/` as read.
+    pub machines: RawMachines,
 }
-
-/// A fragment: its file name and its Ignition bytes (shared with the translation kept for
-/// a `.bu` file).
-pub type Fragment = (String, Arc<Vec<u8>>);
 
 fn is_source(name: &str) -> bool {
     name.ends_with(".ign") || name.ends_with(".bu")
@@ -80,73 +84,6 @@ fn not_regular(path: &Path, ft: &FileType) -> anyhow::Error {
     )
 }
 
-/// Opens the regular file `path` for reading without ever blocking on it: the path is
-/// checked (lstat: a symlink, FIFO, socket or device is refused without being opened),
-/// opened with `O_NONBLOCK | O_NOFOLLOW` and checked again on the open descriptor (fstat),
-/// so a swap in between cannot make the caller read a FIFO or a device. Errors name the
-/// file and what it is (an `io::Error` of kind `NotFound` when it does not exist).
-pub fn open_regular(path: &Path) -> Result<std::fs::File> {
-    use runtime::util::OpenRegularError;
-    match runtime::util::open_regular(path, false) {
-        Ok((f, _)) => Ok(f),
-        Err(OpenRegularError::Io(e)) => {
-            Err(e).with_context(|| format!("reading {}", path.display()))
-        }
-        Err(OpenRegularError::NotRegular(kind)) => Err(anyhow!(
-            "{} is {kind}, not a regular file: only regular files are read",
-            path.display()
-        )),
-    }
-}
-
-/// A size limit in words: `64 MiB`, `4096 bytes`.
-fn size_words(n: u64) -> String {
-    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
-        format!("{} MiB", n >> 20)
-    } else {
-        format!("{n} bytes")
-    }
-}
-
-/// Reads the regular file `path` whole (opened by [`open_regular`]), at most `max` bytes;
-/// None when it does not exist. Errors name the file and why, never its contents.
-pub fn read_regular(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
-    let f = match open_regular(path) {
-        Ok(f) => f,
-        Err(e)
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
-            }) =>
-        {
-            return Ok(None);
-        }
-        Err(e) => return Err(e),
-    };
-    let too_large = || {
-        anyhow!(
-            "{} is larger than the {} limit for a file the server reads",
-            path.display(),
-            size_words(max)
-        )
-    };
-    let len = f
-        .metadata()
-        .with_context(|| format!("reading {}", path.display()))?
-        .len();
-    if len > max {
-        return Err(too_large());
-    }
-    let mut b = Vec::with_capacity(len as usize);
-    f.take(max + 1)
-        .read_to_end(&mut b)
-        .with_context(|| format!("reading {}", path.display()))?;
-    if b.len() as u64 > max {
-        return Err(too_large());
-    }
-    Ok(Some(b))
-}
-
 /// A source file's bytes (see [`read_regular`]); a file that vanished is a `NotFound` error,
 /// which [`read`] takes for a generation being swapped.
 fn read_source_file(path: &Path) -> Result<Vec<u8>> {
@@ -154,103 +91,6 @@ fn read_source_file(path: &Path) -> Result<Vec<u8>> {
         anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
             .context(format!("reading {}", path.display()))
     })
-}
-
-/// Error text without the contents of the file it is about: quoted strings longer than one
-/// character become `"…"` (line, column and the reason stay). With [`redact_diag`] and
-/// [`redact_butane`] on every parse, validation or translation error the server reports (log
-/// and `/status`), so that a file that should never have been read is not quoted either.
-pub fn redact(msg: &str) -> String {
-    let mut out = String::with_capacity(msg.len());
-    let mut chars = msg.char_indices();
-    while let Some((i, c)) = chars.next() {
-        // An apostrophe inside a word ("doesn't") opens nothing.
-        let word_before = msg[..i]
-            .chars()
-            .next_back()
-            .is_some_and(|p| p.is_alphanumeric());
-        if matches!(c, '"' | '`') || (c == '\'' && !word_before) {
-            // A closing quote of the same kind on this line?
-            let rest = &msg[i + c.len_utf8()..];
-            if let Some(end) = rest.find([c, '\n'])
-                && rest[end..].starts_with(c)
-            {
-                let inner = &rest[..end];
-                out.push(c);
-                out.push_str(if inner.chars().count() <= 1 {
-                    inner
-                } else {
-                    "…"
-                });
-                out.push(c);
-                for _ in 0..inner.chars().count() + 1 {
-                    chars.next();
-                }
-                continue;
-            }
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A JSON-path key as shown in errors: itself when it is a plain identifier (letters,
-/// digits, `_`, `-`; the keys of the spec), else `…` (a key is file content too).
-fn path_key(k: &str) -> &str {
-    let plain = !k.is_empty()
-        && k.len() <= 64
-        && k.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if plain { k } else { "…" }
-}
-
-/// A config diagnostic as the server reports it: severity, JSON path (keys through
-/// [`path_key`]), line and column, and the [`redact`]ed reason.
-pub fn redact_diag(d: &config::Diagnostic) -> String {
-    use std::fmt::Write;
-    let mut out = String::from(match d.severity {
-        config::Severity::Error => "error at $",
-        config::Severity::Warning => "warning at $",
-    });
-    for seg in &d.path.0 {
-        match seg {
-            config::diag::Seg::Key(k) => {
-                out.push('.');
-                out.push_str(path_key(k));
-            }
-            config::diag::Seg::Index(i) => {
-                let _ = write!(out, ".{i}");
-            }
-        }
-    }
-    if let Some((l, c)) = d.line_col {
-        let _ = write!(out, ", line {l} col {c}");
-    }
-    let _ = write!(out, ": {}", redact(&d.message));
-    out
-}
-
-/// A Butane diagnostic as the server reports it (as [`redact_diag`]).
-pub fn redact_butane(d: &butane::Diag) -> String {
-    use std::fmt::Write;
-    let mut out = String::from(if d.error { "error" } else { "warning" });
-    if let Some(rest) = d.path.strip_prefix('$') {
-        out.push_str(" at $");
-        for seg in rest.split('.').skip(1) {
-            out.push('.');
-            out.push_str(path_key(seg));
-        }
-        if d.pos.is_some() {
-            out.push(',');
-        }
-    } else if d.pos.is_some() {
-        out.push_str(" at");
-    }
-    if let Some(p) = d.pos {
-        let _ = write!(out, " line {} col {}", p.line, p.col);
-    }
-    let _ = write!(out, ": {}", redact(&d.message));
-    out
 }
 
 /// The directories links may lead into: the generation's directory and the source
@@ -375,6 +215,8 @@ struct Translated {
 #[derive(Default)]
 pub struct Translations {
     entries: HashMap<[u8; 32], Translated>,
+    /// Boot assets kept by file identity (see [`AssetCache`]).
+    pub assets: AssetCache,
     /// Translations run (not found or out of date), for `/metrics`.
     pub count: u64,
 }
@@ -465,11 +307,13 @@ impl Translations {
         for t in self.entries.values_mut() {
             t.used = false;
         }
+        self.assets.begin();
     }
 
     /// After a read: drop what it did not use.
     fn end(&mut self) {
         self.entries.retain(|_, t| t.used);
+        self.assets.end();
     }
 }
 
@@ -545,16 +389,6 @@ impl std::fmt::Display for LoadError {
             LoadError::Invalid { id, error, .. } => write!(f, "generation {id}: {error}"),
         }
     }
-}
-
-/// Whether `name` is a usable pool name (also keeps request paths inside `pools/`).
-pub fn valid_pool_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 253
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
 /// The directory the current generation lives in: `DIR/..data` resolved when present
@@ -799,9 +633,92 @@ fn read_from(root: &Path, bases: &Bases, translations: &mut Translations) -> Res
             }
         }
     }
+    read_machines(&mut r, root)?;
     let mut g = r.g;
     g.id = spec::encoding::hex(&r.id.finalize()[..8]);
     Ok(g)
+}
+
+/// The regular files of the optional directory `root/<rel>` (confined like pool files):
+/// (name, real path) of each, by name; none when it does not exist.
+fn plain_files(root: &Path, rel: &str, bases: &Bases) -> Result<Vec<(String, PathBuf)>> {
+    let shown = root.join(rel);
+    let real = match std::fs::canonicalize(&shown) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", shown.display())),
+    };
+    if !bases.contains(&real) {
+        bail!(
+            "{} is a symbolic link to a place outside the source: links are followed only within the source directory",
+            shown.display()
+        );
+    }
+    if !real.is_dir() {
+        bail!("{} is not a directory", shown.display());
+    }
+    let mut out = Vec::new();
+    for e in sorted_entries(&real, bases)? {
+        if e.ft.is_dir() {
+            continue;
+        }
+        let fshown = shown.join(&e.name);
+        e.confined(&fshown)?;
+        if !e.ft.is_file() {
+            return Err(not_regular(&fshown, &e.ft));
+        }
+        out.push((e.name, e.real));
+    }
+    Ok(out)
+}
+
+/// `machines/*.json`, `boot/*.json` and `boot/assets/*` (docs/serve.md, "Machines and network
+/// boot"), each counted in the generation id (an asset by its SHA-256).
+fn read_machines(r: &mut Reader<'_>, root: &Path) -> Result<()> {
+    use super::selectors::MAX_FILE_BYTES;
+    let small = |p: &Path| {
+        read_regular(p, MAX_FILE_BYTES)?.ok_or_else(|| {
+            anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
+                .context(format!("reading {}", p.display()))
+        })
+    };
+    for (name, path) in plain_files(root, "machines", r.bases)? {
+        let Some(stem) = name.strip_suffix(".json") else {
+            continue;
+        };
+        let bytes = small(&path)?;
+        r.field(b"machine");
+        r.field(stem.as_bytes());
+        r.field(&bytes);
+        r.g.machines.machines.push((stem.to_string(), bytes));
+    }
+    for (name, path) in plain_files(root, "boot", r.bases)? {
+        let Some(stem) = name.strip_suffix(".json") else {
+            continue;
+        };
+        if !valid_pool_name(stem) {
+            bail!(
+                "invalid boot profile name {name:?} in {}",
+                root.join("boot").display()
+            );
+        }
+        let bytes = small(&path)?;
+        r.field(b"profile");
+        r.field(stem.as_bytes());
+        r.field(&bytes);
+        r.g.machines.profiles.push((stem.to_string(), bytes));
+    }
+    for (name, path) in plain_files(root, "boot/assets", r.bases)? {
+        if !super::selectors::valid_asset_name(&name) {
+            continue;
+        }
+        let a = r.translations.assets.read(&path)?;
+        r.field(b"asset");
+        r.field(name.as_bytes());
+        r.field(a.sha256.as_bytes());
+        r.g.machines.assets.insert(name, a);
+    }
+    Ok(())
 }
 
 /// Parses, merges and validates every pool of a raw generation.
@@ -844,10 +761,12 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
         let pool = Pool::new(name, cfg).map_err(|e| invalid(format!("pool {name}: {e:#}")))?;
         pools.insert(name.clone(), Arc::new(pool));
     }
+    let machines = super::machines::build(&raw.machines, &pools, &raw.pools).map_err(invalid)?;
     Ok(Generation {
         id: raw.id,
         dir: raw.dir,
         pools,
+        machines: Arc::new(machines),
     })
 }
 

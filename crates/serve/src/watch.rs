@@ -507,7 +507,14 @@ pub fn watch_loop(
         | F::IN_MOVE_SELF;
     let src = &app.source;
     let rewatch = |ino: &Inotify| {
-        let mut paths = vec![src.clone(), src.join("pools")];
+        let mut paths = vec![
+            src.clone(),
+            src.join("pools"),
+            // Machine files, boot profiles and assets (network boot).
+            src.join("machines"),
+            src.join("boot"),
+            src.join("boot/assets"),
+        ];
         if let Some(parent) = src.parent() {
             paths.push(if parent.as_os_str().is_empty() {
                 PathBuf::from(".")
