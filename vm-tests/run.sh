@@ -12,8 +12,11 @@
 #   VM_JOBS       scenarios booted at the same time (default 2)
 #   VM_TIMEOUT    seconds per boot (default 300; scenario.conf may set TIMEOUT)
 #   VM_SELFTEST=1 run vm-tests/selftest/ (boot machinery alone, AGENT_BIN=vm-tests/selftest/agent-stub)
-#   AGENT_SERVE   command line template for the config server; @SOURCE@, @ADDR@ and @PORT@ are replaced
-#                 (default: "$AGENT_BIN serve --source @SOURCE@ --listen-http @ADDR@")
+#   AGENT_SERVE   command line template for the config server; @SOURCE@, @ADDR@, @PORT@ and @STATE@
+#                 (the scenario's $WORK/serve-state) are replaced (default: "$AGENT_BIN serve
+#                 --source @SOURCE@ --listen-http @ADDR@ --state-dir @STATE@ --admin-listen
+#                 127.0.0.1:0": its own state and inventory, its admin listener on a free port,
+#                 never the default 127.0.0.1:22625 or /var/lib/agent-serve)
 #
 # A scenario is a directory vm-tests/scenarios/NAME/ with:
 #   scenario.conf  shell variables: MODE (fwcfg|url|none), FWCFG=1 (url mode: config.ign via
@@ -33,12 +36,20 @@
 #                  TPM=1 (a software TPM 2.0: Debian's swtpm, its state in $WORK/tpm, attached as
 #                  tpm-tis; a beforeN.sh that moves $WORK/tpm away gives boot N a TPM whose
 #                  state was reset; swtpm's log in $WORK/swtpm.log)
+#                  Per boot N (several machines in one scenario): CMDLINE_N (more kernel
+#                  arguments), SMBIOS_N (QEMU's -smbios type=1 fields: uuid=...,serial=...),
+#                  MAC_N (the NIC's MAC address), DISK_N (the disk image's name in $WORK, made
+#                  blank at DISK_MIB on first use; default disk.img, which is $DISK), EXPECT_N
+#                  (success|emergency; default success, EXPECT for the last boot)
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
 #   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...)
 #   prepare.sh     (optional) run on the host before the first boot: "$DISK" is the image
 #   beforeN.sh     (optional) run on the host before boot N (N >= 2)
 #   check.sh       run on the host after the last boot, with lib.sh's helpers; fails = non-zero
+# beforeN.sh and check.sh run while the config server runs (MODE=url); with
+# agent serve's admin listener, $ADMIN_URL is its address (http://127.0.0.1:PORT, for
+# `$AGENT_BIN machines list --server "$ADMIN_URL"`), else empty.
 # Output: one line per scenario, then "N passed, M failed" and the boot-time/size benchmark.
 set -euo pipefail
 
@@ -95,19 +106,26 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-start_server() { # SOURCE_DIR LOG -> sets server_port, server_pid
-    local src=$1 slog=$2 cmd i
+start_server() { # SOURCE_DIR LOG STATE_DIR -> sets server_port, server_pid, ADMIN_URL
+    local src=$1 slog=$2 state=$3 cmd i
     server_port=$(free_port)
-    cmd=${SERVE_CMD:-${AGENT_SERVE:-"$AGENT_BIN serve --source @SOURCE@ --listen-http @ADDR@"}}
+    cmd=${SERVE_CMD:-${AGENT_SERVE:-"$AGENT_BIN serve --source @SOURCE@ --listen-http @ADDR@ --state-dir @STATE@ --admin-listen 127.0.0.1:0"}}
     cmd=${cmd//@SOURCE@/$src}
     cmd=${cmd//@PORT@/$server_port}
     cmd=${cmd//@ADDR@/127.0.0.1:$server_port}
+    cmd=${cmd//@STATE@/$state}
+    ADMIN_URL=
     # shellcheck disable=SC2086
     $cmd >"$slog" 2>&1 &
     server_pid=$!
     for i in $(seq 1 100); do
         if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$server_port),1)" \
-            2>/dev/null; then return 0; fi
+            2>/dev/null; then
+            # agent serve prints "listening admin http://ADDR" when it binds its listeners.
+            ADMIN_URL=$(grep -ao -m1 'listening admin http://[^ ]*' "$slog" | sed 's/.* //' || true)
+            export ADMIN_URL
+            return 0
+        fi
         kill -0 "$server_pid" 2>/dev/null || break
         sleep 0.1
     done
@@ -136,16 +154,21 @@ pool_token() { # SOURCE_DIR POOL: the plaintext token the server published for t
 # --- one boot ----------------------------------------------------------------------------------
 # Where the guest reaches the config server (a scenario may set GUEST_SERVER and NET).
 guest_server=10.0.2.100:8080
-boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed out)
-    local disk=$1 cfg=$2 console=$3
+boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG N -> exit status of QEMU (124 = timed out)
+    local disk=$1 cfg=$2 console=$3 n=$4
+    # Boot N's own machine: kernel arguments, SMBIOS identity, MAC (scenario.conf's *_N).
+    local v_cmdline=CMDLINE_$n v_smbios=SMBIOS_$n v_mac=MAC_$n
+    local cmdline_n=${!v_cmdline:-} smbios=${!v_smbios:-} mac=${!v_mac:-}
+    cmdline_n=${cmdline_n//@SERVER@/$guest_server}
     local append="console=ttyS0,115200 root=LABEL=root rd.emergency=poweroff rd.shell=0"
     append+=" agent.firstboot agent.platform.id=$PLATFORM printk.devkmsg=on panic=-1"
-    append+=" systemd.show_status=1 rd.udev.log_level=err loglevel=4 $CMDLINE"
+    append+=" systemd.show_status=1 rd.udev.log_level=err loglevel=4 $CMDLINE $cmdline_n"
     local args=(-accel tcg -cpu max -m 1024 -smp 1 -nodefaults -no-reboot
         -display none -serial "file:$console"
         -kernel "$kernel" -initrd "$initrd" -append "$append"
         -drive "file=$disk,if=virtio,format=raw,cache=unsafe"
         -device virtio-rng-pci)
+    [[ -z $smbios ]] || args+=(-smbios "type=1,$smbios")
     local i=2 extra
     for extra in ${EXTRA_DISKS:-}; do
         args+=(-drive "file=${disk%.img}$i.img,if=virtio,format=raw,cache=unsafe")
@@ -167,7 +190,7 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
         if [[ -n ${TANG:-} ]]; then
             netdev+=",guestfwd=tcp:10.0.2.101:80-cmd:$WORK/tangd.sh"
         fi
-        args+=(-netdev "$netdev" -device virtio-net-pci,netdev=n0)
+        args+=(-netdev "$netdev" -device "virtio-net-pci,netdev=n0${mac:+,mac=$mac}")
     fi
     local tpm_pid=
     if [[ -n ${TPM:-} ]]; then
@@ -208,6 +231,7 @@ run_scenario() {
     (
         trap stop_server EXIT
         set -a
+        ADMIN_URL=
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
         NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG= CDROM= TPM=
         NET= GUEST_SERVER=10.0.2.100:8080
@@ -252,7 +276,7 @@ run_scenario() {
                 [[ -n $thp ]] || { echo "no tang signing key in $work/tang" >"$work/reason"; exit 1; }
                 find "$work/serve" -type f -exec sed -i "s|@TANG_THP@|$thp|g" {} +
             fi
-            start_server "$work/serve" "$work/server.log" ||
+            start_server "$work/serve" "$work/server.log" "$work/serve-state" ||
                 { echo "config server did not start" >"$work/reason"; exit 1; }
             if [[ -n ${NEED_TOKEN:-} ]]; then
                 token=$(pool_token "$work/serve" "$POOL") ||
@@ -275,9 +299,19 @@ run_scenario() {
                     { echo "before$n.sh failed" >"$work/reason"; exit 1; }
             fi
             console=$work/console$n.log
+            v=DISK_$n
+            disk_n=$DISK
+            if [[ -n ${!v:-} ]]; then
+                disk_n=$work/${!v}
+                [[ -e $disk_n ]] || truncate -s "${DISK_MIB}M" "$disk_n"
+            fi
+            v=EXPECT_$n
+            expect_n=success
+            [[ $n -eq $BOOTS ]] && expect_n=$EXPECT
+            expect_n=${!v:-$expect_n}
             s=$(date +%s.%N)
             rc=0
-            boot "$DISK" "$cfg" "$console" || rc=$?
+            boot "$disk_n" "$cfg" "$console" "$n" || rc=$?
             e=$(date +%s.%N)
             total_boot=$(calc "$total_boot + $e - $s")
             echo "$total_boot" >"$work/boot_s"
@@ -287,7 +321,7 @@ run_scenario() {
                 echo "qemu exited $rc on boot $n: $(tail -n3 "$console.qemu")" >"$work/reason"; exit 1
             fi
             done_line=$(grep -a 'AGENT-TEST-DONE' "$console" | tail -n1 || true)
-            if [[ $EXPECT == success || $n -lt $BOOTS ]]; then
+            if [[ $expect_n == success ]]; then
                 if [[ $done_line != *complete=yes* ]]; then
                     why=$(grep -a -m1 -o 'AGENT-FAILED: [^ ]* failed' "$console" || true)
                     err=$(grep -a -m1 -o 'agent\[[a-z]*\] error: .*' "$console" | cut -c1-160 || true)
@@ -307,13 +341,13 @@ run_scenario() {
                     { echo "boot $n: no failed stage reported on the console" >"$work/reason"; exit 1; }
             fi
         done
-        stop_server
-        export CONSOLE=$work/console$BOOTS.log SUM_BEFORE=$sum_before
+        export CONSOLE=$work/console$BOOTS.log SUM_BEFORE=$sum_before AGENT_BIN
         if ! (cd "$work" && bash -c "set -euo pipefail; source '$here/lib.sh'; source '$sdir/check.sh'") \
             >"$work/check.log" 2>&1; then
             echo "check failed: $(tail -n3 "$work/check.log" | tr '\n' ' ')" >"$work/reason"
             exit 1
         fi
+        stop_server
     ) && : >"$work/ok"
 }
 
