@@ -1,4 +1,4 @@
-//! `agent machines list | show ID`: the server's inventory (docs/reports.md), read from its
+//! `agent machines list | show ID | reprovision ID`: the server's inventory (docs/reports.md), read from its
 //! admin listener with the admin token, through the provisioning fetcher's HTTP client.
 
 use std::io::Read;
@@ -32,12 +32,19 @@ pub enum MachinesAction {
         /// Only this pool's machines.
         #[arg(long)]
         pool: Option<String>,
-        /// Only machines in this state (fetching, provisioning, provisioned, failed).
+        /// Only machines in this state (fetching, provisioning, provisioned, failed,
+        /// unassigned).
         #[arg(long)]
         state: Option<String>,
     },
     /// One machine: identity, and per boot its stages, changes and failure.
     Show {
+        /// The machine's id (SMBIOS UUID, or mac-<address>).
+        id: String,
+    },
+    /// Install the machine again at its next network boot (after a successful install its
+    /// network boots go to the local disk; docs/serve.md, "Install once").
+    Reprovision {
         /// The machine's id (SMBIOS UUID, or mac-<address>).
         id: String,
     },
@@ -47,6 +54,11 @@ pub enum MachinesAction {
 const MAX_ANSWER: u64 = 64 << 20;
 
 fn get(a: &MachinesArgs, path_and_query: &str) -> Result<serde_json::Value> {
+    call(a, "GET", path_and_query)
+}
+
+/// `method` (GET, or POST without a body) on the admin listener; its JSON answer.
+fn call(a: &MachinesArgs, method: &str, path_and_query: &str) -> Result<serde_json::Value> {
     let mut headers = Vec::new();
     if let Some(f) = &a.admin_token_file {
         let t = std::fs::read_to_string(f)
@@ -56,15 +68,13 @@ fn get(a: &MachinesArgs, path_and_query: &str) -> Result<serde_json::Value> {
     }
     let url = format!("{}{path_and_query}", a.server.trim_end_matches('/'));
     let f = Fetcher::new(Options::default());
-    let mut r = http::send(
-        &f,
-        "GET",
-        &url,
-        &headers,
-        false,
-        Some(Duration::from_secs(30)),
-    )
-    .map_err(|e| match e {
+    let left = Some(Duration::from_secs(30));
+    let r = if method == "POST" {
+        http::post(&f, &url, &headers, b"", left)
+    } else {
+        http::send(&f, method, &url, &headers, false, left)
+    };
+    let mut r = r.map_err(|e| match e {
         crate::fetch::retry::Failure::Retry(e) | crate::fetch::retry::Failure::Fatal(e) => {
             e.context(url.clone())
         }
@@ -143,6 +153,17 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                     text(&m["identity"]["hostname"]),
                 );
             }
+        }
+        MachinesAction::Reprovision { id } => {
+            let v = call(&a, "POST", &format!("/machines/{}/reprovision", enc(id)))?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            println!(
+                "machine {} installs again at its next network boot",
+                text(&v["id"])
+            );
         }
         MachinesAction::Show { id } => {
             let v = get(&a, &format!("/machines/{}", enc(id)))?;

@@ -138,6 +138,19 @@ pub struct ServeArgs {
     /// Do not write a JSON access-log line per request.
     #[arg(long)]
     pub no_access_log: bool,
+    /// The URL machines reach this server at (e.g. http://10.0.0.1:8080), used in the iPXE
+    /// scripts' URLs [default: http:// and the request's Host header].
+    #[arg(long)]
+    pub public_url: Option<String>,
+    /// What /ipxe gives a machine no machine file selects: `register` (recorded as
+    /// unassigned in the inventory; its script waits and asks again) or `pool:<name>`
+    /// (installs that pool's config).
+    #[arg(long, default_value = "register")]
+    pub discovery: serve::options::Discovery,
+    /// How long the one-time token /ipxe puts on a machine's kernel command line may fetch
+    /// its config (/machine-config?token=); it is spent by that fetch.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub boot_token_ttl: Duration,
 }
 
 impl From<ServeArgs> for crate::serve::Options {
@@ -173,6 +186,9 @@ impl From<ServeArgs> for crate::serve::Options {
             admin_token_file: a.admin_token_file,
             shutdown_grace: a.shutdown_grace,
             access_log: !a.no_access_log,
+            public_url: a.public_url.map(|u| u.trim_end_matches('/').to_string()),
+            discovery: a.discovery,
+            boot_token_ttl: a.boot_token_ttl,
         }
     }
 }

@@ -761,6 +761,18 @@ pub fn gzip_best(data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Decompresses a gzip stream (any writer's) of at most `max` bytes uncompressed; None for
+/// a stream that is not gzip or is larger.
+pub fn gunzip(data: &[u8], max: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(data)
+        .take(max + 1)
+        .read_to_end(&mut out)
+        .ok()?;
+    (out.len() as u64 <= max).then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Read;

@@ -20,6 +20,7 @@ pub use api::{
     Diag, FilesDir, LocalError, MAX_LOCAL_FILE, MAX_LOCAL_TOTAL, Options, Output, Release, Report,
     TreeEntry,
 };
+pub use gozip::{gunzip, gzip_best};
 pub use translate::{Target, target};
 pub use yaml::{Limits, Pos};
 

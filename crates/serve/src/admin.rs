@@ -62,6 +62,12 @@ impl Admin {
                 "Basic realm=\"agent serve\", charset=\"UTF-8\"",
             );
         }
+        if let Some(id) = path
+            .strip_prefix("/machines/")
+            .and_then(|r| r.strip_suffix("/reprovision"))
+        {
+            return self.reprovision(req, id);
+        }
         if !matches!(req.method(), "GET" | "HEAD") {
             return Response::new(405).header("Allow", "GET, HEAD");
         }
@@ -125,6 +131,42 @@ impl Admin {
                     Err(e) => store_error(e),
                 }
             }
+        }
+    }
+
+    /// `POST /machines/<id>/reprovision`: the machine installs again at its next network
+    /// boot (docs/serve.md, "Install once").
+    fn reprovision(&self, req: &Request, id: &str) -> Response {
+        if req.method() != "POST" {
+            return Response::new(405).header("Allow", "POST");
+        }
+        let Some(store) = &self.app.fleet.store else {
+            return Response::text(503, "no inventory store");
+        };
+        let id = spec::encoding::data_url::percent_decode(id)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok());
+        let Some(id) = id.filter(|i| valid_id(i)) else {
+            return Response::text(404, "no such machine");
+        };
+        let now = now_secs();
+        match store.update(&id, &mut |m: Option<Machine>| {
+            m.map(|mut m| {
+                m.reprovision = Some(now);
+                m
+            })
+        }) {
+            Ok(Some(m)) => {
+                log::info!(
+                    "machine {id}: reprovision asked for: it installs at its next network boot"
+                );
+                json(
+                    200,
+                    &serde_json::json!({"id": m.id, "reprovision": m.reprovision}),
+                )
+            }
+            Ok(None) => Response::text(404, "no such machine"),
+            Err(e) => store_error(e),
         }
     }
 

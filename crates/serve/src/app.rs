@@ -123,6 +123,16 @@ pub struct App {
     pub(super) limits: serde_json::Value,
     /// Machine reports and the inventory (`POST /report`, the admin listener).
     pub(super) fleet: super::fleet::Fleet,
+    /// Network boot's settings (`crate::boot`).
+    pub(super) boot: BootSettings,
+}
+
+/// `--public-url`, `--discovery`, `--boot-token-ttl` (seconds).
+#[derive(Debug, Clone)]
+pub(super) struct BootSettings {
+    pub(super) public_url: Option<String>,
+    pub(super) discovery: super::options::Discovery,
+    pub(super) token_ttl: u64,
 }
 
 fn method_ok(req: &Request) -> Option<Response> {
@@ -211,6 +221,11 @@ impl App {
             access_log: opts.access_log,
             conns,
             limits: limits_json(limits),
+            boot: BootSettings {
+                public_url: opts.public_url.clone(),
+                discovery: opts.discovery.clone(),
+                token_ttl: opts.boot_token_ttl.as_secs(),
+            },
         })
     }
 
@@ -322,6 +337,14 @@ impl App {
             return;
         }
         let token = match req.header_one("authorization") {
+            _ if req.query_param("token").is_some() => {
+                // A network-booted machine's one-time token (`crate::boot`): it must be
+                // this machine's.
+                let id = super::inventory::parse(req.body())
+                    .map(|r| r.machine.id)
+                    .unwrap_or_default();
+                super::boot::report_token(self, req, &id)
+            }
             Some(_) => self.authorize(req).map(|g| Some(g.pool)),
             None if self.require_token => Err(Response::text(
                 401,
@@ -442,7 +465,7 @@ impl App {
 
     /// `pool`'s config in the version the request negotiates. Labels the response with the
     /// pool's name: only ever a served pool's, so the metrics' labels stay bounded.
-    fn serve_pool(&self, req: &Request, pool: &Pool, out: &mut Response) {
+    pub(super) fn serve_pool(&self, req: &Request, pool: &Pool, out: &mut Response) {
         let minor = match accept::negotiate(req.header("accept").as_deref()) {
             Negotiated::BadMajor(m) => {
                 *out = Response::text(
@@ -519,7 +542,7 @@ impl App {
 
 /// `If-None-Match` against our (strong) ETag, with the weak comparison RFC 9110 §13.1.2
 /// prescribes for it: `W/"x"` matches `"x"`; `*` matches any current representation.
-fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+pub(super) fn etag_matches(if_none_match: &str, etag: &str) -> bool {
     if_none_match.split(',').any(|t| {
         let t = t.trim();
         t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
@@ -541,6 +564,9 @@ impl http::Handler for App {
         let config = path.strip_prefix("/config/");
         if path == super::render::REPORT_PATH {
             return self.report(req, out);
+        }
+        if super::boot::handle(self, &mut local.seen, req, out) {
+            return;
         }
         let known = config.is_some()
             || matches!(
@@ -640,6 +666,7 @@ mod tests {
             id: id.into(),
             dir: PathBuf::new(),
             pools: Default::default(),
+            machines: Default::default(),
         }))
     }
 

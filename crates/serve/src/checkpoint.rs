@@ -10,7 +10,9 @@
 //!   lastKnownGood.json         the same shape, for lastKnownGood
 //!   retained.json              {format, payloads: [{pool, config, lastEpoch}]}: old configs
 //!                              that still-valid tokens name
-//!   configs/<config-hash>.json the canonical config (newest spec version), content-addressed
+//!   configs/<config-hash>.json the canonical config (newest spec version), content-addressed;
+//!                              also a generation's machines (machine files, boot profiles,
+//!                              asset hashes), named by the SHA-256 of that record
 //! ```
 //!
 //! Every file is 0600 and written atomically (a temp file created 0600, written, fsynced, renamed
@@ -70,6 +72,10 @@ struct GenRecord {
     since: u64,
     /// pool → hex SHA-256 of its canonical config.
     pools: BTreeMap<String, String>,
+    /// The generation's machine files, boot profiles and asset hashes
+    /// ([`crate::machines::Saved`]), as `configs/<hash>.json`; absent when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    machines: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -291,10 +297,21 @@ impl Checkpoint {
                 .with_context(|| format!("{}", self.dir.join(name).display()))?;
             pools.insert(pool.clone(), p);
         }
+        let machines = match &r.machines {
+            None => Default::default(),
+            Some(hash) => {
+                let shown = self.dir.join(name);
+                let set = self
+                    .machines(hash, &pools, Path::new(&r.path))
+                    .with_context(|| format!("{}", shown.display()))?;
+                Arc::new(set)
+            }
+        };
         let g = Generation {
             id: r.generation.clone(),
             dir: PathBuf::from(&r.path),
             pools,
+            machines,
         };
         let gref = GenRef {
             generation: r.generation,
@@ -302,6 +319,41 @@ impl Checkpoint {
             since: r.since,
         };
         Ok(Some((Arc::new(g), gref)))
+    }
+
+    /// The machine set saved as `hash`, with the assets still in the generation's directory
+    /// (`dir/boot/assets/`) that hash as they did.
+    fn machines(
+        &self,
+        hash: &str,
+        pools: &BTreeMap<String, Arc<Pool>>,
+        dir: &Path,
+    ) -> Result<crate::machines::MachineSet> {
+        if !valid_hash(hash) {
+            bail!("invalid machines hash {hash:?}");
+        }
+        let p = self.dir.join(CONFIGS).join(format!("{hash}.json"));
+        let b = read_bounded(&p, MAX_CONFIG_BYTES)?
+            .with_context(|| format!("machines file {} is missing", p.display()))?;
+        if hex(&Sha256::digest(&b)) != hash {
+            bail!(
+                "machines file {} does not match its hash (corrupt)",
+                p.display()
+            );
+        }
+        let saved: crate::machines::Saved = serde_json::from_slice(&b)
+            .with_context(|| format!("machines file {} is malformed", p.display()))?;
+        let (set, missing) =
+            crate::machines::MachineSet::restore(&saved, pools, &dir.join("boot/assets"))
+                .with_context(|| format!("machines file {}", p.display()))?;
+        if !missing.is_empty() {
+            log::warn!(
+                "checkpoint: boot assets no longer in {}/boot/assets (not served until the source loads): {}",
+                dir.display(),
+                missing.join(", ")
+            );
+        }
+        Ok(set)
     }
 
     /// Reads everything back; each record that cannot be trusted is left out and named in
@@ -354,16 +406,32 @@ impl Checkpoint {
         let cdir = self.dir.join(CONFIGS);
         runtime::util::mkdir_private(&cdir)?;
         let mut wanted: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
-        let gen_record = |g: &Generation, r: &GenRef| GenRecord {
-            format: FORMAT,
-            generation: r.generation.clone(),
-            path: r.path.clone(),
-            since: r.since,
-            pools: g
-                .pools
-                .iter()
-                .map(|(n, p)| (n.clone(), p.config_hash.clone()))
-                .collect(),
+        // Machine sets by the hash of their record.
+        let mut blobs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for (g, _) in s.active.iter().chain(s.lkg.iter()) {
+            if !g.machines.is_empty() {
+                let b = ser(&g.machines.saved())?;
+                blobs.insert(hex(&Sha256::digest(&b)), b);
+            }
+        }
+        let machines_hash = |g: &Generation| {
+            (!g.machines.is_empty())
+                .then(|| ser(&g.machines.saved()).map(|b| hex(&Sha256::digest(&b))))
+                .transpose()
+        };
+        let gen_record = |g: &Generation, r: &GenRef| -> Result<GenRecord> {
+            Ok(GenRecord {
+                machines: machines_hash(g)?,
+                format: FORMAT,
+                generation: r.generation.clone(),
+                path: r.path.clone(),
+                since: r.since,
+                pools: g
+                    .pools
+                    .iter()
+                    .map(|(n, p)| (n.clone(), p.config_hash.clone()))
+                    .collect(),
+            })
         };
         for (g, _) in s.active.iter().chain(s.lkg.iter()) {
             for p in g.pools.values() {
@@ -376,7 +444,22 @@ impl Checkpoint {
         let mut dirty = false;
         let mut cdirty = false;
         let mut good = self.good_configs.lock().unwrap_or_else(|e| e.into_inner());
-        good.retain(|h| wanted.contains_key(h));
+        good.retain(|h| wanted.contains_key(h) || blobs.contains_key(h));
+        for (hash, b) in &blobs {
+            if good.contains(hash) {
+                continue;
+            }
+            let p = cdir.join(format!("{hash}.json"));
+            let intact = read_bounded(&p, MAX_CONFIG_BYTES)
+                .ok()
+                .flatten()
+                .is_some_and(|x| &hex(&Sha256::digest(&x)) == hash);
+            if !intact {
+                write_private(&p, b)?;
+                cdirty = true;
+            }
+            good.insert(hash.clone());
+        }
         for (hash, pool) in &wanted {
             if good.contains(hash) {
                 continue;
@@ -414,11 +497,15 @@ impl Checkpoint {
             ),
             (
                 ACTIVE,
-                s.active.map(|(g, r)| ser(&gen_record(g, r))).transpose()?,
+                s.active
+                    .map(|(g, r)| gen_record(g, r).and_then(|r| ser(&r)))
+                    .transpose()?,
             ),
             (
                 LAST_KNOWN_GOOD,
-                s.lkg.map(|(g, r)| ser(&gen_record(g, r))).transpose()?,
+                s.lkg
+                    .map(|(g, r)| gen_record(g, r).and_then(|r| ser(&r)))
+                    .transpose()?,
             ),
             (
                 RETAINED,
@@ -457,7 +544,7 @@ impl Checkpoint {
             sync_dir(&self.dir)?;
         }
         if dirty || cdirty {
-            self.prune(&wanted.keys().cloned().collect())?;
+            self.prune(&wanted.keys().chain(blobs.keys()).cloned().collect())?;
         }
         Ok(())
     }
@@ -522,6 +609,7 @@ mod tests {
                 id: id.into(),
                 dir: format!("/src/..{id}").into(),
                 pools: pools.iter().map(|p| (p.name.clone(), p.clone())).collect(),
+                machines: Default::default(),
             },
             GenRef {
                 generation: id.into(),

@@ -7,6 +7,10 @@
 //!   driven by a plain [`Options`] value (the command line lives in the agent crate's `cli`);
 //! - `source`: generation loading from a plain tree, an AtomicWriter volume or a git-sync link;
 //! - `render`: etcd index templating, the node-agent file, per-version documents;
+//! - `selectors`: the machine files and boot profiles (parse, check, match); `placeholders`:
+//!   `{{.key}}` found and filled on a config's tree; `machines`: a generation's machines, boot
+//!   assets and per-machine configs; `boot`: network boot (`/boot.ipxe`, `/ipxe`,
+//!   `/assets/`, `/machine-config`, one-time tokens);
 //! - `accept`: spec version negotiation; `status`: assigned/active/lastKnownGood/error;
 //! - `tokens`: bearer tokens (derived from a key per pool+config+epoch, or the legacy store);
 //! - `checkpoint`: the `--state-dir` checkpoints (assigned/active/lastKnownGood, old payloads);
@@ -23,17 +27,21 @@
 pub mod accept;
 pub mod admin;
 pub mod app;
+pub mod boot;
 pub mod checkpoint;
 pub mod fleet;
 pub mod http;
 pub mod inventory;
+pub mod machines;
 pub mod metrics;
 pub mod options;
 pub mod page;
 pub mod pipes;
+pub mod placeholders;
 pub mod pointer;
 pub mod render;
 pub mod run;
+pub mod selectors;
 pub mod source;
 pub mod status;
 pub mod tls;

@@ -68,6 +68,35 @@ pub struct Options {
     pub admin_listen: Option<SocketAddr>,
     /// The admin token's file; required when the admin listener is not on loopback.
     pub admin_token_file: Option<PathBuf>,
+    /// The base URL machines reach this server at, for the URLs of iPXE scripts (default:
+    /// `http://` and the request's Host).
+    pub public_url: Option<String>,
+    /// What `/ipxe` does for a machine no machine file selects.
+    pub discovery: Discovery,
+    /// How long a one-time boot token may fetch its config.
+    pub boot_token_ttl: Duration,
+}
+
+/// `--discovery`: what a network-booted machine that no machine file selects gets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Discovery {
+    /// `register` (default): recorded as `unassigned` in the inventory; its script waits and
+    /// asks again.
+    #[default]
+    Register,
+    /// `pool:<name>`: boots and installs that pool's config (no per-machine values).
+    Pool(String),
+}
+
+impl std::str::FromStr for Discovery {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.strip_prefix("pool:") {
+            _ if s == "register" => Ok(Discovery::Register),
+            Some(p) if crate::source::valid_pool_name(p) => Ok(Discovery::Pool(p.to_string())),
+            _ => Err(format!("invalid discovery {s:?}: register or pool:<name>")),
+        }
+    }
 }
 
 impl Options {

@@ -334,15 +334,24 @@ pub fn fill_etcd_index(c: &mut Config, idx: u32) {
     fill_etcd_index_with(c, &idx.to_string());
 }
 
-/// Replaces `{{.etcd_index}}` in unit and drop-in contents with `n`.
+/// Replaces `{{.etcd_index}}` in unit and drop-in contents with `n`: the placeholder
+/// `etcd_index` ([`super::placeholders`]) filled where `?etcd_index=` always filled it, every
+/// other placeholder left as it is. (A machine file's `values.etcd_index` fills it everywhere
+/// in the machine's config, like any value.)
 fn fill_etcd_index_with(c: &mut Config, n: &str) {
+    let value = |k: &str| (k == "etcd_index").then_some(n);
+    let fill = |s: &mut String| {
+        if let Ok(f) = super::placeholders::fill_text(s, &value, false) {
+            *s = f;
+        }
+    };
     for u in &mut c.systemd.units {
         if let Some(s) = &mut u.contents {
-            *s = s.replace(ETCD_INDEX_VAR, n);
+            fill(s);
         }
         for d in &mut u.dropins {
             if let Some(s) = &mut d.contents {
-                *s = s.replace(ETCD_INDEX_VAR, n);
+                fill(s);
             }
         }
     }

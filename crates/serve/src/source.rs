@@ -31,6 +31,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::{Digest, Sha256};
 
+use super::machines::{AssetCache, MachineSet, RawMachines};
 use super::render::Pool;
 use spec::config::{self, Config};
 
@@ -50,6 +51,9 @@ pub struct Generation {
     /// The resolved directory it was read from.
     pub dir: PathBuf,
     pub pools: BTreeMap<String, Arc<Pool>>,
+    /// The machine files, boot profiles and assets, and each machine's config
+    /// (`machines/`, `boot/`; empty when the source has none).
+    pub machines: Arc<MachineSet>,
 }
 
 /// The raw bytes of a generation, before validation.
@@ -62,6 +66,8 @@ pub struct RawGeneration {
     pub pools: BTreeMap<String, Vec<Fragment>>,
     /// Butane fragments that did not translate: "pool: file: errors".
     pub butane_errors: Vec<String>,
+    /// `machines/` and `boot/` as read.
+    pub machines: RawMachines,
 }
 
 /// A fragment: its file name and its Ignition bytes (shared with the translation kept for
@@ -375,6 +381,8 @@ struct Translated {
 #[derive(Default)]
 pub struct Translations {
     entries: HashMap<[u8; 32], Translated>,
+    /// Boot assets kept by file identity (see [`AssetCache`]).
+    pub assets: AssetCache,
     /// Translations run (not found or out of date), for `/metrics`.
     pub count: u64,
 }
@@ -465,11 +473,13 @@ impl Translations {
         for t in self.entries.values_mut() {
             t.used = false;
         }
+        self.assets.begin();
     }
 
     /// After a read: drop what it did not use.
     fn end(&mut self) {
         self.entries.retain(|_, t| t.used);
+        self.assets.end();
     }
 }
 
@@ -799,9 +809,92 @@ fn read_from(root: &Path, bases: &Bases, translations: &mut Translations) -> Res
             }
         }
     }
+    read_machines(&mut r, root)?;
     let mut g = r.g;
     g.id = spec::encoding::hex(&r.id.finalize()[..8]);
     Ok(g)
+}
+
+/// The regular files of the optional directory `root/<rel>` (confined like pool files):
+/// (name, real path) of each, by name; none when it does not exist.
+fn plain_files(root: &Path, rel: &str, bases: &Bases) -> Result<Vec<(String, PathBuf)>> {
+    let shown = root.join(rel);
+    let real = match std::fs::canonicalize(&shown) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", shown.display())),
+    };
+    if !bases.contains(&real) {
+        bail!(
+            "{} is a symbolic link to a place outside the source: links are followed only within the source directory",
+            shown.display()
+        );
+    }
+    if !real.is_dir() {
+        bail!("{} is not a directory", shown.display());
+    }
+    let mut out = Vec::new();
+    for e in sorted_entries(&real, bases)? {
+        if e.ft.is_dir() {
+            continue;
+        }
+        let fshown = shown.join(&e.name);
+        e.confined(&fshown)?;
+        if !e.ft.is_file() {
+            return Err(not_regular(&fshown, &e.ft));
+        }
+        out.push((e.name, e.real));
+    }
+    Ok(out)
+}
+
+/// `machines/*.json`, `boot/*.json` and `boot/assets/*` (docs/serve.md, "Machines and network
+/// boot"), each counted in the generation id (an asset by its SHA-256).
+fn read_machines(r: &mut Reader<'_>, root: &Path) -> Result<()> {
+    use super::selectors::MAX_FILE_BYTES;
+    let small = |p: &Path| {
+        read_regular(p, MAX_FILE_BYTES)?.ok_or_else(|| {
+            anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
+                .context(format!("reading {}", p.display()))
+        })
+    };
+    for (name, path) in plain_files(root, "machines", r.bases)? {
+        let Some(stem) = name.strip_suffix(".json") else {
+            continue;
+        };
+        let bytes = small(&path)?;
+        r.field(b"machine");
+        r.field(stem.as_bytes());
+        r.field(&bytes);
+        r.g.machines.machines.push((stem.to_string(), bytes));
+    }
+    for (name, path) in plain_files(root, "boot", r.bases)? {
+        let Some(stem) = name.strip_suffix(".json") else {
+            continue;
+        };
+        if !valid_pool_name(stem) {
+            bail!(
+                "invalid boot profile name {name:?} in {}",
+                root.join("boot").display()
+            );
+        }
+        let bytes = small(&path)?;
+        r.field(b"profile");
+        r.field(stem.as_bytes());
+        r.field(&bytes);
+        r.g.machines.profiles.push((stem.to_string(), bytes));
+    }
+    for (name, path) in plain_files(root, "boot/assets", r.bases)? {
+        if !super::selectors::valid_asset_name(&name) {
+            continue;
+        }
+        let a = r.translations.assets.read(&path)?;
+        r.field(b"asset");
+        r.field(name.as_bytes());
+        r.field(a.sha256.as_bytes());
+        r.g.machines.assets.insert(name, a);
+    }
+    Ok(())
 }
 
 /// Parses, merges and validates every pool of a raw generation.
@@ -844,10 +937,12 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
         let pool = Pool::new(name, cfg).map_err(|e| invalid(format!("pool {name}: {e:#}")))?;
         pools.insert(name.clone(), Arc::new(pool));
     }
+    let machines = super::machines::build(&raw.machines, &pools, &raw.pools).map_err(invalid)?;
     Ok(Generation {
         id: raw.id,
         dir: raw.dir,
         pools,
+        machines: Arc::new(machines),
     })
 }
 

@@ -165,6 +165,13 @@ impl Tracker {
                 serde_json::json!({"name": p.name, "config": p.config_name,
                     "minVersion": p.min_version.to_string()})
             }).collect::<Vec<_>>()),
+            // Network boot (docs/serve.md, "Machines and network boot"): how many machine
+            // files, which boot profiles and assets the served generation has.
+            "machines": self.active.as_ref().map(|g| serde_json::json!({
+                "files": g.machines.specs.len(),
+                "bootProfiles": g.machines.profiles.keys().collect::<Vec<_>>(),
+                "assets": g.machines.assets.keys().collect::<Vec<_>>(),
+            })),
         })
     }
 }
@@ -197,6 +204,7 @@ mod tests {
             id: id.into(),
             dir: format!("/src/..{id}").into(),
             pools: BTreeMap::new(),
+            machines: Default::default(),
         }
     }
 

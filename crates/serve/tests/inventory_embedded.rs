@@ -520,3 +520,57 @@ fn inventory_open_by_flag() {
         .expect("no endpoints");
     assert!(err.to_string().contains("--etcd-endpoints"), "{err}");
 }
+
+/// A one-time boot token spent by eight threads at once: one redb write transaction wins,
+/// the others find it spent; an expired one is refused; records past their time are
+/// forgotten when the next token is put; it survives a reopen.
+#[test]
+fn inventory_embedded_boot_token_is_spent_once() {
+    use serve::inventory::{BootToken, Spend};
+    let dir = TestDir::new("inv-boot-token");
+    let s = std::sync::Arc::new(open(&dir));
+    let t = BootToken {
+        machine: "mac-52:54:00:12:34:01".into(),
+        file: Some("node-1".into()),
+        pool: "worker".into(),
+        expires: 1_000,
+        spent: None,
+        reports_until: 2_000,
+    };
+    s.put_boot_token("k1", &t, 900).unwrap();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+    let spent: Vec<Spend> = (0..8)
+        .map(|_| {
+            let s = s.clone();
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                s.spend_boot_token("k1", 950).unwrap()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    assert_eq!(
+        spent
+            .iter()
+            .filter(|x| matches!(x, Spend::Spent(_)))
+            .count(),
+        1,
+        "{spent:?}"
+    );
+    assert_eq!(s.boot_token("k1").unwrap().unwrap().spent, Some(950));
+    s.put_boot_token("k2", &t, 950).unwrap();
+    assert_eq!(
+        s.spend_boot_token("k2", 1_000).unwrap(),
+        Spend::Refused("token expired")
+    );
+    // Past reports_until: forgotten when the next token is put.
+    s.put_boot_token("k3", &t, 2_001).unwrap();
+    assert!(s.boot_token("k1").unwrap().is_none());
+    assert!(s.boot_token("k3").unwrap().is_some());
+    drop(s);
+    let s = open(&dir);
+    assert!(s.boot_token("k3").unwrap().is_some(), "durable");
+}

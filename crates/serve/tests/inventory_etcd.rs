@@ -353,3 +353,98 @@ fn inventory_etcd_no_member_answers() {
     assert!(Etcd::new(EtcdOptions::new(vec![])).is_err());
     assert!(Etcd::new(EtcdOptions::new(vec!["127.0.0.1:2379".into()])).is_err());
 }
+
+/// A one-time boot token (docs/serve.md, "One-time tokens") issued through one replica's
+/// client and spent at once by eight threads through three clients, each starting on a
+/// different member: exactly one spends it (etcd's transaction on the key's mod_revision),
+/// every other is refused as already used; an expired one is refused; the record is kept
+/// under a lease (etcd forgets it by itself).
+#[test]
+fn inventory_etcd_boot_token_is_spent_once_across_replicas() {
+    use serve::inventory::{BootToken, Spend};
+    let Some(etcd) = etcd_binary() else { return };
+    let cluster = Cluster::start(&etcd);
+    let clients: Vec<Arc<Etcd>> = (0..3)
+        .map(|i| {
+            let mut opts = EtcdOptions::new(cluster.clients.clone());
+            opts.prefix = format!("/test-{}/tokens/", std::process::id());
+            Arc::new(Etcd::with_first(opts, i).expect("a client"))
+        })
+        .collect();
+    let now = 1_800_000_000;
+    let t = BootToken {
+        machine: "mac-52:54:00:12:34:01".into(),
+        file: Some("node-1".into()),
+        pool: "worker".into(),
+        expires: now + 600,
+        spent: None,
+        reports_until: now + 600 + 86_400,
+    };
+    // The store's clock is the caller's: the lease is counted from the real clock, so the
+    // token is issued relative to it.
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let shift = |x: u64| x - now + real;
+    let t = BootToken {
+        expires: shift(t.expires),
+        reports_until: shift(t.reports_until),
+        ..t
+    };
+    clients[0].put_boot_token("k1", &t, real).expect("put");
+    assert_eq!(clients[2].boot_token("k1").unwrap().as_ref(), Some(&t));
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let spent: Vec<Spend> = (0..8)
+        .map(|i| {
+            let c = clients[i % 3].clone();
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                c.spend_boot_token("k1", real).expect("spend")
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let ok: Vec<&Spend> = spent
+        .iter()
+        .filter(|s| matches!(s, Spend::Spent(_)))
+        .collect();
+    assert_eq!(ok.len(), 1, "{spent:?}");
+    assert!(
+        spent
+            .iter()
+            .filter(|s| !matches!(s, Spend::Spent(_)))
+            .all(|s| *s == Spend::Refused("token already used")),
+        "{spent:?}"
+    );
+    assert_eq!(
+        clients[1].spend_boot_token("k1", real).unwrap(),
+        Spend::Refused("token already used")
+    );
+    assert!(
+        clients[1]
+            .boot_token("k1")
+            .unwrap()
+            .unwrap()
+            .spent
+            .is_some()
+    );
+    // Expired before use.
+    let late = BootToken {
+        expires: real,
+        ..t.clone()
+    };
+    clients[1].put_boot_token("k2", &late, real).unwrap();
+    assert_eq!(
+        clients[0].spend_boot_token("k2", real).unwrap(),
+        Spend::Refused("token expired")
+    );
+    assert_eq!(
+        clients[0].spend_boot_token("nope", real).unwrap(),
+        Spend::Refused("unknown token")
+    );
+    drop(cluster);
+}

@@ -23,6 +23,12 @@ pub enum Body {
         segs: Arc<[Box<[u8]>]>,
         fill: Box<[u8]>,
     },
+    /// A range of a shared body (a `Range` request for a boot asset): no copy.
+    Slice {
+        bytes: Arc<[u8]>,
+        start: usize,
+        end: usize,
+    },
 }
 
 impl Body {
@@ -33,6 +39,7 @@ impl Body {
             Body::Shared(b) => b.len(),
             Body::File(f) => f.bytes.len(),
             Body::Owned(b) => b.len(),
+            Body::Slice { start, end, .. } => end - start,
             Body::Spliced { segs, fill } => {
                 segs.iter().map(|s| s.len()).sum::<usize>()
                     + segs.len().saturating_sub(1) * fill.len()
@@ -51,6 +58,7 @@ impl Body {
             Body::Shared(b) => b,
             Body::File(f) => &f.bytes,
             Body::Owned(b) => b,
+            Body::Slice { bytes, start, end } => &bytes[*start..*end],
         };
         let (segs, fill) = match self {
             Body::Spliced { segs, fill } => (&segs[..], &fill[..]),
@@ -302,6 +310,13 @@ impl Response {
         self.version = Cow::Borrowed("-");
     }
 
+    /// Replaces the header line `from` (with its CRLF) by `to` (with its CRLF), if there is one.
+    pub fn replace_line(&mut self, from: &str, to: &str) {
+        if let Some(at) = self.lines.find(from) {
+            self.lines.replace_range(at..at + from.len(), to);
+        }
+    }
+
     /// The value of header `k` (the first one).
     pub fn header_value(&self, k: &str) -> Option<&str> {
         self.lines.split("\r\n").find_map(|l| {
@@ -327,6 +342,7 @@ impl Response {
 pub fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        206 => "Partial Content",
         304 => "Not Modified",
         400 => "Bad Request",
         401 => "Unauthorized",
@@ -336,6 +352,7 @@ pub fn reason(status: u16) -> &'static str {
         406 => "Not Acceptable",
         408 => "Request Timeout",
         413 => "Content Too Large",
+        416 => "Range Not Satisfiable",
         414 => "URI Too Long",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",

@@ -16,10 +16,12 @@ use anyhow::{Context, Result, anyhow};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
-use super::store::{Recorded, Store};
+use super::store::{BootToken, Recorded, Spend, Store};
 
 const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
 const DETAILS: TableDefinition<&str, &[u8]> = TableDefinition::new("details");
+/// One-time network-boot tokens: SHA-256 of the token (hex) → [`BootToken`] as JSON.
+const BOOT_TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("boot_tokens");
 
 pub struct Embedded {
     db: Database,
@@ -85,6 +87,8 @@ impl Embedded {
         tx.open_table(MACHINES)
             .with_context(|| s.what("creating the tables of"))?;
         tx.open_table(DETAILS)
+            .with_context(|| s.what("creating the tables of"))?;
+        tx.open_table(BOOT_TOKENS)
             .with_context(|| s.what("creating the tables of"))?;
         tx.commit().with_context(|| s.what("committing to"))?;
         Ok(s)
@@ -225,6 +229,113 @@ impl Store for Embedded {
             }
         }
         Ok(Some(m))
+    }
+
+    fn update(
+        &self,
+        id: &str,
+        f: &mut dyn FnMut(Option<Machine>) -> Option<Machine>,
+    ) -> Result<Option<Machine>> {
+        let tx = self
+            .db
+            .begin_write()
+            .with_context(|| self.what("starting a write to"))?;
+        let out = {
+            let mut machines = tx
+                .open_table(MACHINES)
+                .with_context(|| self.what("opening"))?;
+            let old = match machines.get(id).with_context(|| self.what("reading"))? {
+                Some(v) => Some(
+                    serde_json::from_slice::<Machine>(v.value())
+                        .with_context(|| format!("reading machine {id} from the inventory"))?,
+                ),
+                None => None,
+            };
+            match f(old.clone()) {
+                Some(m) => {
+                    let json = serde_json::to_vec(&m)?;
+                    machines
+                        .insert(id, json.as_slice())
+                        .with_context(|| self.what("writing to"))?;
+                    Some(m)
+                }
+                None => old,
+            }
+        };
+        tx.commit().with_context(|| self.what("committing to"))?;
+        Ok(out)
+    }
+
+    fn put_boot_token(&self, key: &str, t: &BootToken, now: u64) -> Result<()> {
+        let tx = self
+            .db
+            .begin_write()
+            .with_context(|| self.what("starting a write to"))?;
+        {
+            let mut tokens = tx
+                .open_table(BOOT_TOKENS)
+                .with_context(|| self.what("opening"))?;
+            let mut old = Vec::new();
+            for e in tokens.iter().with_context(|| self.what("reading"))? {
+                let (k, v) = e.with_context(|| self.what("reading"))?;
+                let gone = serde_json::from_slice::<BootToken>(v.value())
+                    .map_or(true, |b| now > b.forget_after());
+                if gone {
+                    old.push(k.value().to_string());
+                }
+            }
+            for k in old {
+                tokens
+                    .remove(k.as_str())
+                    .with_context(|| self.what("writing to"))?;
+            }
+            tokens
+                .insert(key, serde_json::to_vec(t)?.as_slice())
+                .with_context(|| self.what("writing to"))?;
+        }
+        tx.commit().with_context(|| self.what("committing to"))
+    }
+
+    /// One redb write transaction: read, decide, write (redb runs one writer at a time).
+    fn spend_boot_token(&self, key: &str, now: u64) -> Result<Spend> {
+        let tx = self
+            .db
+            .begin_write()
+            .with_context(|| self.what("starting a write to"))?;
+        let spend = {
+            let mut tokens = tx
+                .open_table(BOOT_TOKENS)
+                .with_context(|| self.what("opening"))?;
+            let old = match tokens.get(key).with_context(|| self.what("reading"))? {
+                Some(v) => Some(
+                    serde_json::from_slice::<BootToken>(v.value())
+                        .context("reading a boot token from the inventory")?,
+                ),
+                None => None,
+            };
+            let (spend, new) = Spend::decide(old, now);
+            if let Some(n) = new {
+                tokens
+                    .insert(key, serde_json::to_vec(&n)?.as_slice())
+                    .with_context(|| self.what("writing to"))?;
+            }
+            spend
+        };
+        tx.commit().with_context(|| self.what("committing to"))?;
+        Ok(spend)
+    }
+
+    fn boot_token(&self, key: &str) -> Result<Option<BootToken>> {
+        let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
+        let tokens = tx
+            .open_table(BOOT_TOKENS)
+            .with_context(|| self.what("opening"))?;
+        let Some(v) = tokens.get(key).with_context(|| self.what("reading"))? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            serde_json::from_slice(v.value()).context("reading a boot token from the inventory")?,
+        ))
     }
 
     fn machines(&self, filter: &Filter) -> Result<Vec<Machine>> {

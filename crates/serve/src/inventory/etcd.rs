@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use spec::encoding::data_url::{base64_decode, base64_encode};
 
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
-use super::store::{Recorded, Store};
+use super::store::{BootToken, Recorded, Spend, Store};
 
 /// Time to connect to a member.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -81,6 +81,8 @@ struct Kv {
     value: String,
     #[serde(default)]
     mod_revision: Option<String>,
+    #[serde(default)]
+    lease: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -270,6 +272,56 @@ impl Etcd {
     }
 }
 
+#[derive(Deserialize)]
+struct LeaseAnswer {
+    #[serde(rename = "ID")]
+    id: String,
+}
+
+impl Etcd {
+    /// Writes `value` at `key` only if its mod_revision is still `rev` (0: absent), keeping
+    /// `lease` when given; whether it did.
+    fn put_if(&self, key: &str, rev: i64, value: &[u8], lease: Option<&str>) -> Result<bool> {
+        let mut put = json!({"key": b64(key.as_bytes()), "value": b64(value)});
+        if let Some(l) = lease {
+            put["lease"] = json!(l);
+        }
+        let txn = json!({
+            "compare": [{
+                "key": b64(key.as_bytes()),
+                "target": "MOD",
+                "result": "EQUAL",
+                "mod_revision": rev.to_string(),
+            }],
+            "success": [{"request_put": put}],
+        });
+        let a: TxnAnswer = serde_json::from_value(self.post("/v3/kv/txn", &txn)?)
+            .with_context(|| format!("etcd: writing {key}"))?;
+        Ok(a.succeeded)
+    }
+
+    /// [`Etcd::get`] with the key's lease: ((value, lease), mod_revision).
+    #[allow(clippy::type_complexity)]
+    fn get_with_lease(&self, key: &str) -> Result<Option<((Vec<u8>, Option<String>), i64)>> {
+        let a: RangeAnswer = serde_json::from_value(
+            self.post("/v3/kv/range", &json!({"key": b64(key.as_bytes())}))?,
+        )
+        .with_context(|| format!("etcd: reading {key}"))?;
+        let Some(kv) = a.kvs.into_iter().next() else {
+            return Ok(None);
+        };
+        let rev = kv
+            .mod_revision
+            .as_deref()
+            .unwrap_or("0")
+            .parse::<i64>()
+            .with_context(|| format!("etcd: the mod_revision of {key}"))?;
+        let v = base64_decode(kv.value.as_bytes())
+            .with_context(|| format!("etcd: the value of {key}"))?;
+        Ok(Some(((v, kv.lease.filter(|l| l != "0")), rev)))
+    }
+}
+
 /// A short pause before reading again after a lost race, different per thread and attempt.
 fn backoff(attempt: u32) {
     use std::hash::{BuildHasher, Hasher};
@@ -355,6 +407,87 @@ impl Store for Etcd {
             }
         }
         Ok(Some(m))
+    }
+
+    fn update(
+        &self,
+        id: &str,
+        f: &mut dyn FnMut(Option<Machine>) -> Option<Machine>,
+    ) -> Result<Option<Machine>> {
+        let mkey = self.key(&format!("machines/{id}"));
+        for attempt in 0..CONFLICT_TRIES {
+            if attempt > 0 {
+                backoff(attempt);
+            }
+            let (old, rev) = match self.get(&mkey)? {
+                Some((v, rev)) => (
+                    Some(
+                        serde_json::from_slice::<Machine>(&v)
+                            .with_context(|| format!("etcd: reading machine {id}"))?,
+                    ),
+                    rev,
+                ),
+                None => (None, 0),
+            };
+            let Some(m) = f(old.clone()) else {
+                return Ok(old);
+            };
+            if self.put_if(&mkey, rev, &serde_json::to_vec(&m)?, None)? {
+                return Ok(Some(m));
+            }
+        }
+        bail!("etcd: machine {id}'s record kept changing ({CONFLICT_TRIES} tries)")
+    }
+
+    /// Put under a lease that ends when the record may be forgotten: etcd removes it.
+    fn put_boot_token(&self, key: &str, t: &BootToken, now: u64) -> Result<()> {
+        let ttl = t.forget_after().saturating_sub(now).max(1);
+        let lease: LeaseAnswer =
+            serde_json::from_value(self.post("/v3/lease/grant", &json!({"TTL": ttl.to_string()}))?)
+                .context("etcd: granting a lease for a boot token")?;
+        let k = self.key(&format!("boot-tokens/{key}"));
+        self.post(
+            "/v3/kv/put",
+            &json!({"key": b64(k.as_bytes()), "value": b64(&serde_json::to_vec(t)?),
+                "lease": lease.id}),
+        )
+        .context("etcd: writing a boot token")?;
+        Ok(())
+    }
+
+    /// Read, decide, then a transaction that writes the spent record only if the key's
+    /// mod_revision is still the one read: of replicas spending one token at once, one
+    /// transaction succeeds; the others read again and find it spent.
+    fn spend_boot_token(&self, key: &str, now: u64) -> Result<Spend> {
+        let k = self.key(&format!("boot-tokens/{key}"));
+        for attempt in 0..CONFLICT_TRIES {
+            if attempt > 0 {
+                backoff(attempt);
+            }
+            let Some((v, rev)) = self.get_with_lease(&k)? else {
+                return Ok(Spend::Refused("unknown token"));
+            };
+            let old: BootToken =
+                serde_json::from_slice(&v.0).context("etcd: reading a boot token")?;
+            let (spend, new) = Spend::decide(Some(old), now);
+            let Some(new) = new else {
+                return Ok(spend);
+            };
+            if self.put_if(&k, rev, &serde_json::to_vec(&new)?, v.1.as_deref())? {
+                return Ok(spend);
+            }
+        }
+        bail!("etcd: a boot token kept changing ({CONFLICT_TRIES} tries)")
+    }
+
+    fn boot_token(&self, key: &str) -> Result<Option<BootToken>> {
+        let k = self.key(&format!("boot-tokens/{key}"));
+        match self.get(&k)? {
+            None => Ok(None),
+            Some((v, _)) => Ok(Some(
+                serde_json::from_slice(&v).context("etcd: reading a boot token")?,
+            )),
+        }
     }
 
     fn machines(&self, filter: &Filter) -> Result<Vec<Machine>> {

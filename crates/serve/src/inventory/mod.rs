@@ -25,7 +25,7 @@ pub use self::etcd::{Etcd, EtcdOptions};
 pub use self::model::{
     Applied, Counts, Filter, Machine, Origin, Refused, Report, State, apply, limits, parse,
 };
-pub use self::store::{Recorded, Store};
+pub use self::store::{BootToken, Recorded, Spend, Store};
 
 /// `--inventory-store`: which store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -171,14 +171,18 @@ pub enum State {
     Provisioning,
     Provisioned,
     Failed,
+    /// Network-booted without a machine file that selects it (`--discovery register`): known,
+    /// waiting to be given a pool. Its first report moves it on.
+    Unassigned,
 }
 
 impl State {
-    pub const ALL: [State; 4] = [
+    pub const ALL: [State; 5] = [
         State::Fetching,
         State::Provisioning,
         State::Provisioned,
         State::Failed,
+        State::Unassigned,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -187,6 +191,7 @@ impl State {
             State::Provisioning => "provisioning",
             State::Provisioned => "provisioned",
             State::Failed => "failed",
+            State::Unassigned => "unassigned",
         }
     }
 }
@@ -241,6 +246,14 @@ pub struct Machine {
     pub boots: Vec<Boot>,
     /// The last [`limits::RECENT_IDS`] report ids, oldest first.
     pub recent_ids: Vec<String>,
+    /// `agent machines reprovision`: when it was asked for (the server's clock). The machine
+    /// installs again at its next network boot, until a boot that began since ends
+    /// provisioned (docs/serve.md, "Install once").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reprovision: Option<u64>,
+    /// The machine file that selected it at its last network boot (`/ipxe`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_file: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -579,6 +592,13 @@ pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Appli
     drop.retain(|id| Some(id) != store.as_ref());
     // The state follows the newest boot (the last one to appear).
     m.state = m.boots.last().and_then(boot_state);
+    // A reprovision asked for is done once the newest boot ends provisioned.
+    if let Some(asked) = m.reprovision
+        && m.state == Some(State::Provisioned)
+        && m.boots.last().is_some_and(|b| b.first_seen >= asked)
+    {
+        m.reprovision = None;
+    }
     (m, Applied::Recorded { store, drop })
 }
 

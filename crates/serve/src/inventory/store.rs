@@ -1,6 +1,7 @@
 //! What every inventory store offers (the embedded and the etcd store implement it).
 
-use anyhow::Result;
+use anyhow::{Result, bail};
+use serde::{Deserialize, Serialize};
 
 use super::model::{self, Counts, Filter, Machine, Origin, Report};
 
@@ -9,6 +10,56 @@ use super::model::{self, Counts, Filter, Machine, Origin, Report};
 pub enum Recorded {
     New,
     Duplicate,
+}
+
+/// A one-time network-boot token's record (docs/serve.md, "One-time tokens"), kept under
+/// the SHA-256 of the token (the token itself is never stored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootToken {
+    /// The machine's inventory id (from what it said at `/ipxe`).
+    pub machine: String,
+    /// The machine file that selected it; None: the discovery pool.
+    #[serde(default)]
+    pub file: Option<String>,
+    pub pool: String,
+    /// Until when the config may be fetched with it (seconds since the Unix epoch).
+    pub expires: u64,
+    /// When it was spent (the config fetched), if it was.
+    #[serde(default)]
+    pub spent: Option<u64>,
+    /// Until when the machine's reports are authenticated by it.
+    pub reports_until: u64,
+}
+
+impl BootToken {
+    /// When the store may forget it.
+    pub fn forget_after(&self) -> u64 {
+        self.expires.max(self.reports_until)
+    }
+}
+
+/// What spending a boot token gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Spend {
+    /// Spent now: the config may be served, once.
+    Spent(BootToken),
+    /// Unknown (never issued, or forgotten), expired, or already spent: refused.
+    Refused(&'static str),
+}
+
+impl Spend {
+    /// The rule both stores apply to a token's record at `now`.
+    pub fn decide(t: Option<BootToken>, now: u64) -> (Spend, Option<BootToken>) {
+        match t {
+            None => (Spend::Refused("unknown token"), None),
+            Some(t) if t.spent.is_some() => (Spend::Refused("token already used"), None),
+            Some(t) if now >= t.expires => (Spend::Refused("token expired"), None),
+            Some(mut t) => {
+                t.spent = Some(now);
+                (Spend::Spent(t.clone()), Some(t))
+            }
+        }
+    }
 }
 
 /// Where the inventory lives. Every method is safe to call from many threads at once.
@@ -25,5 +76,28 @@ pub trait Store: Send + Sync {
     /// Machines by state and pool (for metrics).
     fn counts(&self) -> Result<Counts> {
         Ok(model::count(&self.machines(&Filter::default())?))
+    }
+    /// Changes one machine's record atomically: `f` gets the record (None: not known) and
+    /// returns the new one (None: leave it as it is). Returns what is stored afterwards.
+    fn update(
+        &self,
+        _id: &str,
+        _f: &mut dyn FnMut(Option<Machine>) -> Option<Machine>,
+    ) -> Result<Option<Machine>> {
+        bail!("this inventory store cannot change a machine's record")
+    }
+    /// Keeps a new boot token's record under `key` (the token's SHA-256, hex); forgets
+    /// records past their [`BootToken::forget_after`].
+    fn put_boot_token(&self, _key: &str, _t: &BootToken, _now: u64) -> Result<()> {
+        bail!("this inventory store keeps no boot tokens")
+    }
+    /// Spends the boot token `key` atomically (one caller of all replicas gets
+    /// [`Spend::Spent`]; see [`Spend::decide`]).
+    fn spend_boot_token(&self, _key: &str, _now: u64) -> Result<Spend> {
+        bail!("this inventory store keeps no boot tokens")
+    }
+    /// A boot token's record, spent or not.
+    fn boot_token(&self, _key: &str) -> Result<Option<BootToken>> {
+        bail!("this inventory store keeps no boot tokens")
     }
 }

@@ -1,0 +1,401 @@
+//! A generation's machines: the machine files (`machines/*.json`, [`super::selectors`]), the
+//! boot profiles (`boot/*.json`), the boot assets (`boot/assets/`) and each machine's config,
+//! its pool's with the machine's values filled in ([`super::placeholders`]), checked when
+//! the generation loads (docs/serve.md, "Machines and network boot").
+//!
+//! The rule for values: **every machine selected into a pool has a value for every
+//! placeholder the pool's config uses**; a pool no machine file selects is served as it is
+//! (its placeholders unfilled, as `/config/<pool>` always did). Errors name the file, the JSON
+//! path and the machine; a machine's filled config is validated like any pool's.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{Result, anyhow, bail};
+use sha2::{Digest, Sha256};
+
+use super::placeholders;
+use super::render::Pool;
+use super::selectors::{self, BootProfile, Facts, MachineSpec, Match};
+use super::source::{Fragment, redact_diag};
+use spec::config::{self, Config, Version};
+
+/// Largest boot asset (kernel, initramfs); each is held in memory while served.
+pub const MAX_ASSET_BYTES: u64 = 1 << 30;
+
+/// A file of `boot/assets/`: its bytes and strong ETag (as a config's: SHA-256, 128 bits).
+#[derive(Debug)]
+pub struct Asset {
+    pub bytes: Arc<[u8]>,
+    pub etag: String,
+    /// Hex SHA-256 of the bytes (the generation id and the checkpoint use it).
+    pub sha256: String,
+}
+
+impl Asset {
+    pub fn new(bytes: Vec<u8>) -> Asset {
+        let d = Sha256::digest(&bytes);
+        Asset {
+            etag: format!("\"{}\"", spec::encoding::hex(&d[..16])),
+            sha256: spec::encoding::hex(&d),
+            bytes: bytes.into(),
+        }
+    }
+}
+
+/// Assets kept from one read of the source to the next, by the file's identity (device,
+/// inode, size, modification and change times): an unchanged kernel is not read again at
+/// every poll. Entries the latest read did not use are dropped after it.
+#[derive(Default)]
+pub struct AssetCache {
+    entries: HashMap<(u64, u64, u64, i64, i64, i64, i64), (Arc<Asset>, bool)>,
+}
+
+impl AssetCache {
+    pub fn begin(&mut self) {
+        for e in self.entries.values_mut() {
+            e.1 = false;
+        }
+    }
+
+    pub fn end(&mut self) {
+        self.entries.retain(|_, e| e.1);
+    }
+
+    /// The asset at `path` (a regular file, checked as every source file is).
+    pub fn read(&mut self, path: &Path) -> Result<Arc<Asset>> {
+        use std::os::unix::fs::MetadataExt;
+        let f = super::source::open_regular(path)?;
+        let m = f
+            .metadata()
+            .map_err(|e| anyhow!("reading {}: {e}", path.display()))?;
+        let key = (
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        );
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.1 = true;
+            return Ok(e.0.clone());
+        }
+        drop(f);
+        let bytes = super::source::read_regular(path, MAX_ASSET_BYTES)?
+            .ok_or_else(|| anyhow!("{} vanished while being read", path.display()))?;
+        let a = Arc::new(Asset::new(bytes));
+        self.entries.insert(key, (a.clone(), true));
+        Ok(a)
+    }
+}
+
+/// What the source holds for machines, as read: file names and bytes.
+#[derive(Debug, Default)]
+pub struct RawMachines {
+    /// `machines/<name>.json`: (name, bytes), by name.
+    pub machines: Vec<(String, Vec<u8>)>,
+    /// `boot/<pool>.json` and `boot/default.json`: (pool or `default`, bytes).
+    pub profiles: Vec<(String, Vec<u8>)>,
+    pub assets: BTreeMap<String, Arc<Asset>>,
+}
+
+/// A machine's config: its pool's with its values filled in, checked.
+#[derive(Debug)]
+pub struct MachineConfig {
+    pub pool: String,
+    pub config: Config,
+    /// Its documents, rendered when first asked for.
+    served: OnceLock<Arc<Pool>>,
+}
+
+impl MachineConfig {
+    /// The machine's documents (one per spec version, like a pool's), made once.
+    pub fn served(&self) -> Arc<Pool> {
+        self.served
+            .get_or_init(|| {
+                // Checked when the generation loaded: rendering cannot fail here.
+                Arc::new(
+                    Pool::new(&self.pool, self.config.clone())
+                        .unwrap_or_else(|e| panic!("machine config of pool {}: {e}", self.pool)),
+                )
+            })
+            .clone()
+    }
+}
+
+/// A generation's machines, ready to match and serve.
+#[derive(Debug, Default)]
+pub struct MachineSet {
+    /// By name.
+    pub specs: Vec<MachineSpec>,
+    /// By pool (`default` for pools without their own).
+    pub profiles: BTreeMap<String, BootProfile>,
+    pub assets: BTreeMap<String, Arc<Asset>>,
+    /// By machine name.
+    pub configs: BTreeMap<String, MachineConfig>,
+}
+
+/// What the checkpoint keeps of a machine set: the machine files and profiles as checked
+/// (normalized), and the assets' hashes (the assets themselves are read back from the
+/// generation's directory when it is still there).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Saved {
+    pub machines: BTreeMap<String, serde_json::Value>,
+    pub profiles: BTreeMap<String, serde_json::Value>,
+    pub assets: BTreeMap<String, String>,
+}
+
+impl MachineSet {
+    pub fn is_empty(&self) -> bool {
+        self.specs.is_empty() && self.profiles.is_empty() && self.assets.is_empty()
+    }
+
+    /// The machine file that takes `f` (the most specific one).
+    pub fn select(&self, f: &Facts) -> Match<'_> {
+        selectors::select(&self.specs, f)
+    }
+
+    /// The boot profile of `pool`: its own, else `default`.
+    pub fn profile(&self, pool: &str) -> Option<&BootProfile> {
+        self.profiles
+            .get(pool)
+            .or_else(|| self.profiles.get("default"))
+    }
+
+    /// The machine file called `name`.
+    pub fn spec(&self, name: &str) -> Option<&MachineSpec> {
+        self.specs
+            .binary_search_by(|s| s.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.specs[i])
+    }
+
+    /// What the checkpoint keeps (see [`Saved`]).
+    pub fn saved(&self) -> Saved {
+        Saved {
+            machines: self
+                .specs
+                .iter()
+                .map(|m| {
+                    (
+                        m.name.clone(),
+                        serde_json::json!({"selector": m.selector, "pool": m.pool, "values": m.values}),
+                    )
+                })
+                .collect(),
+            profiles: self
+                .profiles
+                .iter()
+                .map(|(k, p)| (k.clone(), serde_json::to_value(p).unwrap_or_default()))
+                .collect(),
+            assets: self
+                .assets
+                .iter()
+                .map(|(k, a)| (k.clone(), a.sha256.clone()))
+                .collect(),
+        }
+    }
+
+    /// A machine set from what the checkpoint kept, with the assets of `assets_dir` that
+    /// still hash as they did (the others are left out and named in the second value).
+    pub fn restore(
+        s: &Saved,
+        pools: &BTreeMap<String, Arc<Pool>>,
+        assets_dir: &Path,
+    ) -> Result<(MachineSet, Vec<String>)> {
+        let mut missing = Vec::new();
+        let mut raw = RawMachines::default();
+        let mut cache = AssetCache::default();
+        for (name, sha) in &s.assets {
+            if !selectors::valid_asset_name(name) {
+                bail!("invalid asset name {name:?}");
+            }
+            match cache.read(&assets_dir.join(name)) {
+                Ok(a) if &a.sha256 == sha => {
+                    raw.assets.insert(name.clone(), a);
+                }
+                _ => missing.push(name.clone()),
+            }
+        }
+        let have = |n: &str| s.assets.contains_key(n);
+        for (name, v) in &s.machines {
+            raw.machines.push((name.clone(), serde_json::to_vec(v)?));
+        }
+        for (name, v) in &s.profiles {
+            raw.profiles.push((name.clone(), serde_json::to_vec(v)?));
+        }
+        let set = build_with(&raw, pools, None, &have).map_err(|e| anyhow!(e))?;
+        Ok((set, missing))
+    }
+}
+
+/// The file a pool's fragment came from, as errors name it.
+fn fragment_file(pool: &str, frags: &[Fragment], name: &str) -> String {
+    if frags.len() == 1 && name.strip_suffix(".ign").or(name.strip_suffix(".bu")) == Some(pool) {
+        format!("pools/{name}")
+    } else {
+        format!("pools/{pool}/{name}")
+    }
+}
+
+/// Checks and builds a generation's machine set from what was read (module docs). `fragments`
+/// are the pools' files as read (for errors naming the file a placeholder is in).
+pub fn build(
+    raw: &RawMachines,
+    pools: &BTreeMap<String, Arc<Pool>>,
+    fragments: &BTreeMap<String, Vec<Fragment>>,
+) -> Result<MachineSet, String> {
+    let have = |n: &str| raw.assets.contains_key(n);
+    build_with(raw, pools, Some(fragments), &have)
+}
+
+fn build_with(
+    raw: &RawMachines,
+    pools: &BTreeMap<String, Arc<Pool>>,
+    fragments: Option<&BTreeMap<String, Vec<Fragment>>>,
+    have_asset: &dyn Fn(&str) -> bool,
+) -> Result<MachineSet, String> {
+    let e = |e: anyhow::Error| format!("{e:#}");
+    if raw.machines.len() > selectors::MAX_MACHINES {
+        return Err(format!(
+            "machines/ holds {} files, more than the limit of {}",
+            raw.machines.len(),
+            selectors::MAX_MACHINES
+        ));
+    }
+    let mut specs = Vec::with_capacity(raw.machines.len());
+    for (name, bytes) in &raw.machines {
+        specs.push(selectors::parse_machine(name, bytes).map_err(e)?);
+    }
+    specs.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut profiles = BTreeMap::new();
+    for (name, bytes) in &raw.profiles {
+        let file = format!("boot/{name}.json");
+        profiles.insert(
+            name.clone(),
+            selectors::parse_profile(&file, bytes, have_asset).map_err(e)?,
+        );
+    }
+    selectors::check_conflicts(&specs).map_err(e)?;
+    // Placeholders each pool with machines uses: (key, file, path), the first use of each.
+    let mut uses: BTreeMap<&str, Vec<(String, String, String)>> = BTreeMap::new();
+    let mut canon: BTreeMap<&str, serde_json::Value> = BTreeMap::new();
+    for m in &specs {
+        let Some(pool) = pools.get(&m.pool) else {
+            return Err(format!(
+                "{}: pool {:?} is not in the source (pools/)",
+                m.file(),
+                m.pool
+            ));
+        };
+        if !profiles.contains_key(&m.pool) && !profiles.contains_key("default") {
+            return Err(format!(
+                "{}: pool {} has no boot profile (boot/{}.json or boot/default.json)",
+                m.file(),
+                m.pool,
+                m.pool
+            ));
+        }
+        if canon.contains_key(m.pool.as_str()) {
+            continue;
+        }
+        let doc = pool
+            .canonical()
+            .and_then(|b| Ok(serde_json::from_slice::<serde_json::Value>(&b)?))
+            .map_err(|err| format!("pool {}: {err:#}", m.pool))?;
+        let mut found: Vec<(String, String, String)> = Vec::new();
+        match fragments.and_then(|f| f.get(&m.pool)) {
+            Some(frags) => {
+                for (fname, bytes) in frags {
+                    let file = fragment_file(&m.pool, frags, fname);
+                    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|err| {
+                        format!("{file}: {}", super::source::redact(&err.to_string()))
+                    })?;
+                    let us = placeholders::scan(&v).map_err(|err| {
+                        format!(
+                            "{file}: {}: {} (machine {}, {})",
+                            err.path,
+                            err.message,
+                            m.name,
+                            m.file()
+                        )
+                    })?;
+                    found.extend(us.into_iter().map(|u| (u.key, file.clone(), u.path)));
+                }
+            }
+            // Restored from a checkpoint: the merged config is all there is.
+            None => {
+                let us = placeholders::scan(&doc)
+                    .map_err(|err| format!("pool {}: {}: {}", m.pool, err.path, err.message))?;
+                let file = format!("pool {}", m.pool);
+                found.extend(us.into_iter().map(|u| (u.key, file.clone(), u.path)));
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        found.retain(|(k, _, _)| seen.insert(k.clone()));
+        uses.insert(&m.pool, found);
+        canon.insert(&m.pool, doc);
+    }
+    let mut configs = BTreeMap::new();
+    for m in &specs {
+        for (key, file, path) in &uses[m.pool.as_str()] {
+            if !m.values.contains_key(key) {
+                return Err(format!(
+                    "{file}: {path}: placeholder {{{{.{key}}}}}: machine {} ({}) has no value {key:?} (every machine of pool {} needs every value the pool uses)",
+                    m.name,
+                    m.file(),
+                    m.pool
+                ));
+            }
+        }
+        let mut doc = canon[m.pool.as_str()].clone();
+        placeholders::fill(&mut doc, &m.values).map_err(|err| {
+            format!(
+                "pool {}: {}: {} (machine {}, {})",
+                m.pool,
+                err.path,
+                err.message,
+                m.name,
+                m.file()
+            )
+        })?;
+        let bytes = serde_json::to_vec(&doc).map_err(|err| err.to_string())?;
+        let bad = |what: String| {
+            format!(
+                "pool {} filled for machine {} ({}) is invalid: {what}",
+                m.pool,
+                m.name,
+                m.file()
+            )
+        };
+        let parsed = config::parse(&bytes)
+            .map_err(|r| bad(r.errors().map(redact_diag).collect::<Vec<_>>().join("; ")))?;
+        let report = config::check(&parsed.config);
+        if report.has_errors() {
+            return Err(bad(report
+                .errors()
+                .map(redact_diag)
+                .collect::<Vec<_>>()
+                .join("; ")));
+        }
+        // It must render like a pool's (every version that can express it).
+        config::to_json(&parsed.config, Version::NEWEST).map_err(bad)?;
+        configs.insert(
+            m.name.clone(),
+            MachineConfig {
+                pool: m.pool.clone(),
+                config: parsed.config,
+                served: OnceLock::new(),
+            },
+        );
+    }
+    Ok(MachineSet {
+        specs,
+        profiles,
+        assets: raw.assets.clone(),
+        configs,
+    })
+}

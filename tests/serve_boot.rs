@@ -1,0 +1,760 @@
+//! Network boot from `agent serve` (issue 29, docs/serve.md "Machines and network boot"),
+//! over real sockets on 127.0.0.1 against the real binary: machine files select machines
+//! (most specific wins, equal ones refused), per-machine placeholders filled on the config
+//! tree (quotes, backslashes, newlines and `{{` land literally; data URLs, gzip'd ones
+//! included), the same bytes and ETag from two servers on one source, one-time tokens
+//! (second use refused, expiry), boot assets with Range (checked with curl), install once
+//! and reprovision through real reports, discovery, and bad input that keeps the last good
+//! generation.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use support::serve::*;
+
+const MAC1: &str = "52:54:00:12:34:01";
+const MAC2: &str = "52:54:00:12:34:02";
+/// A value that would break JSON, a shell line or a template if it were pasted as text.
+const NASTY: &str = "q\"uo\\te\nline2 {{.ip}} {{ end }}";
+/// The same without the line break (for a unit, where a line break is a new line of it).
+const NOTE: &str = "q\"uo\\te {{.ip}} {{";
+
+fn worker_ign() -> String {
+    serde_json::json!({
+        "ignition": {"version": "3.3.0"},
+        "storage": {"files": [
+            {"path": "/etc/hostname", "mode": 420, "overwrite": true,
+             "contents": {"source": "data:,%7B%7B.hostname%7D%7D%0A"}},
+            {"path": "/etc/motd", "mode": 420, "overwrite": true,
+             "contents": {"source": format!("data:;base64,{}", b64(b"hello {{.hostname}} at {{.ip}}\n"))}},
+        ]},
+        "systemd": {"units": [
+            {"name": "app.service", "enabled": true,
+             "contents": "[Service]\nExecStart=/bin/app --ip={{.ip}} --note={{.note}}\n[Install]\nWantedBy=multi-user.target\n"}
+        ]}
+    })
+    .to_string()
+}
+
+fn b64(b: &[u8]) -> String {
+    use std::fmt::Write;
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut s = String::new();
+    for c in b.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                s.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                let _ = write!(s, "=");
+            }
+        }
+    }
+    s
+}
+
+fn machine(mac: &str, pool: &str, values: serde_json::Value) -> String {
+    serde_json::json!({"selector": {"mac": mac}, "pool": pool, "values": values}).to_string()
+}
+
+/// A source with pool `worker`, two machines, a boot profile and its assets.
+fn source(t: &TempDir) -> PathBuf {
+    let src = t.path().join("src");
+    write(&src.join("pools/worker.ign"), &worker_ign());
+    write(
+        &src.join("machines/node-1.json"),
+        &machine(
+            MAC1,
+            "worker",
+            serde_json::json!({"hostname": "node-1", "ip": "10.0.0.5", "note": "n1"}),
+        ),
+    );
+    write(
+        &src.join("machines/node-2.json"),
+        &machine(
+            "52-54-00-12-34-02",
+            "worker",
+            serde_json::json!({"hostname": NASTY, "ip": "10.0.0.6", "note": NOTE}),
+        ),
+    );
+    write(
+        &src.join("boot/default.json"),
+        r#"{"kernel": "vmlinuz", "initrd": ["initramfs.img"], "args": ["console=ttyS0", "ignition.platform.id=metal"]}"#,
+    );
+    let kernel: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::create_dir_all(src.join("boot/assets")).unwrap();
+    std::fs::write(src.join("boot/assets/vmlinuz"), kernel).unwrap();
+    std::fs::write(src.join("boot/assets/initramfs.img"), b"initramfs").unwrap();
+    src
+}
+
+fn start(src: &Path, extra: &[&str]) -> Server {
+    let mut args = vec![
+        "--source",
+        src.to_str().unwrap(),
+        "--listen-http",
+        "127.0.0.1:0",
+        "--poll-interval",
+        "1s",
+        "--no-access-log",
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&args, &[])
+}
+
+/// GET with the server's own address as Host (so the scripts' URLs are usable as they are).
+fn get(addr: SocketAddr, path: &str) -> Resp {
+    request(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+fn post(addr: SocketAddr, path: &str, body: &str) -> Resp {
+    request(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+/// `/ipxe` for a machine with `mac` (and the extra query), as iPXE asks after /boot.ipxe.
+fn ipxe(s: &Server, query: &str) -> String {
+    let r = get(s.plain(), &format!("/ipxe?{query}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let t = r.text();
+    assert!(t.starts_with("#!ipxe\n"), "{t}");
+    t
+}
+
+/// The path and query of the `agent.config.url=` of a boot script.
+fn config_path(script: &str) -> String {
+    let url = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("agent.config.url="))
+        .unwrap_or_else(|| panic!("no agent.config.url in {script}"));
+    let rest = url.strip_prefix("http://").unwrap();
+    rest[rest.find('/').unwrap()..].to_string()
+}
+
+fn config_of(s: &Server, mac: &str) -> Resp {
+    let script = ipxe(
+        s,
+        &format!("mac={}&uuid=&serial=&hostname=", mac.replace(':', "-")),
+    );
+    let r = get(s.plain(), &config_path(&script));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r
+}
+
+fn decode_data_url(u: &str) -> Vec<u8> {
+    let (head, data) = u.strip_prefix("data:").unwrap().split_once(',').unwrap();
+    if head.ends_with(";base64") {
+        let out = Command::new("base64")
+            .arg("-d")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(data.as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        out.stdout
+    } else {
+        percent_decode(data)
+    }
+}
+
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn file_text(cfg: &serde_json::Value, path: &str) -> String {
+    let f = cfg["storage"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == path)
+        .unwrap_or_else(|| panic!("no {path}"));
+    let mut data = decode_data_url(f["contents"]["source"].as_str().unwrap());
+    if f["contents"]["compression"] == "gzip" {
+        let mut c = Command::new("gzip")
+            .arg("-dc")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(&data).unwrap();
+        }
+        data = c.wait_with_output().unwrap().stdout;
+    }
+    String::from_utf8(data).unwrap()
+}
+
+#[test]
+fn boot_script_chains_with_the_machines_facts() {
+    let t = TempDir::new("boot-chain");
+    let s = start(&source(&t), &[]);
+    let r = get(s.plain(), "/boot.ipxe");
+    assert_eq!(r.status, 200);
+    let addr = s.plain();
+    assert_eq!(
+        r.text(),
+        format!(
+            "#!ipxe\nchain http://{addr}/ipxe?uuid=${{uuid:uristring}}&mac=${{mac:hexhyp}}&serial=${{serial:uristring}}&hostname=${{hostname:uristring}}\n"
+        )
+    );
+    // --public-url wins over the Host header.
+    let s2 = start(&source(&t), &["--public-url", "http://boot.example:8080/"]);
+    let r = get(s2.plain(), "/boot.ipxe");
+    assert!(
+        r.text().contains("chain http://boot.example:8080/ipxe?"),
+        "{}",
+        r.text()
+    );
+    let script = ipxe(&s2, "mac=52-54-00-12-34-01");
+    assert!(
+        script.contains("kernel http://boot.example:8080/assets/vmlinuz console=ttyS0 ignition.platform.id=metal agent.config.url=http://boot.example:8080/machine-config?token="),
+        "{script}"
+    );
+    assert!(
+        script.contains("\ninitrd http://boot.example:8080/assets/initramfs.img\nboot\n"),
+        "{script}"
+    );
+}
+
+#[test]
+fn per_machine_values_land_literally_and_replicas_agree() {
+    let t = TempDir::new("boot-values");
+    let src = source(&t);
+    let a = start(&src, &[]);
+    let b = start(&src, &[]);
+    let one = config_of(&a, MAC1);
+    let two = config_of(&a, MAC2);
+    let cfg: serde_json::Value = serde_json::from_slice(&two.body).unwrap();
+    // JSON strings escaped by the serializer; data URLs decoded, filled, re-encoded.
+    assert_eq!(file_text(&cfg, "/etc/hostname"), format!("{NASTY}\n"));
+    assert_eq!(
+        file_text(&cfg, "/etc/motd"),
+        format!("hello {NASTY} at 10.0.0.6\n")
+    );
+    let unit = cfg["systemd"]["units"][0]["contents"].as_str().unwrap();
+    assert_eq!(
+        unit,
+        format!(
+            "[Service]\nExecStart=/bin/app --ip=10.0.0.6 --note={NOTE}\n[Install]\nWantedBy=multi-user.target\n"
+        ),
+        "the value's {{{{.ip}}}} is not expanded again"
+    );
+    let cfg1: serde_json::Value = serde_json::from_slice(&one.body).unwrap();
+    assert_eq!(file_text(&cfg1, "/etc/hostname"), "node-1\n");
+    assert_ne!(
+        one.header("etag"),
+        two.header("etag"),
+        "each machine its own ETag"
+    );
+    assert_eq!(one.header("x-agent-pool"), Some("worker"));
+    // The plain pool still serves its placeholders unfilled.
+    let plain = get(a.plain(), "/config/worker");
+    assert!(plain.text().contains("{{.ip}}"));
+    // Another server on the same source: the same bytes and ETag for each machine.
+    for (mac, mine) in [(MAC1, &one), (MAC2, &two)] {
+        let theirs = config_of(&b, mac);
+        assert_eq!(theirs.body, mine.body, "{mac}");
+        assert_eq!(theirs.header("etag"), mine.header("etag"));
+        assert!(mine.header("etag").unwrap().starts_with('"'));
+    }
+}
+
+#[test]
+fn butane_gzip_data_urls_are_filled() {
+    let t = TempDir::new("boot-gzip");
+    let src = source(&t);
+    std::fs::remove_file(src.join("pools/worker.ign")).unwrap();
+    let long = "line {{.hostname}} of a long enough file to be compressed\n".repeat(40);
+    write(
+        &src.join("pools/worker.bu"),
+        &format!(
+            "variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /etc/long\n      contents:\n        inline: {}\n",
+            serde_json::to_string(&long).unwrap()
+        ),
+    );
+    let s = start(&src, &[]);
+    let plain: serde_json::Value =
+        serde_json::from_slice(&get(s.plain(), "/config/worker").body).unwrap();
+    let f = &plain["storage"]["files"][0];
+    assert_eq!(
+        f["contents"]["compression"], "gzip",
+        "Butane compressed it: {f}"
+    );
+    let cfg: serde_json::Value = serde_json::from_slice(&config_of(&s, MAC2).body).unwrap();
+    assert_eq!(
+        file_text(&cfg, "/etc/long"),
+        long.replace("{{.hostname}}", NASTY)
+    );
+}
+
+#[test]
+fn most_specific_selector_wins() {
+    let t = TempDir::new("boot-select");
+    let src = source(&t);
+    write(&src.join("pools/infra.ign"), &worker_config("infra"));
+    write(
+        &src.join("machines/rack-r1.json"),
+        r#"{"selector": {"labels": {"rack": "r1"}}, "pool": "infra"}"#,
+    );
+    write(
+        &src.join("machines/node-1-r1.json"),
+        &serde_json::json!({"selector": {"mac": MAC1, "labels": {"rack": "r1"}}, "pool": "infra"})
+            .to_string(),
+    );
+    write(
+        &src.join("machines/by-uuid.json"),
+        r#"{"selector": {"uuid": "4C4C4544-0042-3510-8052-B4C04F4E4D32"}, "pool": "infra"}"#,
+    );
+    let s = start(&src, &[]);
+    let pool_of = |q: &str| {
+        let p = config_path(&ipxe(&s, q));
+        let r = get(s.plain(), &p);
+        assert_eq!(r.status, 200);
+        r.header("x-agent-pool").unwrap().to_string()
+    };
+    assert_eq!(pool_of("mac=52-54-00-12-34-01"), "worker");
+    assert_eq!(
+        pool_of("mac=52-54-00-12-34-01&label.rack=r1"),
+        "infra",
+        "two keys beat one"
+    );
+    assert_eq!(pool_of("mac=52-54-00-99-99-99&label.rack=r1"), "infra");
+    assert_eq!(
+        pool_of("mac=52-54-00-99-99-98&uuid=4c4c4544-0042-3510-8052-b4c04f4e4d32"),
+        "infra"
+    );
+    // A MAC selector and a UUID selector both matching one machine, equally: refused.
+    let r = ipxe(
+        &s,
+        "mac=52-54-00-12-34-01&uuid=4c4c4544-0042-3510-8052-b4c04f4e4d32",
+    );
+    assert!(!r.contains("kernel"), "{r}");
+    assert!(
+        r.contains("machines/by-uuid.json") && r.contains("machines/node-1.json"),
+        "{r}"
+    );
+}
+
+#[test]
+fn one_time_token_is_spent_and_expires() {
+    let t = TempDir::new("boot-token");
+    let s = start(&source(&t), &["--boot-token-ttl", "1s"]);
+    let p = config_path(&ipxe(&s, "mac=52-54-00-12-34-01"));
+    assert_eq!(get(s.plain(), &p).status, 200);
+    let again = get(s.plain(), &p);
+    assert_eq!(again.status, 403, "second use refused");
+    assert!(again.text().contains("already used"), "{}", again.text());
+    // Another machine's token, fetched only after its TTL (1 s) has passed.
+    let issued = SystemTime::now();
+    let p2 = config_path(&ipxe(&s, "mac=52-54-00-12-34-02"));
+    while issued.elapsed().unwrap() < Duration::from_millis(2100) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let late = get(s.plain(), &p2);
+    assert_eq!(late.status, 403, "{}", late.text());
+    assert!(late.text().contains("expired"), "{}", late.text());
+    // Unknown and malformed tokens.
+    let r = get(
+        s.plain(),
+        "/machine-config?token=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    );
+    assert_eq!(r.status, 403);
+    assert_eq!(get(s.plain(), "/machine-config?token=x").status, 401);
+    assert_eq!(get(s.plain(), "/machine-config").status, 401);
+}
+
+fn curl(args: &[&str]) -> (String, Vec<u8>) {
+    let out = Command::new("curl")
+        .args(["-s", "-D", "/dev/stderr"])
+        .args(args)
+        .output()
+        .expect("curl is required for this test (apt-get install curl)");
+    (
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.stdout,
+    )
+}
+
+#[test]
+fn assets_with_range_checked_with_curl() {
+    let t = TempDir::new("boot-assets");
+    let src = source(&t);
+    let s = start(&src, &[]);
+    let kernel = std::fs::read(src.join("boot/assets/vmlinuz")).unwrap();
+    let url = format!("http://{}/assets/vmlinuz", s.plain());
+    let (h, body) = curl(&[&url]);
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(h.contains("Accept-Ranges: bytes"), "{h}");
+    assert!(
+        h.contains(&format!("Content-Length: {}", kernel.len())),
+        "{h}"
+    );
+    assert_eq!(body, kernel);
+    let (h, body) = curl(&["-r", "1000-1999", &url]);
+    assert!(h.starts_with("HTTP/1.1 206 Partial Content"), "{h}");
+    assert!(
+        h.contains(&format!("Content-Range: bytes 1000-1999/{}", kernel.len())),
+        "{h}"
+    );
+    assert_eq!(body, &kernel[1000..2000]);
+    let (h, body) = curl(&["-r", "-100", &url]);
+    assert!(h.starts_with("HTTP/1.1 206"), "{h}");
+    assert_eq!(body, &kernel[kernel.len() - 100..]);
+    let (_, body) = curl(&["-r", "299990-", &url]);
+    assert_eq!(body, &kernel[299_990..]);
+    let (h, _) = curl(&["-r", "400000-", &url]);
+    assert!(h.starts_with("HTTP/1.1 416"), "{h}");
+    assert!(
+        h.contains(&format!("Content-Range: bytes */{}", kernel.len())),
+        "{h}"
+    );
+    // Several ranges: the whole file.
+    let (h, body) = curl(&["-r", "0-9,20-29", &url]);
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert_eq!(body, kernel);
+    // A resumed download (curl -C) gets the rest.
+    let part = t.path().join("part");
+    std::fs::write(&part, &kernel[..123_456]).unwrap();
+    let out = Command::new("curl")
+        .args(["-s", "-C", "-", "-o", part.to_str().unwrap(), &url])
+        .status()
+        .unwrap();
+    assert!(out.success());
+    assert_eq!(std::fs::read(&part).unwrap(), kernel);
+    // HEAD, If-None-Match, unknown asset.
+    let (h, body) = curl(&["-I", &url]);
+    assert!(
+        h.contains(&format!("Content-Length: {}", kernel.len())),
+        "{h}"
+    );
+    assert!(body.is_empty() || String::from_utf8_lossy(&body).starts_with("HTTP/1.1 200"));
+    let etag = h
+        .lines()
+        .find_map(|l| l.strip_prefix("ETag: "))
+        .unwrap()
+        .trim()
+        .to_string();
+    let (h, _) = curl(&["-H", &format!("If-None-Match: {etag}"), &url]);
+    assert!(h.starts_with("HTTP/1.1 304"), "{h}");
+    let (h, _) = curl(&[&format!("http://{}/assets/nope", s.plain())]);
+    assert!(h.starts_with("HTTP/1.1 404"), "{h}");
+}
+
+/// A report of machine `id` as docs/reports.md defines it.
+fn report(id: &str, rid: &str, boot: &str, stage: &str, last: bool) -> String {
+    serde_json::json!({
+        "format": 1, "id": rid, "boot_id": boot, "sent": "2026-11-27T05:40:12Z",
+        "machine": {"id": id, "uuid": null, "serial": null, "macs": [MAC1],
+                    "platform": "metal", "instance_id": null, "hostname": "node-1"},
+        "agent": "0.1.0",
+        "config": {"pool": "worker", "name": "worker", "hash": "sha256-00"},
+        "stage": stage, "outcome": "ok", "final": last, "duration_ms": 10,
+        "changes": {}, "error": null, "log_tail": []
+    })
+    .to_string()
+}
+
+/// Installs machine `MAC1` as the agent would: /ipxe, the config, the reports (to the URL
+/// the config response named).
+fn install(s: &Server, boot: &str) {
+    let script = ipxe(
+        s,
+        "mac=52-54-00-12-34-01&uuid=00000000-0000-0000-0000-000000000000",
+    );
+    assert!(script.contains("\nkernel "), "{script}");
+    let r = get(s.plain(), &config_path(&script));
+    assert_eq!(r.status, 200);
+    let report_url = r.header("x-agent-report-url").unwrap().to_string();
+    assert!(report_url.starts_with("/report?token="), "{report_url}");
+    let id = "mac-52:54:00:12:34:01";
+    for (i, (stage, last)) in [("fetch", false), ("disks", false), ("files", true)]
+        .iter()
+        .enumerate()
+    {
+        let r = post(
+            s.plain(),
+            &report_url,
+            &report(id, &format!("{boot}-{i}"), boot, stage, *last),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+}
+
+fn admin_get(s: &Server, path: &str) -> serde_json::Value {
+    let r = get(s.addr_of("admin"), path);
+    assert_eq!(r.status, 200, "{}", r.text());
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+fn local_boot(script: &str) -> bool {
+    script.lines().any(|l| l == "exit") && !script.contains("kernel")
+}
+
+#[test]
+fn install_once_then_reprovision() {
+    let t = TempDir::new("boot-once");
+    let s = start(&source(&t), &[]);
+    let q = "mac=52-54-00-12-34-01&uuid=00000000-0000-0000-0000-000000000000";
+    install(&s, "boot-1");
+    let id = "mac-52:54:00:12:34:01";
+    let m = admin_get(&s, &format!("/machines/{id}"));
+    assert_eq!(m["state"], "provisioned");
+    assert_eq!(
+        m["authenticated"], true,
+        "reports authenticated by the boot token: {m}"
+    );
+    assert_eq!(m["pool"], "worker");
+    assert_eq!(m["machine_file"], "node-1");
+    // Installed: its next network boot goes to the local disk.
+    assert!(local_boot(&ipxe(&s, q)), "{}", ipxe(&s, q));
+    // The other machine still installs.
+    assert!(ipxe(&s, "mac=52-54-00-12-34-02").contains("\nkernel "));
+    // agent machines reprovision ID: it installs again, once.
+    let out = Command::new(AGENT)
+        .args([
+            "machines",
+            "--server",
+            &format!("http://{}", s.addr_of("admin")),
+            "reprovision",
+            id,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("installs again"));
+    assert!(
+        ipxe(&s, q).contains("\nkernel "),
+        "reprovision asked for: install"
+    );
+    install(&s, "boot-2");
+    assert!(local_boot(&ipxe(&s, q)), "installed again: local disk");
+    assert!(admin_get(&s, &format!("/machines/{id}"))["reprovision"].is_null());
+    // Unknown machine for reprovision; wrong method.
+    let r = post(s.addr_of("admin"), "/machines/nope/reprovision", "");
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        get(s.addr_of("admin"), &format!("/machines/{id}/reprovision")).status,
+        405
+    );
+    // A report with another machine's boot token is recorded, unauthenticated.
+    let script = ipxe(&s, "mac=52-54-00-12-34-02");
+    let r = get(s.plain(), &config_path(&script));
+    let url = r.header("x-agent-report-url").unwrap().to_string();
+    let r = post(
+        s.plain(),
+        &url,
+        &report(id, "stray-1", "boot-3", "fetch", false),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        admin_get(&s, &format!("/machines/{id}"))["authenticated"],
+        false
+    );
+}
+
+#[test]
+fn discovery_registers_or_boots_a_pool() {
+    let t = TempDir::new("boot-discovery");
+    let src = source(&t);
+    let s = start(&src, &[]);
+    let script = ipxe(&s, "mac=52-54-00-aa-bb-cc&serial=SN%201");
+    assert!(!script.contains("kernel"), "{script}");
+    assert!(
+        script.contains("chain --replace"),
+        "waits and asks again: {script}"
+    );
+    let ms = admin_get(&s, "/machines?state=unassigned");
+    let list = ms["machines"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{ms}");
+    assert_eq!(list[0]["id"], "mac-52:54:00:aa:bb:cc");
+    assert_eq!(list[0]["identity"]["serial"], "SN 1");
+    let page = get(s.addr_of("admin"), "/ui/");
+    assert!(page.text().contains("unassigned"), "the page shows it");
+    // --discovery pool:worker: unknown machines install that pool's config.
+    let d = start(&src, &["--discovery", "pool:worker"]);
+    let script = ipxe(&d, "mac=52-54-00-aa-bb-cd");
+    let r = get(d.plain(), &config_path(&script));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-agent-pool"), Some("worker"));
+    assert!(
+        r.text().contains("{{.ip}}"),
+        "the pool's config, no machine values"
+    );
+}
+
+/// Waits until the server reports a rejected generation whose error contains each of
+/// `want`, and checks that the last good generation is still served.
+fn rejected(s: &Server, good: &str, want: &[&str]) {
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = s.status();
+        let err = st["sources"][0]["error"].as_str().unwrap_or("").to_string();
+        if want.iter().all(|w| err.contains(w)) {
+            assert_eq!(st["sources"][0]["active"]["generation"], good, "{st}");
+            break;
+        }
+        assert!(Instant::now() < end, "no error with {want:?}: {st}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Still booting and serving machines from the last good generation.
+    let cfg = config_of(s, MAC1);
+    assert!(String::from_utf8_lossy(&cfg.body).contains("10.0.0.5"));
+}
+
+#[test]
+fn bad_input_keeps_the_last_good_generation() {
+    let t = TempDir::new("boot-bad");
+    let src = source(&t);
+    let s = start(&src, &[]);
+    let good = s.status()["sources"][0]["active"]["generation"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let put = |rel: &str, text: &str| {
+        let p = src.join(rel);
+        let tmp = p.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &p).unwrap();
+    };
+    let node1 = std::fs::read_to_string(src.join("machines/node-1.json")).unwrap();
+    let pool = worker_ign();
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        (
+            "machines/node-1.json",
+            "{\"selector\": {\"mac\": ".into(),
+            vec!["machines/node-1.json: invalid JSON at line 1"],
+        ),
+        (
+            "machines/node-3.json",
+            machine(MAC1, "worker", serde_json::json!({"hostname": "x", "ip": "y", "note": "z"})),
+            vec!["machines/node-1.json and machines/node-3.json select the same machines"],
+        ),
+        (
+            "pools/worker.ign",
+            pool.replacen("\"mode\"", "\"{{.hostname}}\"", 1),
+            vec![
+                "pools/worker.ign: $.storage.files.0.…",
+                "a placeholder may stand only in a string value, not in a key",
+                "machine node-1",
+            ],
+        ),
+        (
+            "machines/node-1.json",
+            machine(MAC1, "worker", serde_json::json!({"hostname": "node-1", "note": "n"})),
+            vec![
+                "pools/worker.ign: $.storage.files.1.contents.source: placeholder {{.ip}}",
+                "machine node-1 (machines/node-1.json) has no value \"ip\"",
+            ],
+        ),
+        (
+            "machines/node-1.json",
+            machine(
+                MAC1,
+                "worker",
+                serde_json::json!({"hostname": {"nested": "json"}, "ip": "1", "note": "n"}),
+            ),
+            vec!["machines/node-1.json: $.values.hostname must be a string, a number or a boolean"],
+        ),
+        (
+            "machines/node-1.json",
+            r#"{"selector": {"mac": "52:54:00:12:34:01"}, "pool": "worker", "values": {"hostname": "\ud800", "ip": "1", "note": "n"}}"#.into(),
+            vec!["machines/node-1.json: invalid JSON"],
+        ),
+        (
+            "machines/node-1.json",
+            r#"{"selector": {"mac": "52:54:00:12:34:01"}, "pool": "worker", "valuez": {}}"#.into(),
+            vec!["machines/node-1.json: unknown key"],
+        ),
+        (
+            "machines/node-1.json",
+            machine(
+                MAC1,
+                "worker",
+                serde_json::json!({"hostname": "n", "ip": "1", "note": "a\nb"}),
+            ),
+            vec![
+                "pool worker filled for machine node-1 (machines/node-1.json) is invalid",
+                "$.systemd.units.0.contents",
+            ],
+        ),
+        (
+            "machines/node-1.json",
+            machine(MAC1, "nope", serde_json::json!({})),
+            vec!["machines/node-1.json: pool \"nope\" is not in the source"],
+        ),
+    ];
+    for (rel, text, want) in cases {
+        let before = std::fs::read_to_string(src.join(rel)).ok();
+        put(rel, &text);
+        rejected(&s, &good, &want);
+        match before {
+            Some(b) => put(rel, &b),
+            None => std::fs::remove_file(src.join(rel)).unwrap(),
+        }
+        s.wait_for("the good generation again", 30, |s| {
+            let st = s.status();
+            st["sources"][0]["error"].is_null()
+                && st["sources"][0]["assigned"]["generation"] == good.as_str()
+        });
+    }
+    assert_eq!(
+        std::fs::read_to_string(src.join("machines/node-1.json")).unwrap(),
+        node1
+    );
+}
+
+#[test]
+fn machines_survive_a_restart_on_a_broken_source() {
+    let t = TempDir::new("boot-restart");
+    let src = source(&t);
+    let state = t.path().join("state");
+    let args = ["--state-dir", state.to_str().unwrap()];
+    let mut s = start(&src, &args);
+    let before = config_of(&s, MAC2);
+    assert!(s.terminate());
+    // The source breaks while the server is down: a restarted server boots machines from
+    // its checkpoint.
+    write(&src.join("machines/node-1.json"), "{");
+    let s = start(&src, &args);
+    let after = config_of(&s, MAC2);
+    assert_eq!(after.body, before.body);
+    assert_eq!(after.header("etag"), before.header("etag"));
+    let r = get(s.plain(), "/assets/initramfs.img");
+    assert_eq!(r.body, b"initramfs");
+}
