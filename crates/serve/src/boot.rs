@@ -418,10 +418,14 @@ pub(super) fn report_token(
     }
 }
 
+/// A range no byte of the asset is in (answered 416).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Unsatisfiable;
+
 /// A `Range` header's one range over `len` bytes: Ok(Some((start, end))) to serve
 /// `start..end`, Ok(None) to serve the whole (no header, several ranges, or one we do not
 /// parse, as RFC 9110 allows), Err for an unsatisfiable one (416).
-pub fn range(h: Option<&str>, len: usize) -> Result<Option<(usize, usize)>, ()> {
+pub fn range(h: Option<&str>, len: usize) -> Result<Option<(usize, usize)>, Unsatisfiable> {
     let Some(spec) = h.and_then(|h| h.trim().strip_prefix("bytes=")) else {
         return Ok(None);
     };
@@ -441,7 +445,7 @@ pub fn range(h: Option<&str>, len: usize) -> Result<Option<(usize, usize)>, ()> 
         (true, false) => {
             let Some(n) = num(b) else { return Ok(None) };
             if n == 0 || len == 0 {
-                return Err(());
+                return Err(Unsatisfiable);
             }
             Ok(Some((len - n.min(len), len)))
         }
@@ -457,7 +461,7 @@ pub fn range(h: Option<&str>, len: usize) -> Result<Option<(usize, usize)>, ()> 
                 e.min(len.saturating_sub(1))
             };
             if s >= len {
-                return Err(());
+                return Err(Unsatisfiable);
             }
             Ok(Some((s, e + 1)))
         }
@@ -493,7 +497,7 @@ fn asset(app: &App, seen: &mut Seen, req: &Request, name: &str, out: &mut Respon
         Ok(None)
     };
     match r {
-        Err(()) => {
+        Err(Unsatisfiable) => {
             out.reset(416);
             out.add_header("Content-Range", &format!("bytes */{len}"));
             out.add_header("Accept-Ranges", "bytes");
@@ -532,8 +536,8 @@ mod tests {
             (Some("bytes=-3"), 10, Ok(Some((7, 10)))),
             (Some("bytes=-30"), 10, Ok(Some((0, 10)))),
             (Some("bytes=8-100"), 10, Ok(Some((8, 10)))),
-            (Some("bytes=10-"), 10, Err(())),
-            (Some("bytes=-0"), 10, Err(())),
+            (Some("bytes=10-"), 10, Err(Unsatisfiable)),
+            (Some("bytes=-0"), 10, Err(Unsatisfiable)),
             (Some("bytes=0-1,3-4"), 10, Ok(None)),
             (Some("bytes=4-2"), 10, Ok(None)),
             (Some("items=0-1"), 10, Ok(None)),

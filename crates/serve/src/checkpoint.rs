@@ -250,15 +250,9 @@ impl Checkpoint {
         if !valid_hash(hash) {
             bail!("pool {name}: invalid config hash {hash:?}");
         }
-        let p = self.dir.join(CONFIGS).join(format!("{hash}.json"));
-        let b = read_bounded(&p, MAX_CONFIG_BYTES)?
-            .with_context(|| format!("pool {name}: config file {} is missing", p.display()))?;
-        if hex(&Sha256::digest(&b)) != hash {
-            bail!(
-                "pool {name}: config file {} does not match its hash (corrupt)",
-                p.display()
-            );
-        }
+        let (p, b) = self
+            .named(hash)
+            .with_context(|| format!("pool {name}: config file"))?;
         let parsed = spec::config::parse(&b).map_err(|r| {
             anyhow::anyhow!(
                 "pool {name}: config file {}: {}",
@@ -321,6 +315,17 @@ impl Checkpoint {
         Ok(Some((Arc::new(g), gref)))
     }
 
+    /// The file `configs/<hash>.json`, checked against its name: its path and bytes.
+    fn named(&self, hash: &str) -> Result<(PathBuf, Vec<u8>)> {
+        let p = self.dir.join(CONFIGS).join(format!("{hash}.json"));
+        let b = read_bounded(&p, MAX_CONFIG_BYTES)?
+            .with_context(|| format!("{} is missing", p.display()))?;
+        if hex(&Sha256::digest(&b)) != hash {
+            bail!("{} does not match its hash (corrupt)", p.display());
+        }
+        Ok((p, b))
+    }
+
     /// The machine set saved as `hash`, with the assets still in the generation's directory
     /// (`dir/boot/assets/`) that hash as they did.
     fn machines(
@@ -332,15 +337,7 @@ impl Checkpoint {
         if !valid_hash(hash) {
             bail!("invalid machines hash {hash:?}");
         }
-        let p = self.dir.join(CONFIGS).join(format!("{hash}.json"));
-        let b = read_bounded(&p, MAX_CONFIG_BYTES)?
-            .with_context(|| format!("machines file {} is missing", p.display()))?;
-        if hex(&Sha256::digest(&b)) != hash {
-            bail!(
-                "machines file {} does not match its hash (corrupt)",
-                p.display()
-            );
-        }
+        let (p, b) = self.named(hash).context("machines file")?;
         let saved: crate::machines::Saved = serde_json::from_slice(&b)
             .with_context(|| format!("machines file {} is malformed", p.display()))?;
         let (set, missing) =

@@ -49,8 +49,11 @@ impl Asset {
 /// every poll. Entries the latest read did not use are dropped after it.
 #[derive(Default)]
 pub struct AssetCache {
-    entries: HashMap<(u64, u64, u64, i64, i64, i64, i64), (Arc<Asset>, bool)>,
+    entries: HashMap<FileStamp, (Arc<Asset>, bool)>,
 }
+
+/// A file's identity and version: device, inode, size, modification and change times (s, ns).
+type FileStamp = (u64, u64, u64, i64, i64, i64, i64);
 
 impl AssetCache {
     pub fn begin(&mut self) {

@@ -91,6 +91,19 @@ fn push_key(path: &str, k: &str) -> String {
     format!("{path}.{}", if plain { k } else { "…" })
 }
 
+/// The path of key `k` under `path`; Err when the key holds a placeholder.
+fn checked_key(path: &str, k: &str) -> Result<String, Error> {
+    let p = push_key(path, k);
+    if find(k).is_empty() {
+        Ok(p)
+    } else {
+        Err(Error {
+            path: p,
+            message: "a placeholder may stand only in a string value, not in a key".into(),
+        })
+    }
+}
+
 /// What a string holds placeholders in: its text, or for a data URL (a string starting with
 /// `data:`) its payload's text (gunzipped with `gzip`); None for a data URL that does not
 /// decode or whose payload is not UTF-8 text (left as it is).
@@ -166,14 +179,7 @@ fn scan_at(
         }
         Value::Object(o) => {
             for (k, x) in o {
-                let p = push_key(path, k);
-                if !find(k).is_empty() {
-                    return Err(Error {
-                        path: p,
-                        message: "a placeholder may stand only in a string value, not in a key"
-                            .into(),
-                    });
-                }
+                let p = checked_key(path, k)?;
                 scan_at(x, &p, Some(o), out)?;
             }
         }
@@ -220,14 +226,7 @@ fn fill_at(
         Value::Object(o) => {
             let gz = is_gzip(Some(o));
             for (k, x) in o.iter_mut() {
-                let p = push_key(path, k);
-                if !find(k).is_empty() {
-                    return Err(Error {
-                        path: p,
-                        message: "a placeholder may stand only in a string value, not in a key"
-                            .into(),
-                    });
-                }
+                let p = checked_key(path, k)?;
                 fill_at(x, &p, gz, values)?;
             }
         }

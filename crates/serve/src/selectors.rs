@@ -196,12 +196,9 @@ fn plain_string(file: &str, what: &str, v: &Value) -> Result<String> {
     Ok(s.to_string())
 }
 
-/// Parses and checks the machine file `machines/<name>.json`.
-pub fn parse_machine(name: &str, bytes: &[u8]) -> Result<MachineSpec> {
-    let file = format!("machines/{name}.json");
-    if !super::source::valid_pool_name(name) {
-        bail!("{file}: invalid machine file name (letters, digits, '.', '_', '-')");
-    }
+/// `bytes` parsed as a JSON object with no keys but `keys`; errors name `file` and never
+/// quote it.
+fn object(file: &str, bytes: &[u8], keys: &[&str]) -> Result<Value> {
     let v: Value = serde_json::from_slice(bytes).map_err(|e| {
         anyhow!(
             "{file}: invalid JSON at line {} col {}: {}",
@@ -211,16 +208,26 @@ pub fn parse_machine(name: &str, bytes: &[u8]) -> Result<MachineSpec> {
         )
     })?;
     let Some(o) = v.as_object() else {
-        bail!("{file}: must be a JSON object with selector, pool and values");
+        bail!("{file}: must be a JSON object with {}", keys.join(", "));
     };
-    for k in o.keys() {
-        if !matches!(k.as_str(), "selector" | "pool" | "values") {
-            bail!(
-                "{file}: unknown key {:?} (selector, pool, values)",
-                super::source::redact(k)
-            );
-        }
+    if let Some(k) = o.keys().find(|k| !keys.contains(&k.as_str())) {
+        bail!(
+            "{file}: unknown key {:?} ({})",
+            super::source::redact(k),
+            keys.join(", ")
+        );
     }
+    Ok(v)
+}
+
+/// Parses and checks the machine file `machines/<name>.json`.
+pub fn parse_machine(name: &str, bytes: &[u8]) -> Result<MachineSpec> {
+    let file = format!("machines/{name}.json");
+    if !super::source::valid_pool_name(name) {
+        bail!("{file}: invalid machine file name (letters, digits, '.', '_', '-')");
+    }
+    let v = object(&file, bytes, &["selector", "pool", "values"])?;
+    let o = v.as_object().expect("checked");
     let mut sel = Selector::default();
     let Some(so) = o.get("selector").and_then(Value::as_object) else {
         bail!("{file}: $.selector must be an object (mac, uuid, serial, hostname, labels)");
@@ -315,25 +322,8 @@ pub fn parse_profile(
     bytes: &[u8],
     assets: &dyn Fn(&str) -> bool,
 ) -> Result<BootProfile> {
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
-        anyhow!(
-            "{file}: invalid JSON at line {} col {}: {}",
-            e.line(),
-            e.column(),
-            super::source::redact(&e.to_string())
-        )
-    })?;
-    let Some(o) = v.as_object() else {
-        bail!("{file}: must be a JSON object with kernel, initrd and args");
-    };
-    for k in o.keys() {
-        if !matches!(k.as_str(), "kernel" | "initrd" | "args") {
-            bail!(
-                "{file}: unknown key {:?} (kernel, initrd, args)",
-                super::source::redact(k)
-            );
-        }
-    }
+    let v = object(file, bytes, &["kernel", "initrd", "args"])?;
+    let o = v.as_object().expect("checked");
     let asset = |at: &str, v: &Value| -> Result<String> {
         let Some(s) = v.as_str() else {
             bail!("{file}: {at} must be a file name in boot/assets/");

@@ -228,22 +228,7 @@ impl Etcd {
 
     /// Reads one key: its value and mod_revision (0: absent).
     fn get(&self, key: &str) -> Result<Option<(Vec<u8>, i64)>> {
-        let a: RangeAnswer = serde_json::from_value(
-            self.post("/v3/kv/range", &json!({"key": b64(key.as_bytes())}))?,
-        )
-        .with_context(|| format!("etcd: reading {key}"))?;
-        let Some(kv) = a.kvs.into_iter().next() else {
-            return Ok(None);
-        };
-        let rev = kv
-            .mod_revision
-            .as_deref()
-            .unwrap_or("0")
-            .parse::<i64>()
-            .with_context(|| format!("etcd: the mod_revision of {key}"))?;
-        let v = base64_decode(kv.value.as_bytes())
-            .with_context(|| format!("etcd: the value of {key}"))?;
-        Ok(Some((v, rev)))
+        Ok(self.get_with_lease(key)?.map(|((v, _), rev)| (v, rev)))
     }
 
     /// Every key/value under `prefix`, a page at a time.
