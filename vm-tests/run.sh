@@ -71,7 +71,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 export VM_CACHE=${VM_CACHE:-$top/target/vm}
-AGENT_BIN=${AGENT_BIN:-$top/target/x86_64-unknown-linux-gnu/release/agent}
+export AGENT_BIN=${AGENT_BIN:-$top/target/x86_64-unknown-linux-gnu/release/agent}
 mkdir -p "$VM_CACHE"
 
 log() { echo "vm-test: $*" >&2; }
