@@ -64,7 +64,8 @@
 # line per request), e.g. to check that a boot fetched no config.
 # beforeN.sh and check.sh run while the config server runs (MODE=url); with
 # agent serve's admin listener, $ADMIN_URL is its address (http://127.0.0.1:PORT, for
-# `$AGENT_BIN machines list --server "$ADMIN_URL"`), else empty.
+# `$AGENT_BIN machines list --server "$ADMIN_URL"`), else empty; $SERVER_URL is the server as the
+# host reaches it (http://127.0.0.1:PORT).
 # Output: one line per scenario, then "N passed, M failed" and the boot-time/size benchmark.
 set -euo pipefail
 
@@ -138,7 +139,8 @@ start_server() { # SOURCE_DIR LOG STATE_DIR -> sets server_port, server_pid, ADM
             2>/dev/null; then
             # agent serve prints "listening admin http://ADDR" when it binds its listeners.
             ADMIN_URL=$(grep -ao -m1 'listening admin http://[^ ]*' "$slog" | sed 's/.* //' || true)
-            export ADMIN_URL
+            SERVER_URL=http://127.0.0.1:$server_port
+            export ADMIN_URL SERVER_URL
             return 0
         fi
         kill -0 "$server_pid" 2>/dev/null || break

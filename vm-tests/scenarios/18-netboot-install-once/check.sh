@@ -40,6 +40,13 @@ for n in 3 4; do
     grep -aq 'Booting from Hard Disk' "$WORK/console$n.log" || fail "boot $n: not on to the disk"
 done
 
+# The one-time token: the config URL boot 1's kernel got (the test hook prints it with
+# agent.test.config-url) was spent by the agent's fetch; asked again from the host, refused.
+url1=$(grep -ao -m1 'AGENT-TEST-CONFIG-URL [^ ]*' "$WORK/console1.log" | tr -d '\r' | sed 's/.* //')
+[[ $url1 == http://10.0.2.100:8080/machine-config\?token=* ]] || fail "boot 1's config URL: '$url1'"
+code=$(curl -s -o "$WORK/replay.txt" -w '%{http_code}' "$SERVER_URL${url1#http://10.0.2.100:8080}")
+expect_eq "$code" 403 "fetching boot 1's config URL again ($(cat "$WORK/replay.txt"))"
+
 # The inventory: two machines, provisioned, authenticated by their boot tokens; node-1 with two
 # installs (boots 1 and 5), node-2 with one; each report's identity agrees with /ipxe's facts.
 machines list >"$WORK/list.txt" || fail "agent machines list"
