@@ -85,7 +85,7 @@ fn source(t: &TempDir) -> PathBuf {
     );
     write(
         &src.join("boot/default.json"),
-        r#"{"kernel": "vmlinuz", "initrd": ["initramfs.img"], "args": ["console=ttyS0", "ignition.platform.id=metal"]}"#,
+        r#"{"kernel": "vmlinuz", "initrd": ["initramfs.img"], "args": ["console=ttyS0", "ignition.platform.id=metal", "ip={{.ip}}::10.0.0.1:255.255.255.0::eth0:off"]}"#,
     );
     let kernel: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::create_dir_all(src.join("boot/assets")).unwrap();
@@ -239,7 +239,7 @@ fn boot_script_chains_with_the_machines_facts() {
     );
     let script = ipxe(&s2, "mac=52-54-00-12-34-01");
     assert!(
-        script.contains("kernel http://boot.example:8080/assets/vmlinuz console=ttyS0 ignition.platform.id=metal agent.config.url=http://boot.example:8080/machine-config?token="),
+        script.contains("kernel http://boot.example:8080/assets/vmlinuz console=ttyS0 ignition.platform.id=metal ip=10.0.0.5::10.0.0.1:255.255.255.0::eth0:off agent.config.url=http://boot.example:8080/machine-config?token="),
         "{script}"
     );
     assert!(
@@ -326,16 +326,16 @@ fn most_specific_selector_wins() {
     write(&src.join("pools/infra.ign"), &worker_config("infra"));
     write(
         &src.join("machines/rack-r1.json"),
-        r#"{"selector": {"labels": {"rack": "r1"}}, "pool": "infra"}"#,
+        r#"{"selector": {"labels": {"rack": "r1"}}, "pool": "infra", "values": {"ip": "10.0.1.1"}}"#,
     );
     write(
         &src.join("machines/node-1-r1.json"),
-        &serde_json::json!({"selector": {"mac": MAC1, "labels": {"rack": "r1"}}, "pool": "infra"})
+        &serde_json::json!({"selector": {"mac": MAC1, "labels": {"rack": "r1"}}, "pool": "infra", "values": {"ip": "10.0.1.2"}})
             .to_string(),
     );
     write(
         &src.join("machines/by-uuid.json"),
-        r#"{"selector": {"uuid": "4C4C4544-0042-3510-8052-B4C04F4E4D32"}, "pool": "infra"}"#,
+        r#"{"selector": {"uuid": "4C4C4544-0042-3510-8052-B4C04F4E4D32"}, "pool": "infra", "values": {"ip": "10.0.1.3"}}"#,
     );
     let s = start(&src, &[]);
     let pool_of = |q: &str| {
@@ -562,6 +562,9 @@ fn install_once_then_reprovision() {
         ipxe(&s, q).contains("\nkernel "),
         "reprovision asked for: install"
     );
+    let page = get(s.addr_of("admin"), &format!("/ui/machines/{id}")).text();
+    assert!(page.contains("reprovision asked for at"), "{page}");
+    assert!(page.contains("machines/node-1.json"), "{page}");
     install(&s, "boot-2");
     assert!(local_boot(&ipxe(&s, q)), "installed again: local disk");
     assert!(admin_get(&s, &format!("/machines/{id}"))["reprovision"].is_null());
@@ -715,6 +718,17 @@ fn bad_input_keeps_the_last_good_generation() {
         ),
         (
             "machines/node-1.json",
+            machine(
+                MAC1,
+                "worker",
+                serde_json::json!({"hostname": "n", "ip": "10.0.0.5 rd.break", "note": "n"}),
+            ),
+            vec![
+                "boot/default.json: $.args.2 filled for machine node-1 (machines/node-1.json) is not one kernel argument",
+            ],
+        ),
+        (
+            "machines/node-1.json",
             machine(MAC1, "nope", serde_json::json!({})),
             vec!["machines/node-1.json: pool \"nope\" is not in the source"],
         ),
@@ -757,4 +771,193 @@ fn machines_survive_a_restart_on_a_broken_source() {
     assert_eq!(after.header("etag"), before.header("etag"));
     let r = get(s.plain(), "/assets/initramfs.img");
     assert_eq!(r.body, b"initramfs");
+}
+
+/// One etcd member on free 127.0.0.1 ports, killed on drop.
+struct Etcd {
+    child: std::process::Child,
+    url: String,
+    _dir: TempDir,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn etcd() -> Option<Etcd> {
+    let bin = std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join("etcd"))
+        .find(|f| f.is_file());
+    let Some(bin) = bin else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "etcd is not installed; CI installs it (.ci/packages/serve.apt: etcd-server)"
+        );
+        eprintln!("SKIPPED: etcd is not installed (apt-get install etcd-server)");
+        return None;
+    };
+    let dir = TempDir::new("boot-etcd");
+    let (client, peer) = (free_port(), free_port());
+    let url = format!("http://127.0.0.1:{client}");
+    let child = Command::new(bin)
+        .args([
+            "--name=m0".to_string(),
+            format!("--data-dir={}", dir.path().join("data").display()),
+            format!("--listen-client-urls={url}"),
+            format!("--advertise-client-urls={url}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-cluster=m0=http://127.0.0.1:{peer}"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting etcd");
+    let e = Etcd {
+        child,
+        url,
+        _dir: dir,
+    };
+    let addr: SocketAddr = format!("127.0.0.1:{client}").parse().unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            if out.contains("\"health\":\"true\"") {
+                return Some(e);
+            }
+        }
+        assert!(Instant::now() < end, "etcd did not become healthy");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Two replicas on one etcd store: a token that one replica issued is spent by a fetch
+/// from the other, and refused on its second use from either; the install done through one
+/// sends the machine to its local disk on the other.
+#[test]
+fn replicas_on_etcd_share_tokens_and_installs() {
+    let Some(e) = etcd() else { return };
+    let t = TempDir::new("boot-etcd-replicas");
+    let src = source(&t);
+    let args = ["--inventory-store", "etcd", "--etcd-endpoints", &e.url];
+    let a = start(&src, &args);
+    let b = start(&src, &args);
+    let script = ipxe(&a, "mac=52-54-00-12-34-02");
+    let p = config_path(&script);
+    let got = get(b.plain(), &p);
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(get(a.plain(), &p).status, 403, "spent on the other replica");
+    assert_eq!(get(b.plain(), &p).status, 403);
+    install(&a, "boot-1");
+    let q = "mac=52-54-00-12-34-01";
+    assert!(local_boot(&ipxe(&b, q)), "{}", ipxe(&b, q));
+}
+
+/// A token is never in the server's log (access log included) nor in the inventory: log
+/// lines name the first 8 hex digits of its hash.
+#[test]
+fn tokens_are_never_logged() {
+    let t = TempDir::new("boot-log");
+    let src = source(&t);
+    let log = t.path().join("serve.log");
+    let s = Server::start_logged(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+        ],
+        &[],
+        Some(&log),
+    );
+    install(&s, "boot-1");
+    let script = ipxe(&s, "mac=52-54-00-12-34-02");
+    let p = config_path(&script);
+    assert_eq!(get(s.plain(), &p).status, 200);
+    assert_eq!(get(s.plain(), &p).status, 403);
+    let token = p.split("token=").nth(1).unwrap().to_string();
+    let inventory = get(s.addr_of("admin"), "/machines").text();
+    drop(s);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("\"path\":\"/machine-config\""), "{text}");
+    assert!(text.contains("token already used"), "{text}");
+    assert!(!text.contains(&token), "the token is in the log:\n{text}");
+    assert!(
+        !text.contains(&token[..12]),
+        "part of the token is in the log:\n{text}"
+    );
+    assert!(!inventory.contains(&token[..12]), "{inventory}");
+}
+
+/// The real agent, as the initramfs runs it after iPXE: `agent.config.url=` from the boot
+/// script on its kernel command line, the metal platform; it fetches its machine's config
+/// with the one-time token, writes its values into the root, and reports to the URL the
+/// config named: the inventory has it provisioned, authenticated, and its next network boot
+/// goes to the local disk.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn agent_run_from_an_ipxe_script_installs_once() {
+    support::root::must_be_root();
+    let t = TempDir::new("boot-agent");
+    let s = start(&source(&t), &[]);
+    let uuid = "4c4c4544-0000-0000-0000-0000000000b1";
+    let q = format!("mac=52-54-00-12-34-02&uuid={uuid}");
+    let script = ipxe(&s, &q);
+    let url = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("agent.config.url="))
+        .unwrap()
+        .to_string();
+    let dir = TempDir::new("boot-agent-run");
+    let root = dir.path().join("root");
+    let dmi = dir.path().join("dmi");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&dmi).unwrap();
+    std::fs::write(dmi.join("product_uuid"), format!("{uuid}\n")).unwrap();
+    let cmdline = dir.path().join("cmdline");
+    std::fs::write(&cmdline, format!("console=ttyS0 agent.config.url={url}")).unwrap();
+    let out = Command::new(AGENT)
+        .args(["run", "--platform", "metal", "--root"])
+        .arg(&root)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--test-kernel-cmdline-file")
+        .arg(&cmdline)
+        .args(["--system-config-dir", "/nonexistent"])
+        .arg("--test-dmi-dir")
+        .arg(&dmi)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/hostname")).unwrap(),
+        format!("{NASTY}\n")
+    );
+    let m = admin_get(&s, &format!("/machines/{uuid}"));
+    assert_eq!(m["state"], "provisioned", "{m}");
+    assert_eq!(m["authenticated"], true, "{m}");
+    assert_eq!(m["pool"], "worker");
+    assert!(local_boot(&ipxe(&s, &q)));
+    // The token was spent by the agent's fetch.
+    let p = url[url.find("/machine-config").unwrap()..].to_string();
+    assert_eq!(get(s.plain(), &p).status, 403);
 }

@@ -182,6 +182,12 @@ pub fn run(a: MachinesArgs) -> Result<()> {
             println!("hostname\t{}", text(&v["identity"]["hostname"]));
             println!("platform\t{}", text(&v["identity"]["platform"]));
             println!("authenticated\t{}", text(&v["authenticated"]));
+            if let Some(f) = v["machine_file"].as_str() {
+                println!("machine file\tmachines/{f}.json");
+            }
+            if let Some(t) = v["reprovision"].as_u64() {
+                println!("reprovision\tasked for at {}", utc(t));
+            }
             for b in v["boots"]
                 .as_array()
                 .map(Vec::as_slice)

@@ -280,6 +280,11 @@ fn view(m: &Machine) -> MachineView {
         serial: m.identity.serial.clone(),
         macs: m.identity.macs.clone(),
         agent: m.agent.clone(),
+        machine_file: m
+            .machine_file
+            .as_ref()
+            .map(|f| format!("machines/{f}.json")),
+        reprovision: m.reprovision.map(ts),
         boots: m
             .boots
             .iter()

@@ -17,7 +17,7 @@ use super::checkpoint::{Checkpoint, Retained};
 use super::http::{self, Body, Request, Response};
 use super::metrics::Metrics;
 use super::options::Options;
-use super::render::Pool;
+use super::render::{Pool, etag_matches};
 use super::source::{self, Generation};
 use super::status::Tracker;
 use super::tokens::{self, Clock};
@@ -124,15 +124,7 @@ pub struct App {
     /// Machine reports and the inventory (`POST /report`, the admin listener).
     pub(super) fleet: super::fleet::Fleet,
     /// Network boot's settings (`crate::boot`).
-    pub(super) boot: BootSettings,
-}
-
-/// `--public-url`, `--discovery`, `--boot-token-ttl` (seconds).
-#[derive(Debug, Clone)]
-pub(super) struct BootSettings {
-    pub(super) public_url: Option<String>,
-    pub(super) discovery: super::options::Discovery,
-    pub(super) token_ttl: u64,
+    pub(super) boot: super::boot::Settings,
 }
 
 fn method_ok(req: &Request) -> Option<Response> {
@@ -221,7 +213,7 @@ impl App {
             access_log: opts.access_log,
             conns,
             limits: limits_json(limits),
-            boot: BootSettings {
+            boot: super::boot::Settings {
                 public_url: opts.public_url.clone(),
                 discovery: opts.discovery.clone(),
                 token_ttl: opts.boot_token_ttl.as_secs(),
@@ -343,7 +335,7 @@ impl App {
                 let id = super::inventory::parse(req.body())
                     .map(|r| r.machine.id)
                     .unwrap_or_default();
-                super::boot::report_token(self, req, &id)
+                super::boot::report_token(self.fleet.store.as_deref(), req, &id, self.require_token)
             }
             Some(_) => self.authorize(req).map(|g| Some(g.pool)),
             None if self.require_token => Err(Response::text(
@@ -465,7 +457,7 @@ impl App {
 
     /// `pool`'s config in the version the request negotiates. Labels the response with the
     /// pool's name: only ever a served pool's, so the metrics' labels stay bounded.
-    pub(super) fn serve_pool(&self, req: &Request, pool: &Pool, out: &mut Response) {
+    fn serve_pool(&self, req: &Request, pool: &Pool, out: &mut Response) {
         let minor = match accept::negotiate(req.header("accept").as_deref()) {
             Negotiated::BadMajor(m) => {
                 *out = Response::text(
@@ -540,15 +532,6 @@ impl App {
     }
 }
 
-/// `If-None-Match` against our (strong) ETag, with the weak comparison RFC 9110 §13.1.2
-/// prescribes for it: `W/"x"` matches `"x"`; `*` matches any current representation.
-pub(super) fn etag_matches(if_none_match: &str, etag: &str) -> bool {
-    if_none_match.split(',').any(|t| {
-        let t = t.trim();
-        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
-    })
-}
-
 impl http::Handler for App {
     type Local = Local;
 
@@ -565,8 +548,14 @@ impl http::Handler for App {
         if path == super::render::REPORT_PATH {
             return self.report(req, out);
         }
-        if super::boot::handle(self, &mut local.seen, req, out) {
-            return;
+        if super::boot::ours(path) {
+            let ctx = super::boot::Ctx {
+                settings: &self.boot,
+                generation: self.active.seen(&mut local.seen),
+                store: self.fleet.store.as_deref(),
+                serve: &|r, p, o| self.serve_pool(r, p, o),
+            };
+            return super::boot::handle(&ctx, req, out);
         }
         let known = config.is_some()
             || matches!(

@@ -14,50 +14,70 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::app::{App, Seen};
 use super::fleet::now_secs;
 use super::http::{Body, Request, Response};
-use super::inventory::{BootToken, Machine, Spend, State};
+use super::inventory::{BootToken, Machine, Spend, State, Store};
 use super::machines::Asset;
 use super::options::Discovery;
+use super::render::{Pool, etag_matches};
 use super::selectors::{Facts, Match, normalize_mac, normalize_uuid};
+use super::source::Generation;
+
+/// `--public-url`, `--discovery`, `--boot-token-ttl` (seconds).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub public_url: Option<String>,
+    pub discovery: Discovery,
+    pub token_ttl: u64,
+}
+
+/// What a request of ours is answered from: the settings, the served generation, the
+/// inventory store, and how a config is answered (the app's version negotiation).
+pub struct Ctx<'a> {
+    pub settings: &'a Settings,
+    pub generation: Option<&'a Arc<Generation>>,
+    pub store: Option<&'a dyn Store>,
+    pub serve: &'a dyn Fn(&Request, &Pool, &mut Response),
+}
+
+/// Whether `path` is one of ours.
+pub fn ours(path: &str) -> bool {
+    matches!(path, "/boot.ipxe" | "/ipxe" | "/machine-config") || path.starts_with("/assets/")
+}
 
 /// How long a spent boot token still authenticates its machine's reports.
 pub const REPORTS_FOR: u64 = 24 * 3600;
 /// How long an unassigned machine's script waits before it asks again.
 const RETRY_SECONDS: u32 = 30;
 
-/// What the event loop's router hands to this module: Some(answered) for our paths.
-pub(super) fn handle(app: &App, seen: &mut Seen, req: &Request, out: &mut Response) -> bool {
+/// Answers a request for one of our paths ([`ours`]).
+pub fn handle(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
     let path = req.path();
     match path {
         "/boot.ipxe" => {
             if get_only(req, out) {
-                *out = boot_ipxe(app, req);
+                *out = boot_ipxe(ctx, req);
             }
         }
         "/ipxe" => {
             if get_only(req, out) {
-                *out = ipxe(app, seen, req);
+                *out = ipxe(ctx, req);
             }
         }
         "/machine-config" => {
             if req.method() != "GET" {
                 *out = Response::new(405).header("Allow", "GET");
             } else {
-                machine_config(app, req, out);
+                machine_config(ctx, req, out);
             }
         }
         _ => {
-            let Some(name) = path.strip_prefix("/assets/") else {
-                return false;
-            };
+            let name = path.strip_prefix("/assets/").unwrap_or_default();
             if get_only(req, out) {
-                asset(app, seen, req, name, out);
+                asset(ctx, req, name, out);
             }
         }
     }
-    true
 }
 
 fn get_only(req: &Request, out: &mut Response) -> bool {
@@ -71,8 +91,8 @@ fn get_only(req: &Request, out: &mut Response) -> bool {
 
 /// The base of the URLs in scripts: `--public-url`, else `http://` and the Host header
 /// (only host and port characters; None for anything else).
-fn base(app: &App, req: &Request) -> Option<String> {
-    if let Some(u) = &app.boot.public_url {
+fn base(ctx: &Ctx<'_>, req: &Request) -> Option<String> {
+    if let Some(u) = &ctx.settings.public_url {
         return Some(u.clone());
     }
     let host = req.header_one("host")?.trim();
@@ -103,8 +123,8 @@ fn no_base() -> Response {
 /// setting reinterprets its raw bytes, so `${uuid:uristring}` would send the UUID's 16 raw
 /// bytes percent-encoded (`%00` cuts the URL there: seen with Debian's ipxe-qemu in
 /// vm-tests/scenarios/18-netboot-install-once); its text form is hex digits and hyphens.
-fn boot_ipxe(app: &App, req: &Request) -> Response {
-    let Some(base) = base(app, req) else {
+fn boot_ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
+    let Some(base) = base(ctx, req) else {
         return no_base();
     };
     script(format!(
@@ -173,8 +193,8 @@ fn new_token() -> Option<String> {
 }
 
 /// `GET /ipxe`: the machine's boot script (module docs).
-fn ipxe(app: &App, seen: &mut Seen, req: &Request) -> Response {
-    let Some(base) = base(app, req) else {
+fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
+    let Some(base) = base(ctx, req) else {
         return no_base();
     };
     let f = match facts(req) {
@@ -184,10 +204,10 @@ fn ipxe(app: &App, seen: &mut Seen, req: &Request) -> Response {
     let Some(id) = f.machine_id() else {
         return Response::text(400, "/ipxe needs the machine's mac or uuid");
     };
-    let Some(g) = app.active.seen(seen).cloned() else {
+    let Some(g) = ctx.generation else {
         return wait_script(&base, "no config generation loaded yet");
     };
-    let Some(store) = &app.fleet.store else {
+    let Some(store) = ctx.store else {
         return wait_script(&base, "the server has no inventory store (see its log)");
     };
     let (file, pool) = match g.machines.select(&f) {
@@ -203,7 +223,7 @@ fn ipxe(app: &App, seen: &mut Seen, req: &Request) -> Response {
                 &format!("{} and {} select this machine equally", a.file(), b.file()),
             );
         }
-        Match::None => match &app.boot.discovery {
+        Match::None => match &ctx.settings.discovery {
             Discovery::Pool(p) => (None, p.clone()),
             Discovery::Register => {
                 let now = now_secs();
@@ -258,7 +278,7 @@ fn ipxe(app: &App, seen: &mut Seen, req: &Request) -> Response {
         return wait_script(&base, "no random token could be made");
     };
     let now = now_secs();
-    let ttl = app.boot.token_ttl.max(1);
+    let ttl = ctx.settings.token_ttl.max(1);
     let t = BootToken {
         machine: id.clone(),
         file: file.clone(),
@@ -295,8 +315,14 @@ fn ipxe(app: &App, seen: &mut Seen, req: &Request) -> Response {
             .map_or("discovery".to_string(), |f| format!("machines/{f}.json")),
         &key[..8]
     );
+    // A machine file's arguments are filled with its values; the discovery pool's are the
+    // profile's as they are.
+    let args = file
+        .as_ref()
+        .and_then(|f| g.machines.configs.get(f))
+        .map_or(&profile.args, |c| &c.args);
     let mut s = format!("#!ipxe\nkernel {base}/assets/{}", profile.kernel);
-    for a in &profile.args {
+    for a in args {
         s.push(' ');
         s.push_str(a);
     }
@@ -331,12 +357,12 @@ fn well_formed(t: &str) -> bool {
 
 /// `GET /machine-config?token=T`: spends the token (atomically, in the store) and serves
 /// its machine's config; refused (403) when unknown, expired or spent.
-fn machine_config(app: &App, req: &Request, out: &mut Response) {
+fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
     let Some(token) = req.query_param("token").filter(|t| well_formed(t)) else {
         *out = Response::text(401, "missing or malformed token (?token=)");
         return;
     };
-    let Some(store) = &app.fleet.store else {
+    let Some(store) = ctx.store else {
         *out = Response::text(503, "no inventory store").header("Retry-After", "30");
         return;
     };
@@ -355,7 +381,7 @@ fn machine_config(app: &App, req: &Request, out: &mut Response) {
             return;
         }
     };
-    let Some(g) = app.active() else {
+    let Some(g) = ctx.generation else {
         *out = Response::text(503, "no valid config generation loaded").header("Retry-After", "5");
         return;
     };
@@ -376,7 +402,7 @@ fn machine_config(app: &App, req: &Request, out: &mut Response) {
         pool.config_name,
         &key[..8]
     );
-    app.serve_pool(req, &pool, out);
+    (ctx.serve)(req, &pool, out);
     // Its reports are authenticated by the same token.
     out.replace_line(
         "X-Agent-Report-URL: /report\r\n",
@@ -386,19 +412,26 @@ fn machine_config(app: &App, req: &Request, out: &mut Response) {
 
 /// A report's token given as `/report?token=T` (the URL `/machine-config` hands out): the
 /// pool it grants, when it is a boot token of this machine still valid for reports.
-/// Ok(None): none given; Err: a token that does not pass.
-pub(super) fn report_token(
-    app: &App,
+/// Ok(None): none given, or one that does not pass where unauthenticated reports are taken
+/// (recorded unauthenticated: a report queued on a machine for longer than the token's
+/// window is not lost); Err: the answer otherwise (`require`: `--require-token`).
+pub fn report_token(
+    store: Option<&dyn Store>,
     req: &Request,
     machine: &str,
+    require: bool,
 ) -> Result<Option<String>, Response> {
     let Some(token) = req.query_param("token") else {
         return Ok(None);
     };
     if !well_formed(token) {
-        return Err(Response::text(401, "malformed token"));
+        return if require {
+            Err(Response::text(401, "malformed token"))
+        } else {
+            Ok(None)
+        };
     }
-    let Some(store) = &app.fleet.store else {
+    let Some(store) = store else {
         return Err(Response::text(503, "no inventory store").header("Retry-After", "30"));
     };
     match store.boot_token(&token_key(token)) {
@@ -410,7 +443,13 @@ pub(super) fn report_token(
             );
             Ok(None)
         }
-        Ok(_) => Err(Response::text(401, "unknown or expired token")),
+        Ok(_) if require => Err(Response::text(401, "unknown or expired token")),
+        Ok(_) => {
+            log::info!(
+                "a report of machine {machine} came with an unknown or expired boot token: recorded as unauthenticated"
+            );
+            Ok(None)
+        }
         Err(e) => {
             log::error!("reading a boot token: {e:#}");
             Err(
@@ -474,8 +513,8 @@ pub fn range(h: Option<&str>, len: usize) -> Result<Option<(usize, usize)>, Unsa
 
 /// `GET|HEAD /assets/<file>`: a boot asset of the active generation, with `Range` (one
 /// range; several get the whole file), `If-Range`, `If-None-Match`.
-fn asset(app: &App, seen: &mut Seen, req: &Request, name: &str, out: &mut Response) {
-    let Some(g) = app.active.seen(seen) else {
+fn asset(ctx: &Ctx<'_>, req: &Request, name: &str, out: &mut Response) {
+    let Some(g) = ctx.generation else {
         *out = Response::text(503, "no valid config generation loaded").header("Retry-After", "5");
         return;
     };
@@ -484,7 +523,7 @@ fn asset(app: &App, seen: &mut Seen, req: &Request, name: &str, out: &mut Respon
     };
     if req
         .header("if-none-match")
-        .is_some_and(|v| super::app::etag_matches(&v, &a.etag))
+        .is_some_and(|v| etag_matches(&v, &a.etag))
     {
         out.reset(304);
         out.add_header("ETag", &a.etag);

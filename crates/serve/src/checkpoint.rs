@@ -404,21 +404,18 @@ impl Checkpoint {
         runtime::util::mkdir_private(&cdir)?;
         let mut wanted: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
         // Machine sets by the hash of their record.
-        let mut blobs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let mut blobs: BTreeMap<&String, &[u8]> = BTreeMap::new();
         for (g, _) in s.active.iter().chain(s.lkg.iter()) {
             if !g.machines.is_empty() {
-                let b = ser(&g.machines.saved())?;
-                blobs.insert(hex(&Sha256::digest(&b)), b);
+                let (hash, b) = g.machines.record();
+                blobs.insert(hash, b);
             }
         }
-        let machines_hash = |g: &Generation| {
-            (!g.machines.is_empty())
-                .then(|| ser(&g.machines.saved()).map(|b| hex(&Sha256::digest(&b))))
-                .transpose()
-        };
+        let machines_hash =
+            |g: &Generation| (!g.machines.is_empty()).then(|| g.machines.record().0.clone());
         let gen_record = |g: &Generation, r: &GenRef| -> Result<GenRecord> {
             Ok(GenRecord {
-                machines: machines_hash(g)?,
+                machines: machines_hash(g),
                 format: FORMAT,
                 generation: r.generation.clone(),
                 path: r.path.clone(),
@@ -442,34 +439,31 @@ impl Checkpoint {
         let mut cdirty = false;
         let mut good = self.good_configs.lock().unwrap_or_else(|e| e.into_inner());
         good.retain(|h| wanted.contains_key(h) || blobs.contains_key(h));
-        for (hash, b) in &blobs {
-            if good.contains(hash) {
-                continue;
-            }
-            let p = cdir.join(format!("{hash}.json"));
-            let intact = read_bounded(&p, MAX_CONFIG_BYTES)
-                .ok()
-                .flatten()
-                .is_some_and(|x| &hex(&Sha256::digest(&x)) == hash);
-            if !intact {
-                write_private(&p, b)?;
-                cdirty = true;
-            }
-            good.insert(hash.clone());
+        // Each file `configs/<hash>.json` wanted (a config, a generation's machines): a file
+        // of that name may be left from before, even corrupt: trust it only when it hashes to
+        // its name, else write it.
+        enum Made<'a> {
+            Bytes(&'a [u8]),
+            Config(&'a Pool),
         }
-        for (hash, pool) in &wanted {
+        let files = blobs
+            .iter()
+            .map(|(h, b)| (*h, Made::Bytes(b)))
+            .chain(wanted.iter().map(|(h, p)| (h, Made::Config(p))));
+        for (hash, bytes) in files {
             if good.contains(hash) {
                 continue;
             }
-            // A file of that name may be left from before, even corrupt: trust it only when
-            // it hashes to its name.
             let p = cdir.join(format!("{hash}.json"));
             let intact = read_bounded(&p, MAX_CONFIG_BYTES)
                 .ok()
                 .flatten()
                 .is_some_and(|b| &hex(&Sha256::digest(&b)) == hash);
             if !intact {
-                write_private(&p, &pool.canonical()?)?;
+                match bytes {
+                    Made::Bytes(b) => write_private(&p, b)?,
+                    Made::Config(pool) => write_private(&p, &pool.canonical()?)?,
+                }
                 cdirty = true;
             }
             good.insert(hash.clone());
@@ -541,7 +535,13 @@ impl Checkpoint {
             sync_dir(&self.dir)?;
         }
         if dirty || cdirty {
-            self.prune(&wanted.keys().chain(blobs.keys()).cloned().collect())?;
+            self.prune(
+                &wanted
+                    .keys()
+                    .chain(blobs.keys().copied())
+                    .cloned()
+                    .collect(),
+            )?;
         }
         Ok(())
     }

@@ -5,6 +5,8 @@
 //!   rotation, certificate reload);
 //! - `run`: the run loop (listeners, event-loop threads, signals, reload, graceful shutdown),
 //!   driven by a plain [`Options`] value (the command line lives in the agent crate's `cli`);
+//! - `reading`: the source's files read (regular only, bounded) and errors that never quote
+//!   them;
 //! - `source`: generation loading from a plain tree, an AtomicWriter volume or a git-sync link;
 //! - `render`: etcd index templating, the node-agent file, per-version documents;
 //! - `selectors`: the machine files and boot profiles (parse, check, match); `placeholders`:
@@ -39,6 +41,7 @@ pub mod page;
 pub mod pipes;
 pub mod placeholders;
 pub mod pointer;
+pub mod reading;
 pub mod render;
 pub mod run;
 pub mod selectors;

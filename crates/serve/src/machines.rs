@@ -16,9 +16,9 @@ use anyhow::{Result, anyhow, bail};
 use sha2::{Digest, Sha256};
 
 use super::placeholders;
+use super::reading::{Fragment, redact_diag};
 use super::render::Pool;
 use super::selectors::{self, BootProfile, Facts, MachineSpec, Match};
-use super::source::{Fragment, redact_diag};
 use spec::config::{self, Config, Version};
 
 /// Largest boot asset (kernel, initramfs); each is held in memory while served.
@@ -69,7 +69,7 @@ impl AssetCache {
     /// The asset at `path` (a regular file, checked as every source file is).
     pub fn read(&mut self, path: &Path) -> Result<Arc<Asset>> {
         use std::os::unix::fs::MetadataExt;
-        let f = super::source::open_regular(path)?;
+        let f = super::reading::open_regular(path)?;
         let m = f
             .metadata()
             .map_err(|e| anyhow!("reading {}: {e}", path.display()))?;
@@ -87,7 +87,7 @@ impl AssetCache {
             return Ok(e.0.clone());
         }
         drop(f);
-        let bytes = super::source::read_regular(path, MAX_ASSET_BYTES)?
+        let bytes = super::reading::read_regular(path, MAX_ASSET_BYTES)?
             .ok_or_else(|| anyhow!("{} vanished while being read", path.display()))?;
         let a = Arc::new(Asset::new(bytes));
         self.entries.insert(key, (a.clone(), true));
@@ -110,6 +110,8 @@ pub struct RawMachines {
 pub struct MachineConfig {
     pub pool: String,
     pub config: Config,
+    /// Its boot profile's kernel arguments with its values filled in.
+    pub args: Vec<String>,
     /// Its documents, rendered when first asked for.
     served: OnceLock<Arc<Pool>>,
 }
@@ -139,6 +141,8 @@ pub struct MachineSet {
     pub assets: BTreeMap<String, Arc<Asset>>,
     /// By machine name.
     pub configs: BTreeMap<String, MachineConfig>,
+    /// [`MachineSet::record`], made once.
+    record: OnceLock<(String, Vec<u8>)>,
 }
 
 /// What the checkpoint keeps of a machine set: the machine files and profiles as checked
@@ -174,6 +178,16 @@ impl MachineSet {
             .binary_search_by(|s| s.name.as_str().cmp(name))
             .ok()
             .map(|i| &self.specs[i])
+    }
+
+    /// What the checkpoint keeps, as the bytes of its file and their SHA-256 (hex), made
+    /// once per set (a checkpoint is saved at every tick of the watcher).
+    pub fn record(&self) -> &(String, Vec<u8>) {
+        self.record.get_or_init(|| {
+            let mut b = serde_json::to_vec_pretty(&self.saved()).unwrap_or_default();
+            b.push(b'\n');
+            (spec::encoding::hex(&Sha256::digest(&b)), b)
+        })
     }
 
     /// What the checkpoint keeps (see [`Saved`]).
@@ -233,6 +247,41 @@ impl MachineSet {
         let set = build_with(&raw, pools, None, &have).map_err(|e| anyhow!(e))?;
         Ok((set, missing))
     }
+}
+
+/// Machine `m`'s kernel arguments: its pool's boot profile's, each placeholder filled from
+/// its values (every one needed, like the config's); a filled argument must still be one
+/// argument (printable ASCII, no space), or the generation is invalid.
+fn machine_args(
+    m: &MachineSpec,
+    profiles: &BTreeMap<String, BootProfile>,
+) -> Result<Vec<String>, String> {
+    let (name, p) = match profiles.get_key_value(&m.pool) {
+        Some(x) => x,
+        None => profiles
+            .get_key_value("default")
+            .ok_or_else(|| format!("{}: pool {} has no boot profile", m.file(), m.pool))?,
+    };
+    let lookup = |k: &str| m.values.get(k).map(String::as_str);
+    let mut out = Vec::with_capacity(p.args.len());
+    for (i, a) in p.args.iter().enumerate() {
+        let filled = placeholders::fill_text(a, &lookup, true).map_err(|key| {
+            format!(
+                "boot/{name}.json: $.args.{i}: placeholder {{{{.{key}}}}}: machine {} ({}) has no value {key:?}",
+                m.name,
+                m.file()
+            )
+        })?;
+        if !filled.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "boot/{name}.json: $.args.{i} filled for machine {} ({}) is not one kernel argument (printable ASCII without spaces)",
+                m.name,
+                m.file()
+            ));
+        }
+        out.push(filled);
+    }
+    Ok(out)
 }
 
 /// The file a pool's fragment came from, as errors name it.
@@ -315,7 +364,7 @@ fn build_with(
                 for (fname, bytes) in frags {
                     let file = fragment_file(&m.pool, frags, fname);
                     let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|err| {
-                        format!("{file}: {}", super::source::redact(&err.to_string()))
+                        format!("{file}: {}", super::reading::redact(&err.to_string()))
                     })?;
                     let us = placeholders::scan(&v).map_err(|err| {
                         format!(
@@ -386,11 +435,13 @@ fn build_with(
         }
         // It must render like a pool's (every version that can express it).
         config::to_json(&parsed.config, Version::NEWEST).map_err(bad)?;
+        let args = machine_args(m, &profiles)?;
         configs.insert(
             m.name.clone(),
             MachineConfig {
                 pool: m.pool.clone(),
                 config: parsed.config,
+                args,
                 served: OnceLock::new(),
             },
         );
@@ -400,5 +451,111 @@ fn build_with(
         profiles,
         assets: raw.assets.clone(),
         configs,
+        record: OnceLock::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(name: &str, json: &str) -> (String, Arc<Pool>) {
+        let c = config::parse(json.as_bytes()).unwrap().config;
+        (name.to_string(), Arc::new(Pool::new(name, c).unwrap()))
+    }
+
+    fn raw(machines: &[(&str, &str)]) -> RawMachines {
+        let mut r = RawMachines {
+            machines: machines
+                .iter()
+                .map(|(n, j)| (n.to_string(), j.as_bytes().to_vec()))
+                .collect(),
+            profiles: vec![(
+                "default".into(),
+                br#"{"kernel":"k","args":["x={{.etcd_index}}"]}"#.to_vec(),
+            )],
+            ..Default::default()
+        };
+        r.assets
+            .insert("k".into(), Arc::new(Asset::new(b"kernel".to_vec())));
+        r
+    }
+
+    /// `etcd_index` is one value like any other: a machine file's fills it everywhere in
+    /// the machine's config (and its kernel arguments), not only in units as `?etcd_index=`.
+    #[test]
+    fn etcd_index_is_a_value() {
+        let master = r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/etc/idx",
+            "contents":{"source":"data:,%7B%7B.etcd_index%7D%7D"}}]},"systemd":{"units":[
+            {"name":"etcd.service","contents":"[Service]\nExecStart=/bin/etcd --name etcd-{{.etcd_index}}\n"}]}}"#;
+        let pools: BTreeMap<_, _> = [pool("master", master)].into_iter().collect();
+        let set = build(
+            &raw(&[(
+                "m2",
+                r#"{"selector":{"serial":"S2"},"pool":"master","values":{"etcd_index":2}}"#,
+            )]),
+            &pools,
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let m = &set.configs["m2"];
+        assert_eq!(m.args, ["x=2"]);
+        let doc = m.served().render(0, None).unwrap();
+        let text = String::from_utf8(doc.body.to_vec()).unwrap();
+        assert!(text.contains("--name etcd-2"), "{text}");
+        assert!(
+            text.contains("data:;base64,Mg=="),
+            "the file holds 2: {text}"
+        );
+        // The pool itself, served as /config/master?etcd_index=5, is unchanged.
+        let five = pools["master"].render(0, Some(5)).unwrap();
+        let five = String::from_utf8(five.body.to_vec()).unwrap();
+        assert!(five.contains("--name etcd-5") && five.contains("%7B%7B.etcd_index%7D%7D"));
+        // A machine without the value: refused, naming the pool, path and machine.
+        let e = build(
+            &raw(&[("m3", r#"{"selector":{"serial":"S3"},"pool":"master"}"#)]),
+            &pools,
+            &BTreeMap::new(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("$.storage.files.0.contents.source: placeholder {{.etcd_index}}")
+                && e.contains("machine m3 (machines/m3.json)"),
+            "{e}"
+        );
+    }
+
+    /// What the checkpoint keeps gives the same machine set back.
+    #[test]
+    fn saved_and_restored() {
+        let pools: BTreeMap<_, _> = [pool(
+            "w",
+            r#"{"ignition":{"version":"3.0.0"},"systemd":{"units":[{"name":"a.service","contents":"{{.etcd_index}}"}]}}"#,
+        )]
+        .into_iter()
+        .collect();
+        let set = build(
+            &raw(&[(
+                "a",
+                r#"{"selector":{"mac":"52-54-00-00-00-0A"},"pool":"w","values":{"etcd_index":"7"}}"#,
+            )]),
+            &pools,
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        let dir = runtime::util::TestDir::new("machines-restore");
+        std::fs::write(dir.0.join("k"), b"kernel").unwrap();
+        let (back, missing) = MachineSet::restore(&set.saved(), &pools, &dir.0).unwrap();
+        assert!(missing.is_empty());
+        assert_eq!(back.specs, set.specs);
+        assert_eq!(back.saved(), set.saved());
+        assert_eq!(
+            back.configs["a"].served().render(3, None).unwrap().body,
+            set.configs["a"].served().render(3, None).unwrap().body
+        );
+        std::fs::write(dir.0.join("k"), b"changed").unwrap();
+        let (back, missing) = MachineSet::restore(&set.saved(), &pools, &dir.0).unwrap();
+        assert_eq!(missing, ["k"]);
+        assert!(back.assets.is_empty());
+    }
 }

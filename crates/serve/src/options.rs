@@ -93,7 +93,7 @@ impl std::str::FromStr for Discovery {
     fn from_str(s: &str) -> Result<Self, String> {
         match s.strip_prefix("pool:") {
             _ if s == "register" => Ok(Discovery::Register),
-            Some(p) if crate::source::valid_pool_name(p) => Ok(Discovery::Pool(p.to_string())),
+            Some(p) if crate::reading::valid_pool_name(p) => Ok(Discovery::Pool(p.to_string())),
             _ => Err(format!("invalid discovery {s:?}: register or pool:<name>")),
         }
     }

@@ -53,6 +53,9 @@ pub struct MachineView {
     pub serial: Option<String>,
     pub macs: Vec<String>,
     pub agent: Option<String>,
+    /// Network boot: the machine file that selected it, and a reprovision asked for (when).
+    pub machine_file: Option<String>,
+    pub reprovision: Option<String>,
     /// Newest first.
     pub boots: Vec<BootView>,
 }
@@ -233,7 +236,7 @@ pub fn machine(m: &MachineView, now: &str) -> String {
         esc(now),
         st = esc(&m.state),
     );
-    let rows: [(&str, String); 12] = [
+    let rows: [(&str, String); 14] = [
         (
             "state",
             format!("<span class=\"state {0}\">{0}</span>", esc(&m.state)),
@@ -246,6 +249,19 @@ pub fn machine(m: &MachineView, now: &str) -> String {
         ("serial", opt(&m.serial)),
         ("MAC addresses", esc(&m.macs.join(", "))),
         ("agent", opt(&m.agent)),
+        ("machine file", opt(&m.machine_file)),
+        (
+            "network boot",
+            m.reprovision.as_ref().map_or_else(
+                || "installs once (then the local disk)".into(),
+                |t| {
+                    format!(
+                        "reprovision asked for at {}: installs at its next boot",
+                        esc(t)
+                    )
+                },
+            ),
+        ),
         ("first seen", esc(&m.first_seen)),
         ("last seen", esc(&m.last_seen)),
         (

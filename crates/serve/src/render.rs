@@ -122,6 +122,15 @@ fn etag_of(digest: &[u8]) -> String {
     format!("\"{}\"", hex(&digest[..16]))
 }
 
+/// `If-None-Match` against our (strong) ETag, with the weak comparison RFC 9110 §13.1.2
+/// prescribes for it: `W/"x"` matches `"x"`; `*` matches any current representation.
+pub fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').any(|t| {
+        let t = t.trim();
+        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
+    })
+}
+
 /// Where machines send their reports (docs/reports.md), on the same origin.
 pub const REPORT_PATH: &str = "/report";
 

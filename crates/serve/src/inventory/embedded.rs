@@ -29,7 +29,12 @@ pub struct Embedded {
     queue: Mutex<Queue>,
     /// Signalled when a batch is committed.
     ready: Condvar,
+    /// When boot tokens past their time were last forgotten (seconds; see `put_boot_token`).
+    tokens_pruned: std::sync::atomic::AtomicU64,
 }
+
+/// How often `put_boot_token` looks for boot tokens to forget (a scan of the table).
+const PRUNE_EVERY: u64 = 60;
 
 /// Reports committed in one transaction at most.
 const BATCH: usize = 512;
@@ -79,6 +84,7 @@ impl Embedded {
             path: path.to_path_buf(),
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
+            tokens_pruned: Default::default(),
         };
         // Create both tables, so readers never find one missing.
         let tx =
@@ -275,19 +281,30 @@ impl Store for Embedded {
             let mut tokens = tx
                 .open_table(BOOT_TOKENS)
                 .with_context(|| self.what("opening"))?;
-            let mut old = Vec::new();
-            for e in tokens.iter().with_context(|| self.what("reading"))? {
-                let (k, v) = e.with_context(|| self.what("reading"))?;
-                let gone = serde_json::from_slice::<BootToken>(v.value())
-                    .map_or(true, |b| now > b.forget_after());
-                if gone {
-                    old.push(k.value().to_string());
+            // Forgets the records past their time, at most once a minute: a herd of booting
+            // machines does not scan the table once each.
+            use std::sync::atomic::Ordering;
+            let last = self.tokens_pruned.load(Ordering::Relaxed);
+            if now >= last + PRUNE_EVERY
+                && self
+                    .tokens_pruned
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                let mut old = Vec::new();
+                for e in tokens.iter().with_context(|| self.what("reading"))? {
+                    let (k, v) = e.with_context(|| self.what("reading"))?;
+                    let gone = serde_json::from_slice::<BootToken>(v.value())
+                        .map_or(true, |b| now > b.forget_after());
+                    if gone {
+                        old.push(k.value().to_string());
+                    }
                 }
-            }
-            for k in old {
-                tokens
-                    .remove(k.as_str())
-                    .with_context(|| self.what("writing to"))?;
+                for k in old {
+                    tokens
+                        .remove(k.as_str())
+                        .with_context(|| self.what("writing to"))?;
+                }
             }
             tokens
                 .insert(key, serde_json::to_vec(t)?.as_slice())
