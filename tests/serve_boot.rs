@@ -226,7 +226,7 @@ fn boot_script_chains_with_the_machines_facts() {
     assert_eq!(
         r.text(),
         format!(
-            "#!ipxe\nchain http://{addr}/ipxe?uuid=${{uuid:uristring}}&mac=${{mac:hexhyp}}&serial=${{serial:uristring}}&hostname=${{hostname:uristring}}\n"
+            "#!ipxe\nchain http://{addr}/ipxe?uuid=${{uuid}}&mac=${{mac:hexhyp}}&serial=${{serial:uristring}}&hostname=${{hostname:uristring}}\n"
         )
     );
     // --public-url wins over the Host header.

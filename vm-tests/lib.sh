@@ -1,6 +1,7 @@
 # Host-side helpers for scenario checks (sourced by run.sh before check.sh).
 # The host kernel parses no partition table: partitions are read through read-only loop devices
-# at the partition's offset. $DISK is the guest's disk image, $CONSOLE its last console log.
+# at the partition's offset. $DISK is the guest's disk image, $CONSOLE its last console log;
+# for another machine's disk, set DISK for the call: `r=$(DISK=$WORK/disk-b.img mount_part 1)`.
 # Every helper fails loudly (non-zero + message on stderr).
 
 # Loop devices ("loop DEV [BACKING-FILE]", the file defaulting to $DISK) and mounts are
@@ -62,7 +63,7 @@ part_loop() {
     size=$(part_get "$1" size)
     dev=$(losetup -f --show -r -o $((start * 512)) --sizelimit $((size * 512)) "$DISK") ||
         fail "losetup for partition $1"
-    echo "loop $dev" >>"$_lib_reg"
+    echo "loop $dev $DISK" >>"$_lib_reg"
     echo "$dev"
 }
 

@@ -12,8 +12,11 @@
 #   VM_JOBS       scenarios booted at the same time (default 2)
 #   VM_TIMEOUT    seconds per boot (default 300; scenario.conf may set TIMEOUT)
 #   VM_SELFTEST=1 run vm-tests/selftest/ (boot machinery alone, AGENT_BIN=vm-tests/selftest/agent-stub)
-#   AGENT_SERVE   command line template for the config server; @SOURCE@, @ADDR@ and @PORT@ are replaced
-#                 (default: "$AGENT_BIN serve --source @SOURCE@ --listen-http @ADDR@")
+#   AGENT_SERVE   command line template for the config server; @SOURCE@, @ADDR@, @PORT@ and @STATE@
+#                 (the scenario's $WORK/serve-state) are replaced (default: "$AGENT_BIN serve
+#                 --source @SOURCE@ --listen-http @ADDR@ --state-dir @STATE@ --admin-listen
+#                 127.0.0.1:0": its own state and inventory, its admin listener on a free port,
+#                 never the default 127.0.0.1:22625 or /var/lib/agent-serve)
 #
 # A scenario is a directory vm-tests/scenarios/NAME/ with:
 #   scenario.conf  shell variables: MODE (fwcfg|url|none), FWCFG=1 (url mode: config.ign via
@@ -33,19 +36,43 @@
 #                  TPM=1 (a software TPM 2.0: Debian's swtpm, its state in $WORK/tpm, attached as
 #                  tpm-tis; a beforeN.sh that moves $WORK/tpm away gives boot N a TPM whose
 #                  state was reset; swtpm's log in $WORK/swtpm.log)
+#                  Per boot N (several machines in one scenario): CMDLINE_N (more kernel
+#                  arguments), SMBIOS_N (QEMU's -smbios type=1 fields: uuid=...,serial=...),
+#                  MAC_N (the NIC's MAC address), DISK_N (the disk image's name in $WORK, made
+#                  blank at DISK_MIB on first use; default disk.img, which is $DISK), EXPECT_N
+#                  (success|emergency|local; default success, EXPECT for the last boot)
+#                  NETBOOT=1 (MODE=url: the firmware boots from the network, no -kernel: SeaBIOS,
+#                  then iPXE (the ipxe-qemu ROM of virtio-net-pci) gets BOOTFILE (default
+#                  /boot.ipxe; BOOTFILE_N per boot) at the guest server by slirp's DHCP, then
+#                  the disk (-boot order=nc); SeaBIOS's serial console puts the firmware's and
+#                  iPXE's output in the console log. The harness hard-links the test kernel and
+#                  initramfs as serve/boot/assets/vmlinuz and initramfs.img, and fills
+#                  @KERNEL_ARGS@ (the arguments of every boot, space-separated) and
+#                  @KERNEL_ARGS_JSON@ ("a", "b", ... for a JSON list) in serve/'s text files.
+#                  EXPECT_N=local: the machine must not start a kernel but go on to its disk
+#                  (iPXE's `exit`): QEMU is ended once the console shows SeaBIOS's "Booting from
+#                  Hard Disk" (a disk without boot code hangs there), and the disk must be
+#                  bit-for-bit unchanged.
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
-#   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...)
+#   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...);
+#                  "@SERVER@" in its text files is replaced as in config.ign
 #   prepare.sh     (optional) run on the host before the first boot: "$DISK" is the image
 #   beforeN.sh     (optional) run on the host before boot N (N >= 2)
 #   check.sh       run on the host after the last boot, with lib.sh's helpers; fails = non-zero
+# The server's log during boot N is kept as $WORK/serverN.log (agent serve: one JSON access log
+# line per request), e.g. to check that a boot fetched no config.
+# beforeN.sh and check.sh run while the config server runs (MODE=url); with
+# agent serve's admin listener, $ADMIN_URL is its address (http://127.0.0.1:PORT, for
+# `$AGENT_BIN machines list --server "$ADMIN_URL"`), else empty; $SERVER_URL is the server as the
+# host reaches it (http://127.0.0.1:PORT).
 # Output: one line per scenario, then "N passed, M failed" and the boot-time/size benchmark.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 export VM_CACHE=${VM_CACHE:-$top/target/vm}
-AGENT_BIN=${AGENT_BIN:-$top/target/x86_64-unknown-linux-gnu/release/agent}
+export AGENT_BIN=${AGENT_BIN:-$top/target/x86_64-unknown-linux-gnu/release/agent}
 mkdir -p "$VM_CACHE"
 
 log() { echo "vm-test: $*" >&2; }
@@ -95,19 +122,27 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-start_server() { # SOURCE_DIR LOG -> sets server_port, server_pid
-    local src=$1 slog=$2 cmd i
+start_server() { # SOURCE_DIR LOG STATE_DIR -> sets server_port, server_pid, ADMIN_URL
+    local src=$1 slog=$2 state=$3 cmd i
     server_port=$(free_port)
-    cmd=${SERVE_CMD:-${AGENT_SERVE:-"$AGENT_BIN serve --source @SOURCE@ --listen-http @ADDR@"}}
+    cmd=${SERVE_CMD:-${AGENT_SERVE:-"$AGENT_BIN serve --source @SOURCE@ --listen-http @ADDR@ --state-dir @STATE@ --admin-listen 127.0.0.1:0"}}
     cmd=${cmd//@SOURCE@/$src}
     cmd=${cmd//@PORT@/$server_port}
     cmd=${cmd//@ADDR@/127.0.0.1:$server_port}
+    cmd=${cmd//@STATE@/$state}
+    ADMIN_URL=
     # shellcheck disable=SC2086
     $cmd >"$slog" 2>&1 &
     server_pid=$!
     for i in $(seq 1 100); do
         if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$server_port),1)" \
-            2>/dev/null; then return 0; fi
+            2>/dev/null; then
+            # agent serve prints "listening admin http://ADDR" when it binds its listeners.
+            ADMIN_URL=$(grep -ao -m1 'listening admin http://[^ ]*' "$slog" | sed 's/.* //' || true)
+            SERVER_URL=http://127.0.0.1:$server_port
+            export ADMIN_URL SERVER_URL
+            return 0
+        fi
         kill -0 "$server_pid" 2>/dev/null || break
         sleep 0.1
     done
@@ -136,16 +171,36 @@ pool_token() { # SOURCE_DIR POOL: the plaintext token the server published for t
 # --- one boot ----------------------------------------------------------------------------------
 # Where the guest reaches the config server (a scenario may set GUEST_SERVER and NET).
 guest_server=10.0.2.100:8080
-boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed out)
-    local disk=$1 cfg=$2 console=$3
-    local append="console=ttyS0,115200 root=LABEL=root rd.emergency=poweroff rd.shell=0"
-    append+=" agent.firstboot agent.platform.id=$PLATFORM printk.devkmsg=on panic=-1"
-    append+=" systemd.show_status=1 rd.udev.log_level=err loglevel=4 $CMDLINE"
+# SeaBIOS's serial console (NETBOOT): fw_cfg etc/sercon-port, a little-endian I/O port, ttyS0's.
+printf '\xf8\x03' >"$VM_CACHE/sercon-port"
+
+# The kernel arguments of every boot (NETBOOT: through serve/'s @KERNEL_ARGS@).
+base_args() {
+    echo "console=ttyS0,115200 root=LABEL=root rd.emergency=poweroff rd.shell=0" \
+        "agent.firstboot agent.platform.id=$PLATFORM printk.devkmsg=on panic=-1" \
+        "systemd.show_status=1 rd.udev.log_level=err loglevel=4"
+}
+boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG N [STOP_AT] -> exit status of QEMU (124 = timed out)
+    local disk=$1 cfg=$2 console=$3 n=$4 stop_at=${5:-}
+    # Boot N's own machine: kernel arguments, SMBIOS identity, MAC (scenario.conf's *_N).
+    local v_cmdline=CMDLINE_$n v_smbios=SMBIOS_$n v_mac=MAC_$n v_bootfile=BOOTFILE_$n
+    local cmdline_n=${!v_cmdline:-} smbios=${!v_smbios:-} mac=${!v_mac:-}
+    local bootfile=${!v_bootfile:-${BOOTFILE:-/boot.ipxe}}
+    cmdline_n=${cmdline_n//@SERVER@/$guest_server}
+    local append
+    append="$(base_args) $CMDLINE $cmdline_n"
     local args=(-accel tcg -cpu max -m 1024 -smp 1 -nodefaults -no-reboot
         -display none -serial "file:$console"
-        -kernel "$kernel" -initrd "$initrd" -append "$append"
         -drive "file=$disk,if=virtio,format=raw,cache=unsafe"
         -device virtio-rng-pci)
+    if [[ -n ${NETBOOT:-} ]]; then
+        # The firmware boots: the network first, then the disk; a failed boot ends QEMU
+        # (reboot-timeout=0 with -no-reboot). (QEMU warns that the name lacks "opt/".)
+        args+=(-boot order=nc,reboot-timeout=0 -fw_cfg "name=etc/sercon-port,file=$VM_CACHE/sercon-port")
+    else
+        args+=(-kernel "$kernel" -initrd "$initrd" -append "$append")
+    fi
+    [[ -z $smbios ]] || args+=(-smbios "type=1,$smbios")
     local i=2 extra
     for extra in ${EXTRA_DISKS:-}; do
         args+=(-drive "file=${disk%.img}$i.img,if=virtio,format=raw,cache=unsafe")
@@ -163,11 +218,13 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
         # guestfwd with cmd: runs one socat per guest connection, so several requests work and
         # the server closing its end closes the guest's (a tcp: chardev is a single stream).
         local netdev="user,id=n0,restrict=on${NET:+,net=$NET}"
+        # slirp's DHCP names iPXE's script (an http URL: iPXE fetches it through the guestfwd).
+        [[ -z ${NETBOOT:-} ]] || netdev+=",bootfile=http://$guest_server$bootfile"
         netdev+=",guestfwd=tcp:$guest_server-cmd:socat - TCP:127.0.0.1:$server_port"
         if [[ -n ${TANG:-} ]]; then
             netdev+=",guestfwd=tcp:10.0.2.101:80-cmd:$WORK/tangd.sh"
         fi
-        args+=(-netdev "$netdev" -device virtio-net-pci,netdev=n0)
+        args+=(-netdev "$netdev" -device "virtio-net-pci,netdev=n0${mac:+,mac=$mac}")
     fi
     local tpm_pid=
     if [[ -n ${TPM:-} ]]; then
@@ -184,7 +241,25 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG -> exit status of QEMU (124 = timed 
             -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-tis,tpmdev=tpm0)
     fi
     local rc=0
-    timeout "${TIMEOUT}" qemu-system-x86_64 "${args[@]}" </dev/null >"$console.qemu" 2>&1 || rc=$?
+    if [[ -z $stop_at ]]; then
+        timeout "${TIMEOUT}" qemu-system-x86_64 "${args[@]}" </dev/null >"$console.qemu" 2>&1 || rc=$?
+    else
+        # Ends QEMU once the console shows STOP_AT (e.g. the firmware going on to a disk whose
+        # boot code, none, hangs the machine), or when it ends by itself.
+        rm -f "$console.pid"
+        timeout "${TIMEOUT}" qemu-system-x86_64 "${args[@]}" -pidfile "$console.pid" \
+            </dev/null >"$console.qemu" 2>&1 &
+        local qpid=$!
+        while kill -0 "$qpid" 2>/dev/null; do
+            if grep -aq -- "$stop_at" "$console" 2>/dev/null; then
+                kill "$(cat "$console.pid")" 2>/dev/null || true
+                break
+            fi
+            sleep 0.2
+        done
+        wait "$qpid" || rc=$?
+        if [[ $rc -ne 124 ]] && grep -aq -- "$stop_at" "$console"; then rc=0; fi
+    fi
     if [[ -n $tpm_pid ]]; then
         kill "$tpm_pid" 2>/dev/null || true
         wait "$tpm_pid" 2>/dev/null || true
@@ -208,6 +283,8 @@ run_scenario() {
     (
         trap stop_server EXIT
         set -a
+        ADMIN_URL=
+        NETBOOT= BOOTFILE=
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
         NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG= CDROM= TPM=
         NET= GUEST_SERVER=10.0.2.100:8080
@@ -252,7 +329,22 @@ run_scenario() {
                 [[ -n $thp ]] || { echo "no tang signing key in $work/tang" >"$work/reason"; exit 1; }
                 find "$work/serve" -type f -exec sed -i "s|@TANG_THP@|$thp|g" {} +
             fi
-            start_server "$work/serve" "$work/server.log" ||
+            if [[ -n $NETBOOT ]]; then
+                # The test kernel and initramfs as the server's boot assets (hard links: the
+                # same file system as the cache, no copy).
+                mkdir -p "$work/serve/boot/assets"
+                ln -f "$kernel" "$work/serve/boot/assets/vmlinuz" 2>/dev/null ||
+                    cp "$kernel" "$work/serve/boot/assets/vmlinuz"
+                ln -f "$initrd" "$work/serve/boot/assets/initramfs.img" 2>/dev/null ||
+                    cp "$initrd" "$work/serve/boot/assets/initramfs.img"
+            fi
+            kargs="$(base_args) ${CMDLINE//@SERVER@/$guest_server}"
+            # shellcheck disable=SC2086
+            kjson=$(python3 -c 'import json, sys; print(", ".join(json.dumps(a) for a in sys.argv[1:]))' $kargs)
+            find "$work/serve" -path "$work/serve/boot/assets" -prune -o -type f -print0 |
+                xargs -0 -r sed -i -e "s|@SERVER@|$guest_server|g" -e "s|@KERNEL_ARGS_JSON@|$kjson|g" \
+                    -e "s|@KERNEL_ARGS@|$kargs|g"
+            start_server "$work/serve" "$work/server.log" "$work/serve-state" ||
                 { echo "config server did not start" >"$work/reason"; exit 1; }
             if [[ -n ${NEED_TOKEN:-} ]]; then
                 token=$(pool_token "$work/serve" "$POOL") ||
@@ -275,19 +367,49 @@ run_scenario() {
                     { echo "before$n.sh failed" >"$work/reason"; exit 1; }
             fi
             console=$work/console$n.log
+            v=DISK_$n
+            disk_n=$DISK
+            if [[ -n ${!v:-} ]]; then
+                disk_n=$work/${!v}
+                [[ -e $disk_n ]] || truncate -s "${DISK_MIB}M" "$disk_n"
+            fi
+            v=EXPECT_$n
+            expect_n=success
+            [[ $n -eq $BOOTS ]] && expect_n=$EXPECT
+            expect_n=${!v:-$expect_n}
+            stop_at=
+            if [[ $expect_n == local ]]; then
+                stop_at="Booting from Hard Disk"
+                sum_n=$(sha256sum "$disk_n" | cut -d' ' -f1)
+            fi
+            log_off=$(stat -c %s "$work/server.log" 2>/dev/null || echo 0)
             s=$(date +%s.%N)
             rc=0
-            boot "$DISK" "$cfg" "$console" || rc=$?
+            boot "$disk_n" "$cfg" "$console" "$n" "$stop_at" || rc=$?
             e=$(date +%s.%N)
+            if [[ -e $work/server.log ]]; then
+                tail -c +$((log_off + 1)) "$work/server.log" >"$work/server$n.log"
+            fi
             total_boot=$(calc "$total_boot + $e - $s")
             echo "$total_boot" >"$work/boot_s"
+            printf '%.0f\n' "$(calc "$e - $s")" >>"$work/boot_each"
             if [[ $rc -eq 124 ]]; then
                 echo "boot $n timed out after ${TIMEOUT}s" >"$work/reason"; exit 1
             elif [[ $rc -ne 0 ]]; then
                 echo "qemu exited $rc on boot $n: $(tail -n3 "$console.qemu")" >"$work/reason"; exit 1
             fi
             done_line=$(grep -a 'AGENT-TEST-DONE' "$console" | tail -n1 || true)
-            if [[ $EXPECT == success || $n -lt $BOOTS ]]; then
+            if [[ $expect_n == local ]]; then
+                # Sent on to the local disk: the firmware tried it, no kernel ran, nothing changed.
+                grep -aqE 'Booting from Hard Disk|No bootable device' "$console" ||
+                    { echo "boot $n: the firmware did not go on to the disk" >"$work/reason"; exit 1; }
+                if grep -aqE 'AGENT-TEST-DONE|AGENT-FAILED|Welcome to' "$console"; then
+                    echo "boot $n: a kernel and initramfs ran, expected a local boot" >"$work/reason"
+                    exit 1
+                fi
+                [[ $(sha256sum "$disk_n" | cut -d' ' -f1) == "$sum_n" ]] ||
+                    { echo "boot $n: the disk changed during a local boot" >"$work/reason"; exit 1; }
+            elif [[ $expect_n == success ]]; then
                 if [[ $done_line != *complete=yes* ]]; then
                     why=$(grep -a -m1 -o 'AGENT-FAILED: [^ ]* failed' "$console" || true)
                     err=$(grep -a -m1 -o 'agent\[[a-z]*\] error: .*' "$console" | cut -c1-160 || true)
@@ -307,13 +429,13 @@ run_scenario() {
                     { echo "boot $n: no failed stage reported on the console" >"$work/reason"; exit 1; }
             fi
         done
-        stop_server
-        export CONSOLE=$work/console$BOOTS.log SUM_BEFORE=$sum_before
+        export CONSOLE=$work/console$BOOTS.log SUM_BEFORE=$sum_before AGENT_BIN
         if ! (cd "$work" && bash -c "set -euo pipefail; source '$here/lib.sh'; source '$sdir/check.sh'") \
             >"$work/check.log" 2>&1; then
             echo "check failed: $(tail -n3 "$work/check.log" | tr '\n' ' ')" >"$work/reason"
             exit 1
         fi
+        stop_server
     ) && : >"$work/ok"
 }
 
@@ -364,6 +486,8 @@ for name in "${scenarios[@]}"; do
     boot_s=$(cat "$work/boot_s" 2>/dev/null || echo 0)
     fe=$(cat "$work"/files_end_ms* 2>/dev/null | tr '\n' ' ' || true)
     timing="boot ${boot_s%.*}s"
+    each=$(paste -sd+ "$work/boot_each" 2>/dev/null || true)
+    [[ $each == *+* ]] && timing+=" ($each)"
     [[ -n $fe ]] && timing+=", kernel start to end of files stage: $(for x in $fe; do printf '%.1fs ' "$(calc "$x/1000")"; done)"
     if [[ $ok == 1 ]]; then
         passed=$((passed + 1))
