@@ -103,7 +103,18 @@ impl Run {
 /// `agent run` with `config` as its config file, the kernel command line `cmdline`, in a
 /// fresh root and state directory (or `state` if given), and `extra` flags.
 fn agent_run(config: &Value, cmdline: &str, extra: &[&str], state: Option<TempDir>) -> Run {
-    let root = TempDir::new("report-root");
+    agent_run_in(config, cmdline, extra, state, None)
+}
+
+/// [`agent_run`] into `root` (a root an earlier run used) when given.
+fn agent_run_in(
+    config: &Value,
+    cmdline: &str,
+    extra: &[&str],
+    state: Option<TempDir>,
+    root: Option<TempDir>,
+) -> Run {
+    let root = root.unwrap_or_else(|| TempDir::new("report-root"));
     let state = state.unwrap_or_else(|| TempDir::new("report-state"));
     let cfg = state.join("user.ign");
     std::fs::write(&cfg, serde_json::to_vec(config).unwrap()).unwrap();
@@ -323,6 +334,54 @@ fn a_files_failure_is_reported_and_its_log_kept_in_the_root() {
     );
     let log = std::fs::read_to_string(run.root.join("var/log/agent/agent.log")).unwrap();
     assert!(log.contains("/etc/app.conf"), "{log}");
+}
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn a_stage_run_alone_reports_the_runs_log_tail_not_only_its_own() {
+    must_be_root();
+    // In the initramfs each stage is its own process: the failing files stage's report must
+    // still carry the lines the fetch and disks stages logged before it (agent.log's tail).
+    let s0 = Server::start(None, None, "");
+    let bad = s0.url("/absent/split.conf");
+    let served = json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [
+        {"path": "/etc/split.conf", "contents": {"source": bad}}
+    ]}});
+    let s = Server::start(None, Some(&served), "/report");
+    let first = agent_run(
+        &pointer(&s.url("/ignition")),
+        "quiet",
+        &["--stage", "fetch", "--stage", "disks"],
+        None,
+    );
+    assert!(first.out.status.success(), "{}", first.stderr());
+    let Run { root, state, .. } = first;
+    let run = agent_run_in(
+        &pointer(&s.url("/ignition")),
+        "quiet",
+        &["--stage", "files"],
+        Some(state),
+        Some(root),
+    );
+    assert!(!run.out.status.success());
+    let got = s.reports();
+    assert_eq!(
+        stages(&got),
+        ["fetch:ok", "disks:ok", "files:failed"],
+        "{}",
+        run.stderr()
+    );
+    let tail: Vec<&str> = got[2].0["log_tail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        tail.iter().any(|l| l.starts_with("agent[fetch]")),
+        "no fetch stage line in the files stage's tail: {tail:#?}"
+    );
+    assert!(tail.len() <= 50, "{}", tail.len());
 }
 
 #[test]

@@ -171,10 +171,17 @@ pub fn check_tls_downgrade(f: &Fetcher, from: &str, to: &str) -> Result<(), Fail
     Ok(())
 }
 
-/// Long URLs (data URLs) are shortened in logs and errors; other sources (a file, a
-/// platform's drive: "openstack config drive /dev/sr0 (…), file …") are kept whole, their
-/// end names the file.
+/// A source as logs and errors show it. A data URL is the file's contents (a key, a
+/// password file), so only its header is shown with the payload's size:
+/// `data:,… (14 bytes)`; the console and `/var/log/agent/` never hold it. Long URLs are
+/// shortened; other sources (a file, a platform's drive: "openstack config drive /dev/sr0
+/// (…), file …") are kept whole, their end names the file.
 pub fn short(src: &str) -> String {
+    if let Some(rest) = src.strip_prefix("data:") {
+        let (head, payload) = rest.split_once(',').unwrap_or(("", rest));
+        let head = &head[..head.floor_char_boundary(64)];
+        return format!("data:{head},… ({} bytes)", payload.len());
+    }
     // The scheme's "://" is near the start: a long data URL is not searched through.
     if src.len() > 80
         && (src.starts_with("data:") || src[..src.floor_char_boundary(64)].contains("://"))

@@ -761,6 +761,23 @@ mod tests {
         r.verification.hash = Some(format!("sha512-{}", sha512_hex(b"other")));
         let e = format!("{:#}", f.fetch_bytes(&r).unwrap_err());
         assert!(e.contains("hash mismatch"), "{e}");
+        // The error names the data URL by its header and size, never its contents.
+        assert!(!e.contains(&b64), "{e}");
+        assert!(
+            e.contains(&format!("data:;base64,… ({} bytes)", b64.len())),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_data_urls_payload_is_never_shown() {
+        assert_eq!(fetcher::short("data:,secret%20pw"), "data:,… (11 bytes)");
+        assert_eq!(
+            fetcher::short("data:text/plain;base64,c2VjcmV0"),
+            "data:text/plain;base64,… (8 bytes)"
+        );
+        assert_eq!(fetcher::short("data:nocomma"), "data:,… (7 bytes)");
+        assert_eq!(fetcher::short("https://h/x.ign"), "https://h/x.ign");
     }
 
     fn limited(max: u64) -> Fetcher {
@@ -790,7 +807,7 @@ mod tests {
         assert!(e.downcast_ref::<TooLarge>().is_some(), "{e:#}");
         assert_eq!(
             format!("{e:#}"),
-            "config from data:,abcde: larger than the 4 bytes limit (--max-config-size / agent.max_config_size=)"
+            "config from data:,… (5 bytes): larger than the 4 bytes limit (--max-config-size / agent.max_config_size=)"
         );
         // Counted after decompression: 64 KiB of zeros, well under 1 KiB compressed, do not
         // fit a 1 KiB limit.

@@ -52,12 +52,35 @@ pub fn kmsg() -> bool {
     KMSG.load(Ordering::Relaxed)
 }
 
+/// How much of an existing log file [`tee_to`] reads back (its last lines seed the ring).
+const TAIL_READ_BYTES: u64 = 64 * 1024;
+
+/// The last `n` whole lines of the last [`TAIL_READ_BYTES`] of `f`.
+fn file_tail(f: &mut std::fs::File, n: usize) -> std::io::Result<Vec<String>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = f.metadata()?.len();
+    let from = len.saturating_sub(TAIL_READ_BYTES);
+    f.seek(SeekFrom::Start(from))?;
+    let mut buf = Vec::new();
+    f.take(TAIL_READ_BYTES).read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines: Vec<&str> = text.lines().collect();
+    if from > 0 && !lines.is_empty() {
+        lines.remove(0); // cut in the middle
+    }
+    let skip = lines.len().saturating_sub(n);
+    Ok(lines[skip..].iter().map(|l| l.to_string()).collect())
+}
+
 /// Appends every following line to `path` too (created 0600 if missing); the lines logged
 /// before (the ring's) are written first, so the file starts with the run's beginning.
+/// The file's own last lines (an earlier stage's, each stage being its own process) go
+/// into the ring before this process's, so [`recent`] is the run's tail, not the stage's.
 pub fn tee_to(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
+        .read(true)
         .append(true)
         .mode(0o600)
         .open(path)?;
@@ -65,8 +88,17 @@ pub fn tee_to(path: &Path) -> std::io::Result<()> {
         .lock()
         .map_err(|_| std::io::Error::other("logger lock poisoned"))?;
     if tee.is_none() {
-        for l in recent() {
+        let earlier = file_tail(&mut f, RING_LINES).unwrap_or_default();
+        let mine = recent();
+        for l in &mine {
             f.write_all(format!("{l}\n").as_bytes())?;
+        }
+        if let Ok(mut r) = RING.lock() {
+            let mut all: VecDeque<String> = earlier.into_iter().chain(mine).collect();
+            while all.len() > RING_LINES {
+                all.pop_front();
+            }
+            *r = all;
         }
     }
     *tee = Some(f);
@@ -150,5 +182,38 @@ mod tests {
             format!("agent[agent] info: ring line {}", super::RING_LINES + 6)
         );
         assert!(!r.iter().any(|l| l.ends_with("ring line 6")), "{r:?}");
+    }
+}
+
+#[cfg(test)]
+mod tail_tests {
+    use std::io::Write;
+
+    #[test]
+    fn file_tail_is_the_last_whole_lines_within_the_read_window() {
+        let p = std::env::temp_dir().join(format!("agent-logtail-{}", std::process::id()));
+        let mut f = std::fs::File::create(&p).unwrap();
+        for i in 0..3 {
+            writeln!(f, "short {i}").unwrap();
+        }
+        drop(f);
+        let mut f = std::fs::File::open(&p).unwrap();
+        assert_eq!(
+            super::file_tail(&mut f, 2).unwrap(),
+            vec!["short 1".to_string(), "short 2".to_string()]
+        );
+        // Longer than the window: the first (cut) line is dropped, the tail is whole lines.
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        let long = "x".repeat(1000);
+        for i in 0..100 {
+            writeln!(f, "{i:03} {long}").unwrap();
+        }
+        drop(f);
+        let mut f = std::fs::File::open(&p).unwrap();
+        let t = super::file_tail(&mut f, 500).unwrap();
+        assert!(t.len() < 100 && t.len() >= 60, "{}", t.len());
+        assert!(t.iter().all(|l| l.len() == 1004), "a cut line came back");
+        assert!(t.last().unwrap().starts_with("099 "));
+        std::fs::remove_file(&p).unwrap();
     }
 }
