@@ -61,8 +61,13 @@ err = sb["files"].get("error") or ""
 for want in ("/etc/agent-test/payload", "hash mismatch"):
     if want not in err:
         bad.append(f"B files error lacks {want!r}: {err!r}")
-# (No check of log_tail: each stage is its own process, and the files stage logs nothing
-# before this error, so its report's tail is empty.)
+# The failed stage's log tail is the run's (each stage is its own process: the earlier
+# stages' lines come from agent.log), at most 50 lines.
+tail = sb["files"]["detail"].get("log_tail") or []
+if not tail or len(tail) > 50:
+    bad.append(f"B files: log tail of {len(tail)} lines")
+elif not any(l.startswith("agent[fetch]") for l in tail):
+    bad.append(f"B files: no fetch stage line in the log tail: {tail!r}")
 # Never file contents in a report: the data URL is written `data:…`.
 if "tampered" in json.dumps(b):
     bad.append("B's record holds the data URL's contents")
@@ -84,6 +89,8 @@ for want in '^  on: .*/etc/agent-test/payload' '^  doing: ' '^  why: .*hash mism
     grep -q -- "$want" <<<"$summary" || fail "the summary lacks '$want'"
 done
 expect_console "AGENT-FAILED: agent-files.service failed"
+# Neither the summary nor the stage's own error line shows the data URL's payload.
+! grep -aq 'tampered' "$WORK/console2.log" || fail "machine B's console shows the file's contents"
 ! grep -aq 'stage FAILED' "$WORK/console1.log" || fail "machine A's console shows a failure"
 
 # Machine A's disk: provisioned. Machine B's: the file with the wrong hash was not written, and
