@@ -253,6 +253,28 @@ pub struct Response {
     /// the spec version.
     pool: String,
     pub version: Cow<'static, str>,
+    /// Set by a handler that answers later (see [`Response::later`]).
+    pub(super) later: Later,
+}
+
+/// What a handler that answers later gives the event loop: called once, on the loop, with
+/// the [`Reply`](super::Reply) that answers the request from any thread.
+pub type Deferred = Box<dyn FnOnce(super::Reply) + Send>;
+
+/// A [`Deferred`] held by a response: never cloned (a clone answers now).
+#[derive(Default)]
+pub(super) struct Later(pub(super) Option<Deferred>);
+
+impl Clone for Later {
+    fn clone(&self) -> Self {
+        Later(None)
+    }
+}
+
+impl std::fmt::Debug for Later {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Later(..)" } else { "Now" })
+    }
 }
 
 impl Response {
@@ -263,7 +285,18 @@ impl Response {
             body: Body::Empty,
             pool: String::new(),
             version: Cow::Borrowed("-"),
+            later: Later(None),
         }
+    }
+
+    /// Answers later, from another thread: the event loop calls `f` with a
+    /// [`Reply`](super::Reply) once the handler returns, parks the connection (it reads
+    /// nothing more from it, and it keeps its connection slot), and writes whatever
+    /// `Reply::send` gives it. The connection's deadline meanwhile is the answer time-out
+    /// ([`Limits::answer_timeout`](super::Limits::answer_timeout)), after which it is
+    /// answered 503 and a late reply is dropped. The rest of this response is ignored.
+    pub fn later(&mut self, f: impl FnOnce(super::Reply) + Send + 'static) {
+        self.later = Later(Some(Box::new(f)));
     }
 
     pub fn text(status: u16, msg: impl Into<String>) -> Self {
@@ -300,6 +333,7 @@ impl Response {
         self.body = Body::Empty;
         self.pool.clear();
         self.version = Cow::Borrowed("-");
+        self.later = Later(None);
     }
 
     /// The value of header `k` (the first one).

@@ -38,6 +38,8 @@ pub const ROUNDS: u32 = 4;
 pub const ROUND_PAUSE: Duration = Duration::from_millis(250);
 /// Read-modify-write attempts of one report when other writers keep changing the record.
 pub const CONFLICT_TRIES: u32 = 32;
+/// Reports in flight to the cluster at once (the server's writer threads).
+pub const WRITERS: usize = 32;
 /// Keys per range request when listing.
 const PAGE: usize = 500;
 /// Largest answer read from a member.
@@ -334,6 +336,12 @@ impl Store for Etcd {
             r.machine.id,
             r.id
         )
+    }
+
+    /// A report is two requests to a member (read, then the transaction): many writers keep
+    /// many reports in flight, each on its own thread.
+    fn writers(&self) -> (usize, usize) {
+        (WRITERS, 1)
     }
 
     fn machine(&self, id: &str) -> Result<Option<Machine>> {

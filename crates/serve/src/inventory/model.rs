@@ -294,14 +294,18 @@ pub enum Applied {
     },
 }
 
-/// Parses and checks a report body: at most [`limits::BODY_BYTES`], the documented fields
-/// only, every bound of [`limits`].
+/// Parses and checks a report body: at most [`limits::BODY_BYTES`] (the default of
+/// `--max-body-bytes`), the documented fields only, every bound of [`limits`].
 pub fn parse(body: &[u8]) -> Result<Report, Refused> {
-    if body.len() > limits::BODY_BYTES {
+    parse_within(body, limits::BODY_BYTES)
+}
+
+/// [`parse`] with the body limit the server runs with (`--max-body-bytes`).
+pub fn parse_within(body: &[u8], max_body: usize) -> Result<Report, Refused> {
+    if body.len() > max_body {
         return Err(Refused::TooLarge(format!(
-            "the report has {} bytes, more than the limit of {} (--max-body-bytes)",
+            "the report has {} bytes, more than the --max-body-bytes limit ({max_body} bytes)",
             body.len(),
-            limits::BODY_BYTES
         )));
     }
     let r: Report = serde_json::from_slice(body)
