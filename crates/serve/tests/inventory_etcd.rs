@@ -66,23 +66,40 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
             let (next, done, results) = (next.clone(), done.clone(), results.clone());
             let (work, order, clients) = (work.clone(), order.clone(), clients.clone());
             std::thread::spawn(move || {
+                // Half the threads record one report at a time, half in batches of 4
+                // (`record_all`: one read and one transaction for reports of distinct
+                // machines, one by one after a conflict).
+                let step = if t % 2 == 0 { 1 } else { 4 };
                 loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let i = next.fetch_add(step, Ordering::Relaxed);
                     if i >= work.len() {
                         return;
                     }
-                    let (r, client) = &work[order[i]];
-                    let origin = Origin {
-                        token_pool: Some("worker".into()),
-                        received: i as u64,
+                    let items: Vec<_> = (i..(i + step).min(work.len()))
+                        .map(|k| {
+                            (
+                                &work[order[k]],
+                                Origin {
+                                    token_pool: Some("worker".into()),
+                                    received: k as u64,
+                                },
+                            )
+                        })
+                        .collect();
+                    let client = &clients[items[0].0.1];
+                    let got = if step == 1 {
+                        vec![client.record(&items[0].0.0, &items[0].1)]
+                    } else {
+                        let batch: Vec<_> = items.iter().map(|((r, _), o)| (r, o)).collect();
+                        client.record_all(&batch)
                     };
-                    let got = clients[*client].record(r, &origin);
-                    results.lock().expect("results").push((
-                        t,
-                        r.id.clone(),
-                        got.map_err(|e| format!("{e:#}")),
-                    ));
-                    done.fetch_add(1, Ordering::Relaxed);
+                    assert_eq!(got.len(), items.len(), "one result per report");
+                    let mut res = results.lock().expect("results");
+                    for (((r, _), _), got) in items.iter().zip(got) {
+                        res.push((t, r.id.clone(), got.map_err(|e| format!("{e:#}"))));
+                    }
+                    drop(res);
+                    done.fetch_add(items.len(), Ordering::Relaxed);
                 }
             })
         })
