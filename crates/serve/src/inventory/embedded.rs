@@ -136,7 +136,7 @@ impl Embedded {
                         .with_context(|| self.what("writing to"))?;
                 }
                 if let Some(id) = store {
-                    let d = serde_json::to_vec(&r.detail())?;
+                    let d = serde_json::to_vec(&model::detail(r))?;
                     details
                         .insert(detail_key(&m.id, &id).as_str(), d.as_slice())
                         .with_context(|| self.what("writing to"))?;

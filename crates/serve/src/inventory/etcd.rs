@@ -355,7 +355,7 @@ impl Etcd {
                 ops.push(json!({"request_delete_range": {"key": b64(dkey(&id).as_bytes())}}));
             }
             if let Some(id) = store {
-                let d = serde_json::to_vec(&r.detail())?;
+                let d = serde_json::to_vec(&model::detail(r))?;
                 bytes += d.len();
                 ops.push(
                     json!({"request_put": {"key": b64(dkey(&id).as_bytes()), "value": b64(&d)}}),
@@ -409,7 +409,7 @@ impl Store for Etcd {
             if let Some(id) = store {
                 ops.push(json!({"request_put": {
                     "key": b64(dkey(&id).as_bytes()),
-                    "value": b64(&serde_json::to_vec(&r.detail())?),
+                    "value": b64(&serde_json::to_vec(&model::detail(r))?),
                 }}));
             }
             let txn = json!({
