@@ -216,6 +216,11 @@ impl Fleet {
         }
     }
 
+    /// Changes whenever a report is recorded here (shared listings are made again).
+    pub fn version(&self) -> u64 {
+        self.tallies.results[0].load(Ordering::Relaxed)
+    }
+
     pub(crate) fn tally(&self, i: usize) {
         self.tallies.tally(i);
     }
