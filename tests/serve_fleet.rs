@@ -588,3 +588,50 @@ fn a_stalled_store_holds_the_report_not_the_event_loop() {
     assert_eq!(stages, ["fetch", "disks"], "{v}");
     assert_eq!(admin_metric(admin, "agent_serve_reports_waiting"), Some(0));
 }
+
+/// The report body limit is `--max-body-bytes` (docs/reports.md, "Limits"), not a second fixed
+/// 256 KiB behind it: raised, a larger report is taken; past it, 413 names the flag.
+#[test]
+fn the_report_body_limit_is_the_flag() {
+    let t = TempDir::new("fleet-body-limit");
+    let src = source(&t);
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--max-body-bytes",
+            "400000",
+        ],
+        &[],
+    );
+    let http = s.addr_of("http");
+    let report_of = |id: &str, paths: usize| {
+        let mut v: serde_json::Value = serde_json::from_str(&report(
+            id,
+            "4c4c4544-0000-0000-0000-0000000000d1",
+            "files",
+            "ok",
+            true,
+            None,
+        ))
+        .unwrap();
+        v["changes"]["paths"] = (0..paths)
+            .map(|i| format!("/var/lib/{i:04}/{}", "p".repeat(3000)))
+            .collect();
+        v.to_string()
+    };
+    let big = report_of("d1", 100);
+    assert!(
+        big.len() > 256 * 1024 && big.len() < 400_000,
+        "{}",
+        big.len()
+    );
+    let r = post(http, &big, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = post(http, &report_of("d2", 140), None);
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert!(r.text().contains("--max-body-bytes"), "{}", r.text());
+}

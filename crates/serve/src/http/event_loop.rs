@@ -319,6 +319,12 @@ impl Reply {
                 return;
             }
             inbox.replies.push((self.token, self.ticket, resp));
+            // A reply queued behind others needs no wake-up of its own: the loop takes them
+            // all at once after the wake-up of the first (a writer answering a batch of
+            // reports made a write to the event fd, and often a wake-up, for each).
+            if inbox.replies.len() > 1 {
+                return;
+            }
         }
         if let Err(e) = link.wake.write(1) {
             // As in `hand`: the loop still looks at its inbox on its next sweep.
