@@ -23,6 +23,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/tools/nginx.sh
+. benches/tools/nginx.sh
 MACHINES=${MACHINES:-5000}
 CONCURRENCY=${CONCURRENCY:-1000}
 CONNS=${CONNS:-100}
@@ -139,35 +141,9 @@ start_nginx() { # serves the config fetched from agent at $1
     python3 -c "import sys, urllib.request; open(sys.argv[2], 'wb').write(urllib.request.urlopen(f'http://{sys.argv[1]}/config/worker').read())" \
         "$1" "$TMP/www/config/worker"
     NGINX_PORT=$(free_port)
-    cat >"$TMP/nginx.conf" <<NGX
-user root;
-worker_processes auto;
-daemon off;
-pid $TMP/nginx.pid;
-error_log $TMP/nginx-error.log;
-events { worker_connections 20000; }
-http {
-    access_log off;
-    client_body_temp_path $TMP/ngx-body;
-    proxy_temp_path $TMP/ngx-proxy;
-    fastcgi_temp_path $TMP/ngx-fastcgi;
-    uwsgi_temp_path $TMP/ngx-uwsgi;
-    scgi_temp_path $TMP/ngx-scgi;
-    keepalive_requests 10000000;
-    sendfile on;
-    tcp_nopush on;
-    open_file_cache max=100;
-    server {
-        listen 127.0.0.1:$NGINX_PORT backlog=4096;
-        root $TMP/www;
-        default_type application/vnd.coreos.ignition+json;
-        location = /report {
-            default_type application/json;
-            return 200 '{"recorded": "new"}\n';
-        }
-    }
-}
-NGX
+    nginx_conf "$TMP" "$NGINX_PORT" "access_log off;" \
+        "location = /report { default_type application/json; return 200 '{\"recorded\": \"new\"}\\n'; }" \
+        >"$TMP/nginx.conf"
     nginx -c "$TMP/nginx.conf" -e "$TMP/nginx-error.log" &
     NGINX_PID=$!
     PIDS+=("$NGINX_PID")
