@@ -375,7 +375,7 @@ mod tests {
     fn listings_are_shared_until_the_inventory_changes() {
         let l = Listings::default();
         let mut made = 0;
-        let mut render = |n: &mut i32| {
+        let render = |n: &mut i32| {
             *n += 1;
             Ok(format!("listing {n}").into_bytes())
         };

@@ -1004,7 +1004,9 @@ impl<H: Handler> Shard<H> {
         let srv = &self.srv;
         c.resp.reset(200);
         srv.handler.handle(&mut l.handler, &c.req, &mut c.resp);
-        if let Some(f) = c.resp.later.0.take() {
+        if let Body::Later(later) = &mut c.resp.body
+            && let Some(f) = later.0.take()
+        {
             c.ticket += 1;
             c.phase = Phase::Deferred;
             c.deferred = Some(started);

@@ -23,13 +23,16 @@ pub enum Body {
         segs: Arc<[Box<[u8]>]>,
         fill: Box<[u8]>,
     },
+    /// No answer yet: it comes later, from another thread ([`Response::later`]). Never
+    /// written: the event loop takes it out of the response the handler gave.
+    Later(Later),
 }
 
 impl Body {
     /// The body's length in bytes.
     pub fn len(&self) -> usize {
         match self {
-            Body::Empty => 0,
+            Body::Empty | Body::Later(_) => 0,
             Body::Shared(b) => b.len(),
             Body::File(f) => f.bytes.len(),
             Body::Owned(b) => b.len(),
@@ -47,7 +50,7 @@ impl Body {
     /// Its bytes in order, as the contiguous pieces it holds.
     pub fn pieces(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let one: &[u8] = match self {
-            Body::Empty | Body::Spliced { .. } => &[],
+            Body::Empty | Body::Spliced { .. } | Body::Later(_) => &[],
             Body::Shared(b) => b,
             Body::File(f) => &f.bytes,
             Body::Owned(b) => b,
@@ -253,17 +256,16 @@ pub struct Response {
     /// the spec version.
     pool: String,
     pub version: Cow<'static, str>,
-    /// Set by a handler that answers later (see [`Response::later`]).
-    pub(super) later: Later,
 }
 
 /// What a handler that answers later gives the event loop: called once, on the loop, with
 /// the [`Reply`](super::Reply) that answers the request from any thread.
 pub type Deferred = Box<dyn FnOnce(super::Reply) + Send>;
 
-/// A [`Deferred`] held by a response: never cloned (a clone answers now).
+/// A [`Deferred`] held by a response's body ([`Body::Later`]): taken once; a clone holds
+/// none. Boxed again to be one pointer, so a body is no larger for it.
 #[derive(Default)]
-pub(super) struct Later(pub(super) Option<Deferred>);
+pub struct Later(pub(super) Option<Box<Deferred>>);
 
 impl Clone for Later {
     fn clone(&self) -> Self {
@@ -285,7 +287,6 @@ impl Response {
             body: Body::Empty,
             pool: String::new(),
             version: Cow::Borrowed("-"),
-            later: Later(None),
         }
     }
 
@@ -294,9 +295,10 @@ impl Response {
     /// nothing more from it, and it keeps its connection slot), and writes whatever
     /// `Reply::send` gives it. The connection's deadline meanwhile is the answer time-out
     /// ([`Limits::answer_timeout`](super::Limits::answer_timeout)), after which it is
-    /// answered 503 and a late reply is dropped. The rest of this response is ignored.
+    /// answered 503 and a late reply is dropped. The rest of this response is ignored; its
+    /// body is [`Body::Later`] until then.
     pub fn later(&mut self, f: impl FnOnce(super::Reply) + Send + 'static) {
-        self.later = Later(Some(Box::new(f)));
+        self.body = Body::Later(Later(Some(Box::new(Box::new(f)))));
     }
 
     pub fn text(status: u16, msg: impl Into<String>) -> Self {
@@ -333,7 +335,6 @@ impl Response {
         self.body = Body::Empty;
         self.pool.clear();
         self.version = Cow::Borrowed("-");
-        self.later = Later(None);
     }
 
     /// The value of header `k` (the first one).
