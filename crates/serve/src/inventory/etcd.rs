@@ -144,8 +144,8 @@ impl Etcd {
             .timeout_global(Some(REQUEST_TIMEOUT))
             .http_status_as_error(false)
             // A connection kept for each writer (ureq keeps 3 per host by default: the
-            // other writers opened a new connection per request, measured at a third of the
-            // server's CPU per report).
+            // other writers opened a new connection per request; measured with one report
+            // per request, 32 writers: 922 -> 553 us of server CPU per report).
             .max_idle_connections(WRITERS * 2)
             .max_idle_connections_per_host(WRITERS)
             .build()
