@@ -25,6 +25,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/tools/nginx.sh
+. benches/tools/nginx.sh
 DURATION=${DURATION:-5s}
 ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-100}
@@ -93,32 +95,7 @@ SIZE=$(stat -c %s "$TMP/www/config/worker")
 NGINX_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 NGINX_LOG="access_log off;"
 [ "$ACCESS_LOG" = 1 ] && NGINX_LOG="access_log /dev/null;"
-cat >"$TMP/nginx.conf" <<NGX
-user root;
-worker_processes auto;
-daemon off;
-pid $TMP/nginx.pid;
-error_log $TMP/nginx-error.log;
-events { worker_connections 20000; }
-http {
-    $NGINX_LOG
-    client_body_temp_path $TMP/ngx-body;
-    proxy_temp_path $TMP/ngx-proxy;
-    fastcgi_temp_path $TMP/ngx-fastcgi;
-    uwsgi_temp_path $TMP/ngx-uwsgi;
-    scgi_temp_path $TMP/ngx-scgi;
-    keepalive_requests 10000000;
-    keepalive_timeout 60s;
-    sendfile on;
-    tcp_nopush on;
-    open_file_cache max=100;
-    server {
-        listen 127.0.0.1:$NGINX_PORT backlog=4096;
-        root $TMP/www;
-        default_type application/vnd.coreos.ignition+json;
-    }
-}
-NGX
+nginx_conf "$TMP" "$NGINX_PORT" "$NGINX_LOG" >"$TMP/nginx.conf"
 nginx -c "$TMP/nginx.conf" -e "$TMP/nginx-error.log" &
 NGINX_PID=$!
 for _ in $(seq 50); do python3 -c "import socket; socket.create_connection(('127.0.0.1',$NGINX_PORT))" 2>/dev/null && break; sleep 0.1; done

@@ -5,6 +5,9 @@
 //! in target/artifacts/.
 
 mod support;
+// The real etcd cluster of the serve crate's inventory tests.
+#[path = "../crates/serve/tests/inventory_support/etcd.rs"]
+mod etcd_cluster;
 
 use support::serve::*;
 
@@ -168,10 +171,12 @@ fn reports_build_the_inventory_that_only_the_admin_listener_serves() {
         m.contains("agent_serve_reports_total{result=\"duplicate\"} 1"),
         "{m}"
     );
-    assert!(
-        m.contains("agent_serve_machines{state=\"failed\",pool=\"worker\"} 1"),
-        "{m}"
-    );
+    // Counted on a thread of their own: a scrape shows the counts once they are there.
+    s.wait_for("machines by state and pool in /metrics", 30, |_| {
+        get(http, "/metrics", None)
+            .text()
+            .contains("agent_serve_machines{state=\"failed\",pool=\"worker\"} 1")
+    });
 
     // The command line reads the same inventory.
     let agent = |args: &[&str]| {
@@ -483,4 +488,150 @@ fn agent_run_reports_land_in_the_inventory() {
         "no query string in the inventory"
     );
     assert!(!files["detail"]["log_tail"].as_array().unwrap().is_empty());
+}
+
+/// The inventory's `name` gauge or counter, from the admin listener (its own event loop).
+fn admin_metric(admin: std::net::SocketAddr, name: &str) -> Option<u64> {
+    get(admin, "/metrics", None)
+        .text()
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The store is called off the event loop (docs/reports.md, "The report queue"): with every
+/// member of the etcd cluster stopped (SIGSTOP) a report waits for the store, unanswered,
+/// while a config fetch on the same (and only) event loop is answered; once the members go
+/// on, the report is answered and stored. On the old code the loop itself waited for etcd.
+#[test]
+fn a_stalled_store_holds_the_report_not_the_event_loop() {
+    use std::io::{Read, Write};
+    let Some(etcd) = etcd_cluster::etcd_binary() else {
+        return;
+    };
+    let cluster = etcd_cluster::Cluster::start(&etcd);
+    let t = TempDir::new("fleet-stalled");
+    let src = source(&t);
+    let endpoints = cluster.clients.join(",");
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--threads",
+            "1",
+            "--inventory-store",
+            "etcd",
+            "--etcd-endpoints",
+            &endpoints,
+        ],
+        &[],
+    );
+    let http = s.addr_of("http");
+    let admin = s.addr_of("admin");
+    let m = "4c4c4544-0000-0000-0000-0000000000c1";
+    // The store works.
+    let r = post(http, &report("c0", m, "fetch", "ok", false, None), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    for i in 0..3 {
+        cluster.stop(i);
+    }
+    let body = report("c1", m, "disks", "ok", false, None);
+    let mut pending = std::net::TcpStream::connect(http).unwrap();
+    write!(
+        pending,
+        "POST /report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // The report has reached the store's writers (the admin listener runs a loop of its own).
+    s.wait_for("the report to wait for the stopped store", 30, |_| {
+        admin_metric(admin, "agent_serve_reports_waiting") == Some(1)
+    });
+    // The event loop that read it answers a config fetch meanwhile.
+    let r = get(http, "/config/worker", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    // ... and the report is still unanswered.
+    pending.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    match pending.read(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!(
+            "the report was answered while the store was stopped: {other:?} {:?}",
+            String::from_utf8_lossy(&buf)
+        ),
+    }
+
+    for i in 0..3 {
+        cluster.resume(i);
+    }
+    pending.set_nonblocking(false).unwrap();
+    // A bound, not a measurement: the store's own bound on a report is about a minute.
+    pending
+        .set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
+    let mut out = Vec::new();
+    pending.read_to_end(&mut out).unwrap();
+    let r = parse_response(&out, false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("\"new\""), "{}", r.text());
+    let r = get(admin, &format!("/machines/{m}"), None);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let stages: Vec<_> = v["boots"][0]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(stages, ["fetch", "disks"], "{v}");
+    assert_eq!(admin_metric(admin, "agent_serve_reports_waiting"), Some(0));
+}
+
+/// The report body limit is `--max-body-bytes` (docs/reports.md, "Limits"), not a second fixed
+/// 256 KiB behind it: raised, a larger report is taken; past it, 413 names the flag.
+#[test]
+fn the_report_body_limit_is_the_flag() {
+    let t = TempDir::new("fleet-body-limit");
+    let src = source(&t);
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--max-body-bytes",
+            "400000",
+        ],
+        &[],
+    );
+    let http = s.addr_of("http");
+    let report_of = |id: &str, paths: usize| {
+        let mut v: serde_json::Value = serde_json::from_str(&report(
+            id,
+            "4c4c4544-0000-0000-0000-0000000000d1",
+            "files",
+            "ok",
+            true,
+            None,
+        ))
+        .unwrap();
+        v["changes"]["paths"] = (0..paths)
+            .map(|i| format!("/var/lib/{i:04}/{}", "p".repeat(3000)))
+            .collect();
+        v.to_string()
+    };
+    let big = report_of("d1", 100);
+    assert!(
+        big.len() > 256 * 1024 && big.len() < 400_000,
+        "{}",
+        big.len()
+    );
+    let r = post(http, &big, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = post(http, &report_of("d2", 140), None);
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert!(r.text().contains("--max-body-bytes"), "{}", r.text());
 }

@@ -9,21 +9,10 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
 use crate::endpoints::Endpoints;
 
-/// `machine` of a report.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Machine {
-    pub id: String,
-    pub uuid: Option<String>,
-    pub serial: Option<String>,
-    pub macs: Vec<String>,
-    pub platform: Option<String>,
-    pub instance_id: Option<String>,
-    pub hostname: Option<String>,
-}
+/// `machine` of a report (the shared wire type).
+pub use report_format::Identity as Machine;
 
 fn read_trimmed(p: &Path) -> Option<String> {
     std::fs::read_to_string(p)

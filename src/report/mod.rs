@@ -21,7 +21,10 @@ use crate::limits::Limits;
 use crate::state::StateDir;
 
 pub use identity::Machine;
-pub use model::{AppliedConfig, Changes, Filesystems, MAX_PATHS, Partitions, Report, Target};
+pub use model::{
+    AppliedConfig, Changes, Filesystems, MAX_PATHS, Partitions, Report, ReportStage, StageOutcome,
+    Target,
+};
 
 /// Kernel argument naming the report URL (it wins over the server's header).
 pub const KARG_REPORT_URL: &str = "agent.report.url";
@@ -61,9 +64,8 @@ pub fn target(
 /// What a report is about: the stage, its outcome and time, what it changed, its error.
 #[derive(Debug)]
 pub struct Outcome<'a> {
-    pub stage: &'a str,
-    /// `started`, `ok` or `failed`.
-    pub outcome: &'a str,
+    pub stage: ReportStage,
+    pub outcome: StageOutcome,
     pub final_: bool,
     pub duration: Duration,
     pub changes: Changes,
@@ -99,13 +101,13 @@ pub fn build(t: &Target, o: Outcome) -> Report {
         format: FORMAT,
         id: uuid::Uuid::new_v4().simple().to_string(),
         boot_id: crate::state::boot_id(),
-        sent: now_rfc3339(),
+        sent: Some(now_rfc3339()),
         machine: identity::machine(&t.endpoints, o.platform),
-        agent: env!("CARGO_PKG_VERSION").to_string(),
-        config: t.config.clone(),
-        stage: o.stage.to_string(),
-        outcome: o.outcome.to_string(),
-        final_: o.final_,
+        agent: Some(env!("CARGO_PKG_VERSION").to_string()),
+        config: Some(t.config.clone()),
+        stage: o.stage,
+        outcome: o.outcome,
+        last: o.final_,
         duration_ms: o.duration.as_millis() as u64,
         changes,
         error,
@@ -199,8 +201,8 @@ mod tests {
     fn paths_are_bounded_and_errors_one_line() {
         let c = Changes::of_paths((0..MAX_PATHS + 5).map(|i| format!("/p{i}")).collect());
         assert_eq!(c.paths.len(), MAX_PATHS);
-        assert_eq!(c.paths_truncated, Some(5));
-        assert_eq!(Changes::of_paths(vec!["/a".into()]).paths_truncated, None);
+        assert_eq!(c.paths_truncated, 5);
+        assert_eq!(Changes::of_paths(vec!["/a".into()]).paths_truncated, 0);
         let v = serde_json::to_value(Changes::of_paths(vec!["/a".into()])).unwrap();
         assert!(v.get("paths_truncated").is_none(), "{v}");
         assert_eq!(

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::report::{self, Changes, Delivered, Outcome};
+use crate::report::{self, Changes, Delivered, Outcome, ReportStage, StageOutcome};
 
 /// Runs `stages` in the order given. The log is kept in `<state-dir>/agent.log` too; after
 /// each stage a report goes to the report URL if there is one (`crate::report`,
@@ -39,7 +39,15 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
         if stage == Stage::Fetch && !ctx.offline && karg.is_some_and(|u| !u.is_empty()) {
             // Only agent.report.url is known before the fetch.
             if let Some(t) = target() {
-                let o = outcome(ctx, stage, "started", false, t0, Changes::default(), None);
+                let o = outcome(
+                    ctx,
+                    stage,
+                    StageOutcome::Started,
+                    false,
+                    t0,
+                    Changes::default(),
+                    None,
+                );
                 report::deliver(&t, &state, &report::build(&t, o));
             }
         }
@@ -78,7 +86,15 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
             Ok(_) if files_reports => {}
             Ok(changes) => {
                 if let Some(t) = target() {
-                    let o = outcome(ctx, stage, "ok", final_, t0, changes.clone(), None);
+                    let o = outcome(
+                        ctx,
+                        stage,
+                        StageOutcome::Ok,
+                        final_,
+                        t0,
+                        changes.clone(),
+                        None,
+                    );
                     let r = report::build(&t, o);
                     if ctx.offline {
                         // No network to send it with: the next stage sends it.
@@ -98,7 +114,7 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
                         let o = outcome(
                             ctx,
                             stage,
-                            "failed",
+                            StageOutcome::Failed,
                             final_,
                             t0,
                             Changes::default(),
@@ -125,14 +141,18 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
 fn outcome<'a>(
     ctx: &'a Context,
     stage: Stage,
-    outcome: &'a str,
+    outcome: StageOutcome,
     final_: bool,
     t0: Instant,
     changes: Changes,
     error: Option<&'a anyhow::Error>,
 ) -> Outcome<'a> {
     Outcome {
-        stage: stage.name(),
+        stage: match stage {
+            Stage::Fetch => ReportStage::Fetch,
+            Stage::Disks => ReportStage::Disks,
+            Stage::Files => ReportStage::Files,
+        },
         outcome,
         final_,
         duration: t0.elapsed(),

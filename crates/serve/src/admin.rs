@@ -5,8 +5,8 @@
 //! loopback clients reach it otherwise (checked when it is bound).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::app::App;
 use super::fleet::{json, now_secs};
@@ -19,6 +19,57 @@ pub struct Admin {
     pub app: Arc<App>,
     /// `--admin-token-file`'s token; None: loopback clients only (checked at bind).
     pub token: Option<String>,
+    /// The listings (`/machines`, `/ui/`) rendered last, shared by the answers.
+    pub listings: Listings,
+}
+
+/// How long a rendered listing is served again while no report was recorded here (another
+/// replica's reports to a shared etcd show after this).
+pub const LISTING_WINDOW: Duration = Duration::from_secs(1);
+/// Listings kept (by path and query).
+const LISTINGS_KEPT: usize = 16;
+
+/// Rendered listings (`/machines`, `/ui/`, by path and query), each shared by every answer
+/// made from it: 256 admin clients that do not read their answers hold one listing, not 256
+/// copies. One is made again once a report was recorded since (the fleet's
+/// [`version`](crate::fleet::Fleet::version)) or [`LISTING_WINDOW`] has passed.
+#[derive(Default)]
+pub struct Listings(Mutex<Vec<Listing>>);
+
+struct Listing {
+    key: String,
+    version: u64,
+    made: Instant,
+    body: Arc<[u8]>,
+}
+
+impl Listings {
+    /// The listing `key` at inventory `version`: the kept one while current, else `render`'s
+    /// (kept unless it is an error answer).
+    pub fn get(
+        &self,
+        key: &str,
+        version: u64,
+        render: impl FnOnce() -> Result<Vec<u8>, Response>,
+    ) -> Result<Arc<[u8]>, Response> {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        kept.retain(|l| l.version == version && now.duration_since(l.made) < LISTING_WINDOW);
+        if let Some(l) = kept.iter().find(|l| l.key == key) {
+            return Ok(l.body.clone());
+        }
+        let body: Arc<[u8]> = render()?.into();
+        if kept.len() >= LISTINGS_KEPT {
+            kept.remove(0);
+        }
+        kept.push(Listing {
+            key: key.to_string(),
+            version,
+            made: now,
+            body: body.clone(),
+        });
+        Ok(body)
+    }
 }
 
 impl Admin {
@@ -96,20 +147,33 @@ impl Admin {
             Ok(f) => f,
             Err(e) => return Response::text(400, e),
         };
+        let key = format!("{path}?{}", req.query().unwrap_or_default());
+        let version = self.app.fleet.version();
         match path {
-            "/machines" => match store.machines(&filter) {
-                Ok(ms) => json(200, &serde_json::json!({ "machines": ms })),
-                Err(e) => store_error(e),
-            },
-            "/ui/" => match store.machines(&filter) {
-                Ok(mut ms) => {
+            "/machines" => {
+                let listing = self.listings.get(&key, version, || {
+                    let ms = store.machines(&filter).map_err(store_error)?;
+                    let mut b = json(200, &serde_json::json!({ "machines": ms })).body;
+                    Ok(std::mem::replace(&mut b, Body::Empty).to_vec())
+                });
+                match listing {
+                    Ok(b) => shared(b, "application/json"),
+                    Err(r) => r,
+                }
+            }
+            "/ui/" => {
+                let listing = self.listings.get(&key, version, || {
+                    let mut ms = store.machines(&filter).map_err(store_error)?;
                     ms.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(a.id.cmp(&b.id)));
                     let pools = self.pools(&ms);
                     let views: Vec<MachineView> = ms.iter().map(view).collect();
-                    html(page::index(&pools, &views, &ts(now_secs())))
+                    Ok(page::index(&pools, &views, &ts(now_secs())).into_bytes())
+                });
+                match listing {
+                    Ok(b) => page_headers(Response::new(200), b),
+                    Err(r) => r,
                 }
-                Err(e) => store_error(e),
-            },
+            }
             _ => {
                 let (id, ui) = if let Some(id) = path.strip_prefix("/machines/") {
                     (id, false)
@@ -222,8 +286,19 @@ impl Handler for Admin {
 }
 
 fn html(body: String) -> Response {
+    page_headers(Response::new(200), body.into_bytes().into())
+}
+
+/// A shared listing's answer.
+fn shared(body: Arc<[u8]>, content_type: &str) -> Response {
     let mut r = Response::new(200);
-    r.body = Body::Owned(body.into_bytes());
+    r.body = Body::Shared(body);
+    r.header("Content-Type", content_type)
+}
+
+/// A page's answer: no caching, no script.
+fn page_headers(mut r: Response, body: Arc<[u8]>) -> Response {
+    r.body = Body::Shared(body);
     r.header("Content-Type", "text/html; charset=utf-8")
         .header("Cache-Control", "no-store")
         .header(
@@ -334,5 +409,37 @@ fn view(m: &Machine) -> MachineView {
                     .collect(),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One rendered listing is shared while the inventory is unchanged; a recorded report (a
+    /// new version) makes it again; an error answer is not kept.
+    #[test]
+    fn listings_are_shared_until_the_inventory_changes() {
+        let l = Listings::default();
+        let mut made = 0;
+        let render = |n: &mut i32| {
+            *n += 1;
+            Ok(format!("listing {n}").into_bytes())
+        };
+        let a = l.get("/machines?", 1, || render(&mut made)).unwrap();
+        let b = l.get("/machines?", 1, || render(&mut made)).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "the same bytes, not a copy");
+        assert_eq!(made, 1);
+        let other = l
+            .get("/machines?state=failed", 1, || render(&mut made))
+            .unwrap();
+        assert!(!Arc::ptr_eq(&a, &other));
+        let c = l.get("/machines?", 2, || render(&mut made)).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(&c[..], b"listing 3");
+        let e = l.get("/ui/?", 2, || Err(Response::new(503)));
+        assert_eq!(e.err().map(|r| r.status), Some(503));
+        let d = l.get("/ui/?", 2, || render(&mut made)).unwrap();
+        assert_eq!(&d[..], b"listing 4");
     }
 }

@@ -189,7 +189,7 @@ impl App {
             msg
         });
         Ok(App {
-            fleet: super::fleet::Fleet::new(store),
+            fleet: super::fleet::Fleet::new(store, limits.max_body_bytes),
             source: opts.source.clone(),
             clock: tokens::default_clock(),
             metrics: Metrics::default(),

@@ -125,6 +125,7 @@ pub fn run(opts: &Options) -> Result<()> {
             let admin = Arc::new(crate::admin::Admin {
                 app: app.clone(),
                 token,
+                listings: Default::default(),
             });
             let admin_limits = http::Limits {
                 max_connections: 256,

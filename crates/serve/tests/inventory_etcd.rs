@@ -5,173 +5,13 @@
 
 mod inventory_support;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use inventory_support::etcd::{Cluster, etcd_binary, free_port};
 use inventory_support::report;
-use runtime::util::TestDir;
 use serve::inventory::{Etcd, EtcdOptions, Filter, Origin, Recorded, State, Store};
-
-/// Three etcd members on free 127.0.0.1 ports, their data in a temporary directory; killed
-/// and removed on drop, also when the test fails.
-struct Cluster {
-    members: Vec<Option<Child>>,
-    clients: Vec<String>,
-    dir: TestDir,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-impl Cluster {
-    fn start(etcd: &str) -> Cluster {
-        let dir = TestDir::new("inv-etcd");
-        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-        let initial = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut c = Cluster {
-            members: Vec::new(),
-            clients: ports
-                .iter()
-                .map(|(client, _)| format!("http://127.0.0.1:{client}"))
-                .collect(),
-            dir,
-        };
-        for (i, (client, peer)) in ports.iter().enumerate() {
-            let log = std::fs::File::create(c.dir.0.join(format!("m{i}.log"))).expect("a log file");
-            let child = Command::new(etcd)
-                .args([
-                    format!("--name=m{i}"),
-                    format!("--data-dir={}", c.dir.0.join(format!("m{i}")).display()),
-                    format!("--listen-client-urls=http://127.0.0.1:{client}"),
-                    format!("--advertise-client-urls=http://127.0.0.1:{client}"),
-                    format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
-                    format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
-                    format!("--initial-cluster={initial}"),
-                    "--initial-cluster-state=new".into(),
-                    format!("--initial-cluster-token=inv-test-{}", std::process::id()),
-                    "--logger=zap".into(),
-                ])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("the log file"))
-                .stderr(log)
-                .spawn()
-                .expect("starting etcd");
-            c.members.push(Some(child));
-        }
-        c.wait_healthy();
-        c
-    }
-
-    /// Waits until every member says it is healthy (has a leader), at most a minute.
-    fn wait_healthy(&self) {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(2)))
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        for url in &self.clients {
-            loop {
-                let ok = agent
-                    .get(format!("{url}/health"))
-                    .call()
-                    .ok()
-                    .and_then(|mut r| r.body_mut().read_to_string().ok())
-                    .is_some_and(|b| b.contains("\"health\":\"true\""));
-                if ok {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "etcd member {url} not healthy after a minute; logs in {}",
-                    self.dir.0.display()
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    }
-
-    /// The index of the member that leads the cluster now (from `/v3/maintenance/status`).
-    fn leader(&self) -> usize {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        let status = |url: &String| -> serde_json::Value {
-            let mut r = agent
-                .post(format!("{url}/v3/maintenance/status"))
-                .send(&b"{}"[..])
-                .expect("etcd status");
-            serde_json::from_slice(&r.body_mut().read_to_vec().expect("etcd status body"))
-                .expect("etcd status JSON")
-        };
-        let all: Vec<_> = self.clients.iter().map(status).collect();
-        let leader = all[0]["leader"].clone();
-        all.iter()
-            .position(|s| s["header"]["member_id"] == leader)
-            .expect("a member that leads")
-    }
-
-    fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.members[i].take() {
-            c.kill().expect("SIGKILL to an etcd member");
-            c.wait().expect("waiting for the etcd member");
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill(i);
-        }
-        if std::thread::panicking() {
-            for i in 0..3 {
-                let log = std::fs::read_to_string(self.dir.0.join(format!("m{i}.log")))
-                    .unwrap_or_default();
-                let tail: Vec<_> = log.lines().rev().take(15).collect();
-                eprintln!(
-                    "--- etcd m{i} log (last lines, newest first):\n{}",
-                    tail.join("\n")
-                );
-            }
-        }
-    }
-}
-
-/// The etcd binary, or None (with a message) when it is missing outside CI. In CI (`CI` set,
-/// as .ci/run does) a missing etcd fails the test: CI installs it.
-fn etcd_binary() -> Option<String> {
-    let found = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("etcd"))
-            .find(|f| f.is_file())
-    });
-    match found {
-        Some(f) => Some(f.display().to_string()),
-        None if std::env::var_os("CI").is_some() => {
-            panic!("etcd is not installed; CI installs it (.ci/packages/serve.apt: etcd-server)")
-        }
-        None => {
-            eprintln!(
-                "SKIPPED: etcd is not installed (apt-get install etcd-server, or `.ci/install-packages all`)"
-            );
-            None
-        }
-    }
-}
 
 const MACHINES: usize = 40;
 const BOOTS: usize = 3;
@@ -226,23 +66,40 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
             let (next, done, results) = (next.clone(), done.clone(), results.clone());
             let (work, order, clients) = (work.clone(), order.clone(), clients.clone());
             std::thread::spawn(move || {
+                // Half the threads record one report at a time, half in batches of 4
+                // (`record_all`: one read and one transaction for reports of distinct
+                // machines, one by one after a conflict).
+                let step = if t % 2 == 0 { 1 } else { 4 };
                 loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let i = next.fetch_add(step, Ordering::Relaxed);
                     if i >= work.len() {
                         return;
                     }
-                    let (r, client) = &work[order[i]];
-                    let origin = Origin {
-                        token_pool: Some("worker".into()),
-                        received: i as u64,
+                    let items: Vec<_> = (i..(i + step).min(work.len()))
+                        .map(|k| {
+                            (
+                                &work[order[k]],
+                                Origin {
+                                    token_pool: Some("worker".into()),
+                                    received: k as u64,
+                                },
+                            )
+                        })
+                        .collect();
+                    let client = &clients[items[0].0.1];
+                    let got = if step == 1 {
+                        vec![client.record(&items[0].0.0, &items[0].1)]
+                    } else {
+                        let batch: Vec<_> = items.iter().map(|((r, _), o)| (r, o)).collect();
+                        client.record_all(&batch)
                     };
-                    let got = clients[*client].record(r, &origin);
-                    results.lock().expect("results").push((
-                        t,
-                        r.id.clone(),
-                        got.map_err(|e| format!("{e:#}")),
-                    ));
-                    done.fetch_add(1, Ordering::Relaxed);
+                    assert_eq!(got.len(), items.len(), "one result per report");
+                    let mut res = results.lock().expect("results");
+                    for (((r, _), _), got) in items.iter().zip(got) {
+                        res.push((t, r.id.clone(), got.map_err(|e| format!("{e:#}"))));
+                    }
+                    drop(res);
+                    done.fetch_add(items.len(), Ordering::Relaxed);
                 }
             })
         })

@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result};
 
 use crate::files::Writer;
 use crate::files::nodes::{Attrs, Contents};
-use crate::report::{self, Changes, Delivered, Outcome};
+use crate::report::{self, Changes, Delivered, Outcome, ReportStage, StageOutcome};
 use crate::stages::context::{Context, ReportStep};
 
 /// Where the queue goes in the root.
@@ -81,8 +81,8 @@ pub fn keep_log(w: &Writer, ctx: &Context, error: Option<&anyhow::Error>) -> Res
 pub fn report(w: &Writer, ctx: &Context, step: &ReportStep) {
     let state = ctx.state();
     let o = Outcome {
-        stage: "files",
-        outcome: "ok",
+        stage: ReportStage::Files,
+        outcome: StageOutcome::Ok,
         final_: step.final_,
         duration: Instant::now().duration_since(step.started),
         changes: Changes::of_paths(w.touched()),

@@ -32,7 +32,14 @@ pub struct Limits {
     /// with a body is answered 503 (Retry-After: 1), so bodies add at most this to the
     /// server's memory whatever the number of connections.
     pub max_body_total: usize,
+    /// A request answered later (`Response::later`: a report waiting for the inventory
+    /// store) is answered 503 (Retry-After) if no answer came within this.
+    pub answer_timeout: Duration,
 }
+
+/// The default [`Limits::answer_timeout`]: the etcd store's own bound on one report (a
+/// request to each member, rounds, pauses) is longer; the agent gives up on an answer sooner.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for Limits {
     fn default() -> Self {
@@ -48,6 +55,7 @@ impl Default for Limits {
             linger: Duration::from_secs(2),
             max_body_bytes: 256 * 1024,
             max_body_total: 32 << 20,
+            answer_timeout: ANSWER_TIMEOUT,
         }
     }
 }

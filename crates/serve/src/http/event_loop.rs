@@ -191,6 +191,9 @@ enum Phase {
     Writing,
     /// The last response is written and the write side shut: draining until the peer closes.
     Linger,
+    /// The handler answers later (`Response::later`): the connection is out of the epoll set
+    /// until its [`Reply`] arrives or the answer time-out passes.
+    Deferred,
 }
 
 /// What to report to the handler once a response is written.
@@ -254,6 +257,13 @@ struct Conn {
     resp: Response,
     interest: Option<EpollFlags>,
     lingered: usize,
+    /// Its event token (slot and epoch), which a [`Reply`] names.
+    token: u64,
+    /// Requests deferred so far: a reply names the one it answers, so a late reply (after
+    /// the answer time-out) is not taken for the answer of a later request.
+    ticket: u64,
+    /// In `Phase::Deferred`: when the request started.
+    deferred: Option<Instant>,
 }
 
 struct Slot {
@@ -277,8 +287,61 @@ struct Link {
 #[derive(Default)]
 struct Inbox {
     handed: Vec<Handoff>,
+    /// Answers of deferred requests: (connection token, ticket, response).
+    replies: Vec<(u64, u64, Response)>,
     /// The loop has returned (shutdown): nothing more may be handed to it.
     closed: bool,
+}
+
+/// The answer to a request its handler deferred (`Response::later`), which any thread may
+/// send: it goes to the event loop that owns the connection (through that loop's inbox and
+/// event fd) and is written from there. Dropped unsent, it answers 500. A reply whose
+/// connection is gone (closed, or answered 503 at the answer time-out) is dropped.
+pub struct Reply {
+    links: Arc<[Link]>,
+    to: usize,
+    token: u64,
+    ticket: u64,
+    sent: bool,
+}
+
+impl Reply {
+    pub fn send(mut self, resp: Response) {
+        self.sent = true;
+        self.push(resp);
+    }
+
+    fn push(&self, resp: Response) {
+        let link = &self.links[self.to];
+        {
+            let mut inbox = lock(&link.inbox);
+            if inbox.closed {
+                return;
+            }
+            inbox.replies.push((self.token, self.ticket, resp));
+            // A reply queued behind others needs no wake-up of its own: the loop takes them
+            // all at once after the wake-up of the first (a writer answering a batch of
+            // reports made a write to the event fd, and often a wake-up, for each).
+            if inbox.replies.len() > 1 {
+                return;
+            }
+        }
+        if let Err(e) = link.wake.write(1) {
+            // As in `hand`: the loop still looks at its inbox on its next sweep.
+            log::error!("waking an event loop: {e}");
+        }
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if !self.sent {
+            self.push(Response::text(
+                500,
+                "the request was dropped without an answer",
+            ));
+        }
+    }
 }
 
 /// What one event loop keeps of its own from one event to the next, which no other thread
@@ -484,10 +547,9 @@ impl<H: Handler> Shard<H> {
         self.draining = true;
         let _ = self.listen(false);
         for idx in 0..self.slots.len() {
-            let idle = self.slots[idx]
-                .conn
-                .as_ref()
-                .is_some_and(|c| c.phase != Phase::Writing && c.head_start.is_none());
+            let idle = self.slots[idx].conn.as_ref().is_some_and(|c| {
+                !matches!(c.phase, Phase::Writing | Phase::Deferred) && c.head_start.is_none()
+            });
             if idle {
                 self.close(l, idx);
             }
@@ -582,7 +644,16 @@ impl<H: Handler> Shard<H> {
     fn take_inbox(&mut self, l: &mut Local<H::Local>) {
         let link = &self.links[self.me];
         let _ = link.wake.read();
-        let handed = std::mem::take(&mut lock(&link.inbox).handed);
+        let (handed, replies) = {
+            let mut inbox = lock(&link.inbox);
+            (
+                std::mem::take(&mut inbox.handed),
+                std::mem::take(&mut inbox.replies),
+            )
+        };
+        for (token, ticket, resp) in replies {
+            self.resume(l, token, ticket, resp);
+        }
         let any = !handed.is_empty();
         for (sock, peer, tls) in handed {
             // Counted here by `hand` until now; counted again if it gets a slot.
@@ -593,6 +664,31 @@ impl<H: Handler> Shard<H> {
             // Handed over as the server began to shut down: like the rest, closed unless
             // a request is in progress.
             self.drain(l);
+        }
+    }
+
+    /// Writes the answer of a deferred request, if its connection still waits for it.
+    fn resume(&mut self, l: &mut Local<H::Local>, token: u64, ticket: u64, resp: Response) {
+        let (idx, epoch) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        if slot.epoch != epoch {
+            return;
+        }
+        let Some(mut c) = slot.conn.take() else {
+            return;
+        };
+        if c.phase == Phase::Deferred && c.ticket == ticket {
+            let started = c.deferred.take().unwrap_or(self.now);
+            c.resp = resp;
+            let keep = !c.req.close && !self.srv.shutdown.load(Ordering::Relaxed);
+            let head_only = c.req.method() == "HEAD";
+            self.queue(l, &mut c, true, keep, head_only, started);
+            self.slots[idx].conn = Some(c);
+            self.step(l, idx, false);
+        } else {
+            self.slots[idx].conn = Some(c);
         }
     }
 
@@ -684,6 +780,9 @@ impl<H: Handler> Shard<H> {
             resp: Response::new(200),
             interest: None,
             lingered: 0,
+            token: 0,
+            ticket: 0,
+            deferred: None,
         });
         if c.reject {
             if c.tls.is_none() {
@@ -703,6 +802,7 @@ impl<H: Handler> Shard<H> {
                 self.slots.len() - 1
             }
         };
+        c.token = token(idx, self.slots[idx].epoch);
         self.slots[idx].conn = Some(c);
         self.live += 1;
         self.load(self.me).fetch_add(1, Ordering::Relaxed);
@@ -716,6 +816,13 @@ impl<H: Handler> Shard<H> {
             return;
         };
         match self.drive(l, &mut c, readable) {
+            Some(want) if want.is_empty() => {
+                // Deferred: no events until the answer comes.
+                if c.interest.take().is_some() {
+                    let _ = self.epoll.delete(&c.sock);
+                }
+                self.slots[idx].conn = Some(c);
+            }
             Some(want) => {
                 if c.interest != Some(want) {
                     let mut ev = EpollEvent::new(want, token(idx, self.slots[idx].epoch));
@@ -855,6 +962,20 @@ impl<H: Handler> Shard<H> {
                     c.deadline = now + limits.send_window;
                 }
                 Phase::Linger => self.close(l, idx),
+                Phase::Deferred => {
+                    let started = c.deferred.take().unwrap_or(now);
+                    let secs = self.srv.adm.limits.answer_timeout.as_secs();
+                    self.time_out(
+                        l,
+                        idx,
+                        Response::text(
+                            503,
+                            format!("no answer within {secs} s (the answer time-out); retry"),
+                        )
+                        .header("Retry-After", "5"),
+                        started,
+                    );
+                }
             }
         }
     }
@@ -883,6 +1004,28 @@ impl<H: Handler> Shard<H> {
         let srv = &self.srv;
         c.resp.reset(200);
         srv.handler.handle(&mut l.handler, &c.req, &mut c.resp);
+        if let Body::Later(later) = &mut c.resp.body
+            && let Some(f) = later.0.take()
+        {
+            c.ticket += 1;
+            c.phase = Phase::Deferred;
+            c.deferred = Some(started);
+            c.deadline = self.now + srv.adm.limits.answer_timeout;
+            f(Reply {
+                links: self.links.clone(),
+                to: self.me,
+                token: c.token,
+                ticket: c.ticket,
+                sent: false,
+            });
+            // The handler has what it needs of the body: not kept while the answer waits.
+            if c.req.body.capacity() > REQUEST_KEPT {
+                c.req.body = Vec::new();
+            } else {
+                c.req.body.clear();
+            }
+            return;
+        }
         let keep = !c.req.close && !srv.shutdown.load(Ordering::Relaxed);
         let head_only = c.req.method() == "HEAD";
         self.queue(l, c, true, keep, head_only, started);
@@ -1263,6 +1406,8 @@ impl<H: Handler> Shard<H> {
                     // Level-triggered: if more is on the socket, epoll says so.
                     readable = false;
                 }
+                // Parked until its reply (`resume`) or the answer time-out (`sweep`).
+                Phase::Deferred => return Some(EpollFlags::empty()),
                 Phase::Linger => {
                     if readable {
                         let mut tmp = [0u8; 4096];

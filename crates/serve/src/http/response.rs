@@ -29,13 +29,16 @@ pub enum Body {
         start: usize,
         end: usize,
     },
+    /// No answer yet: it comes later, from another thread ([`Response::later`]). Never
+    /// written: the event loop takes it out of the response the handler gave.
+    Later(Later),
 }
 
 impl Body {
     /// The body's length in bytes.
     pub fn len(&self) -> usize {
         match self {
-            Body::Empty => 0,
+            Body::Empty | Body::Later(_) => 0,
             Body::Shared(b) => b.len(),
             Body::File(f) => f.bytes.len(),
             Body::Owned(b) => b.len(),
@@ -54,7 +57,7 @@ impl Body {
     /// Its bytes in order, as the contiguous pieces it holds.
     pub fn pieces(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let one: &[u8] = match self {
-            Body::Empty | Body::Spliced { .. } => &[],
+            Body::Empty | Body::Spliced { .. } | Body::Later(_) => &[],
             Body::Shared(b) => b,
             Body::File(f) => &f.bytes,
             Body::Owned(b) => b,
@@ -263,6 +266,27 @@ pub struct Response {
     pub version: Cow<'static, str>,
 }
 
+/// What a handler that answers later gives the event loop: called once, on the loop, with
+/// the [`Reply`](super::Reply) that answers the request from any thread.
+pub type Deferred = Box<dyn FnOnce(super::Reply) + Send>;
+
+/// A [`Deferred`] held by a response's body ([`Body::Later`]): taken once; a clone holds
+/// none. Boxed again to be one pointer, so a body is no larger for it.
+#[derive(Default)]
+pub struct Later(pub(super) Option<Box<Deferred>>);
+
+impl Clone for Later {
+    fn clone(&self) -> Self {
+        Later(None)
+    }
+}
+
+impl std::fmt::Debug for Later {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Later(..)" } else { "Now" })
+    }
+}
+
 impl Response {
     pub fn new(status: u16) -> Self {
         Response {
@@ -272,6 +296,17 @@ impl Response {
             pool: String::new(),
             version: Cow::Borrowed("-"),
         }
+    }
+
+    /// Answers later, from another thread: the event loop calls `f` with a
+    /// [`Reply`](super::Reply) once the handler returns, parks the connection (it reads
+    /// nothing more from it, and it keeps its connection slot), and writes whatever
+    /// `Reply::send` gives it. The connection's deadline meanwhile is the answer time-out
+    /// ([`Limits::answer_timeout`](super::Limits::answer_timeout)), after which it is
+    /// answered 503 and a late reply is dropped. The rest of this response is ignored; its
+    /// body is [`Body::Later`] until then.
+    pub fn later(&mut self, f: impl FnOnce(super::Reply) + Send + 'static) {
+        self.body = Body::Later(Later(Some(Box::new(Box::new(f)))));
     }
 
     pub fn text(status: u16, msg: impl Into<String>) -> Self {

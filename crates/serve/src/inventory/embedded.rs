@@ -108,7 +108,7 @@ impl Embedded {
 impl Embedded {
     /// Records `batch` in one write transaction: each report is applied to the record as
     /// the reports before it in the batch left it.
-    fn commit_batch(&self, batch: &[Queued]) -> Result<Vec<Recorded>> {
+    fn commit_batch(&self, batch: &[(&Report, &Origin)]) -> Result<Vec<Recorded>> {
         let tx = self
             .db
             .begin_write()
@@ -121,8 +121,7 @@ impl Embedded {
             let mut details = tx
                 .open_table(DETAILS)
                 .with_context(|| self.what("opening"))?;
-            for q in batch {
-                let r = &q.report;
+            for &(r, origin) in batch {
                 let old = match machines
                     .get(r.machine.id.as_str())
                     .with_context(|| self.what("reading"))?
@@ -132,7 +131,7 @@ impl Embedded {
                     )?),
                     None => None,
                 };
-                let (m, applied) = model::apply(old, r, &q.origin);
+                let (m, applied) = model::apply(old, r, origin);
                 let Applied::Recorded { store, drop } = applied else {
                     out.push(Recorded::Duplicate);
                     continue;
@@ -147,7 +146,7 @@ impl Embedded {
                         .with_context(|| self.what("writing to"))?;
                 }
                 if let Some(id) = store {
-                    let d = serde_json::to_vec(&r.detail())?;
+                    let d = serde_json::to_vec(&model::detail(r))?;
                     details
                         .insert(detail_key(&m.id, &id).as_str(), d.as_slice())
                         .with_context(|| self.what("writing to"))?;
@@ -186,7 +185,9 @@ impl Store for Embedded {
             let take = q.pending.len().min(BATCH);
             let batch: Vec<Queued> = q.pending.drain(..take).collect();
             drop(q);
-            let results = self.commit_batch(&batch);
+            let pairs: Vec<(&Report, &Origin)> =
+                batch.iter().map(|b| (&b.report, &b.origin)).collect();
+            let results = self.commit_batch(&pairs);
             q = lock();
             q.committing = false;
             match results {
@@ -204,6 +205,24 @@ impl Store for Embedded {
             }
             self.ready.notify_all();
         }
+    }
+
+    /// One transaction for the whole batch (one fsync); when it fails, every report of it
+    /// fails.
+    fn record_all(&self, batch: &[(&Report, &Origin)]) -> Vec<Result<Recorded>> {
+        match self.commit_batch(batch) {
+            Ok(rs) => rs.into_iter().map(Ok).collect(),
+            Err(e) => {
+                let msg = format!("{e:#}");
+                batch.iter().map(|_| Err(anyhow!(msg.clone()))).collect()
+            }
+        }
+    }
+
+    /// One writer taking what has queued, [`BATCH`] at most: the group commit without
+    /// threads waiting on each other.
+    fn writers(&self) -> (usize, usize) {
+        (1, BATCH)
     }
 
     fn machine(&self, id: &str) -> Result<Option<Machine>> {

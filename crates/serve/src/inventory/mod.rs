@@ -24,6 +24,7 @@ pub use self::embedded::Embedded;
 pub use self::etcd::{Etcd, EtcdOptions};
 pub use self::model::{
     Applied, Counts, Filter, Machine, Origin, Refused, Report, State, apply, limits, parse,
+    parse_within,
 };
 pub use self::store::{BootToken, Recorded, Spend, Store};
 

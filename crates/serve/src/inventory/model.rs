@@ -20,7 +20,7 @@ pub mod limits {
     /// One entry of `changes.paths`.
     pub const PATH_BYTES: usize = 4096;
     /// `changes.paths` entries (more are counted in `paths_truncated` by the agent).
-    pub const PATHS: usize = 1000;
+    pub const PATHS: usize = report_format::MAX_PATHS;
     /// Entries of each of `partitions.{created,kept,deleted}` and `filesystems.{made,reused}`.
     pub const DEVICES: usize = 128;
     /// `machine.macs` entries.
@@ -55,113 +55,10 @@ impl fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-/// A report as the server keeps it: the documented fields, validated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Report {
-    pub format: u32,
-    pub id: String,
-    pub boot_id: String,
-    /// The agent's clock when it sent the report (as given; the server's clock is `received`).
-    #[serde(default)]
-    pub sent: Option<String>,
-    pub machine: Identity,
-    /// The agent's version.
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub config: Option<AppliedConfig>,
-    pub stage: Stage,
-    pub outcome: Outcome,
-    #[serde(default, rename = "final")]
-    pub last: bool,
-    #[serde(default)]
-    pub duration_ms: u64,
-    #[serde(default)]
-    pub changes: Changes,
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub log_tail: Vec<String>,
-}
-
-/// Who a machine is (`machine` in a report).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Identity {
-    pub id: String,
-    #[serde(default)]
-    pub uuid: Option<String>,
-    #[serde(default)]
-    pub serial: Option<String>,
-    #[serde(default)]
-    pub macs: Vec<String>,
-    #[serde(default)]
-    pub platform: Option<String>,
-    #[serde(default)]
-    pub instance_id: Option<String>,
-    #[serde(default)]
-    pub hostname: Option<String>,
-}
-
-/// Which config a machine applied (never a token, never its contents).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AppliedConfig {
-    #[serde(default)]
-    pub pool: Option<String>,
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub hash: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Changes {
-    #[serde(default)]
-    pub partitions: Partitions,
-    #[serde(default)]
-    pub filesystems: Filesystems,
-    #[serde(default)]
-    pub paths: Vec<String>,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub paths_truncated: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Partitions {
-    #[serde(default)]
-    pub created: Vec<String>,
-    #[serde(default)]
-    pub kept: Vec<String>,
-    #[serde(default)]
-    pub deleted: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Filesystems {
-    #[serde(default)]
-    pub made: Vec<String>,
-    #[serde(default)]
-    pub reused: Vec<String>,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Stage {
-    Fetch,
-    Disks,
-    Files,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    Started,
-    Ok,
-    Failed,
-}
+/// The report's wire types, one definition shared with the agent (crates/report-format).
+pub use report_format::{
+    AppliedConfig, Changes, Filesystems, Identity, Outcome, Partitions, Report, Stage,
+};
 
 /// A machine's state (docs/reports.md, "The inventory").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -307,14 +204,18 @@ pub enum Applied {
     },
 }
 
-/// Parses and checks a report body: at most [`limits::BODY_BYTES`], the documented fields
-/// only, every bound of [`limits`].
+/// Parses and checks a report body: at most [`limits::BODY_BYTES`] (the default of
+/// `--max-body-bytes`), the documented fields only, every bound of [`limits`].
 pub fn parse(body: &[u8]) -> Result<Report, Refused> {
-    if body.len() > limits::BODY_BYTES {
+    parse_within(body, limits::BODY_BYTES)
+}
+
+/// [`parse`] with the body limit the server runs with (`--max-body-bytes`).
+pub fn parse_within(body: &[u8], max_body: usize) -> Result<Report, Refused> {
+    if body.len() > max_body {
         return Err(Refused::TooLarge(format!(
-            "the report has {} bytes, more than the limit of {} (--max-body-bytes)",
+            "the report has {} bytes, more than the --max-body-bytes limit ({max_body} bytes)",
             body.len(),
-            limits::BODY_BYTES
         )));
     }
     let r: Report = serde_json::from_slice(body)
@@ -376,7 +277,9 @@ fn check_list(
             v.len()
         )));
     }
-    for (i, s) in v.iter().enumerate() {
+    // The entry's name is made only for the error (measured: naming each of a report's 100
+    // paths while checking them was half of parsing it, 15.9 against 7.9 us).
+    if let Some((i, s)) = v.iter().enumerate().find(|(_, s)| s.len() > max_len) {
         check_str(&format!("{field}[{i}]"), s, max_len, len_limit)?;
     }
     Ok(())
@@ -476,13 +379,11 @@ fn validate(r: &Report) -> Result<(), Refused> {
     Ok(())
 }
 
-impl Report {
-    /// The part stored beside the machine record.
-    pub fn detail(&self) -> Detail {
-        Detail {
-            changes: self.changes.clone(),
-            log_tail: self.log_tail.clone(),
-        }
+/// The part of a report stored beside the machine record.
+pub fn detail(r: &Report) -> Detail {
+    Detail {
+        changes: r.changes.clone(),
+        log_tail: r.log_tail.clone(),
     }
 }
 

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod etcd;
+
 use serve::inventory::{Report, parse};
 
 /// A report of `stage` (`fetch`, `disks`, `files`) with `outcome` for `machine`'s boot `boot`;
