@@ -868,6 +868,80 @@ fn replicas_on_etcd_share_tokens_and_installs() {
     assert!(local_boot(&ipxe(&b, q)), "{}", ipxe(&b, q));
 }
 
+/// `/ipxe` and `/machine-config` wait on the store (a token written, a record read and
+/// updated, a token spent): they are answered off the event loop (crate `serve`'s jobs).
+/// With the etcd store stopped (SIGSTOP) an `/ipxe` request waits, unanswered, while a
+/// config fetch on the same (and only) event loop is answered; once etcd goes on, the boot
+/// script comes. On the old code the loop itself waited for etcd (and the gauge was not
+/// there).
+#[test]
+fn a_stalled_store_holds_the_boot_request_not_the_event_loop() {
+    use std::io::{Read, Write};
+    let Some(e) = etcd() else { return };
+    let t = TempDir::new("boot-stalled");
+    let src = source(&t);
+    let s = start(
+        &src,
+        &[
+            "--threads",
+            "1",
+            "--inventory-store",
+            "etcd",
+            "--etcd-endpoints",
+            &e.url,
+        ],
+    );
+    let http = s.plain();
+    let admin = s.addr_of("admin");
+    let waiting = || {
+        get(admin, "/metrics").text().lines().find_map(|l| {
+            l.strip_prefix("agent_serve_boot_requests_waiting ")?
+                .parse::<u64>()
+                .ok()
+        })
+    };
+    // The store works.
+    ipxe(&s, "mac=52-54-00-12-34-01");
+    let pid = nix::unistd::Pid::from_raw(e.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let mut pending = std::net::TcpStream::connect(http).unwrap();
+    write!(
+        pending,
+        "GET /ipxe?mac=52-54-00-12-34-02 HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    s.wait_for("the boot request to wait for the stopped store", 30, |_| {
+        waiting() == Some(1)
+    });
+    // The event loop that read it answers a config fetch meanwhile ...
+    let r = get(http, "/config/worker");
+    assert_eq!(r.status, 200, "{}", r.text());
+    // ... and the boot request is still unanswered.
+    pending.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    let early = pending.read(&mut buf);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    match early {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!(
+            "the boot request was answered while the store was stopped: {other:?} {:?}",
+            String::from_utf8_lossy(&buf)
+        ),
+    }
+    pending.set_nonblocking(false).unwrap();
+    // A bound, not a measurement: the store's own bound on a call is about a minute.
+    pending
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut out = Vec::new();
+    pending.read_to_end(&mut out).unwrap();
+    let r = parse_response(&out, false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().starts_with("#!ipxe\n"), "{}", r.text());
+    assert!(r.text().contains("/machine-config?token="), "{}", r.text());
+    assert_eq!(waiting(), Some(0));
+}
+
 /// A token is never in the server's log (access log included) nor in the inventory: log
 /// lines name the first 8 hex digits of its hash.
 #[test]

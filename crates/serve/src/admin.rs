@@ -124,7 +124,9 @@ impl Admin {
         }
         if path == "/metrics" {
             let mut r = Response::new(200);
-            r.body = Body::Owned(self.app.fleet.metrics().into_bytes());
+            let mut text = self.app.fleet.metrics();
+            text.push_str(&self.app.boot_metrics());
+            r.body = Body::Owned(text.into_bytes());
             return r.header("Content-Type", "text/plain; version=0.0.4");
         }
         if path == "/ui" {

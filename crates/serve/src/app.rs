@@ -125,6 +125,23 @@ pub struct App {
     pub(super) fleet: super::fleet::Fleet,
     /// Network boot's settings (`crate::boot`).
     pub(super) boot: super::boot::Settings,
+    /// Where network boot's store-bound requests are answered, off the event loop.
+    pub(super) boot_jobs: Arc<super::jobs::Jobs>,
+    /// This app, for the jobs it hands a request to ([`App::set_shared`]); unset (tests
+    /// that build an `App` alone), those requests are answered on the event loop.
+    pub(super) shared: std::sync::OnceLock<std::sync::Weak<App>>,
+}
+
+/// The answer when [`super::jobs::BOOT_QUEUE`] network-boot requests already wait.
+fn boot_queue_full() -> Response {
+    Response::text(
+        503,
+        format!(
+            "{} network-boot requests are waiting for the inventory store (the boot queue limit); retry",
+            super::jobs::BOOT_QUEUE
+        ),
+    )
+    .header("Retry-After", "1")
 }
 
 fn method_ok(req: &Request) -> Option<Response> {
@@ -218,7 +235,27 @@ impl App {
                 discovery: opts.discovery.clone(),
                 token_ttl: opts.boot_token_ttl.as_secs(),
             },
+            boot_jobs: super::jobs::Jobs::new(
+                "boot",
+                super::jobs::BOOT_THREADS,
+                super::jobs::BOOT_QUEUE,
+            ),
+            shared: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Network boot's lines of `/metrics` (Prometheus text).
+    pub(super) fn boot_metrics(&self) -> String {
+        format!(
+            "# HELP agent_serve_boot_requests_waiting Network-boot requests waiting for the inventory store (queued or being answered).\n# TYPE agent_serve_boot_requests_waiting gauge\nagent_serve_boot_requests_waiting {}\n",
+            self.boot_jobs.waiting()
+        )
+    }
+
+    /// Lets requests that wait on the store (network boot's) be answered by jobs holding
+    /// `me` rather than on the event loop.
+    pub fn set_shared(me: &Arc<App>) {
+        let _ = me.shared.set(Arc::downgrade(me));
     }
 
     /// Whether tokens are derived from a key (else the legacy store).
@@ -549,6 +586,32 @@ impl http::Handler for App {
             return self.report(req, out);
         }
         if super::boot::ours(path) {
+            if super::boot::waits_on_store(req)
+                && let Some(app) = self.shared.get().and_then(std::sync::Weak::upgrade)
+                && let Some(store) = self.fleet.store.clone()
+            {
+                // Answered by a boot job: the store's writes (a token, a record, a spend)
+                // never hold this event loop.
+                let generation = self.active.seen(&mut local.seen).cloned();
+                let req = req.clone();
+                let jobs = self.boot_jobs.clone();
+                return out.later(move |reply| {
+                    jobs.push(Box::new(move |refused| {
+                        if refused {
+                            return reply.send(boot_queue_full());
+                        }
+                        let mut out = Response::new(200);
+                        let ctx = super::boot::Ctx {
+                            settings: &app.boot,
+                            generation: generation.as_ref(),
+                            store: Some(&*store),
+                            serve: &|r, p, o| app.serve_pool(r, p, o),
+                        };
+                        super::boot::handle(&ctx, &req, &mut out);
+                        reply.send(out);
+                    }))
+                });
+            }
             let ctx = super::boot::Ctx {
                 settings: &self.boot,
                 generation: self.active.seen(&mut local.seen),
@@ -590,6 +653,7 @@ impl http::Handler for App {
                 let mut r = Response::new(200);
                 let mut text = self.metrics.render(&self.conns);
                 text.push_str(&self.fleet.metrics());
+                text.push_str(&self.boot_metrics());
                 r.body = Body::Owned(text.into_bytes());
                 r.header("Content-Type", "text/plain; version=0.0.4")
             }

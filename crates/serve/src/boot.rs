@@ -45,6 +45,13 @@ pub fn ours(path: &str) -> bool {
     matches!(path, "/boot.ipxe" | "/ipxe" | "/machine-config") || path.starts_with("/assets/")
 }
 
+/// Whether answering `req` reads or writes the inventory store (`/ipxe`: the machine's
+/// record, a token written; `/machine-config`: the token spent): such a request is answered
+/// off the event loop (`crate::jobs`).
+pub fn waits_on_store(req: &Request) -> bool {
+    req.method() == "GET" && matches!(req.path(), "/ipxe" | "/machine-config")
+}
+
 /// How long a spent boot token still authenticates its machine's reports.
 pub const REPORTS_FOR: u64 = 24 * 3600;
 /// How long an unassigned machine's script waits before it asks again.

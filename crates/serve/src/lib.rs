@@ -34,6 +34,7 @@ pub mod checkpoint;
 pub mod fleet;
 pub mod http;
 pub mod inventory;
+pub mod jobs;
 pub mod machines;
 pub mod metrics;
 pub mod options;

@@ -70,6 +70,7 @@ pub fn run(opts: &Options) -> Result<()> {
     raise_open_files_limit(&limits, threads);
     let conns = Arc::new(http::ConnStats::default());
     let app = Arc::new(App::new(opts, conns.clone(), &limits)?);
+    App::set_shared(&app);
     // What the checkpoint kept is served from the start; the source is loaded by the
     // watcher once the listeners are up, so a slow or broken source never keeps the server
     // from answering (`/readyz` is 503 until there is something to serve).
