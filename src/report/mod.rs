@@ -58,7 +58,35 @@ pub fn target(
         },
         endpoints: endpoints.clone(),
         limits,
+        hostname: state.read_rendered().ok().and_then(|c| config_hostname(&c)),
     })
+}
+
+/// The hostname a config writes to `/etc/hostname` (an uncompressed data URL; its first
+/// line), when it is a plausible hostname (at most 253 characters of letters, digits, `-`
+/// and `.`).
+pub fn config_hostname(c: &spec::config::Config) -> Option<String> {
+    let f = c.storage.files.iter().find(|f| f.path == "/etc/hostname")?;
+    if f.contents
+        .compression
+        .as_deref()
+        .is_some_and(|z| !z.is_empty())
+    {
+        return None;
+    }
+    let src = f.contents.source.as_deref()?;
+    if !src.starts_with("data:") {
+        return None;
+    }
+    let bytes = spec::encoding::data_url::decode(src).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let name = text.lines().next()?.trim();
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '.');
+    ok.then(|| name.to_string())
 }
 
 /// What a report is about: the stage, its outcome and time, what it changed, its error.
@@ -102,7 +130,13 @@ pub fn build(t: &Target, o: Outcome) -> Report {
         id: uuid::Uuid::new_v4().simple().to_string(),
         boot_id: crate::state::boot_id(),
         sent: Some(now_rfc3339()),
-        machine: identity::machine(&t.endpoints, o.platform),
+        machine: {
+            let mut m = identity::machine(&t.endpoints, o.platform);
+            if m.hostname.is_none() {
+                m.hostname = t.hostname.clone();
+            }
+            m
+        },
         agent: Some(env!("CARGO_PKG_VERSION").to_string()),
         config: Some(t.config.clone()),
         stage: o.stage,
@@ -196,6 +230,34 @@ pub fn deliver(t: &Target, state: &StateDir, r: &Report) -> Delivered {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_configs_hostname_is_taken_when_plausible() {
+        let cfg = |files: &str| {
+            spec::config::parse(
+                format!(
+                    r#"{{"ignition": {{"version": "3.4.0"}}, "storage": {{"files": [{files}]}}}}"#
+                )
+                .as_bytes(),
+            )
+            .unwrap()
+            .config
+        };
+        let file = |src: &str| {
+            format!(r#"{{"path": "/etc/hostname", "contents": {{"source": "{src}"}}}}"#)
+        };
+        assert_eq!(
+            config_hostname(&cfg(&file("data:,node-1.example%0A"))).as_deref(),
+            Some("node-1.example")
+        );
+        assert_eq!(
+            config_hostname(&cfg(&file("data:;base64,bm9kZS0y"))).as_deref(),
+            Some("node-2")
+        );
+        assert_eq!(config_hostname(&cfg(&file("data:,bad%20name"))), None);
+        assert_eq!(config_hostname(&cfg(&file("https://h/hostname"))), None);
+        assert_eq!(config_hostname(&cfg("")), None);
+    }
 
     #[test]
     fn paths_are_bounded_and_errors_one_line() {

@@ -22,6 +22,9 @@ pub struct Target {
     pub config: AppliedConfig,
     pub endpoints: Endpoints,
     pub limits: Limits,
+    /// The hostname the applied config gives the machine (its `/etc/hostname`), reported
+    /// when the kernel's is not set yet (the initramfs).
+    pub hostname: Option<String>,
 }
 
 impl std::fmt::Debug for Target {

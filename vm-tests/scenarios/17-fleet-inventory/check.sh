@@ -43,6 +43,8 @@ for m, serial, mac, pool in ((a, "VMTEST-28-A", "52:54:00:28:00:0a", "worker"),
     expect(f"{m['id']} platform", i["platform"], "metal")
     expect(f"{m['id']} config pool", m["config"]["pool"], pool)
     expect(f"{m['id']} boots", len(m["boots"]), 1)
+# The initramfs has no hostname of its own: A's is the one its config writes.
+expect("A hostname", a["identity"].get("hostname"), "fleet-worker")
 stages = lambda m: {s["stage"]: s for s in m["boots"][-1]["stages"]}
 sa, sb = stages(a), stages(b)
 expect("A stages", sorted((k, s["outcome"]) for k, s in sa.items()),

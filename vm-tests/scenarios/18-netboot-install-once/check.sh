@@ -59,8 +59,8 @@ machines show --json "$N2" >"$WORK/n2.json" || fail "agent machines show $N2"
 python3 - "$WORK/n1.json" "$WORK/n2.json" <<'PY' || fail "inventory records (above)"
 import json, sys
 bad = []
-for path, boots, mac, serial in ((sys.argv[1], 2, "52:54:00:29:00:01", "VMTEST-29-1"),
-                                 (sys.argv[2], 1, "52:54:00:29:00:02", None)):
+for path, boots, mac, serial, host in ((sys.argv[1], 2, "52:54:00:29:00:01", "VMTEST-29-1", "node-1"),
+                                       (sys.argv[2], 1, "52:54:00:29:00:02", None, "node-2")):
     m = json.load(open(path))
     who = m["id"]
     def expect(what, got, want):
@@ -69,6 +69,8 @@ for path, boots, mac, serial in ((sys.argv[1], 2, "52:54:00:29:00:01", "VMTEST-2
     expect("state", m["state"], "provisioned")
     expect("authenticated", m["authenticated"], True)
     expect("macs", m["identity"]["macs"], [mac])
+    # The hostname its machine file's values gave it (the config's /etc/hostname).
+    expect("hostname", m["identity"].get("hostname"), host)
     if serial:
         expect("serial", m["identity"]["serial"], serial)
     expect("installs (boots with reports)", len(m["boots"]), boots)
