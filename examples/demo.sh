@@ -76,6 +76,17 @@ step "agent serve: a pool served to booting machines"
 mkdir -p "$work/source/pools/master"
 cp "$here/webserver.ign" "$work/source/pools/worker.ign"
 cp "$here/master-etcd.ign" "$work/source/pools/master/10-etcd.ign"
+# Bare metal (docs/serve.md, "Machines and network boot"): pool metal, one machine file
+# selecting a MAC with its own values, and a boot profile with its kernel and initramfs.
+mkdir -p "$work/source/machines" "$work/source/boot/assets"
+cat > "$work/source/pools/metal.ign" <<'IGN'
+{"ignition": {"version": "3.4.0"}, "storage": {"files": [
+  {"path": "/etc/hostname", "mode": 420, "overwrite": true, "contents": {"source": "data:,%7B%7B.hostname%7D%7D%0A"}}]}}
+IGN
+echo '{"selector": {"mac": "52:54:00:00:00:01"}, "pool": "metal", "values": {"hostname": "rack1-node1"}}' > "$work/source/machines/rack1-node1.json"
+echo '{"kernel": "vmlinuz", "initrd": ["initramfs.img"], "args": ["console=ttyS0", "ignition.platform.id=metal"]}' > "$work/source/boot/default.json"
+head -c 65536 /dev/urandom > "$work/source/boot/assets/vmlinuz"
+head -c 4096 /dev/urandom > "$work/source/boot/assets/initramfs.img"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 aport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$agent" serve --source "$work/source" --state-dir "$work/serve-state" --listen-http "127.0.0.1:$port" --admin-listen "127.0.0.1:$aport" --no-access-log 2>"$work/serve.log" >/dev/null &
@@ -106,4 +117,22 @@ chmod 600 "$work/root3/etc/shadow" "$work/root3/etc/gshadow"
 "$agent" run --config-file "$work/pointer.ign" --root "$work/root3" --state-dir "$work/state3" --stage fetch --stage files 2>&1 | grep -E "served pool|report sent" || true
 "$agent" machines list --server "http://127.0.0.1:$aport"
 echo "(the same on the page: http://127.0.0.1:$aport/ui/ while the server runs)"
+
+step "network boot: /boot.ipxe, the machine's /ipxe script, its config once per token"
+echo "--- GET /boot.ipxe (what a DHCP server points iPXE at)"
+curl -s "http://127.0.0.1:$port/boot.ipxe"
+echo "--- GET /ipxe?mac=52-54-00-00-00-01 (as iPXE asks)"
+script=$(curl -s "http://127.0.0.1:$port/ipxe?mac=52-54-00-00-00-01")
+sed -E 's/token=[A-Za-z0-9_-]+/token=<one-time token>/' <<<"$script"
+url=$(grep -o 'agent.config.url=[^ ]*' <<<"$script" | cut -d= -f2-)
+echo "--- the machine's config: its own hostname"
+curl -s "$url" | python3 -c '
+import base64, json, sys, urllib.parse
+c = json.load(sys.stdin)
+src = [f for f in c["storage"]["files"] if f["path"] == "/etc/hostname"][0]["contents"]["source"]
+head, data = src.split(",", 1)
+text = base64.b64decode(data) if head.endswith(";base64") else urllib.parse.unquote_to_bytes(data)
+print("/etc/hostname:", text.decode().strip())'
+echo "--- the same token again: $(curl -s -o /dev/null -w '%{http_code}' "$url") (spent)"
+echo "--- a boot asset with Range: $(curl -s -o /dev/null -r 0-1023 -w '%{http_code} %{size_download} bytes' "http://127.0.0.1:$port/assets/vmlinuz")"
 echo "demo complete"
