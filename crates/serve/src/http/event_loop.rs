@@ -17,7 +17,7 @@ use super::admission::{
 };
 use super::head::{REQUEST_KEPT, Request, Scan, ScanState, scan_head};
 use super::response::{
-    Body, Response, WHOLES_KEPT, Whole, Wholes, http_date, response_head, sendfile,
+    Answer, Body, Reply, Response, WHOLES_KEPT, Whole, Wholes, http_date, response_head, sendfile,
 };
 use crate::pipes;
 
@@ -293,11 +293,9 @@ struct Inbox {
     closed: bool,
 }
 
-/// The answer to a request its handler deferred (`Response::later`), which any thread may
-/// send: it goes to the event loop that owns the connection (through that loop's inbox and
-/// event fd) and is written from there. Dropped unsent, it answers 500. A reply whose
-/// connection is gone (closed, or answered 503 at the answer time-out) is dropped.
-pub struct Reply {
+/// The loop's side of a [`Reply`]: the connection it answers, by the loop's inbox and
+/// event fd. Dropped unsent, it answers 500.
+struct LoopReply {
     links: Arc<[Link]>,
     to: usize,
     token: u64,
@@ -305,12 +303,14 @@ pub struct Reply {
     sent: bool,
 }
 
-impl Reply {
-    pub fn send(mut self, resp: Response) {
+impl Answer for LoopReply {
+    fn send_boxed(mut self: Box<Self>, resp: Response) {
         self.sent = true;
         self.push(resp);
     }
+}
 
+impl LoopReply {
     fn push(&self, resp: Response) {
         let link = &self.links[self.to];
         {
@@ -333,7 +333,7 @@ impl Reply {
     }
 }
 
-impl Drop for Reply {
+impl Drop for LoopReply {
     fn drop(&mut self) {
         if !self.sent {
             self.push(Response::text(
@@ -1011,13 +1011,13 @@ impl<H: Handler> Shard<H> {
             c.phase = Phase::Deferred;
             c.deferred = Some(started);
             c.deadline = self.now + srv.adm.limits.answer_timeout;
-            f(Reply {
+            f(Reply::new(LoopReply {
                 links: self.links.clone(),
                 to: self.me,
                 token: c.token,
                 ticket: c.ticket,
                 sent: false,
-            });
+            }));
             // The handler has what it needs of the body: not kept while the answer waits.
             if c.req.body.capacity() > REQUEST_KEPT {
                 c.req.body = Vec::new();

@@ -55,6 +55,6 @@ mod head;
 mod response;
 
 pub use admission::{ConnStats, Limits};
-pub use event_loop::{Handler, LOOP_FDS, Listener, Reply, Server, bind, stop_listener};
+pub use event_loop::{Handler, LOOP_FDS, Listener, Server, bind, stop_listener};
 pub use head::{Request, parse_head};
-pub use response::{Body, Deferred, FileBody, Response, http_date, reason};
+pub use response::{Answer, Body, Deferred, FileBody, Reply, Response, http_date, reason};

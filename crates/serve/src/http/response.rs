@@ -266,9 +266,31 @@ pub struct Response {
     pub version: Cow<'static, str>,
 }
 
+/// Where the answer to a deferred request goes: the event loop that owns the connection
+/// (its reply, made by the loop). Sent once, from any thread.
+pub trait Answer: Send {
+    fn send_boxed(self: Box<Self>, resp: Response);
+}
+
+/// The answer to a request its handler deferred ([`Response::later`]), which any thread
+/// may send: it goes to the event loop that owns the connection (through that loop's inbox
+/// and event fd) and is written from there. Dropped unsent, it answers 500. A reply whose
+/// connection is gone (closed, or answered 503 at the answer time-out) is dropped.
+pub struct Reply(Box<dyn Answer>);
+
+impl Reply {
+    pub fn new(a: impl Answer + 'static) -> Reply {
+        Reply(Box::new(a))
+    }
+
+    pub fn send(self, resp: Response) {
+        self.0.send_boxed(resp)
+    }
+}
+
 /// What a handler that answers later gives the event loop: called once, on the loop, with
-/// the [`Reply`](super::Reply) that answers the request from any thread.
-pub type Deferred = Box<dyn FnOnce(super::Reply) + Send>;
+/// the [`Reply`] that answers the request from any thread.
+pub type Deferred = Box<dyn FnOnce(Reply) + Send>;
 
 /// A [`Deferred`] held by a response's body ([`Body::Later`]): taken once; a clone holds
 /// none. Boxed again to be one pointer, so a body is no larger for it.
@@ -299,13 +321,13 @@ impl Response {
     }
 
     /// Answers later, from another thread: the event loop calls `f` with a
-    /// [`Reply`](super::Reply) once the handler returns, parks the connection (it reads
+    /// [`Reply`] once the handler returns, parks the connection (it reads
     /// nothing more from it, and it keeps its connection slot), and writes whatever
     /// `Reply::send` gives it. The connection's deadline meanwhile is the answer time-out
     /// ([`Limits::answer_timeout`](super::Limits::answer_timeout)), after which it is
     /// answered 503 and a late reply is dropped. The rest of this response is ignored; its
     /// body is [`Body::Later`] until then.
-    pub fn later(&mut self, f: impl FnOnce(super::Reply) + Send + 'static) {
+    pub fn later(&mut self, f: impl FnOnce(Reply) + Send + 'static) {
         self.body = Body::Later(Later(Some(Box::new(Box::new(f)))));
     }
 
