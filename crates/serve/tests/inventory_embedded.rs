@@ -574,3 +574,50 @@ fn inventory_embedded_boot_token_is_spent_once() {
     let s = open(&dir);
     assert!(s.boot_token("k3").unwrap().is_some(), "durable");
 }
+
+/// A stage that changed nothing and logged nothing gets no details record (one redb key fewer
+/// per such report, most fetch and disks stages); the machine still shows its details, empty.
+#[test]
+fn inventory_embedded_writes_no_details_record_for_a_report_without_details() {
+    use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+    let dir = TestDir::new("inv-nodetail");
+    let s = open(&dir);
+    let mut quiet = report("q1", "m-q", "b", "fetch", "ok", false);
+    quiet.changes = Default::default();
+    quiet.log_tail.clear();
+    let busy = report("q2", "m-q", "b", "files", "ok", true);
+    for r in [&quiet, &busy] {
+        assert_eq!(
+            s.record(r, &token("worker", 1)).expect("recording"),
+            Recorded::New
+        );
+    }
+    drop(s);
+    {
+        let db = redb::Database::open(dir.0.join("inventory.db")).expect("opening the file");
+        let tx = db.begin_read().expect("reading");
+        let details = tx
+            .open_table(TableDefinition::<&str, &[u8]>::new("details"))
+            .expect("the details table");
+        let keys: Vec<String> = details
+            .iter()
+            .expect("listing")
+            .map(|e| e.expect("an entry").0.value().to_string())
+            .collect();
+        assert_eq!(
+            keys,
+            ["m-q/q2"],
+            "only the report with details has a record"
+        );
+    }
+    let s = open(&dir);
+    let m = s.machine("m-q").expect("reading").expect("m-q");
+    let stages = &m.boots[0].stages;
+    assert_eq!(stages.len(), 2);
+    assert_eq!(stages[0].detail.as_ref(), Some(&Default::default()));
+    assert_eq!(
+        stages[1].detail.as_ref().map(|d| &d.changes),
+        Some(&busy.changes)
+    );
+    assert!(!busy.changes.paths.is_empty());
+}

@@ -1,7 +1,8 @@
 //! The embedded store: one redb file (`<state-dir>/inventory.db`).
 //!
 //! Two tables: `machines` (machine id → the record as JSON) and `details` (`<machine
-//! id>/<report id>` → the report's changes and log tail as JSON). Reports are recorded in
+//! id>/<report id>` → the report's changes and log tail as JSON; none for a report that
+//! changed nothing and logged nothing, read back as the empty details). Reports are recorded in
 //! write transactions (redb runs one at a time; reports that arrive while one commits go
 //! together into the next), committed with redb's default durability: the commit returns
 //! after fsync, and redb's copy-on-write pages with a checksummed commit slot mean a crash at
@@ -145,7 +146,9 @@ impl Embedded {
                         .remove(detail_key(&m.id, &id).as_str())
                         .with_context(|| self.what("writing to"))?;
                 }
-                if let Some(id) = store {
+                if let Some(id) = store
+                    && model::has_detail(r)
+                {
                     let d = serde_json::to_vec(&model::detail(r))?;
                     details
                         .insert(detail_key(&m.id, &id).as_str(), d.as_slice())
@@ -239,19 +242,22 @@ impl Store for Embedded {
             .open_table(DETAILS)
             .with_context(|| self.what("opening"))?;
         for s in m.boots.iter_mut().flat_map(|b| b.stages.iter_mut()) {
-            if let Some(d) = details
-                .get(detail_key(id, &s.report_id).as_str())
-                .with_context(|| self.what("reading"))?
-            {
-                s.detail = Some(serde_json::from_slice::<Detail>(d.value()).with_context(
-                    || {
+            // A stage without a record of its details changed nothing and logged nothing
+            // (`model::has_detail`): its details are the empty ones.
+            s.detail = Some(
+                match details
+                    .get(detail_key(id, &s.report_id).as_str())
+                    .with_context(|| self.what("reading"))?
+                {
+                    Some(d) => serde_json::from_slice::<Detail>(d.value()).with_context(|| {
                         format!(
                             "reading report {} of machine {id} from the inventory",
                             s.report_id
                         )
-                    },
-                )?);
-            }
+                    })?,
+                    None => Detail::default(),
+                },
+            );
         }
         Ok(Some(m))
     }

@@ -387,6 +387,13 @@ pub fn detail(r: &Report) -> Detail {
     }
 }
 
+/// Whether a report has a [`Detail`] worth a record of its own: a stage that changed
+/// nothing and sent no log lines (most fetch and disks stages) has none, and the embedded
+/// store writes no record for it (it reads a missing one as the empty [`Detail`]).
+pub fn has_detail(r: &Report) -> bool {
+    !r.log_tail.is_empty() || r.changes != Changes::default()
+}
+
 /// How decisive an outcome is when a stage is reported twice in one boot.
 fn rank(o: Outcome) -> u8 {
     match o {
