@@ -414,6 +414,22 @@ impl Etcd {
     }
 }
 
+impl Etcd {
+    /// Machine `id`'s record at `mkey` with its `mod_revision` (0: none yet).
+    fn machine_at(&self, mkey: &str, id: &str) -> Result<(Option<Machine>, i64)> {
+        Ok(match self.get(mkey)? {
+            Some((v, rev)) => (
+                Some(
+                    serde_json::from_slice::<Machine>(&v)
+                        .with_context(|| format!("etcd: reading machine {id}"))?,
+                ),
+                rev,
+            ),
+            None => (None, 0),
+        })
+    }
+}
+
 impl Store for Etcd {
     fn record(&self, r: &Report, origin: &Origin) -> Result<Recorded> {
         let mkey = self.key(&format!("machines/{}", r.machine.id));
@@ -422,16 +438,7 @@ impl Store for Etcd {
             if attempt > 0 {
                 backoff(attempt);
             }
-            let (old, rev) = match self.get(&mkey)? {
-                Some((v, rev)) => (
-                    Some(
-                        serde_json::from_slice::<Machine>(&v)
-                            .with_context(|| format!("etcd: reading machine {}", r.machine.id))?,
-                    ),
-                    rev,
-                ),
-                None => (None, 0),
-            };
+            let (old, rev) = self.machine_at(&mkey, &r.machine.id)?;
             let (m, applied) = model::apply(old, r, origin);
             let Applied::Recorded { store, drop } = applied else {
                 return Ok(Recorded::Duplicate);
@@ -549,16 +556,7 @@ impl Store for Etcd {
             if attempt > 0 {
                 backoff(attempt);
             }
-            let (old, rev) = match self.get(&mkey)? {
-                Some((v, rev)) => (
-                    Some(
-                        serde_json::from_slice::<Machine>(&v)
-                            .with_context(|| format!("etcd: reading machine {id}"))?,
-                    ),
-                    rev,
-                ),
-                None => (None, 0),
-            };
+            let (old, rev) = self.machine_at(&mkey, id)?;
             let Some(m) = f(old.clone()) else {
                 return Ok(old);
             };
