@@ -9,6 +9,9 @@
 
 mod support;
 
+#[path = "../crates/serve/tests/inventory_support/etcd.rs"]
+mod etcd_cluster;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -773,77 +776,13 @@ fn machines_survive_a_restart_on_a_broken_source() {
     assert_eq!(r.body, b"initramfs");
 }
 
-/// One etcd member on free 127.0.0.1 ports, killed on drop.
-struct Etcd {
-    child: std::process::Child,
-    url: String,
-    _dir: TempDir,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn etcd() -> Option<Etcd> {
-    let bin = std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join("etcd"))
-        .find(|f| f.is_file());
-    let Some(bin) = bin else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "etcd is not installed; CI installs it (.ci/packages/serve.apt: etcd-server)"
-        );
-        eprintln!("SKIPPED: etcd is not installed (apt-get install etcd-server)");
-        return None;
-    };
-    let dir = TempDir::new("boot-etcd");
-    let (client, peer) = (free_port(), free_port());
-    let url = format!("http://127.0.0.1:{client}");
-    let child = Command::new(bin)
-        .args([
-            "--name=m0".to_string(),
-            format!("--data-dir={}", dir.path().join("data").display()),
-            format!("--listen-client-urls={url}"),
-            format!("--advertise-client-urls={url}"),
-            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
-            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
-            format!("--initial-cluster=m0=http://127.0.0.1:{peer}"),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("starting etcd");
-    let e = Etcd {
-        child,
-        url,
-        _dir: dir,
-    };
-    let addr: SocketAddr = format!("127.0.0.1:{client}").parse().unwrap();
-    let end = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
-            use std::io::{Read, Write};
-            let _ = s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-            let mut out = String::new();
-            let _ = s.read_to_string(&mut out);
-            if out.contains("\"health\":\"true\"") {
-                return Some(e);
-            }
-        }
-        assert!(Instant::now() < end, "etcd did not become healthy");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// A real 3-member etcd cluster on 127.0.0.1 (the serve crate's test support), or None
+/// when etcd is missing outside CI; its client URLs as `--etcd-endpoints`.
+fn etcd() -> Option<(etcd_cluster::Cluster, String)> {
+    let bin = etcd_cluster::etcd_binary()?;
+    let c = etcd_cluster::Cluster::start(&bin);
+    let urls = c.clients.join(",");
+    Some((c, urls))
 }
 
 /// Two replicas on one etcd store: a token that one replica issued is spent by a fetch
@@ -851,10 +790,12 @@ fn etcd() -> Option<Etcd> {
 /// sends the machine to its local disk on the other.
 #[test]
 fn replicas_on_etcd_share_tokens_and_installs() {
-    let Some(e) = etcd() else { return };
+    let Some((_cluster, urls)) = etcd() else {
+        return;
+    };
     let t = TempDir::new("boot-etcd-replicas");
     let src = source(&t);
-    let args = ["--inventory-store", "etcd", "--etcd-endpoints", &e.url];
+    let args = ["--inventory-store", "etcd", "--etcd-endpoints", &urls];
     let a = start(&src, &args);
     let b = start(&src, &args);
     let script = ipxe(&a, "mac=52-54-00-12-34-02");
@@ -877,7 +818,9 @@ fn replicas_on_etcd_share_tokens_and_installs() {
 #[test]
 fn a_stalled_store_holds_the_boot_request_not_the_event_loop() {
     use std::io::{Read, Write};
-    let Some(e) = etcd() else { return };
+    let Some((cluster, urls)) = etcd() else {
+        return;
+    };
     let t = TempDir::new("boot-stalled");
     let src = source(&t);
     let s = start(
@@ -888,7 +831,7 @@ fn a_stalled_store_holds_the_boot_request_not_the_event_loop() {
             "--inventory-store",
             "etcd",
             "--etcd-endpoints",
-            &e.url,
+            &urls,
         ],
     );
     let http = s.plain();
@@ -902,8 +845,9 @@ fn a_stalled_store_holds_the_boot_request_not_the_event_loop() {
     };
     // The store works.
     ipxe(&s, "mac=52-54-00-12-34-01");
-    let pid = nix::unistd::Pid::from_raw(e.child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    for i in 0..3 {
+        cluster.stop(i);
+    }
     let mut pending = std::net::TcpStream::connect(http).unwrap();
     write!(
         pending,
@@ -920,7 +864,9 @@ fn a_stalled_store_holds_the_boot_request_not_the_event_loop() {
     pending.set_nonblocking(true).unwrap();
     let mut buf = [0u8; 64];
     let early = pending.read(&mut buf);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    for i in 0..3 {
+        cluster.resume(i);
+    }
     match early {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         other => panic!(
