@@ -643,6 +643,42 @@ fn rejected(s: &Server, good: &str, want: &[&str]) {
     assert!(String::from_utf8_lossy(&cfg.body).contains("10.0.0.5"));
 }
 
+/// Boot assets are held in memory: a `boot/assets/` over the total limit is refused by its
+/// sizes before a byte is read (sparse files here: 5 × 1 GiB on no disk), and a FIFO or a
+/// link out of the source is refused without being opened; the last good generation stays.
+#[test]
+fn oversized_fifo_or_outside_assets_keep_the_last_good_generation() {
+    let t = TempDir::new("boot-assets-bad");
+    let src = source(&t);
+    let s = start(&src, &[]);
+    let good = s.status()["sources"][0]["active"]["generation"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let assets = src.join("boot/assets");
+    for i in 0..5 {
+        let f = std::fs::File::create(assets.join(format!("big{i}.img"))).unwrap();
+        f.set_len(1 << 30).unwrap();
+    }
+    rejected(&s, &good, &["MiB of assets, more than the 4096 MiB limit"]);
+    for i in 0..5 {
+        std::fs::remove_file(assets.join(format!("big{i}.img"))).unwrap();
+    }
+    nix::unistd::mkfifo(
+        &assets.join("pipe.img"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    rejected(&s, &good, &["pipe.img is a FIFO"]);
+    std::fs::remove_file(assets.join("pipe.img")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", assets.join("out.img")).unwrap();
+    rejected(
+        &s,
+        &good,
+        &["out.img is a symbolic link to a place outside the source"],
+    );
+}
+
 #[test]
 fn bad_input_keeps_the_last_good_generation() {
     let t = TempDir::new("boot-bad");

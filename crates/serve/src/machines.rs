@@ -23,6 +23,8 @@ use spec::config::{self, Config, Version};
 
 /// Largest boot asset (kernel, initramfs); each is held in memory while served.
 pub const MAX_ASSET_BYTES: u64 = 1 << 30;
+/// Largest sum of a generation's boot assets (all of them are held in memory).
+pub const MAX_ASSETS_TOTAL_BYTES: u64 = 4 << 30;
 
 /// A file of `boot/assets/`: its bytes and strong ETag (as a config's: SHA-256, 128 bits).
 #[derive(Debug)]

@@ -708,10 +708,24 @@ fn read_machines(r: &mut Reader<'_>, root: &Path) -> Result<()> {
         r.field(&bytes);
         r.g.machines.profiles.push((stem.to_string(), bytes));
     }
-    for (name, path) in plain_files(root, "boot/assets", r.bases)? {
-        if !super::selectors::valid_asset_name(&name) {
-            continue;
-        }
+    let assets: Vec<(String, PathBuf)> = plain_files(root, "boot/assets", r.bases)?
+        .into_iter()
+        .filter(|(name, _)| super::selectors::valid_asset_name(name))
+        .collect();
+    // Assets are held in memory: their sizes are summed before a byte is read.
+    let total: u64 = assets
+        .iter()
+        .map(|(_, p)| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum();
+    if total > super::machines::MAX_ASSETS_TOTAL_BYTES {
+        bail!(
+            "{} holds {} MiB of assets, more than the {} MiB limit for boot assets held in memory",
+            root.join("boot/assets").display(),
+            total >> 20,
+            super::machines::MAX_ASSETS_TOTAL_BYTES >> 20
+        );
+    }
+    for (name, path) in assets {
         let a = r.translations.assets.read(&path)?;
         r.field(b"asset");
         r.field(name.as_bytes());
