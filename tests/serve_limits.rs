@@ -146,7 +146,9 @@ fn silent_flood_on_the_plain_port() {
     let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
     let t = TempDir::new("flood-plain");
     let src = source(&t);
-    // A long header time-out: room must come from eviction, not from time-outs.
+    // A long header time-out: room must come from eviction, not from time-outs. Accepted
+    // at once (no deferred accept): the kernel hands the server every connection, as a
+    // flood whose connections each send one byte would even with it.
     let s = start(
         &src,
         None,
@@ -155,6 +157,8 @@ fn silent_flood_on_the_plain_port() {
             "300s",
             "--max-connections",
             &MAX_CONNECTIONS.to_string(),
+            "--defer-accept",
+            "0",
         ],
     );
     let addr = s.addr_of("http");
@@ -185,6 +189,44 @@ fn silent_flood_on_the_plain_port() {
     assert_eq!(st["limits"]["headerTimeoutSeconds"], 300.0);
 }
 
+/// The default: the listener defers accepting a connection until its first data
+/// (TCP_DEFER_ACCEPT, `--defer-accept 1`), so a silent flood is held by the kernel (its SYN
+/// queue, then SYN cookies) and mostly never reaches the server; whatever does is evicted
+/// as above. Real clients still always get through, and nothing is refused.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn silent_flood_with_deferred_accept() {
+    must_be_root();
+    let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
+    let t = TempDir::new("flood-deferred");
+    let src = source(&t);
+    let s = start(
+        &src,
+        None,
+        &[
+            "--header-timeout",
+            "300s",
+            "--max-connections",
+            &MAX_CONNECTIONS.to_string(),
+        ],
+    );
+    let addr = s.addr_of("http");
+    let want = s.get("/config/worker").body;
+    let (statuses, _herd) = flood_while_fetching(addr, || {
+        let r = request(addr, GET_WORKER);
+        if r.status == 200 {
+            assert_eq!(r.body, want);
+        }
+        r.status
+    });
+    assert!(
+        statuses.iter().all(|&st| st == 200),
+        "a real client must always get through: {statuses:?}"
+    );
+    assert_eq!(s.metric("agent_serve_connections_rejected_total"), 0);
+    assert!(s.metric("agent_serve_open_connections") <= MAX_CONNECTIONS as u64);
+}
+
 #[test]
 #[ignore = "needs root: make test-root"]
 fn silent_flood_on_the_tls_port() {
@@ -201,6 +243,8 @@ fn silent_flood_on_the_tls_port() {
             "300s",
             "--max-connections",
             &MAX_CONNECTIONS.to_string(),
+            "--defer-accept",
+            "0",
         ],
     );
     let addr = s.addr_of("https");
@@ -377,12 +421,57 @@ fn open_in_order(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
         .collect()
 }
 
+/// TCP_DEFER_ACCEPT (`--defer-accept`): a connection that has sent nothing is the kernel's
+/// until it speaks (or the time is up), so it holds no slot of the server's; with 0 it is
+/// accepted at once.
+#[test]
+fn a_silent_connection_is_accepted_once_it_speaks() {
+    let t = TempDir::new("defer");
+    let src = source(&t);
+    for (defer, silent_held) in [("30", false), ("0", true)] {
+        let s = start(&src, None, &["--defer-accept", defer]);
+        let addr = s.addr_of("http");
+        let mut silent = TcpStream::connect(addr).unwrap();
+        // The metrics request itself is one open connection.
+        let want = if silent_held { 2 } else { 1 };
+        s.wait_for("the open connections", 30, |s| {
+            s.metric("agent_serve_open_connections") == want
+        });
+        assert_eq!(
+            s.metric("agent_serve_open_connections"),
+            want,
+            "--defer-accept {defer}"
+        );
+        silent
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        silent
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        assert_eq!(
+            read_answer(&mut silent).status,
+            200,
+            "--defer-accept {defer}"
+        );
+        assert_eq!(
+            s.metric("agent_serve_open_connections"),
+            2,
+            "--defer-accept {defer}"
+        );
+    }
+}
+
 #[test]
 fn evicts_the_oldest_waiting_connection_at_the_limit() {
     let t = TempDir::new("evict");
     let src = source(&t);
-    // Silent connections only.
-    let s = start(&src, None, &["--max-connections", "2"]);
+    // Silent connections only, accepted as they open (with the default deferred accept
+    // the kernel would hold them a second first, and this test's order is the server's).
+    let s = start(
+        &src,
+        None,
+        &["--max-connections", "2", "--defer-accept", "0"],
+    );
     let addr = s.addr_of("http");
     let mut held = open_in_order(addr, 2);
     assert_eq!(request(addr, GET_WORKER).status, 200);

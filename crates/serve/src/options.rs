@@ -48,6 +48,8 @@ pub struct Options {
     pub max_connections: usize,
     /// Most open connections from one client address (0: no cap).
     pub max_connections_per_address: usize,
+    /// TCP_DEFER_ACCEPT of the listeners in seconds (0: accept at once).
+    pub defer_accept_secs: u32,
     /// Event-loop threads (default: one per CPU).
     pub threads: Option<usize>,
     /// Largest request head in bytes.

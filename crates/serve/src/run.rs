@@ -95,7 +95,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let mut listeners = Vec::new();
     let mut out = std::io::stdout().lock();
     for (addr, cfg, scheme) in plan {
-        let l = http::bind(addr)?;
+        let l = http::bind(addr, opts.defer_accept_secs)?;
         let local = l.local_addr().context("reading the bound address")?;
         writeln!(out, "listening {scheme}://{local}").context("writing to stdout")?;
         log::info!("listening on {scheme}://{local}");
@@ -114,7 +114,7 @@ pub fn run(opts: &Options) -> Result<()> {
                     "--admin-listen {addr} is not a loopback address: give --admin-token-file (the inventory is never served to an unauthenticated client)"
                 ),
             };
-            let l = http::bind(addr).with_context(|| {
+            let l = http::bind(addr, opts.defer_accept_secs).with_context(|| {
                 format!(
                     "--admin-listen {addr} (another agent serve on this host? give each its own --admin-listen, or off)"
                 )

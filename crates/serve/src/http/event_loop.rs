@@ -25,6 +25,8 @@ use crate::pipes;
 const SWEEP: Duration = Duration::from_millis(100);
 /// Times an event loop yields the CPU and looks for events again before it sleeps.
 const SPIN: usize = 5;
+/// Waits without spinning at most, after spins that found nothing (`Shard::poll`).
+const SPIN_BACKOFF_MAX: u32 = 64;
 /// Connections accepted per listener wake-up before other events get a turn.
 const ACCEPT_BATCH: usize = 128;
 /// Event tokens at or above this are listeners.
@@ -70,13 +72,93 @@ pub struct Listener {
 }
 
 /// Binds a listening socket with a deep backlog (a thundering herd of booting machines).
-pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
+/// `defer_secs`: TCP_DEFER_ACCEPT (see [`defer_accept`]; 0: off).
+pub fn bind(addr: SocketAddr, defer_secs: u32) -> Result<TcpListener> {
     use nix::sys::socket::{Backlog, listen};
     // std sets SO_REUSEADDR; calling listen() again on Linux raises the backlog.
     let l = TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
     listen(&l, Backlog::new(4096).unwrap_or(Backlog::MAXCONN))
         .with_context(|| format!("listening on {addr}"))?;
+    // Accepted sockets inherit these from the listener (Linux copies the listener's socket
+    // options into each connection it accepts), which saves two system calls per
+    // connection. TCP_NODELAY: a response's last segment is not held back waiting for the
+    // client's ACK. SO_SNDBUF (the kernel doubles it): room for a whole config of up to
+    // ~256 KiB in one write, which the pipe path (`crate::pipes`) needs (measured: 64 KiB
+    // cost a config of 150 KiB a third more CPU per request). A client that does not read
+    // holds up to twice this of kernel memory (charged to the server's cgroup) until the
+    // minimum send rate drops it.
+    use nix::sys::socket::{setsockopt, sockopt};
+    setsockopt(&l, sockopt::TcpNoDelay, &true)
+        .with_context(|| format!("setting TCP_NODELAY on {addr}"))?;
+    setsockopt(&l, sockopt::SndBuf, &SNDBUF)
+        .with_context(|| format!("setting SO_SNDBUF on {addr}"))?;
+    if defer_secs > 0 {
+        defer_accept(&l, defer_secs)
+            .with_context(|| format!("setting TCP_DEFER_ACCEPT on {addr}"))?;
+    }
     Ok(l)
+}
+
+/// TCP_DEFER_ACCEPT of `secs` (`--defer-accept`, default 1): the kernel hands a connection to `accept`
+/// once its first data (the request, a TLS ClientHello) has arrived, so an event loop wakes
+/// once per connection instead of twice (once to accept, once more to read) and finds the
+/// request there when it accepts. Measured on the fresh-connection herd of benches/fleet.sh:
+/// server CPU per connection about 55 → 30 µs (nginx's `listen … deferred` does the same,
+/// with the same 1 s). A client that connects and stays silent is handed over anyway once
+/// the time is up (the kernel resends its SYN-ACK and the client's ACK completes it), and
+/// from then on the header time-out and eviction apply as before.
+fn defer_accept(l: &TcpListener, secs: u32) -> std::io::Result<()> {
+    let secs = nix::libc::c_int::try_from(secs).unwrap_or(nix::libc::c_int::MAX);
+    // SAFETY: `secs` is a valid c_int of the size given; the listener is open.
+    let r = unsafe {
+        nix::libc::setsockopt(
+            l.as_raw_fd(),
+            nix::libc::IPPROTO_TCP,
+            nix::libc::TCP_DEFER_ACCEPT,
+            (&raw const secs).cast(),
+            std::mem::size_of::<nix::libc::c_int>() as nix::libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// accept4(2) of a non-blocking, close-on-exec connection with its peer's address, in one
+/// system call (std's `accept` needs a second one to make the socket non-blocking).
+fn accept_nonblocking(l: &TcpListener) -> std::io::Result<(TcpStream, SocketAddr)> {
+    use nix::sys::socket::{SockaddrLike, SockaddrStorage};
+    use std::os::fd::FromRawFd;
+    // SAFETY: an all-zero sockaddr_storage is a valid value of that plain C struct.
+    let mut addr: nix::libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<nix::libc::sockaddr_storage>() as nix::libc::socklen_t;
+    // SAFETY: `addr` and `len` are valid, exclusively borrowed, and `len` is `addr`'s size;
+    // the listener stays open for the duration of the call.
+    let fd = unsafe {
+        nix::libc::accept4(
+            l.as_raw_fd(),
+            (&raw mut addr).cast(),
+            &mut len,
+            nix::libc::SOCK_NONBLOCK | nix::libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: accept4 returned a new descriptor that nothing else owns.
+    let sock = unsafe { TcpStream::from_raw_fd(fd) };
+    // SAFETY: the kernel wrote a socket address of `len` bytes into `addr`.
+    let peer = unsafe { SockaddrStorage::from_raw((&raw const addr).cast(), Some(len)) };
+    let peer = match peer {
+        Some(a) => match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
+            (Some(v4), _) => SocketAddr::V4((*v4).into()),
+            (_, Some(v6)) => SocketAddr::V6((*v6).into()),
+            _ => return Err(std::io::Error::other("a connection that is not TCP/IP")),
+        },
+        None => return Err(std::io::Error::other("a connection without a peer address")),
+    };
+    Ok((sock, peer))
 }
 
 /// Stops a listening socket from taking new connections (used at shutdown).
@@ -163,6 +245,8 @@ impl<H: Handler> Server<H> {
                 listeners: ls,
                 listening: false,
                 paused_until: None,
+                spin_skip: std::cell::Cell::new(0),
+                spin_backoff: std::cell::Cell::new(0),
                 slots: Vec::new(),
                 free: Vec::new(),
                 live: 0,
@@ -373,6 +457,10 @@ struct Shard<H: Handler> {
     listeners: Vec<(TcpListener, Option<Arc<rustls::ServerConfig>>)>,
     listening: bool,
     paused_until: Option<Instant>,
+    /// Waits left to skip spinning before, and the current length of that back-off
+    /// (`Shard::poll`).
+    spin_skip: std::cell::Cell<u32>,
+    spin_backoff: std::cell::Cell<u32>,
     slots: Vec<Slot>,
     free: Vec<usize>,
     live: usize,
@@ -530,14 +618,27 @@ impl<H: Handler> Shard<H> {
     /// not sleep needs no wake-up, which saves both the server and its clients a switch
     /// each (measured: server CPU per request 10.1 → 8.6 µs on the serve benchmark; see
     /// README "Speed"). When no other task wants the CPU this costs a few microseconds per
-    /// sleep.
+    /// sleep, and spins that find nothing back off: a herd of fresh connections from slow
+    /// clients (one request each, then a close) found nothing most times and paid for it
+    /// (measured on benches/fleet.sh's herd: about a fifth of the server's CPU per
+    /// connection).
     fn poll(&self, events: &mut [EpollEvent], ms: u16) -> nix::Result<usize> {
-        for _ in 0..SPIN {
-            let n = self.epoll.wait(events, EpollTimeout::ZERO)?;
-            if n > 0 {
-                return Ok(n);
+        if self.spin_skip.get() > 0 {
+            self.spin_skip.set(self.spin_skip.get() - 1);
+        } else {
+            for _ in 0..SPIN {
+                let n = self.epoll.wait(events, EpollTimeout::ZERO)?;
+                if n > 0 {
+                    self.spin_backoff.set(0);
+                    return Ok(n);
+                }
+                std::thread::yield_now();
             }
-            std::thread::yield_now();
+            // Nothing came while spinning: skip the next 1, 2, 4, … (at most
+            // SPIN_BACKOFF_MAX) waits' spins, until one finds events again.
+            let b = (self.spin_backoff.get() * 2).clamp(1, SPIN_BACKOFF_MAX);
+            self.spin_backoff.set(b);
+            self.spin_skip.set(b);
         }
         self.epoll.wait(events, EpollTimeout::from(ms))
     }
@@ -561,7 +662,7 @@ impl<H: Handler> Shard<H> {
             if !self.listening {
                 return;
             }
-            let res = self.listeners[li].0.accept();
+            let res = accept_nonblocking(&self.listeners[li].0);
             match res {
                 Ok((sock, peer)) => {
                     let h = (sock, peer, self.listeners[li].1.clone());
@@ -701,10 +802,6 @@ impl<H: Handler> Shard<H> {
         tls: Option<Arc<rustls::ServerConfig>>,
     ) {
         let srv = self.srv.clone();
-        if sock.set_nonblocking(true).is_err() {
-            return;
-        }
-        let _ = sock.set_nodelay(true);
         let ip = peer.ip().to_canonical();
         let address_ok = srv.adm.address_acquire(ip);
         let slot = address_ok && srv.adm.acquire_slot();
@@ -718,12 +815,6 @@ impl<H: Handler> Shard<H> {
                 srv.adm.rejecting.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
-        } else {
-            // Room for a whole config of up to ~256 KiB in one write, which the pipe path
-            // (`crate::pipes`) needs (measured: 64 KiB cost a config of 150 KiB a third more
-            // CPU per request). A client that does not read holds up to twice this of kernel
-            // memory (charged to the server's cgroup) until the minimum send rate drops it.
-            let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &SNDBUF);
         }
         let tls = match tls.map(rustls::ServerConnection::new) {
             None => None,
@@ -1375,6 +1466,20 @@ impl<H: Handler> Shard<H> {
                     if c.close_after {
                         if c.eof {
                             return None;
+                        }
+                        // The request was read whole and nothing follows it: close at
+                        // once, as nginx does. Closing with unread data would make the
+                        // kernel answer it with a reset, which can cost the client the end
+                        // of its answer; so one read first: anything there (pipelined
+                        // requests, a body sent after an error answer) lingers below.
+                        if c.tls.is_none() && c.buf.is_empty() {
+                            match c.sock.read(&mut l.scratch) {
+                                Ok(0) => return None,
+                                Err(e) if would_block(&e) => return None,
+                                Ok(n) => c.lingered += n,
+                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                                Err(_) => return None,
+                            }
                         }
                         // The client has its whole answer: a lingering connection no longer
                         // counts against its address, so a client that opens its next
