@@ -635,3 +635,62 @@ fn the_report_body_limit_is_the_flag() {
     assert_eq!(r.status, 413, "{}", r.text());
     assert!(r.text().contains("--max-body-bytes"), "{}", r.text());
 }
+
+/// `--max-machines` (docs/reports.md, "Limits"): at the limit a report of a new machine is
+/// answered 507 naming the flag (a 5xx: the agent keeps it queued), nothing of it is stored,
+/// a known machine's reports are still recorded, and the refusal is counted in /metrics.
+#[test]
+fn the_machine_limit_is_the_flag() {
+    let t = TempDir::new("fleet-max-machines");
+    let src = source(&t);
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--max-machines",
+            "2",
+        ],
+        &[],
+    );
+    let http = s.addr_of("http");
+    let admin = s.addr_of("admin");
+    for m in ["m-1", "m-2"] {
+        let r = post(
+            http,
+            &report(&format!("{m}-a"), m, "fetch", "ok", false, None),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let r = post(
+        http,
+        &report("m-3-a", "m-3", "fetch", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 507, "{}", r.text());
+    assert!(r.text().contains("--max-machines"), "{}", r.text());
+    assert!(r.text().contains("m-3"), "{}", r.text());
+    let r = post(
+        http,
+        &report("m-1-b", "m-1", "disks", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let listing: serde_json::Value =
+        serde_json::from_str(&get(admin, "/machines", None).text()).unwrap();
+    let ids: Vec<&str> = listing["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m-1", "m-2"]);
+    assert_eq!(
+        admin_metric(admin, "agent_serve_reports_total{result=\"full\"}"),
+        Some(1)
+    );
+    assert_eq!(get(admin, "/machines/m-3", None).status, 404);
+}

@@ -14,19 +14,25 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, PoisonError};
 
 use anyhow::{Context, Result, anyhow};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
-use super::store::{BootToken, Recorded, Spend, Store};
+use super::store::{BootToken, Full, Recorded, Spend, Store};
 
 const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
 const DETAILS: TableDefinition<&str, &[u8]> = TableDefinition::new("details");
 /// One-time network-boot tokens: SHA-256 of the token (hex) → [`BootToken`] as JSON.
 const BOOT_TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("boot_tokens");
+/// Counters: [`COUNT`] → the number of entries of `machines` (`--max-machines` is checked
+/// against it), changed in the transaction that adds a record.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const COUNT: &str = "machines";
 
 pub struct Embedded {
     db: Database,
     path: PathBuf,
+    /// `--max-machines`.
+    max_machines: u64,
     queue: Mutex<Queue>,
     /// Signalled when a batch is committed.
     ready: Condvar,
@@ -60,8 +66,14 @@ fn detail_key(machine: &str, report: &str) -> String {
 }
 
 impl Embedded {
-    /// Opens (or creates) the store at `path`. Only one process may have it open.
+    /// Opens (or creates) the store at `path` with the default `--max-machines`. Only one
+    /// process may have it open.
     pub fn open(path: &Path) -> Result<Embedded> {
+        Embedded::open_with(path, super::store::DEFAULT_MAX_MACHINES)
+    }
+
+    /// Opens (or creates) the store at `path`, holding `max_machines` records at most.
+    pub fn open_with(path: &Path, max_machines: u64) -> Result<Embedded> {
         // Private to the server like the rest of its state directory (machine identities,
         // error texts): created 0600, and made so if it exists.
         {
@@ -83,6 +95,7 @@ impl Embedded {
         let s = Embedded {
             db,
             path: path.to_path_buf(),
+            max_machines,
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
             tokens_pruned: Default::default(),
@@ -97,8 +110,34 @@ impl Embedded {
             .with_context(|| s.what("creating the tables of"))?;
         tx.open_table(BOOT_TOKENS)
             .with_context(|| s.what("creating the tables of"))?;
+        {
+            // A file written before the count was kept (or by hand) gets it counted once.
+            let mut meta = tx
+                .open_table(META)
+                .with_context(|| s.what("creating the tables of"))?;
+            if meta
+                .get(COUNT)
+                .with_context(|| s.what("reading"))?
+                .is_none()
+            {
+                let machines = tx.open_table(MACHINES).with_context(|| s.what("opening"))?;
+                let n = machines
+                    .len()
+                    .with_context(|| s.what("counting the machines of"))?;
+                meta.insert(COUNT, n)
+                    .with_context(|| s.what("writing to"))?;
+            }
+        }
         tx.commit().with_context(|| s.what("committing to"))?;
         Ok(s)
+    }
+
+    /// The machine count kept in `meta` (the transaction's view).
+    fn count(&self, meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
+        Ok(meta
+            .get(COUNT)
+            .with_context(|| self.what("reading"))?
+            .map_or(0, |v| v.value()))
     }
 
     fn what(&self, doing: &str) -> String {
@@ -122,6 +161,9 @@ impl Embedded {
             let mut details = tx
                 .open_table(DETAILS)
                 .with_context(|| self.what("opening"))?;
+            let mut meta = tx.open_table(META).with_context(|| self.what("opening"))?;
+            let before = self.count(&meta)?;
+            let mut count = before;
             for &(r, origin) in batch {
                 let old = match machines
                     .get(r.machine.id.as_str())
@@ -132,6 +174,15 @@ impl Embedded {
                     )?),
                     None => None,
                 };
+                if old.is_none() {
+                    if count >= self.max_machines {
+                        out.push(Recorded::Full(Full {
+                            max: self.max_machines,
+                        }));
+                        continue;
+                    }
+                    count += 1;
+                }
                 let (m, applied) = model::apply(old, r, origin);
                 let Applied::Recorded { store, drop } = applied else {
                     out.push(Recorded::Duplicate);
@@ -155,6 +206,10 @@ impl Embedded {
                         .with_context(|| self.what("writing to"))?;
                 }
                 out.push(Recorded::New);
+            }
+            if count != before {
+                meta.insert(COUNT, count)
+                    .with_context(|| self.what("writing to"))?;
             }
         }
         tx.commit().with_context(|| self.what("committing to"))?;
@@ -228,6 +283,12 @@ impl Store for Embedded {
         (1, BATCH)
     }
 
+    fn machine_count(&self) -> Result<u64> {
+        let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
+        let meta = tx.open_table(META).with_context(|| self.what("opening"))?;
+        self.count(&meta)
+    }
+
     fn machine(&self, id: &str) -> Result<Option<Machine>> {
         let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
         let machines = tx
@@ -284,6 +345,18 @@ impl Store for Embedded {
             };
             match f(old.clone()) {
                 Some(m) => {
+                    if old.is_none() {
+                        let mut meta = tx.open_table(META).with_context(|| self.what("opening"))?;
+                        let n = self.count(&meta)?;
+                        if n >= self.max_machines {
+                            return Err(Full {
+                                max: self.max_machines,
+                            }
+                            .into());
+                        }
+                        meta.insert(COUNT, n + 1)
+                            .with_context(|| self.what("writing to"))?;
+                    }
                     let json = serde_json::to_vec(&m)?;
                     machines
                         .insert(id, json.as_slice())

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use spec::encoding::data_url::{base64_decode, base64_encode};
 
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
-use super::store::{BootToken, Recorded, Spend, Store};
+use super::store::{BootToken, Full, Recorded, Spend, Store};
 
 /// Time to connect to a member.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -58,6 +58,8 @@ pub struct EtcdOptions {
     pub endpoints: Vec<String>,
     /// Key prefix (ends with `/`).
     pub prefix: String,
+    /// `--max-machines`: machine records the cluster holds at most, all replicas together.
+    pub max_machines: u64,
 }
 
 impl EtcdOptions {
@@ -65,9 +67,18 @@ impl EtcdOptions {
         EtcdOptions {
             endpoints,
             prefix: "/agent/inventory/".into(),
+            max_machines: super::store::DEFAULT_MAX_MACHINES,
         }
     }
 }
+
+/// Shards of the machine count (module docs, "The machine count").
+pub const COUNT_SHARDS: usize = 64;
+/// How close to `--max-machines` a write that adds machines compares every shard of the
+/// count, not just its own: one writer can add at most [`BATCH`] machines in one txn, and at
+/// most one stale txn per shard can commit, so [`COUNT_SHARDS`]`·`[`BATCH`] is the most
+/// writes with their own shard only could add past the point where they were allowed.
+const NEAR: u64 = (COUNT_SHARDS * BATCH) as u64;
 
 pub struct Etcd {
     opts: EtcdOptions,
@@ -107,6 +118,42 @@ struct TxnAnswer {
     succeeded: bool,
     #[serde(default)]
     responses: Vec<TxnResponse>,
+    #[serde(default)]
+    header: Option<Header>,
+}
+
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    revision: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CountAnswer {
+    #[serde(default)]
+    count: Option<String>,
+    #[serde(default)]
+    header: Option<Header>,
+}
+
+fn revision(h: &Option<Header>) -> Result<i64> {
+    h.as_ref()
+        .and_then(|h| h.revision.as_deref())
+        .unwrap_or("0")
+        .parse::<i64>()
+        .context("etcd: an answer's revision")
+}
+
+/// The machine count as one read saw it (module docs, "The machine count").
+struct Count {
+    /// The sum of the shards.
+    total: u64,
+    /// Per shard: (value, mod_revision); absent: (0, 0).
+    shards: Vec<(u64, i64)>,
+    /// The gate's mod_revision; None: the count was never set up.
+    gate: Option<i64>,
+    /// The revision the read saw.
+    revision: i64,
 }
 
 #[derive(Deserialize)]
@@ -129,6 +176,34 @@ fn prefix_end(prefix: &str) -> Vec<u8> {
         }
     }
     vec![0]
+}
+
+/// This thread's shard of the count: writer threads of one process take different ones;
+/// processes start at a random one.
+fn my_shard() -> usize {
+    use std::cell::Cell;
+    use std::hash::BuildHasher;
+    static NEXT: AtomicUsize = AtomicUsize::new(usize::MAX);
+    thread_local! { static SHARD: Cell<Option<usize>> = const { Cell::new(None) }; }
+    SHARD.with(|c| {
+        if let Some(s) = c.get() {
+            return s;
+        }
+        let _ = NEXT.compare_exchange(
+            usize::MAX,
+            std::collections::hash_map::RandomState::new().hash_one(0u8) as usize % COUNT_SHARDS,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        let s = NEXT.fetch_add(1, Ordering::Relaxed) % COUNT_SHARDS;
+        c.set(Some(s));
+        s
+    })
+}
+
+fn compare_mod(key: &str, rev: i64) -> Value {
+    json!({"key": b64(key.as_bytes()), "target": "MOD", "result": "EQUAL",
+        "mod_revision": rev.to_string()})
 }
 
 impl Etcd {
@@ -328,6 +403,188 @@ impl Etcd {
     }
 }
 
+impl Etcd {
+    fn gate_key(&self) -> String {
+        self.key("count/gate")
+    }
+
+    fn shard_key(&self, i: usize) -> String {
+        self.key(&format!("count/{i:02}"))
+    }
+
+    /// The read op of the whole count (in the read txn of the records it goes with).
+    fn count_read(&self) -> Value {
+        let p = self.key("count/");
+        json!({"request_range": {"key": b64(p.as_bytes()), "range_end": b64(&prefix_end(&p))}})
+    }
+
+    /// Reads `keys` and the count in one txn: each key's (value, mod_revision), the count.
+    #[allow(clippy::type_complexity)]
+    fn read_with_count(&self, keys: &[String]) -> Result<(Vec<Option<(Vec<u8>, i64)>>, Count)> {
+        for round in 0..2 {
+            let mut reads: Vec<Value> = keys
+                .iter()
+                .map(|k| json!({"request_range": {"key": b64(k.as_bytes())}}))
+                .collect();
+            reads.push(self.count_read());
+            let a: TxnAnswer = serde_json::from_value(
+                self.post("/v3/kv/txn", &json!({"compare": [], "success": reads}))?,
+            )
+            .context("etcd: reading machine records")?;
+            if a.responses.len() != keys.len() + 1 {
+                bail!(
+                    "etcd: {} answers to {} reads of machine records",
+                    a.responses.len(),
+                    keys.len() + 1
+                );
+            }
+            let revision = revision(&a.header)?;
+            let mut resp = a.responses.into_iter();
+            let mut out = Vec::with_capacity(keys.len());
+            for (k, r) in keys.iter().zip(resp.by_ref()) {
+                out.push(
+                    match r.response_range.and_then(|a| a.kvs.into_iter().next()) {
+                        Some(kv) => {
+                            let v = base64_decode(kv.value.as_bytes())
+                                .with_context(|| format!("etcd: the value of {k}"))?;
+                            let rev = kv.mod_revision.as_deref().unwrap_or("0").parse::<i64>()?;
+                            Some((v, rev))
+                        }
+                        None => None,
+                    },
+                );
+            }
+            let kvs = resp
+                .next()
+                .and_then(|r| r.response_range)
+                .map(|a| a.kvs)
+                .unwrap_or_default();
+            let count = self.parse_count(kvs, revision)?;
+            if count.gate.is_some() || round == 1 {
+                return Ok((out, count));
+            }
+            self.set_up_count()?;
+        }
+        unreachable!("the loop returns in its second round")
+    }
+
+    fn parse_count(&self, kvs: Vec<Kv>, revision: i64) -> Result<Count> {
+        let mut c = Count {
+            total: 0,
+            shards: vec![(0, 0); COUNT_SHARDS],
+            gate: None,
+            revision,
+        };
+        let (gate, prefix) = (self.gate_key(), self.key("count/"));
+        for kv in kvs {
+            let k = base64_decode(kv.key.as_bytes()).context("etcd: a key of the count")?;
+            let k = String::from_utf8_lossy(&k);
+            let rev = kv.mod_revision.as_deref().unwrap_or("0").parse::<i64>()?;
+            if k == gate {
+                c.gate = Some(rev);
+                continue;
+            }
+            let Some(i) = k
+                .strip_prefix(&prefix)
+                .and_then(|i| i.parse::<usize>().ok())
+                .filter(|&i| i < COUNT_SHARDS)
+            else {
+                continue;
+            };
+            let v = base64_decode(kv.value.as_bytes()).context("etcd: a shard of the count")?;
+            let n = std::str::from_utf8(&v)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .with_context(|| format!("etcd: {k} is not a count"))?;
+            c.shards[i] = (n, rev);
+            c.total += n;
+        }
+        Ok(c)
+    }
+
+    /// Sets up the count of an inventory written before it was kept: the machine records,
+    /// counted, go into shard 0, in a txn that succeeds only if the gate is still absent and
+    /// no record was created since they were counted. Whoever loses reads again.
+    fn set_up_count(&self) -> Result<()> {
+        let p = self.key("machines/");
+        let end = b64(&prefix_end(&p));
+        for attempt in 0..CONFLICT_TRIES {
+            if attempt > 0 {
+                backoff(attempt);
+            }
+            let a: CountAnswer = serde_json::from_value(self.post(
+                "/v3/kv/range",
+                &json!({"key": b64(p.as_bytes()), "range_end": end, "count_only": true}),
+            )?)
+            .context("etcd: counting machine records")?;
+            let n: u64 = a.count.as_deref().unwrap_or("0").parse()?;
+            let rev = revision(&a.header)?;
+            let gate = self.gate_key();
+            let txn = json!({
+                "compare": [
+                    {"key": b64(gate.as_bytes()), "target": "VERSION", "result": "EQUAL",
+                        "version": "0"},
+                    {"key": b64(p.as_bytes()), "range_end": end, "target": "CREATE",
+                        "result": "LESS", "create_revision": (rev + 1).to_string()},
+                ],
+                "success": [
+                    {"request_put": {"key": b64(gate.as_bytes()), "value": b64(b"1")}},
+                    {"request_put": {"key": b64(self.shard_key(0).as_bytes()),
+                        "value": b64(n.to_string().as_bytes())}},
+                ],
+                "failure": [{"request_range": {"key": b64(gate.as_bytes())}}],
+            });
+            let a: TxnAnswer = serde_json::from_value(self.post("/v3/kv/txn", &txn)?)
+                .context("etcd: setting up the machine count")?;
+            let gate_there = a
+                .responses
+                .into_iter()
+                .next()
+                .and_then(|r| r.response_range)
+                .is_some_and(|r| !r.kvs.is_empty());
+            if a.succeeded || gate_there {
+                return Ok(());
+            }
+        }
+        bail!(
+            "etcd: machine records kept being created while counting them ({CONFLICT_TRIES} tries)"
+        )
+    }
+
+    /// The compares and puts that add `new` machines to count `c` (read with the records):
+    /// far from the limit, this writer's shard and the gate; near it, every key of the count
+    /// unchanged since the read, and the gate bumped (module docs).
+    fn count_ops(&self, c: &Count, new: u64) -> (Vec<Value>, Vec<Value>) {
+        let i = my_shard();
+        let (v, rev) = c.shards[i];
+        let shard = self.shard_key(i);
+        let mut puts = vec![json!({"request_put": {"key": b64(shard.as_bytes()),
+            "value": b64((v + new).to_string().as_bytes())}})];
+        let gate = self.gate_key();
+        let far = c.total + new + NEAR <= self.opts.max_machines;
+        let compares = if far {
+            vec![
+                compare_mod(&shard, rev),
+                compare_mod(&gate, c.gate.unwrap_or(0)),
+            ]
+        } else {
+            let p = self.key("count/");
+            puts.push(json!({"request_put": {"key": b64(gate.as_bytes()), "value": b64(b"1")}}));
+            vec![
+                json!({"key": b64(p.as_bytes()), "range_end": b64(&prefix_end(&p)),
+                "target": "MOD", "result": "LESS", "mod_revision": (c.revision + 1).to_string()}),
+            ]
+        };
+        (compares, puts)
+    }
+
+    fn full(&self) -> Full {
+        Full {
+            max: self.opts.max_machines,
+        }
+    }
+}
+
 /// A short pause before reading again after a lost race, different per thread and attempt.
 fn backoff(attempt: u32) {
     use std::hash::{BuildHasher, Hasher};
@@ -346,35 +603,26 @@ impl Etcd {
             return Ok(None);
         }
         let mkey = |r: &Report| self.key(&format!("machines/{}", r.machine.id));
-        let reads: Vec<Value> = batch
-            .iter()
-            .map(|(r, _)| json!({"request_range": {"key": b64(mkey(r).as_bytes())}}))
-            .collect();
-        let a: TxnAnswer = serde_json::from_value(
-            self.post("/v3/kv/txn", &json!({"compare": [], "success": reads}))?,
-        )
-        .context("etcd: reading machine records")?;
-        if a.responses.len() != batch.len() {
-            bail!(
-                "etcd: {} answers to {} reads of machine records",
-                a.responses.len(),
-                batch.len()
-            );
-        }
+        let keys: Vec<String> = batch.iter().map(|(r, _)| mkey(r)).collect();
+        let (records, count) = self.read_with_count(&keys)?;
+        let mut new = 0;
         let (mut compare, mut ops, mut results) = (Vec::new(), Vec::new(), Vec::new());
         let mut bytes = 0;
-        for ((r, origin), resp) in batch.iter().zip(a.responses) {
-            let kv = resp.response_range.and_then(|a| a.kvs.into_iter().next());
-            let (old, rev) = match kv {
-                Some(kv) => {
-                    let v = base64_decode(kv.value.as_bytes())
-                        .with_context(|| format!("etcd: the record of machine {}", r.machine.id))?;
-                    let rev = kv.mod_revision.as_deref().unwrap_or("0").parse::<i64>()?;
+        for ((r, origin), record) in batch.iter().zip(records) {
+            let (old, rev) = match record {
+                Some((v, rev)) => {
                     let m = serde_json::from_slice::<Machine>(&v)
                         .with_context(|| format!("etcd: reading machine {}", r.machine.id))?;
                     (Some(m), rev)
                 }
-                None => (None, 0),
+                None => {
+                    if count.total + new >= self.opts.max_machines {
+                        results.push(Recorded::Full(self.full()));
+                        continue;
+                    }
+                    new += 1;
+                    (None, 0)
+                }
             };
             let (m, applied) = model::apply(old, r, origin);
             let Applied::Recorded { store, drop } = applied else {
@@ -403,6 +651,11 @@ impl Etcd {
         if ops.is_empty() {
             return Ok(Some(results));
         }
+        if new > 0 {
+            let (c, p) = self.count_ops(&count, new);
+            compare.extend(c);
+            ops.extend(p);
+        }
         if ops.len() > 120 || bytes > BATCH_BYTES {
             return Ok(None);
         }
@@ -415,17 +668,20 @@ impl Etcd {
 }
 
 impl Etcd {
-    /// Machine `id`'s record at `mkey` with its `mod_revision` (0: none yet).
-    fn machine_at(&self, mkey: &str, id: &str) -> Result<(Option<Machine>, i64)> {
-        Ok(match self.get(mkey)? {
+    /// Machine `id`'s record at `mkey` with its `mod_revision` (0: none yet), and the
+    /// machine count, in one read.
+    fn machine_with_count(&self, mkey: &str, id: &str) -> Result<(Option<Machine>, i64, Count)> {
+        let (mut got, count) = self.read_with_count(&[mkey.to_string()])?;
+        Ok(match got.pop().flatten() {
             Some((v, rev)) => (
                 Some(
                     serde_json::from_slice::<Machine>(&v)
                         .with_context(|| format!("etcd: reading machine {id}"))?,
                 ),
                 rev,
+                count,
             ),
-            None => (None, 0),
+            None => (None, 0, count),
         })
     }
 }
@@ -438,11 +694,16 @@ impl Store for Etcd {
             if attempt > 0 {
                 backoff(attempt);
             }
-            let (old, rev) = self.machine_at(&mkey, &r.machine.id)?;
+            let (old, rev, count) = self.machine_with_count(&mkey, &r.machine.id)?;
+            if old.is_none() && count.total >= self.opts.max_machines {
+                return Ok(Recorded::Full(self.full()));
+            }
+            let created = old.is_none();
             let (m, applied) = model::apply(old, r, origin);
             let Applied::Recorded { store, drop } = applied else {
                 return Ok(Recorded::Duplicate);
             };
+            let mut compare = vec![compare_mod(&mkey, rev)];
             let mut ops = vec![json!({"request_put": {
                 "key": b64(mkey.as_bytes()),
                 "value": b64(&serde_json::to_vec(&m)?),
@@ -456,15 +717,12 @@ impl Store for Etcd {
                     "value": b64(&serde_json::to_vec(&model::detail(r))?),
                 }}));
             }
-            let txn = json!({
-                "compare": [{
-                    "key": b64(mkey.as_bytes()),
-                    "target": "MOD",
-                    "result": "EQUAL",
-                    "mod_revision": rev.to_string(),
-                }],
-                "success": ops,
-            });
+            if created {
+                let (c, p) = self.count_ops(&count, 1);
+                compare.extend(c);
+                ops.extend(p);
+            }
+            let txn = json!({"compare": compare, "success": ops});
             let a: TxnAnswer = serde_json::from_value(self.post("/v3/kv/txn", &txn)?)
                 .with_context(|| format!("etcd: writing machine {}", r.machine.id))?;
             if a.succeeded {
@@ -520,6 +778,10 @@ impl Store for Etcd {
             .collect()
     }
 
+    fn machine_count(&self) -> Result<u64> {
+        Ok(self.read_with_count(&[])?.1.total)
+    }
+
     /// [`BATCH`] reports of one machine each in flight per writer.
     fn writers(&self) -> (usize, usize) {
         (WRITERS, BATCH)
@@ -556,11 +818,28 @@ impl Store for Etcd {
             if attempt > 0 {
                 backoff(attempt);
             }
-            let (old, rev) = self.machine_at(&mkey, id)?;
+            let (old, rev, count) = self.machine_with_count(&mkey, id)?;
             let Some(m) = f(old.clone()) else {
                 return Ok(old);
             };
-            if self.put_if(&mkey, rev, &serde_json::to_vec(&m)?, None)? {
+            if old.is_some() {
+                if self.put_if(&mkey, rev, &serde_json::to_vec(&m)?, None)? {
+                    return Ok(Some(m));
+                }
+                continue;
+            }
+            if count.total >= self.opts.max_machines {
+                return Err(self.full().into());
+            }
+            let (mut compare, mut ops) = self.count_ops(&count, 1);
+            compare.push(compare_mod(&mkey, 0));
+            ops.push(json!({"request_put": {"key": b64(mkey.as_bytes()),
+                "value": b64(&serde_json::to_vec(&m)?)}}));
+            let a: TxnAnswer = serde_json::from_value(
+                self.post("/v3/kv/txn", &json!({"compare": compare, "success": ops}))?,
+            )
+            .with_context(|| format!("etcd: writing machine {id}"))?;
+            if a.succeeded {
                 return Ok(Some(m));
             }
         }

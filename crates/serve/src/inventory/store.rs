@@ -5,12 +5,40 @@ use serde::{Deserialize, Serialize};
 
 use super::model::{self, Counts, Filter, Machine, Origin, Report};
 
-/// Whether a report was new or a retry of one already recorded.
+/// Whether a report was new or a retry of one already recorded, or refused because it
+/// would add a machine to an inventory that holds `--max-machines` already.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recorded {
     New,
     Duplicate,
+    /// Not recorded: the report's machine is new and the inventory is full.
+    Full(Full),
 }
+
+/// The default of `--max-machines` (docs/reports.md, "Limits"): ten times the largest herd
+/// the benchmarks boot at once, and a listing of that many records is still a few seconds
+/// and tens of MiB (measured there).
+pub const DEFAULT_MAX_MACHINES: u64 = 100_000;
+
+/// The inventory holds `max` machines (`--max-machines`): a new one is not recorded. Known
+/// machines still are. What [`Store::update`] fails with when it would add one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full {
+    pub max: u64,
+}
+
+impl std::fmt::Display for Full {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the inventory holds {} machines, the --max-machines limit: a new machine is not \
+             recorded (machines already known still are; raise --max-machines)",
+            self.max
+        )
+    }
+}
+
+impl std::error::Error for Full {}
 
 /// A one-time network-boot token's record (docs/serve.md, "One-time tokens"), kept under
 /// the SHA-256 of the token (the token itself is never stored).
@@ -66,7 +94,10 @@ impl Spend {
 pub trait Store: Send + Sync {
     /// Records a report (parsed by [`model::parse`]) atomically: reads the machine's record,
     /// [`model::apply`]s the report, writes the record and the report's details, or, when the
-    /// report's id is already known, changes nothing and says [`Recorded::Duplicate`].
+    /// report's id is already known, changes nothing and says [`Recorded::Duplicate`]. A
+    /// report of a machine not known yet when the store holds `--max-machines` records
+    /// changes nothing and says [`Recorded::Full`]; the count is exact (both stores keep it
+    /// in the transaction that adds a record).
     /// On `Ok` the report is durable.
     fn record(&self, report: &Report, origin: &Origin) -> Result<Recorded>;
     /// Records several reports, in order (a later one sees what an earlier one did); one
@@ -84,12 +115,16 @@ pub trait Store: Send + Sync {
     fn machine(&self, id: &str) -> Result<Option<Machine>>;
     /// The machines matching `filter`, by id, without stage details.
     fn machines(&self, filter: &Filter) -> Result<Vec<Machine>>;
+    /// How many machine records the store holds (the count `--max-machines` is checked
+    /// against).
+    fn machine_count(&self) -> Result<u64>;
     /// Machines by state and pool (for metrics).
     fn counts(&self) -> Result<Counts> {
         Ok(model::count(&self.machines(&Filter::default())?))
     }
     /// Changes one machine's record atomically: `f` gets the record (None: not known) and
     /// returns the new one (None: leave it as it is). Returns what is stored afterwards.
+    /// A new record counts against `--max-machines`: at the limit it fails with [`Full`].
     fn update(
         &self,
         _id: &str,
