@@ -401,6 +401,14 @@ fn inventory_embedded_max_machines() {
             .unwrap();
         assert_eq!(m.unwrap().reprovision, Some(7));
         assert_eq!(s.machine_count().unwrap(), 3);
+        // A page of the listing: after an id, by id, as many as asked for.
+        let mut page = Vec::new();
+        s.each_machine(&Filter::default(), Some("m-0"), &mut |m| {
+            page.push(m.id);
+            page.len() < 1
+        })
+        .unwrap();
+        assert_eq!(page, ["m-1"]);
     }
     // Restarted: the count is the same; with a limit of 4 one more machine fits.
     {

@@ -272,6 +272,21 @@ fn inventory_etcd_max_machines_is_exact_across_replicas() {
         assert_eq!(c.machine_count().unwrap(), MAX);
         assert_eq!(c.machines(&Filter::default()).unwrap().len(), MAX as usize);
     }
+    // A page of the listing: the machines after an id, by id, as many as asked for.
+    let all: Vec<String> = clients[0]
+        .machines(&Filter::default())
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    let mut page = Vec::new();
+    clients[1]
+        .each_machine(&Filter::default(), Some(&all[4]), &mut |m| {
+            page.push(m.id);
+            page.len() < 3
+        })
+        .unwrap();
+    assert_eq!(page, all[5..8]);
     // A known machine: its next report and a change of its record still go through.
     let known = new[0].clone();
     let r = report("r-again", &known, "b", "disks", "ok", false);

@@ -1,8 +1,9 @@
 //! The embedded store: one redb file (`<state-dir>/inventory.db`).
 //!
-//! Two tables: `machines` (machine id → the record as JSON) and `details` (`<machine
-//! id>/<report id>` → the report's changes and log tail as JSON; none for a report that
-//! changed nothing and logged nothing, read back as the empty details). Reports are recorded in
+//! Tables: `machines` (machine id → the record as JSON), `details` (`<machine id>/<report
+//! id>` → the report's changes and log tail as JSON; none for a report that changed nothing
+//! and logged nothing, read back as the empty details), `boot_tokens`, and `meta` (the
+//! number of machine records, changed in the transaction that adds one: `--max-machines`). Reports are recorded in
 //! write transactions (redb runs one at a time; reports that arrive while one commits go
 //! together into the next), committed with redb's default durability: the commit returns
 //! after fsync, and redb's copy-on-write pages with a checksummed commit slot mean a crash at
@@ -453,20 +454,32 @@ impl Store for Embedded {
         ))
     }
 
-    fn machines(&self, filter: &Filter) -> Result<Vec<Machine>> {
+    fn each_machine(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        visit: &mut dyn FnMut(Machine) -> bool,
+    ) -> Result<()> {
         let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
         let machines = tx
             .open_table(MACHINES)
             .with_context(|| self.what("opening"))?;
-        let mut out = Vec::new();
-        for e in machines.iter().with_context(|| self.what("reading"))? {
+        let entries = match after {
+            Some(a) => machines.range(a..),
+            None => machines.range::<&str>(..),
+        }
+        .with_context(|| self.what("reading"))?;
+        for e in entries {
             let (k, v) = e.with_context(|| self.what("reading"))?;
+            if Some(k.value()) == after {
+                continue;
+            }
             let m: Machine = serde_json::from_slice(v.value())
                 .with_context(|| format!("reading machine {} from the inventory", k.value()))?;
-            if filter.matches(&m) {
-                out.push(m);
+            if filter.matches(&m) && !visit(m) {
+                break;
             }
         }
-        Ok(out)
+        Ok(())
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Keys, under the prefix (default `/agent/inventory/`):
 //! - `machines/<machine id>`: the record (JSON);
-//! - `details/<machine id>/<report id>`: a report's changes and log tail (JSON).
+//! - `details/<machine id>/<report id>`: a report's changes and log tail (JSON);
+//! - `count/00` … `count/63`, `count/gate`: the machine count (below).
 //!
 //! Recording a report is optimistic read-modify-write: range the record (its `mod_revision`),
 //! [`apply`](super::model::apply) the report, then one txn that puts the record and the
@@ -12,6 +13,19 @@
 //! reads again ([`CONFLICT_TRIES`] times). Retried reports are recognised by the record's
 //! recent ids, so a txn that committed but whose answer was lost (a member killed mid-request)
 //! is not applied twice when it is retried on the next member.
+//!
+//! The machine count (`--max-machines`): the sum of [`COUNT_SHARDS`] shard keys (decimal),
+//! read with the records in the same txn (one revision). A write that creates records adds
+//! them to its thread's shard (writer threads of a process take different shards) in the
+//! same txn, which compares the records' `mod_revision` as ever, and: far from the limit
+//! (count + new + [`NEAR`] ≤ limit), the shard's and the gate's `mod_revision` (writers of
+//! different shards never conflict); near it, that no key under `count/` changed since the
+//! read (a range compare), and it rewrites the gate. Exact: a write passes the limit only if
+//! the count moved under it; near the limit no key may move; far from it, after the count
+//! first passes limit − [`NEAR`] at most one write per shard that read before can still
+//! commit (the next one on that shard sees the shard changed), [`BATCH`] machines each, and
+//! none after a near write bumped the gate. An inventory without `count/gate` (written
+//! before the count was kept) is counted once from its records (`Etcd::set_up_count`).
 //!
 //! Members: each request goes to the member that answered last; on a connection failure, a
 //! time-out or a 5xx answer it goes to the next, [`ROUNDS`] times round the list, waiting
@@ -329,9 +343,32 @@ impl Etcd {
 
     /// Every key/value under `prefix`, a page at a time.
     fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        let end = b64(&prefix_end(prefix));
-        let mut from = prefix.as_bytes().to_vec();
         let mut out = Vec::new();
+        self.scan_each(prefix, None, &mut |k, v| {
+            out.push((k, v));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Hands `f` every key/value under `prefix` after the key `after` (None: all), a page
+    /// of [`PAGE`] keys at a time, until it returns false.
+    #[allow(clippy::type_complexity)]
+    fn scan_each(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        f: &mut dyn FnMut(String, Vec<u8>) -> Result<bool>,
+    ) -> Result<()> {
+        let end = b64(&prefix_end(prefix));
+        let mut from = match after {
+            Some(a) => {
+                let mut k = a.as_bytes().to_vec();
+                k.push(0);
+                k
+            }
+            None => prefix.as_bytes().to_vec(),
+        };
         loop {
             let a: RangeAnswer = serde_json::from_value(self.post(
                 "/v3/kv/range",
@@ -344,10 +381,12 @@ impl Etcd {
                 let v = base64_decode(kv.value.as_bytes()).context("etcd: a value")?;
                 from = k.clone();
                 from.push(0);
-                out.push((String::from_utf8_lossy(&k).into_owned(), v));
+                if !f(String::from_utf8_lossy(&k).into_owned(), v)? {
+                    return Ok(());
+                }
             }
             if !a.more || got == 0 {
-                return Ok(out);
+                return Ok(());
             }
         }
     }
@@ -897,15 +936,18 @@ impl Store for Etcd {
         }
     }
 
-    fn machines(&self, filter: &Filter) -> Result<Vec<Machine>> {
-        let mut out = Vec::new();
-        for (k, v) in self.scan(&self.key("machines/"))? {
+    fn each_machine(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        visit: &mut dyn FnMut(Machine) -> bool,
+    ) -> Result<()> {
+        let prefix = self.key("machines/");
+        let from = after.map(|a| format!("{prefix}{a}"));
+        self.scan_each(&prefix, from.as_deref(), &mut |k, v| {
             let m: Machine =
                 serde_json::from_slice(&v).with_context(|| format!("etcd: reading {k}"))?;
-            if filter.matches(&m) {
-                out.push(m);
-            }
-        }
-        Ok(out)
+            Ok(!filter.matches(&m) || visit(m))
+        })
     }
 }

@@ -528,15 +528,3 @@ impl Filter {
 
 /// Machines by state and pool (for metrics): ((state, pool or ""), count), sorted.
 pub type Counts = Vec<((State, String), u64)>;
-
-/// Counts machines by state and pool; machines with no state yet are not counted.
-pub fn count(machines: &[Machine]) -> Counts {
-    let mut map = std::collections::BTreeMap::new();
-    for m in machines {
-        if let Some(s) = m.state {
-            *map.entry((s, m.pool.clone().unwrap_or_default()))
-                .or_insert(0u64) += 1;
-        }
-    }
-    map.into_iter().collect()
-}

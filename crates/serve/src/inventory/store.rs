@@ -113,14 +113,40 @@ pub trait Store: Send + Sync {
     }
     /// One machine, with each stage's details (changes, log tail).
     fn machine(&self, id: &str) -> Result<Option<Machine>>;
-    /// The machines matching `filter`, by id, without stage details.
-    fn machines(&self, filter: &Filter) -> Result<Vec<Machine>>;
+    /// Hands `visit` the machines matching `filter` whose id sorts after `after` (None:
+    /// all), by id, without stage details, one at a time, until it returns false: a listing
+    /// of a page, or a count, never holds the whole inventory.
+    fn each_machine(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        visit: &mut dyn FnMut(Machine) -> bool,
+    ) -> Result<()>;
+    /// The machines matching `filter`, by id, without stage details (all of them: at
+    /// `--max-machines` that is the whole inventory; listings page with
+    /// [`Store::each_machine`]).
+    fn machines(&self, filter: &Filter) -> Result<Vec<Machine>> {
+        let mut out = Vec::new();
+        self.each_machine(filter, None, &mut |m| {
+            out.push(m);
+            true
+        })?;
+        Ok(out)
+    }
     /// How many machine records the store holds (the count `--max-machines` is checked
     /// against).
     fn machine_count(&self) -> Result<u64>;
-    /// Machines by state and pool (for metrics).
+    /// Machines by state and pool (for metrics), counted one record at a time.
     fn counts(&self) -> Result<Counts> {
-        Ok(model::count(&self.machines(&Filter::default())?))
+        // Machines with no state yet are not counted.
+        let mut map = std::collections::BTreeMap::<(model::State, String), u64>::new();
+        self.each_machine(&Filter::default(), None, &mut |m| {
+            if let Some(s) = m.state {
+                *map.entry((s, m.pool.unwrap_or_default())).or_insert(0) += 1;
+            }
+            true
+        })?;
+        Ok(map.into_iter().collect())
     }
     /// Changes one machine's record atomically: `f` gets the record (None: not known) and
     /// returns the new one (None: leave it as it is). Returns what is stored afterwards.
