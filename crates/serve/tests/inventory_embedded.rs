@@ -739,3 +739,60 @@ fn inventory_embedded_writes_no_details_record_for_a_report_without_details() {
     );
     assert!(!busy.changes.paths.is_empty());
 }
+
+/// The writer keeps the records it wrote decoded (`inventory::recent`): a change made
+/// between two reports (`update`, as `agent machines reprovision` makes) is not lost by the
+/// next report, and a record read back after a restart is the one written. A report's
+/// details are stored as they were before (`detail_json` is `detail`'s JSON).
+#[test]
+fn inventory_embedded_a_change_between_reports_is_kept() {
+    use serve::inventory::Machine;
+    use serve::inventory::model::{detail, detail_json};
+    let dir = TestDir::new("inv-recent");
+    let m = "m-recent";
+    {
+        let s = open(&dir);
+        let r = report("r1", m, "b1", "fetch", "ok", false);
+        assert_eq!(s.record(&r, &token("worker", 1)).unwrap(), Recorded::New);
+        s.update(m, &mut |x| {
+            x.map(|x| Machine {
+                reprovision: Some(5),
+                ..x
+            })
+        })
+        .unwrap();
+        let r = report("r2", m, "b1", "disks", "failed", false);
+        assert_eq!(s.record(&r, &token("worker", 2)).unwrap(), Recorded::New);
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&detail_json(&r).unwrap()).unwrap(),
+            serde_json::to_value(detail(&r)).unwrap()
+        );
+        assert_eq!(
+            detail_json(&r).unwrap(),
+            serde_json::to_vec(&detail(&r)).unwrap()
+        );
+        let got = s.machine(m).unwrap().unwrap();
+        assert_eq!(got.reprovision, Some(5));
+        assert_eq!(got.reports, 2);
+        // A retry is known from the kept record.
+        assert_eq!(
+            s.record(&r, &token("worker", 3)).unwrap(),
+            Recorded::Duplicate
+        );
+    }
+    let s = open(&dir);
+    let got = s.machine(m).unwrap().unwrap();
+    assert_eq!(
+        (got.reprovision, got.reports, got.state),
+        (Some(5), 2, Some(State::Failed))
+    );
+    assert_eq!(
+        got.boots[0].stages[1]
+            .detail
+            .as_ref()
+            .unwrap()
+            .log_tail
+            .len(),
+        2
+    );
+}

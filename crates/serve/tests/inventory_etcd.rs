@@ -303,6 +303,35 @@ fn inventory_etcd_max_machines_is_exact_across_replicas() {
         })
         .unwrap();
     assert_eq!(changed.unwrap().reprovision, Some(1));
+    // Client 1 wrote the record last and keeps it (`inventory::recent`); client 0 changed
+    // it since: client 1's next reports (alone and in a batch) are not written over the
+    // change.
+    let r = report("r-again-2", &known, "b", "files", "ok", true);
+    assert_eq!(
+        clients[1].record(&r, &Origin::default()).unwrap(),
+        Recorded::New
+    );
+    clients[0]
+        .update(&known, &mut |m| {
+            m.map(|m| Machine {
+                reprovision: Some(2),
+                ..m
+            })
+        })
+        .unwrap();
+    let (a, b) = (
+        report("r-again-3", &known, "b2", "fetch", "ok", false),
+        report("r-other", new[1], "b2", "fetch", "ok", false),
+    );
+    let o = Origin::default();
+    let got: Vec<_> = clients[1]
+        .record_all(&[(&a, &o), (&b, &o)])
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(got, [Recorded::New, Recorded::New]);
+    let m = clients[1].machine(&known).unwrap().unwrap();
+    assert_eq!((m.reprovision, m.reports), (Some(2), 4));
     // A new one through `update` (a network-boot registration): refused, naming the limit.
     let err = clients[1]
         .update("m-new", &mut |_| {

@@ -18,6 +18,7 @@ use anyhow::{Context, Result, anyhow};
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
+use super::recent::Recent;
 use super::store::{BootToken, Full, Recorded, Spend, Store};
 
 const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
@@ -34,6 +35,9 @@ pub struct Embedded {
     path: PathBuf,
     /// `--max-machines`.
     max_machines: u64,
+    /// The records written last, decoded (`commit_batch`); its lock is held across every
+    /// write transaction that changes a record.
+    recent: Mutex<Recent<Machine>>,
     queue: Mutex<Queue>,
     /// Signalled when a batch is committed.
     ready: Condvar,
@@ -97,6 +101,7 @@ impl Embedded {
             db,
             path: path.to_path_buf(),
             max_machines,
+            recent: Mutex::default(),
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
             tokens_pruned: Default::default(),
@@ -149,12 +154,20 @@ impl Embedded {
 impl Embedded {
     /// Records `batch` in one write transaction: each report is applied to the record as
     /// the reports before it in the batch left it.
+    ///
+    /// The records come from the writers' [`Recent`] when there (the committed record, kept
+    /// decoded: held under its lock for the whole transaction, so no other write runs in
+    /// between), else from the file; the batch's records go back into it once committed.
     fn commit_batch(&self, batch: &[(&Report, &Origin)]) -> Result<Vec<Recorded>> {
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         let tx = self
             .db
             .begin_write()
             .with_context(|| self.what("starting a write to"))?;
         let mut out = Vec::with_capacity(batch.len());
+        // The records this batch wrote (or found unchanged), for `recent` once committed.
+        let mut written: HashMap<String, Machine> = HashMap::new();
+        let mut json = Vec::new();
         {
             let mut machines = tx
                 .open_table(MACHINES)
@@ -166,14 +179,17 @@ impl Embedded {
             let before = self.count(&meta)?;
             let mut count = before;
             for &(r, origin) in batch {
-                let old = match machines
-                    .get(r.machine.id.as_str())
-                    .with_context(|| self.what("reading"))?
-                {
-                    Some(v) => Some(serde_json::from_slice::<Machine>(v.value()).with_context(
-                        || format!("reading machine {} from the inventory", r.machine.id),
-                    )?),
-                    None => None,
+                let id = r.machine.id.as_str();
+                let old = match written.remove(id).or_else(|| recent.take(id)) {
+                    Some(m) => Some(m),
+                    None => match machines.get(id).with_context(|| self.what("reading"))? {
+                        Some(v) => {
+                            Some(serde_json::from_slice::<Machine>(v.value()).with_context(
+                                || format!("reading machine {id} from the inventory"),
+                            )?)
+                        }
+                        None => None,
+                    },
                 };
                 if old.is_none() {
                     if count >= self.max_machines {
@@ -186,12 +202,14 @@ impl Embedded {
                 }
                 let (m, applied) = model::apply(old, r, origin);
                 let Applied::Recorded { store, drop } = applied else {
+                    written.insert(m.id.clone(), m);
                     out.push(Recorded::Duplicate);
                     continue;
                 };
-                let json = serde_json::to_vec(&m)?;
+                json.clear();
+                serde_json::to_writer(&mut json, &m)?;
                 machines
-                    .insert(r.machine.id.as_str(), json.as_slice())
+                    .insert(id, json.as_slice())
                     .with_context(|| self.what("writing to"))?;
                 for id in drop {
                     details
@@ -201,12 +219,13 @@ impl Embedded {
                 if let Some(id) = store
                     && model::has_detail(r)
                 {
-                    let d = serde_json::to_vec(&model::detail(r))?;
+                    let d = model::detail_json(r)?;
                     details
                         .insert(detail_key(&m.id, &id).as_str(), d.as_slice())
                         .with_context(|| self.what("writing to"))?;
                 }
                 out.push(Recorded::New);
+                written.insert(m.id.clone(), m);
             }
             if count != before {
                 meta.insert(COUNT, count)
@@ -214,6 +233,9 @@ impl Embedded {
             }
         }
         tx.commit().with_context(|| self.what("committing to"))?;
+        for (id, m) in written {
+            recent.put(id, m);
+        }
         Ok(out)
     }
 }
@@ -329,6 +351,10 @@ impl Store for Embedded {
         id: &str,
         f: &mut dyn FnMut(Option<Machine>) -> Option<Machine>,
     ) -> Result<Option<Machine>> {
+        // The record changes here, not through `commit_batch`: forgotten by `recent` (whose
+        // lock keeps reports out of the way meanwhile).
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = recent.take(id);
         let tx = self
             .db
             .begin_write()

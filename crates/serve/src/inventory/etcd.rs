@@ -31,7 +31,9 @@
 //! time-out or a 5xx answer it goes to the next, [`ROUNDS`] times round the list, waiting
 //! [`ROUND_PAUSE`] (doubling) between rounds, so a leader election (about 1 s) is ridden out.
 
+use std::io::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -40,6 +42,7 @@ use serde_json::{Value, json};
 use spec::encoding::data_url::{base64_decode, base64_encode};
 
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
+use super::recent::Recent;
 use super::store::{BootToken, Full, Recorded, Spend, Store};
 
 /// Time to connect to a member.
@@ -99,6 +102,8 @@ pub struct Etcd {
     agent: ureq::Agent,
     /// The member that answered last.
     current: AtomicUsize,
+    /// The records this replica wrote last, with their mod_revision (`record_together`).
+    recent: Mutex<Recent<(Machine, i64)>>,
 }
 
 /// A member's failure: worth trying the next one (`retry`) or not.
@@ -215,6 +220,80 @@ fn my_shard() -> usize {
     })
 }
 
+/// A txn's body written as it is built (`record_together`: a serde_json `Value` tree per
+/// operation cost more in allocations than the rest of the writer).
+#[derive(Default)]
+struct TxnBody {
+    compare: Vec<u8>,
+    success: Vec<u8>,
+    ops: usize,
+}
+
+impl TxnBody {
+    fn item(list: &mut Vec<u8>) {
+        list.push(if list.is_empty() { b'[' } else { b',' });
+    }
+
+    fn compare_mod(&mut self, key: &str, rev: i64) {
+        Self::item(&mut self.compare);
+        let _ = write!(
+            self.compare,
+            r#"{{"key":"{}","target":"MOD","result":"EQUAL","mod_revision":"{rev}"}}"#,
+            b64(key.as_bytes())
+        );
+    }
+
+    fn put(&mut self, key: &str, value: &[u8]) {
+        Self::item(&mut self.success);
+        let _ = write!(
+            self.success,
+            r#"{{"request_put":{{"key":"{}","value":"{}"}}}}"#,
+            b64(key.as_bytes()),
+            b64(value)
+        );
+        self.ops += 1;
+    }
+
+    fn delete(&mut self, key: &str) {
+        Self::item(&mut self.success);
+        let _ = write!(
+            self.success,
+            r#"{{"request_delete_range":{{"key":"{}"}}}}"#,
+            b64(key.as_bytes())
+        );
+        self.ops += 1;
+    }
+
+    fn compare_value(&mut self, v: &Value) -> Result<()> {
+        Self::item(&mut self.compare);
+        serde_json::to_writer(&mut self.compare, v)?;
+        Ok(())
+    }
+
+    fn op_value(&mut self, v: &Value) -> Result<()> {
+        Self::item(&mut self.success);
+        serde_json::to_writer(&mut self.success, v)?;
+        self.ops += 1;
+        Ok(())
+    }
+
+    fn finish(self) -> Vec<u8> {
+        let list = |mut l: Vec<u8>| {
+            if l.is_empty() {
+                l.push(b'[');
+            }
+            l.push(b']');
+            l
+        };
+        let mut out = b"{\"compare\":".to_vec();
+        out.extend(list(self.compare));
+        out.extend(b",\"success\":");
+        out.extend(list(self.success));
+        out.push(b'}');
+        out
+    }
+}
+
 fn compare_mod(key: &str, rev: i64) -> Value {
     json!({"key": b64(key.as_bytes()), "target": "MOD", "result": "EQUAL",
         "mod_revision": rev.to_string()})
@@ -245,6 +324,7 @@ impl Etcd {
             opts,
             agent,
             current: AtomicUsize::new(0),
+            recent: Mutex::default(),
         })
     }
 
@@ -257,16 +337,17 @@ impl Etcd {
         Ok(e)
     }
 
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent<(Machine, i64)>> {
+        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn key(&self, rest: &str) -> String {
         format!("{}{rest}", self.opts.prefix)
     }
 
-    fn post_once(&self, endpoint: &str, path: &str, body: &Value) -> Result<Value, Failed> {
+    /// The answer's body (JSON, parsed by the caller into what it expects: one parse).
+    fn post_once(&self, endpoint: &str, path: &str, body: &[u8]) -> Result<Vec<u8>, Failed> {
         let url = format!("{}{path}", endpoint.trim_end_matches('/'));
-        let body = serde_json::to_vec(body).map_err(|e| Failed {
-            retry: false,
-            err: e.into(),
-        })?;
         let mut resp = self
             .agent
             .post(&url)
@@ -293,14 +374,16 @@ impl Etcd {
                 err: anyhow!("etcd: POST {url}: HTTP {status}: {msg}"),
             });
         }
-        serde_json::from_slice(&text).map_err(|e| Failed {
-            retry: false,
-            err: anyhow!("etcd: POST {url}: the answer is not JSON: {e}"),
-        })
+        Ok(text)
     }
 
     /// POSTs to the current member, moving on to the next on failure (module docs).
-    fn post(&self, path: &str, body: &Value) -> Result<Value> {
+    fn post(&self, path: &str, body: &Value) -> Result<Vec<u8>> {
+        self.post_bytes(path, &serde_json::to_vec(body)?)
+    }
+
+    /// [`Etcd::post`] with the body already encoded.
+    fn post_bytes(&self, path: &str, body: &[u8]) -> Result<Vec<u8>> {
         let n = self.opts.endpoints.len();
         let mut pause = ROUND_PAUSE;
         let mut last = None;
@@ -370,7 +453,7 @@ impl Etcd {
             None => prefix.as_bytes().to_vec(),
         };
         loop {
-            let a: RangeAnswer = serde_json::from_value(self.post(
+            let a: RangeAnswer = serde_json::from_slice(&self.post(
                 "/v3/kv/range",
                 &json!({"key": b64(&from), "range_end": end, "limit": PAGE.to_string()}),
             )?)
@@ -415,7 +498,7 @@ impl Etcd {
             }],
             "success": [{"request_put": put}],
         });
-        let a: TxnAnswer = serde_json::from_value(self.post("/v3/kv/txn", &txn)?)
+        let a: TxnAnswer = serde_json::from_slice(&self.post("/v3/kv/txn", &txn)?)
             .with_context(|| format!("etcd: writing {key}"))?;
         Ok(a.succeeded)
     }
@@ -423,8 +506,8 @@ impl Etcd {
     /// [`Etcd::get`] with the key's lease: ((value, lease), mod_revision).
     #[allow(clippy::type_complexity)]
     fn get_with_lease(&self, key: &str) -> Result<Option<((Vec<u8>, Option<String>), i64)>> {
-        let a: RangeAnswer = serde_json::from_value(
-            self.post("/v3/kv/range", &json!({"key": b64(key.as_bytes())}))?,
+        let a: RangeAnswer = serde_json::from_slice(
+            &self.post("/v3/kv/range", &json!({"key": b64(key.as_bytes())}))?,
         )
         .with_context(|| format!("etcd: reading {key}"))?;
         let Some(kv) = a.kvs.into_iter().next() else {
@@ -466,8 +549,8 @@ impl Etcd {
                 .map(|k| json!({"request_range": {"key": b64(k.as_bytes())}}))
                 .collect();
             reads.push(self.count_read());
-            let a: TxnAnswer = serde_json::from_value(
-                self.post("/v3/kv/txn", &json!({"compare": [], "success": reads}))?,
+            let a: TxnAnswer = serde_json::from_slice(
+                &self.post("/v3/kv/txn", &json!({"compare": [], "success": reads}))?,
             )
             .context("etcd: reading machine records")?;
             if a.responses.len() != keys.len() + 1 {
@@ -551,7 +634,7 @@ impl Etcd {
             if attempt > 0 {
                 backoff(attempt);
             }
-            let a: CountAnswer = serde_json::from_value(self.post(
+            let a: CountAnswer = serde_json::from_slice(&self.post(
                 "/v3/kv/range",
                 &json!({"key": b64(p.as_bytes()), "range_end": end, "count_only": true}),
             )?)
@@ -573,7 +656,7 @@ impl Etcd {
                 ],
                 "failure": [{"request_range": {"key": b64(gate.as_bytes())}}],
             });
-            let a: TxnAnswer = serde_json::from_value(self.post("/v3/kv/txn", &txn)?)
+            let a: TxnAnswer = serde_json::from_slice(&self.post("/v3/kv/txn", &txn)?)
                 .context("etcd: setting up the machine count")?;
             let gate_there = a
                 .responses
@@ -638,71 +721,109 @@ impl Etcd {
     /// `record_all`). Ok(None): not done, record them one by one (a record changed meanwhile,
     /// or they do not fit one transaction).
     fn record_together(&self, batch: &[(&Report, &Origin)]) -> Result<Option<Vec<Recorded>>> {
-        if batch.len() == 1 {
-            return Ok(None);
-        }
         let mkey = |r: &Report| self.key(&format!("machines/{}", r.machine.id));
-        let keys: Vec<String> = batch.iter().map(|(r, _)| mkey(r)).collect();
-        let (records, count) = self.read_with_count(&keys)?;
+        // Records this replica wrote last are not read again: the txn's compare on their
+        // mod_revision finds out if another replica wrote one since (then the reports are
+        // recorded one by one, reading every record).
+        let cached: Vec<Option<(Machine, i64)>> = {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            batch
+                .iter()
+                .map(|(r, _)| recent.take(&r.machine.id))
+                .collect()
+        };
+        let missing: Vec<String> = batch
+            .iter()
+            .zip(&cached)
+            .filter(|(_, c)| c.is_none())
+            .map(|((r, _), _)| mkey(r))
+            .collect();
+        let (mut records, count) = if missing.is_empty() {
+            (Vec::new().into_iter(), None)
+        } else {
+            let (records, count) = self.read_with_count(&missing)?;
+            (records.into_iter(), Some(count))
+        };
         let mut new = 0;
-        let (mut compare, mut ops, mut results) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut txn, mut results) = (TxnBody::default(), Vec::new());
+        // Records for `recent` once written: (record, its mod_revision if unchanged).
+        let mut keep: Vec<(Machine, Option<i64>)> = Vec::new();
         let mut bytes = 0;
-        for ((r, origin), record) in batch.iter().zip(records) {
-            let (old, rev) = match record {
-                Some((v, rev)) => {
-                    let m = serde_json::from_slice::<Machine>(&v)
-                        .with_context(|| format!("etcd: reading machine {}", r.machine.id))?;
-                    (Some(m), rev)
-                }
-                None => {
-                    if count.total + new >= self.opts.max_machines {
-                        results.push(Recorded::Full(self.full()));
-                        continue;
+        for ((r, origin), c) in batch.iter().zip(cached) {
+            let (old, rev) = match c {
+                Some((m, rev)) => (Some(m), rev),
+                None => match records.next().flatten() {
+                    Some((v, rev)) => {
+                        let m = serde_json::from_slice::<Machine>(&v)
+                            .with_context(|| format!("etcd: reading machine {}", r.machine.id))?;
+                        (Some(m), rev)
                     }
-                    new += 1;
-                    (None, 0)
-                }
+                    None => {
+                        let total = count.as_ref().map_or(u64::MAX, |c| c.total);
+                        if total.saturating_add(new) >= self.opts.max_machines {
+                            results.push(Recorded::Full(self.full()));
+                            continue;
+                        }
+                        new += 1;
+                        (None, 0)
+                    }
+                },
             };
             let (m, applied) = model::apply(old, r, origin);
             let Applied::Recorded { store, drop } = applied else {
+                keep.push((m, Some(rev)));
                 results.push(Recorded::Duplicate);
                 continue;
             };
             let key = mkey(r);
-            compare.push(json!({"key": b64(key.as_bytes()), "target": "MOD",
-                "result": "EQUAL", "mod_revision": rev.to_string()}));
+            txn.compare_mod(&key, rev);
             let record = serde_json::to_vec(&m)?;
             bytes += record.len();
-            ops.push(json!({"request_put": {"key": b64(key.as_bytes()), "value": b64(&record)}}));
+            txn.put(&key, &record);
             let dkey = |id: &str| self.key(&format!("details/{}/{id}", r.machine.id));
             for id in drop {
-                ops.push(json!({"request_delete_range": {"key": b64(dkey(&id).as_bytes())}}));
+                txn.delete(&dkey(&id));
             }
             if let Some(id) = store {
-                let d = serde_json::to_vec(&model::detail(r))?;
+                let d = model::detail_json(r)?;
                 bytes += d.len();
-                ops.push(
-                    json!({"request_put": {"key": b64(dkey(&id).as_bytes()), "value": b64(&d)}}),
-                );
+                txn.put(&dkey(&id), &d);
             }
+            keep.push((m, None));
             results.push(Recorded::New);
         }
-        if ops.is_empty() {
-            return Ok(Some(results));
+        let mut txn_revision = None;
+        if txn.ops > 0 {
+            if new > 0 {
+                let Some(count) = &count else {
+                    bail!("etcd: new machines without the machine count");
+                };
+                let (c, p) = self.count_ops(count, new);
+                for v in &c {
+                    txn.compare_value(v)?;
+                }
+                for v in &p {
+                    txn.op_value(v)?;
+                }
+            }
+            if txn.ops > 120 || bytes > BATCH_BYTES {
+                return Ok(None);
+            }
+            let a: TxnAnswer =
+                serde_json::from_slice(&self.post_bytes("/v3/kv/txn", &txn.finish())?)
+                    .context("etcd: writing machine records")?;
+            if !a.succeeded {
+                return Ok(None);
+            }
+            txn_revision = Some(revision(&a.header)?);
         }
-        if new > 0 {
-            let (c, p) = self.count_ops(&count, new);
-            compare.extend(c);
-            ops.extend(p);
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        for (m, rev) in keep {
+            if let Some(rev) = rev.or(txn_revision).filter(|&r| r > 0) {
+                recent.put(m.id.clone(), (m, rev));
+            }
         }
-        if ops.len() > 120 || bytes > BATCH_BYTES {
-            return Ok(None);
-        }
-        let a: TxnAnswer = serde_json::from_value(
-            self.post("/v3/kv/txn", &json!({"compare": compare, "success": ops}))?,
-        )
-        .context("etcd: writing machine records")?;
-        Ok(a.succeeded.then_some(results))
+        Ok(Some(results))
     }
 }
 
@@ -727,6 +848,7 @@ impl Etcd {
 
 impl Store for Etcd {
     fn record(&self, r: &Report, origin: &Origin) -> Result<Recorded> {
+        let _ = self.recent().take(&r.machine.id);
         let mkey = self.key(&format!("machines/{}", r.machine.id));
         let dkey = |id: &str| self.key(&format!("details/{}/{id}", r.machine.id));
         for attempt in 0..CONFLICT_TRIES {
@@ -753,7 +875,7 @@ impl Store for Etcd {
             if let Some(id) = store {
                 ops.push(json!({"request_put": {
                     "key": b64(dkey(&id).as_bytes()),
-                    "value": b64(&serde_json::to_vec(&model::detail(r))?),
+                    "value": b64(&model::detail_json(r)?),
                 }}));
             }
             if created {
@@ -762,9 +884,12 @@ impl Store for Etcd {
                 ops.extend(p);
             }
             let txn = json!({"compare": compare, "success": ops});
-            let a: TxnAnswer = serde_json::from_value(self.post("/v3/kv/txn", &txn)?)
+            let a: TxnAnswer = serde_json::from_slice(&self.post("/v3/kv/txn", &txn)?)
                 .with_context(|| format!("etcd: writing machine {}", r.machine.id))?;
             if a.succeeded {
+                if let Some(rev) = revision(&a.header).ok().filter(|&r| r > 0) {
+                    self.recent().put(m.id.clone(), (m, rev));
+                }
                 return Ok(Recorded::New);
             }
         }
@@ -852,6 +977,7 @@ impl Store for Etcd {
         id: &str,
         f: &mut dyn FnMut(Option<Machine>) -> Option<Machine>,
     ) -> Result<Option<Machine>> {
+        let _ = self.recent().take(id);
         let mkey = self.key(&format!("machines/{id}"));
         for attempt in 0..CONFLICT_TRIES {
             if attempt > 0 {
@@ -874,8 +1000,8 @@ impl Store for Etcd {
             compare.push(compare_mod(&mkey, 0));
             ops.push(json!({"request_put": {"key": b64(mkey.as_bytes()),
                 "value": b64(&serde_json::to_vec(&m)?)}}));
-            let a: TxnAnswer = serde_json::from_value(
-                self.post("/v3/kv/txn", &json!({"compare": compare, "success": ops}))?,
+            let a: TxnAnswer = serde_json::from_slice(
+                &self.post("/v3/kv/txn", &json!({"compare": compare, "success": ops}))?,
             )
             .with_context(|| format!("etcd: writing machine {id}"))?;
             if a.succeeded {
@@ -888,9 +1014,10 @@ impl Store for Etcd {
     /// Put under a lease that ends when the record may be forgotten: etcd removes it.
     fn put_boot_token(&self, key: &str, t: &BootToken, now: u64) -> Result<()> {
         let ttl = t.forget_after().saturating_sub(now).max(1);
-        let lease: LeaseAnswer =
-            serde_json::from_value(self.post("/v3/lease/grant", &json!({"TTL": ttl.to_string()}))?)
-                .context("etcd: granting a lease for a boot token")?;
+        let lease: LeaseAnswer = serde_json::from_slice(
+            &self.post("/v3/lease/grant", &json!({"TTL": ttl.to_string()}))?,
+        )
+        .context("etcd: granting a lease for a boot token")?;
         let k = self.key(&format!("boot-tokens/{key}"));
         self.post(
             "/v3/kv/put",

@@ -13,6 +13,7 @@
 pub mod embedded;
 pub mod etcd;
 pub mod model;
+pub mod recent;
 pub mod store;
 
 use std::path::Path;

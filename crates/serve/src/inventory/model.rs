@@ -387,6 +387,20 @@ pub fn detail(r: &Report) -> Detail {
     }
 }
 
+/// [`detail`] as stored (JSON), without copying the report's lists first.
+pub fn detail_json(r: &Report) -> serde_json::Result<Vec<u8>> {
+    #[derive(Serialize)]
+    struct Borrowed<'a> {
+        changes: &'a Changes,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        log_tail: &'a [String],
+    }
+    serde_json::to_vec(&Borrowed {
+        changes: &r.changes,
+        log_tail: &r.log_tail,
+    })
+}
+
 /// Whether a report has a [`Detail`] worth a record of its own: a stage that changed
 /// nothing and sent no log lines (most fetch and disks stages) has none, and the embedded
 /// store writes no record for it (it reads a missing one as the empty [`Detail`]).
