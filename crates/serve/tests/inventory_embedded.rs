@@ -405,7 +405,7 @@ fn inventory_embedded_max_machines() {
         let mut page = Vec::new();
         s.each_machine(&Filter::default(), Some("m-0"), &mut |m| {
             page.push(m.id);
-            page.len() < 1
+            page.is_empty()
         })
         .unwrap();
         assert_eq!(page, ["m-1"]);

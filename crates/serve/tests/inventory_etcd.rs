@@ -343,7 +343,7 @@ fn inventory_etcd_max_machines_is_exact_across_replicas() {
         .expect_err("full");
     assert_eq!(err.downcast_ref::<Full>(), Some(&Full { max: MAX }));
     assert!(err.to_string().contains("--max-machines"), "{err}");
-    assert!(clients[0].machine(&"m-new").unwrap().is_none());
+    assert!(clients[0].machine("m-new").unwrap().is_none());
 
     // The count's keys gone (an inventory written before it was kept): counted again from
     // the records, once.

@@ -352,7 +352,7 @@ impl Etcd {
             .agent
             .post(&url)
             .header("Content-Type", "application/json")
-            .send(&body[..])
+            .send(body)
             .map_err(|e| Failed {
                 retry: true,
                 err: anyhow!("etcd: POST {url}: {e}"),
