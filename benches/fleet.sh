@@ -169,8 +169,13 @@ import json, os, sys, urllib.request
 name, port, aport = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 conf, boot = json.loads(sys.argv[4]), json.loads(sys.argv[5])
 machines = int(os.environ["MACHINES"])
-m = urllib.request.urlopen(f"http://127.0.0.1:{aport}/machines?state=provisioned").read()
-provisioned = sum(1 for x in json.loads(m)["machines"] if x["id"].startswith(f"bench-b-{name}-"))
+provisioned, after = 0, ""
+while True:  # /machines answers a page at a time
+    m = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{aport}/machines?state=provisioned&limit=10000{after}").read())
+    provisioned += sum(1 for x in m["machines"] if x["id"].startswith(f"bench-b-{name}-"))
+    if "next" not in m:
+        break
+    after = "&after=" + m["next"]
 metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
 recorded = next((int(float(l.split()[-1])) for l in metrics.splitlines() if l.startswith('agent_serve_reports_total{result="recorded"}')), 0)
 config_only = conf["cpu_us"] / machines

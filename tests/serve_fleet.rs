@@ -635,3 +635,88 @@ fn the_report_body_limit_is_the_flag() {
     assert_eq!(r.status, 413, "{}", r.text());
     assert!(r.text().contains("--max-body-bytes"), "{}", r.text());
 }
+
+/// `--max-machines` (docs/reports.md, "Limits"): at the limit a report of a new machine is
+/// answered 507 naming the flag (a 5xx: the agent keeps it queued), nothing of it is stored,
+/// a known machine's reports are still recorded, and the refusal is counted in /metrics.
+/// `/machines` answers a page at a time (`?limit=`, `?after=`, `next`); `agent machines list`
+/// reads them.
+#[test]
+fn the_machine_limit_is_the_flag_and_listings_page() {
+    let t = TempDir::new("fleet-max-machines");
+    let src = source(&t);
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--max-machines",
+            "2",
+        ],
+        &[],
+    );
+    let http = s.addr_of("http");
+    let admin = s.addr_of("admin");
+    for m in ["m-1", "m-2"] {
+        let r = post(
+            http,
+            &report(&format!("{m}-a"), m, "fetch", "ok", false, None),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let r = post(
+        http,
+        &report("m-3-a", "m-3", "fetch", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 507, "{}", r.text());
+    assert!(r.text().contains("--max-machines"), "{}", r.text());
+    assert!(r.text().contains("m-3"), "{}", r.text());
+    let r = post(
+        http,
+        &report("m-1-b", "m-1", "disks", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let listing: serde_json::Value =
+        serde_json::from_str(&get(admin, "/machines", None).text()).unwrap();
+    let ids: Vec<&str> = listing["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m-1", "m-2"]);
+    assert_eq!(
+        admin_metric(admin, "agent_serve_reports_total{result=\"full\"}"),
+        Some(1)
+    );
+    assert_eq!(get(admin, "/machines/m-3", None).status, 404);
+
+    let page = |q: &str| -> serde_json::Value {
+        let r = get(admin, &format!("/machines?{q}"), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        serde_json::from_str(&r.text()).unwrap()
+    };
+    let first = page("limit=1");
+    assert_eq!(first["machines"].as_array().unwrap().len(), 1);
+    assert_eq!(first["machines"][0]["id"], "m-1");
+    assert_eq!(first["next"], "m-1");
+    let second = page("limit=1&after=m-1");
+    assert_eq!(second["machines"][0]["id"], "m-2");
+    assert!(second.get("next").is_none(), "{second}");
+    for bad in ["limit=0", "limit=10001", "limit=x", "after=%2F"] {
+        let r = get(admin, &format!("/machines?{bad}"), None);
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
+    let out = std::process::Command::new(AGENT)
+        .args(["machines", "--server", &format!("http://{admin}"), "list"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{listed}");
+    assert!(listed.contains("m-1") && listed.contains("m-2"), "{listed}");
+}

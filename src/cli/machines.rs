@@ -131,18 +131,35 @@ pub fn run(a: MachinesArgs) -> Result<()> {
             if let Some(s) = state {
                 q.push(format!("state={}", enc(s)));
             }
-            let path = if q.is_empty() {
-                "/machines".to_string()
-            } else {
-                format!("/machines?{}", q.join("&"))
-            };
-            let v = get(&a, &path)?;
+            // The server answers a page at a time (`next`: the `after` of the next one).
+            let mut machines = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let mut q = q.clone();
+                if let Some(a) = &after {
+                    q.push(format!("after={}", enc(a)));
+                }
+                let path = if q.is_empty() {
+                    "/machines".to_string()
+                } else {
+                    format!("/machines?{}", q.join("&"))
+                };
+                let mut v = get(&a, &path)?;
+                if let Some(page) = v["machines"].as_array_mut() {
+                    machines.append(page);
+                }
+                match v["next"].as_str() {
+                    Some(n) if after.as_deref() != Some(n) => after = Some(n.to_string()),
+                    _ => break,
+                }
+            }
             if a.json {
+                let v = serde_json::json!({ "machines": machines });
                 println!("{}", serde_json::to_string_pretty(&v)?);
                 return Ok(());
             }
             println!("ID\tSTATE\tPOOL\tCONFIG\tLAST SEEN\tHOSTNAME");
-            for m in v["machines"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            for m in &machines {
                 println!(
                     "{}\t{}\t{}\t{}\t{}\t{}",
                     text(&m["id"]),

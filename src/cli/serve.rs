@@ -128,6 +128,12 @@ pub struct ServeArgs {
     /// (http://10.0.0.1:2379,http://10.0.0.2:2379).
     #[arg(long, value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,
+    /// Machine records the inventory holds at most, all replicas together: a report or a
+    /// network-boot registration of a machine not known yet is refused beyond it (507), one of
+    /// a known machine is still recorded.
+    #[arg(long, default_value_t = serve::inventory::DEFAULT_MAX_MACHINES,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_machines: u64,
     /// The admin listener (the inventory: /machines, /ui/, its metrics), plain HTTP; `off`
     /// for none. Off loopback it needs --admin-token-file.
     #[arg(long, default_value = "127.0.0.1:22625", value_parser = parse_admin_listen)]
@@ -188,6 +194,7 @@ impl From<ServeArgs> for crate::serve::Options {
             max_body_total: a.max_body_total,
             inventory_store: a.inventory_store,
             etcd_endpoints: a.etcd_endpoints,
+            max_machines: a.max_machines,
             admin_listen: a.admin_listen.0,
             admin_token_file: a.admin_token_file,
             shutdown_grace: a.shutdown_grace,

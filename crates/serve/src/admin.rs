@@ -153,10 +153,33 @@ impl Admin {
         let version = self.app.fleet.version();
         match path {
             "/machines" => {
+                let (limit, after) = match page(req) {
+                    Ok(p) => p,
+                    Err(e) => return Response::text(400, e),
+                };
                 let listing = self.listings.get(&key, version, || {
-                    let ms = store.machines(&filter).map_err(store_error)?;
-                    let mut b = json(200, &serde_json::json!({ "machines": ms })).body;
-                    Ok(std::mem::replace(&mut b, Body::Empty).to_vec())
+                    let (mut ms, mut more) = (Vec::new(), false);
+                    store
+                        .each_machine(&filter, after.as_deref(), &mut |m| {
+                            more = ms.len() == limit;
+                            if !more {
+                                ms.push(m);
+                            }
+                            !more
+                        })
+                        .map_err(store_error)?;
+                    let next = if more {
+                        ms.last().map(|m| m.id.as_str())
+                    } else {
+                        None
+                    };
+                    let mut b = serde_json::to_vec_pretty(&Listed {
+                        machines: &ms,
+                        next,
+                    })
+                    .unwrap_or_default();
+                    b.push(b'\n');
+                    Ok(b)
                 });
                 match listing {
                     Ok(b) => shared(b, "application/json"),
@@ -165,11 +188,33 @@ impl Admin {
             }
             "/ui/" => {
                 let listing = self.listings.get(&key, version, || {
-                    let mut ms = store.machines(&filter).map_err(store_error)?;
-                    ms.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(a.id.cmp(&b.id)));
-                    let pools = self.pools(&ms);
+                    // The UI_ROWS machines seen last, and how many there are per pool,
+                    // counted as the records go by: the page never holds the whole
+                    // inventory.
+                    let newest = |a: &Machine, b: &Machine| {
+                        b.last_seen.cmp(&a.last_seen).then(a.id.cmp(&b.id))
+                    };
+                    let (mut ms, mut total) = (Vec::new(), 0usize);
+                    let mut per_pool = std::collections::HashMap::<String, usize>::new();
+                    store
+                        .each_machine(&filter, None, &mut |m| {
+                            total += 1;
+                            if let Some(p) = &m.pool {
+                                *per_pool.entry(p.clone()).or_default() += 1;
+                            }
+                            ms.push(m);
+                            if ms.len() >= 2 * UI_ROWS {
+                                ms.sort_by(newest);
+                                ms.truncate(UI_ROWS);
+                            }
+                            true
+                        })
+                        .map_err(store_error)?;
+                    ms.sort_by(newest);
+                    ms.truncate(UI_ROWS);
+                    let pools = self.pools(&per_pool);
                     let views: Vec<MachineView> = ms.iter().map(view).collect();
-                    Ok(page::index(&pools, &views, &ts(now_secs())).into_bytes())
+                    Ok(page::index(&pools, &views, total, &ts(now_secs())).into_bytes())
                 });
                 match listing {
                     Ok(b) => page_headers(Response::new(200), b),
@@ -238,7 +283,7 @@ impl Admin {
 
     /// The pools of the active generation with the source's generations, and how many
     /// machines of the inventory each has.
-    fn pools(&self, machines: &[Machine]) -> Vec<PoolView> {
+    fn pools(&self, machines: &std::collections::HashMap<String, usize>) -> Vec<PoolView> {
         let t = self.app.tracker.lock().unwrap_or_else(|e| e.into_inner());
         let generation = |g: Option<&str>| g.map_or_else(|| "—".to_string(), str::to_string);
         let assigned = generation(t.assigned.as_ref().map(|g| g.generation.as_str()));
@@ -253,10 +298,7 @@ impl Admin {
         names
             .into_iter()
             .map(|name| PoolView {
-                machines: machines
-                    .iter()
-                    .filter(|m| m.pool.as_deref() == Some(name.as_str()))
-                    .count(),
+                machines: machines.get(&name).copied().unwrap_or(0),
                 name,
                 assigned: assigned.clone(),
                 active: active.clone(),
@@ -312,6 +354,43 @@ fn page_headers(mut r: Response, body: Arc<[u8]>) -> Response {
 fn store_error(e: anyhow::Error) -> Response {
     log::error!("reading the inventory: {e:#}");
     Response::text(503, "the inventory store cannot be read now; retry").header("Retry-After", "5")
+}
+
+/// `/machines` answers this many machines at most unless `?limit=` says otherwise.
+pub const LIST_LIMIT: usize = 1000;
+/// The largest `?limit=` of `/machines`.
+pub const LIST_LIMIT_MAX: usize = 10_000;
+/// Machines in the table of `/ui/` at most (those seen last; filters narrow it).
+pub const UI_ROWS: usize = 500;
+
+/// A page of `/machines`: `next`, when there are more, is the `?after=` of the next page.
+#[derive(serde::Serialize)]
+struct Listed<'a> {
+    machines: &'a [Machine],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<&'a str>,
+}
+
+/// `?limit=` (1 to [`LIST_LIMIT_MAX`], default [`LIST_LIMIT`]) and `?after=` (a machine id)
+/// of `/machines`.
+fn page(req: &Request) -> Result<(usize, Option<String>), String> {
+    let limit = match req.query_param("limit") {
+        None => LIST_LIMIT,
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if (1..=LIST_LIMIT_MAX).contains(&n) => n,
+            _ => {
+                return Err(format!(
+                    "limit must be a number from 1 to {LIST_LIMIT_MAX} (the listing page limit)"
+                ));
+            }
+        },
+    };
+    let after = match req.query_param("after") {
+        None => None,
+        Some(a) if valid_id(a) => Some(a.to_string()),
+        Some(_) => return Err("after must be a machine id".into()),
+    };
+    Ok((limit, after))
 }
 
 fn filter(req: &Request) -> Result<Filter, String> {

@@ -199,6 +199,7 @@ impl App {
             opts.inventory_store,
             opts.state_dir.as_deref(),
             &opts.etcd_endpoints,
+            opts.max_machines,
         )
         .map_err(|e| {
             let msg = format!("{e:#}");

@@ -301,7 +301,7 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
     }
     // Remember which file selected it (shown with the machine).
     let ident = identity(&f, &id);
-    let _ = store.update(&id, &mut |m: Option<Machine>| {
+    let remembered = store.update(&id, &mut |m: Option<Machine>| {
         let mut m = m.unwrap_or_else(|| Machine {
             id: id.clone(),
             first_seen: now,
@@ -316,6 +316,11 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
         m.machine_file = file.clone();
         Some(m)
     });
+    if let Err(e) = remembered {
+        // At --max-machines the machine still boots; its reports are refused (507) until
+        // there is room.
+        log::warn!("remembering machine {id} in the inventory: {e:#}");
+    }
     log::info!(
         "machine {id} ({}) boots pool {pool}: token {}…",
         file.as_deref()

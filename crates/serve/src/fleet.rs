@@ -36,11 +36,13 @@ struct CountsCache {
     asking: bool,
 }
 
-/// Reports by result (recorded, duplicate, refused, unavailable) and the time spent
+/// Reports by result (recorded, duplicate, refused, unavailable, full) and the time spent
 /// recording them (microseconds, from the queue to the store's answer) and how many.
 #[derive(Default)]
 struct Tallies {
-    results: [AtomicU64; 4],
+    results: [AtomicU64; 5],
+    /// When a refusal for `--max-machines` was last logged (seconds since the epoch).
+    full_logged: AtomicU64,
     record_us: AtomicU64,
     records: AtomicU64,
     /// Reports queued or being recorded.
@@ -170,6 +172,29 @@ fn answer(t: &Tallies, report: &Report, r: anyhow::Result<Recorded>) -> Response
             t.tally(1);
             recorded("duplicate")
         }
+        Ok(Recorded::Full(full)) => {
+            t.tally(4);
+            // One line a minute at most (with how many were refused in all): a flood of new
+            // machine ids does not flood the log.
+            let now = now_secs();
+            let last = t.full_logged.load(Ordering::Relaxed);
+            if now >= last + 60
+                && t.full_logged
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                log::warn!(
+                    "report of new machine {} refused: {full} ({} refused so far)",
+                    report.machine.id,
+                    t.results[4].load(Ordering::Relaxed)
+                );
+            }
+            // 507 Insufficient Storage: the server cannot store what the request needs
+            // (RFC 4918 §11.5); a 5xx, so the agent keeps the report queued and sends it
+            // again later (src/report/send.rs), and it is not a store failure (503).
+            Response::text(507, format!("machine {}: {full}", report.machine.id))
+                .header("Retry-After", "300")
+        }
         Err(e) => {
             t.tally(3);
             log::error!("recording a report of machine {}: {e:#}", report.machine.id);
@@ -197,7 +222,7 @@ fn queue_full() -> Response {
 }
 
 const COUNTS_TTL: Duration = Duration::from_secs(5);
-const RESULTS: [&str; 4] = ["recorded", "duplicate", "refused", "unavailable"];
+const RESULTS: [&str; 5] = ["recorded", "duplicate", "refused", "unavailable", "full"];
 
 impl Fleet {
     /// `max_body`: `--max-body-bytes`, the largest report taken.
@@ -314,7 +339,8 @@ pub(crate) fn now_secs() -> u64 {
 /// unless `--require-token`. Checked here, on the event loop; recorded by the writers
 /// (`Writers`), and answered from there once durable: 200 (new or a retry), 400/413 with the
 /// field and limit, 401 for a bad token, 503 (Retry-After) when the store cannot take it or
-/// [`REPORT_QUEUE`] reports wait for it.
+/// [`REPORT_QUEUE`] reports wait for it, 507 (Retry-After) when the report's machine is new
+/// and the inventory holds `--max-machines` records.
 ///
 /// `token`: what the caller made of the request's bearer token: Ok(its pool), Ok(None) for
 /// none, Err(the answer) for a token that does not pass.

@@ -66,6 +66,8 @@ pub struct Options {
     pub inventory_store: crate::inventory::StoreKind,
     /// `--inventory-store=etcd`: the cluster's client URLs.
     pub etcd_endpoints: Vec<String>,
+    /// Machine records the inventory holds at most (new machines beyond are refused).
+    pub max_machines: u64,
     /// The admin listener (the inventory, its API, its page); None: none.
     pub admin_listen: Option<SocketAddr>,
     /// The admin token's file; required when the admin listener is not on loopback.

@@ -137,14 +137,22 @@ fn duration(ms: Option<u64>) -> String {
     }
 }
 
-/// The overview: pools, then machines (newest seen first, as given).
-pub fn index(pools: &[PoolView], machines: &[MachineView], now: &str) -> String {
+/// The overview: pools, then machines (newest seen first, as given): `total` machines, of
+/// which those given are shown.
+pub fn index(pools: &[PoolView], machines: &[MachineView], total: usize, now: &str) -> String {
     let mut o = String::new();
     head(&mut o, "agent serve: machines");
+    let shown = if total > machines.len() {
+        format!(
+            " (the {} seen last shown; <code>?pool=</code>, <code>?state=</code> narrow it)",
+            machines.len()
+        )
+    } else {
+        String::new()
+    };
     let _ = write!(
         o,
-        "<h1>Machines</h1><p class=\"mute\">{} machines · updated {} · reloads every {REFRESH_SECONDS} s</p>",
-        machines.len(),
+        "<h1>Machines</h1><p class=\"mute\">{total} machines{shown} · updated {} · reloads every {REFRESH_SECONDS} s</p>",
         esc(now)
     );
     o.push_str(
@@ -353,8 +361,15 @@ mod tests {
     #[test]
     fn values_are_escaped_where_they_land() {
         let m = failed();
-        let page = index(&[], std::slice::from_ref(&m), "now");
+        let page = index(&[], std::slice::from_ref(&m), 1, "now");
         assert!(page.contains("&lt;b&gt;node&lt;/b&gt;"));
+        assert!(page.contains("1 machines ·"), "{page}");
+        // More machines than rows: the page says how many are shown.
+        let page = index(&[], std::slice::from_ref(&m), 600, "now");
+        assert!(
+            page.contains("600 machines (the 1 seen last shown;"),
+            "{page}"
+        );
         assert!(!page.contains("<b>node"));
         assert!(page.contains("mkfs.xfs &quot;/dev/vdb&quot; failed &amp; &lt;stopped&gt;"));
         let one = machine(&m, "now");

@@ -340,6 +340,124 @@ fn inventory_report_limits_are_named() {
     parse(&bytes).expect("a report at the limits");
 }
 
+/// `--max-machines`: at the limit a new machine's report (alone or in a batch) and its
+/// registration (`update`) are refused, naming the limit; a known machine's still go
+/// through; the count survives a restart, a larger limit makes room, and a file written
+/// before the count was kept is counted when opened.
+#[test]
+fn inventory_embedded_max_machines() {
+    use serve::inventory::{Full, Machine};
+    let dir = TestDir::new("inv-max");
+    let path = dir.0.join("inventory.db");
+    let full = Recorded::Full(Full { max: 3 });
+    {
+        let s = Embedded::open_with(&path, 3).expect("opening the store");
+        for m in 0..3 {
+            let r = report(
+                &format!("r-{m}"),
+                &format!("m-{m}"),
+                "b",
+                "fetch",
+                "ok",
+                false,
+            );
+            assert_eq!(s.record(&r, &Origin::default()).unwrap(), Recorded::New);
+        }
+        assert_eq!(s.machine_count().unwrap(), 3);
+        let r = report("r-3", "m-3", "b", "fetch", "ok", false);
+        assert_eq!(s.record(&r, &Origin::default()).unwrap(), full);
+        assert!(s.machine("m-3").unwrap().is_none());
+        // In one batch: the new machine refused, the known one recorded.
+        let (a, b) = (
+            report("r-4", "m-4", "b", "fetch", "ok", false),
+            report("r-1b", "m-1", "b", "disks", "ok", false),
+        );
+        let o = Origin::default();
+        let got: Vec<_> = s
+            .record_all(&[(&a, &o), (&b, &o)])
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(got, [full, Recorded::New]);
+        assert_eq!(s.machine("m-1").unwrap().unwrap().reports, 2);
+        // A registration of a new machine: refused; a change of a known one: done.
+        let err = s
+            .update("m-5", &mut |_| {
+                Some(Machine {
+                    id: "m-5".into(),
+                    ..Machine::default()
+                })
+            })
+            .expect_err("full");
+        assert_eq!(err.downcast_ref::<Full>(), Some(&Full { max: 3 }));
+        assert!(err.to_string().contains("--max-machines"), "{err}");
+        let m = s
+            .update("m-2", &mut |m| {
+                m.map(|m| Machine {
+                    reprovision: Some(7),
+                    ..m
+                })
+            })
+            .unwrap();
+        assert_eq!(m.unwrap().reprovision, Some(7));
+        assert_eq!(s.machine_count().unwrap(), 3);
+        // A page of the listing: after an id, by id, as many as asked for.
+        let mut page = Vec::new();
+        s.each_machine(&Filter::default(), Some("m-0"), &mut |m| {
+            page.push(m.id);
+            page.is_empty()
+        })
+        .unwrap();
+        assert_eq!(page, ["m-1"]);
+    }
+    // Restarted: the count is the same; with a limit of 4 one more machine fits.
+    {
+        let s = Embedded::open_with(&path, 3).expect("opening the store again");
+        assert_eq!(s.machine_count().unwrap(), 3);
+        let r = report("r-3", "m-3", "b", "fetch", "ok", false);
+        assert_eq!(s.record(&r, &Origin::default()).unwrap(), full);
+    }
+    {
+        let s = Embedded::open_with(&path, 4).expect("opening the store again");
+        let r = report("r-3", "m-3", "b", "fetch", "ok", false);
+        assert_eq!(s.record(&r, &Origin::default()).unwrap(), Recorded::New);
+        let u = s.update("m-6", &mut |_| {
+            Some(Machine {
+                id: "m-6".into(),
+                ..Machine::default()
+            })
+        });
+        assert!(u.is_err());
+        assert_eq!(s.machine_count().unwrap(), 4);
+    }
+    // A file written before the count was kept (its machines table only): counted on open.
+    let old = dir.0.join("old.db");
+    {
+        let db = redb::Database::create(&old).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("machines");
+            let mut t = tx.open_table(def).unwrap();
+            for id in ["old-1", "old-2"] {
+                let m = Machine {
+                    id: id.into(),
+                    ..Machine::default()
+                };
+                t.insert(id, serde_json::to_vec(&m).unwrap().as_slice())
+                    .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+    let s = Embedded::open_with(&old, 3).expect("opening an old file");
+    assert_eq!(s.machine_count().unwrap(), 2);
+    assert_eq!(s.machines(&Filter::default()).unwrap().len(), 2);
+    let r = report("r-n", "new-1", "b", "fetch", "ok", false);
+    assert_eq!(s.record(&r, &Origin::default()).unwrap(), Recorded::New);
+    let r = report("r-m", "new-2", "b", "fetch", "ok", false);
+    assert_eq!(s.record(&r, &Origin::default()).unwrap(), full);
+}
+
 const CRASH_ENV: &str = "INVENTORY_CRASH_CHILD_DIR";
 
 /// The writer of `inventory_embedded_survives_sigkill_mid_write`: run as a child process of
@@ -498,7 +616,7 @@ fn inventory_open_by_flag() {
     assert!("sqlite".parse::<StoreKind>().is_err());
     let dir = TestDir::new("inv-open");
     let state = dir.0.join("state");
-    let s = open_store(StoreKind::Embedded, Some(&state), &[]).expect("the embedded store");
+    let s = open_store(StoreKind::Embedded, Some(&state), &[], 10).expect("the embedded store");
     s.record(
         &report("o1", "m-o", "b", "fetch", "ok", false),
         &token("worker", 1),
@@ -506,16 +624,16 @@ fn inventory_open_by_flag() {
     .expect("recording");
     assert!(state.join("inventory.db").is_file());
     // One process, one owner: a second open of the same file is refused while it is open.
-    let err = open_store(StoreKind::Embedded, Some(&state), &[])
+    let err = open_store(StoreKind::Embedded, Some(&state), &[], 10)
         .err()
         .expect("the file is in use");
     assert!(format!("{err:#}").contains("inventory.db"), "{err:#}");
     drop(s);
-    let err = open_store(StoreKind::Embedded, None, &[])
+    let err = open_store(StoreKind::Embedded, None, &[], 10)
         .err()
         .expect("no state dir");
     assert!(err.to_string().contains("--state-dir"), "{err}");
-    let err = open_store(StoreKind::Etcd, None, &[])
+    let err = open_store(StoreKind::Etcd, None, &[], 10)
         .err()
         .expect("no endpoints");
     assert!(err.to_string().contains("--etcd-endpoints"), "{err}");
@@ -620,4 +738,61 @@ fn inventory_embedded_writes_no_details_record_for_a_report_without_details() {
         Some(&busy.changes)
     );
     assert!(!busy.changes.paths.is_empty());
+}
+
+/// The writer keeps the records it wrote decoded (`inventory::recent`): a change made
+/// between two reports (`update`, as `agent machines reprovision` makes) is not lost by the
+/// next report, and a record read back after a restart is the one written. A report's
+/// details are stored as they were before (`detail_json` is `detail`'s JSON).
+#[test]
+fn inventory_embedded_a_change_between_reports_is_kept() {
+    use serve::inventory::Machine;
+    use serve::inventory::model::{detail, detail_json};
+    let dir = TestDir::new("inv-recent");
+    let m = "m-recent";
+    {
+        let s = open(&dir);
+        let r = report("r1", m, "b1", "fetch", "ok", false);
+        assert_eq!(s.record(&r, &token("worker", 1)).unwrap(), Recorded::New);
+        s.update(m, &mut |x| {
+            x.map(|x| Machine {
+                reprovision: Some(5),
+                ..x
+            })
+        })
+        .unwrap();
+        let r = report("r2", m, "b1", "disks", "failed", false);
+        assert_eq!(s.record(&r, &token("worker", 2)).unwrap(), Recorded::New);
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&detail_json(&r).unwrap()).unwrap(),
+            serde_json::to_value(detail(&r)).unwrap()
+        );
+        assert_eq!(
+            detail_json(&r).unwrap(),
+            serde_json::to_vec(&detail(&r)).unwrap()
+        );
+        let got = s.machine(m).unwrap().unwrap();
+        assert_eq!(got.reprovision, Some(5));
+        assert_eq!(got.reports, 2);
+        // A retry is known from the kept record.
+        assert_eq!(
+            s.record(&r, &token("worker", 3)).unwrap(),
+            Recorded::Duplicate
+        );
+    }
+    let s = open(&dir);
+    let got = s.machine(m).unwrap().unwrap();
+    assert_eq!(
+        (got.reprovision, got.reports, got.state),
+        (Some(5), 2, Some(State::Failed))
+    );
+    assert_eq!(
+        got.boots[0].stages[1]
+            .detail
+            .as_ref()
+            .unwrap()
+            .log_tail
+            .len(),
+        2
+    );
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use inventory_support::etcd::{Cluster, etcd_binary, free_port};
 use inventory_support::report;
-use serve::inventory::{Etcd, EtcdOptions, Filter, Origin, Recorded, State, Store};
+use serve::inventory::{Etcd, EtcdOptions, Filter, Machine, Origin, Recorded, State, Store};
 
 const MACHINES: usize = 40;
 const BOOTS: usize = 3;
@@ -191,6 +191,192 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
         counts,
         [((State::Provisioned, "worker".to_string()), MACHINES as u64)]
     );
+    // The machine count (`--max-machines`) is exact after the herd and the kill.
+    for c in &clients {
+        assert_eq!(c.machine_count().expect("the count"), MACHINES as u64);
+    }
+}
+
+/// `--max-machines` across replicas: two replicas (clients starting on different members)
+/// race 60 new machines at a limit of 20, in batches and one by one: exactly 20 are
+/// recorded, every other is refused as full (never an error), a known machine's next
+/// report and record change still go through, a registration of a new one is refused, and
+/// an inventory written without the count (its keys deleted) is counted again.
+#[test]
+fn inventory_etcd_max_machines_is_exact_across_replicas() {
+    use serve::inventory::Full;
+    let Some(etcd) = etcd_binary() else { return };
+    let cluster = Cluster::start(&etcd);
+    const MAX: u64 = 20;
+    let prefix = format!("/test-{}/capped/", std::process::id());
+    let clients: Vec<Arc<Etcd>> = (0..2)
+        .map(|i| {
+            let mut opts = EtcdOptions::new(cluster.clients.clone());
+            opts.prefix = prefix.clone();
+            opts.max_machines = MAX;
+            Arc::new(Etcd::with_first(opts, i).expect("a client"))
+        })
+        .collect();
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let results: Vec<(String, Recorded)> = (0..8)
+        .map(|t| {
+            let (c, b) = (clients[t % 2].clone(), barrier.clone());
+            std::thread::spawn(move || {
+                b.wait();
+                let reports: Vec<_> = (0..60)
+                    .filter(|m| m % 8 == t)
+                    .map(|m| {
+                        let r = report(
+                            &format!("r-{m}"),
+                            &format!("m-{m}"),
+                            "b",
+                            "fetch",
+                            "ok",
+                            false,
+                        );
+                        (r.machine.id.clone(), r)
+                    })
+                    .collect();
+                let o = Origin::default();
+                let got: Vec<_> = if t < 4 {
+                    reports.iter().map(|(_, r)| c.record(r, &o)).collect()
+                } else {
+                    let batch: Vec<_> = reports.iter().map(|(_, r)| (r, &o)).collect();
+                    c.record_all(&batch)
+                };
+                reports
+                    .into_iter()
+                    .zip(got)
+                    .map(|((id, _), g)| (id, g.expect("recorded or refused, not an error")))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .flat_map(|h| h.join().expect("a thread"))
+        .collect();
+    assert_eq!(results.len(), 60);
+    let new: Vec<&String> = results
+        .iter()
+        .filter(|(_, r)| *r == Recorded::New)
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(new.len(), MAX as usize, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|(_, r)| matches!(r, Recorded::New | Recorded::Full(Full { max: MAX }))),
+        "{results:?}"
+    );
+    for c in &clients {
+        assert_eq!(c.machine_count().unwrap(), MAX);
+        assert_eq!(c.machines(&Filter::default()).unwrap().len(), MAX as usize);
+    }
+    // A page of the listing: the machines after an id, by id, as many as asked for.
+    let all: Vec<String> = clients[0]
+        .machines(&Filter::default())
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    let mut page = Vec::new();
+    clients[1]
+        .each_machine(&Filter::default(), Some(&all[4]), &mut |m| {
+            page.push(m.id);
+            page.len() < 3
+        })
+        .unwrap();
+    assert_eq!(page, all[5..8]);
+    // A known machine: its next report and a change of its record still go through.
+    let known = new[0].clone();
+    let r = report("r-again", &known, "b", "disks", "ok", false);
+    assert_eq!(
+        clients[1].record(&r, &Origin::default()).unwrap(),
+        Recorded::New
+    );
+    let changed = clients[0]
+        .update(&known, &mut |m| {
+            m.map(|m| Machine {
+                reprovision: Some(1),
+                ..m
+            })
+        })
+        .unwrap();
+    assert_eq!(changed.unwrap().reprovision, Some(1));
+    // Client 1 wrote the record last and keeps it (`inventory::recent`); client 0 changed
+    // it since: client 1's next reports (alone and in a batch) are not written over the
+    // change.
+    let r = report("r-again-2", &known, "b", "files", "ok", true);
+    assert_eq!(
+        clients[1].record(&r, &Origin::default()).unwrap(),
+        Recorded::New
+    );
+    clients[0]
+        .update(&known, &mut |m| {
+            m.map(|m| Machine {
+                reprovision: Some(2),
+                ..m
+            })
+        })
+        .unwrap();
+    let (a, b) = (
+        report("r-again-3", &known, "b2", "fetch", "ok", false),
+        report("r-other", new[1], "b2", "fetch", "ok", false),
+    );
+    let o = Origin::default();
+    let got: Vec<_> = clients[1]
+        .record_all(&[(&a, &o), (&b, &o)])
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(got, [Recorded::New, Recorded::New]);
+    let m = clients[1].machine(&known).unwrap().unwrap();
+    assert_eq!((m.reprovision, m.reports), (Some(2), 4));
+    // A new one through `update` (a network-boot registration): refused, naming the limit.
+    let err = clients[1]
+        .update("m-new", &mut |_| {
+            Some(Machine {
+                id: "m-new".into(),
+                ..Machine::default()
+            })
+        })
+        .expect_err("full");
+    assert_eq!(err.downcast_ref::<Full>(), Some(&Full { max: MAX }));
+    assert!(err.to_string().contains("--max-machines"), "{err}");
+    assert!(clients[0].machine("m-new").unwrap().is_none());
+
+    // The count's keys gone (an inventory written before it was kept): counted again from
+    // the records, once.
+    let count = format!("{prefix}count/");
+    let mut end = count.clone().into_bytes();
+    *end.last_mut().unwrap() += 1;
+    let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
+    let b64 = |b: &[u8]| spec::encoding::data_url::base64_encode(b);
+    agent
+        .post(format!("{}/v3/kv/deleterange", cluster.clients[0]))
+        .send(
+            serde_json::to_vec(
+                &serde_json::json!({"key": b64(count.as_bytes()), "range_end": b64(&end)}),
+            )
+            .unwrap()
+            .as_slice(),
+        )
+        .expect("deleting the count");
+    let fresh = {
+        let mut opts = EtcdOptions::new(cluster.clients.clone());
+        opts.prefix = prefix.clone();
+        opts.max_machines = MAX + 1;
+        Etcd::new(opts).unwrap()
+    };
+    assert_eq!(fresh.machine_count().unwrap(), MAX);
+    let r = report("r-last", "m-last", "b", "fetch", "ok", false);
+    assert_eq!(fresh.record(&r, &Origin::default()).unwrap(), Recorded::New);
+    let r = report("r-over", "m-over", "b", "fetch", "ok", false);
+    assert_eq!(
+        fresh.record(&r, &Origin::default()).unwrap(),
+        Recorded::Full(Full { max: MAX + 1 })
+    );
+    assert_eq!(clients[0].machine_count().unwrap(), MAX + 1);
 }
 
 #[test]

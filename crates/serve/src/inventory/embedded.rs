@@ -1,8 +1,9 @@
 //! The embedded store: one redb file (`<state-dir>/inventory.db`).
 //!
-//! Two tables: `machines` (machine id → the record as JSON) and `details` (`<machine
-//! id>/<report id>` → the report's changes and log tail as JSON; none for a report that
-//! changed nothing and logged nothing, read back as the empty details). Reports are recorded in
+//! Tables: `machines` (machine id → the record as JSON), `details` (`<machine id>/<report
+//! id>` → the report's changes and log tail as JSON; none for a report that changed nothing
+//! and logged nothing, read back as the empty details), `boot_tokens`, and `meta` (the
+//! number of machine records, changed in the transaction that adds one: `--max-machines`). Reports are recorded in
 //! write transactions (redb runs one at a time; reports that arrive while one commits go
 //! together into the next), committed with redb's default durability: the commit returns
 //! after fsync, and redb's copy-on-write pages with a checksummed commit slot mean a crash at
@@ -14,19 +15,29 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, PoisonError};
 
 use anyhow::{Context, Result, anyhow};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
-use super::store::{BootToken, Recorded, Spend, Store};
+use super::recent::Recent;
+use super::store::{BootToken, Full, Recorded, Spend, Store};
 
 const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
 const DETAILS: TableDefinition<&str, &[u8]> = TableDefinition::new("details");
 /// One-time network-boot tokens: SHA-256 of the token (hex) → [`BootToken`] as JSON.
 const BOOT_TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("boot_tokens");
+/// Counters: [`COUNT`] → the number of entries of `machines` (`--max-machines` is checked
+/// against it), changed in the transaction that adds a record.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const COUNT: &str = "machines";
 
 pub struct Embedded {
     db: Database,
     path: PathBuf,
+    /// `--max-machines`.
+    max_machines: u64,
+    /// The records written last, decoded (`commit_batch`); its lock is held across every
+    /// write transaction that changes a record.
+    recent: Mutex<Recent<Machine>>,
     queue: Mutex<Queue>,
     /// Signalled when a batch is committed.
     ready: Condvar,
@@ -60,8 +71,14 @@ fn detail_key(machine: &str, report: &str) -> String {
 }
 
 impl Embedded {
-    /// Opens (or creates) the store at `path`. Only one process may have it open.
+    /// Opens (or creates) the store at `path` with the default `--max-machines`. Only one
+    /// process may have it open.
     pub fn open(path: &Path) -> Result<Embedded> {
+        Embedded::open_with(path, super::store::DEFAULT_MAX_MACHINES)
+    }
+
+    /// Opens (or creates) the store at `path`, holding `max_machines` records at most.
+    pub fn open_with(path: &Path, max_machines: u64) -> Result<Embedded> {
         // Private to the server like the rest of its state directory (machine identities,
         // error texts): created 0600, and made so if it exists.
         {
@@ -83,6 +100,8 @@ impl Embedded {
         let s = Embedded {
             db,
             path: path.to_path_buf(),
+            max_machines,
+            recent: Mutex::default(),
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
             tokens_pruned: Default::default(),
@@ -97,8 +116,34 @@ impl Embedded {
             .with_context(|| s.what("creating the tables of"))?;
         tx.open_table(BOOT_TOKENS)
             .with_context(|| s.what("creating the tables of"))?;
+        {
+            // A file written before the count was kept (or by hand) gets it counted once.
+            let mut meta = tx
+                .open_table(META)
+                .with_context(|| s.what("creating the tables of"))?;
+            if meta
+                .get(COUNT)
+                .with_context(|| s.what("reading"))?
+                .is_none()
+            {
+                let machines = tx.open_table(MACHINES).with_context(|| s.what("opening"))?;
+                let n = machines
+                    .len()
+                    .with_context(|| s.what("counting the machines of"))?;
+                meta.insert(COUNT, n)
+                    .with_context(|| s.what("writing to"))?;
+            }
+        }
         tx.commit().with_context(|| s.what("committing to"))?;
         Ok(s)
+    }
+
+    /// The machine count kept in `meta` (the transaction's view).
+    fn count(&self, meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
+        Ok(meta
+            .get(COUNT)
+            .with_context(|| self.what("reading"))?
+            .map_or(0, |v| v.value()))
     }
 
     fn what(&self, doing: &str) -> String {
@@ -109,12 +154,20 @@ impl Embedded {
 impl Embedded {
     /// Records `batch` in one write transaction: each report is applied to the record as
     /// the reports before it in the batch left it.
+    ///
+    /// The records come from the writers' [`Recent`] when there (the committed record, kept
+    /// decoded: held under its lock for the whole transaction, so no other write runs in
+    /// between), else from the file; the batch's records go back into it once committed.
     fn commit_batch(&self, batch: &[(&Report, &Origin)]) -> Result<Vec<Recorded>> {
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         let tx = self
             .db
             .begin_write()
             .with_context(|| self.what("starting a write to"))?;
         let mut out = Vec::with_capacity(batch.len());
+        // The records this batch wrote (or found unchanged), for `recent` once committed.
+        let mut written: HashMap<String, Machine> = HashMap::new();
+        let mut json = Vec::new();
         {
             let mut machines = tx
                 .open_table(MACHINES)
@@ -122,24 +175,41 @@ impl Embedded {
             let mut details = tx
                 .open_table(DETAILS)
                 .with_context(|| self.what("opening"))?;
+            let mut meta = tx.open_table(META).with_context(|| self.what("opening"))?;
+            let before = self.count(&meta)?;
+            let mut count = before;
             for &(r, origin) in batch {
-                let old = match machines
-                    .get(r.machine.id.as_str())
-                    .with_context(|| self.what("reading"))?
-                {
-                    Some(v) => Some(serde_json::from_slice::<Machine>(v.value()).with_context(
-                        || format!("reading machine {} from the inventory", r.machine.id),
-                    )?),
-                    None => None,
+                let id = r.machine.id.as_str();
+                let old = match written.remove(id).or_else(|| recent.take(id)) {
+                    Some(m) => Some(m),
+                    None => match machines.get(id).with_context(|| self.what("reading"))? {
+                        Some(v) => {
+                            Some(serde_json::from_slice::<Machine>(v.value()).with_context(
+                                || format!("reading machine {id} from the inventory"),
+                            )?)
+                        }
+                        None => None,
+                    },
                 };
+                if old.is_none() {
+                    if count >= self.max_machines {
+                        out.push(Recorded::Full(Full {
+                            max: self.max_machines,
+                        }));
+                        continue;
+                    }
+                    count += 1;
+                }
                 let (m, applied) = model::apply(old, r, origin);
                 let Applied::Recorded { store, drop } = applied else {
+                    written.insert(m.id.clone(), m);
                     out.push(Recorded::Duplicate);
                     continue;
                 };
-                let json = serde_json::to_vec(&m)?;
+                json.clear();
+                serde_json::to_writer(&mut json, &m)?;
                 machines
-                    .insert(r.machine.id.as_str(), json.as_slice())
+                    .insert(id, json.as_slice())
                     .with_context(|| self.what("writing to"))?;
                 for id in drop {
                     details
@@ -149,15 +219,23 @@ impl Embedded {
                 if let Some(id) = store
                     && model::has_detail(r)
                 {
-                    let d = serde_json::to_vec(&model::detail(r))?;
+                    let d = model::detail_json(r)?;
                     details
                         .insert(detail_key(&m.id, &id).as_str(), d.as_slice())
                         .with_context(|| self.what("writing to"))?;
                 }
                 out.push(Recorded::New);
+                written.insert(m.id.clone(), m);
+            }
+            if count != before {
+                meta.insert(COUNT, count)
+                    .with_context(|| self.what("writing to"))?;
             }
         }
         tx.commit().with_context(|| self.what("committing to"))?;
+        for (id, m) in written {
+            recent.put(id, m);
+        }
         Ok(out)
     }
 }
@@ -228,6 +306,12 @@ impl Store for Embedded {
         (1, BATCH)
     }
 
+    fn machine_count(&self) -> Result<u64> {
+        let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
+        let meta = tx.open_table(META).with_context(|| self.what("opening"))?;
+        self.count(&meta)
+    }
+
     fn machine(&self, id: &str) -> Result<Option<Machine>> {
         let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
         let machines = tx
@@ -267,6 +351,10 @@ impl Store for Embedded {
         id: &str,
         f: &mut dyn FnMut(Option<Machine>) -> Option<Machine>,
     ) -> Result<Option<Machine>> {
+        // The record changes here, not through `commit_batch`: forgotten by `recent` (whose
+        // lock keeps reports out of the way meanwhile).
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = recent.take(id);
         let tx = self
             .db
             .begin_write()
@@ -284,6 +372,18 @@ impl Store for Embedded {
             };
             match f(old.clone()) {
                 Some(m) => {
+                    if old.is_none() {
+                        let mut meta = tx.open_table(META).with_context(|| self.what("opening"))?;
+                        let n = self.count(&meta)?;
+                        if n >= self.max_machines {
+                            return Err(Full {
+                                max: self.max_machines,
+                            }
+                            .into());
+                        }
+                        meta.insert(COUNT, n + 1)
+                            .with_context(|| self.what("writing to"))?;
+                    }
                     let json = serde_json::to_vec(&m)?;
                     machines
                         .insert(id, json.as_slice())
@@ -380,20 +480,32 @@ impl Store for Embedded {
         ))
     }
 
-    fn machines(&self, filter: &Filter) -> Result<Vec<Machine>> {
+    fn each_machine(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        visit: &mut dyn FnMut(Machine) -> bool,
+    ) -> Result<()> {
         let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
         let machines = tx
             .open_table(MACHINES)
             .with_context(|| self.what("opening"))?;
-        let mut out = Vec::new();
-        for e in machines.iter().with_context(|| self.what("reading"))? {
+        let entries = match after {
+            Some(a) => machines.range(a..),
+            None => machines.range::<&str>(..),
+        }
+        .with_context(|| self.what("reading"))?;
+        for e in entries {
             let (k, v) = e.with_context(|| self.what("reading"))?;
+            if Some(k.value()) == after {
+                continue;
+            }
             let m: Machine = serde_json::from_slice(v.value())
                 .with_context(|| format!("reading machine {} from the inventory", k.value()))?;
-            if filter.matches(&m) {
-                out.push(m);
+            if filter.matches(&m) && !visit(m) {
+                break;
             }
         }
-        Ok(out)
+        Ok(())
     }
 }

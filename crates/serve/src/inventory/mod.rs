@@ -13,6 +13,7 @@
 pub mod embedded;
 pub mod etcd;
 pub mod model;
+pub mod recent;
 pub mod store;
 
 use std::path::Path;
@@ -26,7 +27,7 @@ pub use self::model::{
     Applied, Counts, Filter, Machine, Origin, Refused, Report, State, apply, limits, parse,
     parse_within,
 };
-pub use self::store::{BootToken, Recorded, Spend, Store};
+pub use self::store::{BootToken, DEFAULT_MAX_MACHINES, Full, Recorded, Spend, Store};
 
 /// `--inventory-store`: which store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,11 +54,13 @@ impl std::str::FromStr for StoreKind {
 pub const EMBEDDED_FILE: &str = "inventory.db";
 
 /// Opens the store `agent serve` was asked for: `kind` with `--state-dir` (embedded) or
-/// `--etcd-endpoints` (etcd).
+/// `--etcd-endpoints` (etcd), holding `max_machines` machine records at most
+/// (`--max-machines`).
 pub fn open(
     kind: StoreKind,
     state_dir: Option<&Path>,
     etcd_endpoints: &[String],
+    max_machines: u64,
 ) -> Result<Arc<dyn Store>> {
     Ok(match kind {
         StoreKind::Embedded => {
@@ -68,8 +71,11 @@ pub fn open(
             };
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating the state directory {}", dir.display()))?;
-            Arc::new(Embedded::open(&dir.join(EMBEDDED_FILE))?)
+            Arc::new(Embedded::open_with(&dir.join(EMBEDDED_FILE), max_machines)?)
         }
-        StoreKind::Etcd => Arc::new(Etcd::new(EtcdOptions::new(etcd_endpoints.to_vec()))?),
+        StoreKind::Etcd => Arc::new(Etcd::new(EtcdOptions {
+            max_machines,
+            ..EtcdOptions::new(etcd_endpoints.to_vec())
+        })?),
     })
 }

@@ -387,6 +387,20 @@ pub fn detail(r: &Report) -> Detail {
     }
 }
 
+/// [`detail`] as stored (JSON), without copying the report's lists first.
+pub fn detail_json(r: &Report) -> serde_json::Result<Vec<u8>> {
+    #[derive(Serialize)]
+    struct Borrowed<'a> {
+        changes: &'a Changes,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        log_tail: &'a [String],
+    }
+    serde_json::to_vec(&Borrowed {
+        changes: &r.changes,
+        log_tail: &r.log_tail,
+    })
+}
+
 /// Whether a report has a [`Detail`] worth a record of its own: a stage that changed
 /// nothing and sent no log lines (most fetch and disks stages) has none, and the embedded
 /// store writes no record for it (it reads a missing one as the empty [`Detail`]).
@@ -528,15 +542,3 @@ impl Filter {
 
 /// Machines by state and pool (for metrics): ((state, pool or ""), count), sorted.
 pub type Counts = Vec<((State, String), u64)>;
-
-/// Counts machines by state and pool; machines with no state yet are not counted.
-pub fn count(machines: &[Machine]) -> Counts {
-    let mut map = std::collections::BTreeMap::new();
-    for m in machines {
-        if let Some(s) = m.state {
-            *map.entry((s, m.pool.clone().unwrap_or_default()))
-                .or_insert(0u64) += 1;
-        }
-    }
-    map.into_iter().collect()
-}

@@ -5,12 +5,40 @@ use serde::{Deserialize, Serialize};
 
 use super::model::{self, Counts, Filter, Machine, Origin, Report};
 
-/// Whether a report was new or a retry of one already recorded.
+/// Whether a report was new or a retry of one already recorded, or refused because it
+/// would add a machine to an inventory that holds `--max-machines` already.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recorded {
     New,
     Duplicate,
+    /// Not recorded: the report's machine is new and the inventory is full.
+    Full(Full),
 }
+
+/// The default of `--max-machines` (docs/reports.md, "Limits"): ten times the largest herd
+/// the benchmarks boot at once, and a listing of that many records is still a few seconds
+/// and tens of MiB (measured there).
+pub const DEFAULT_MAX_MACHINES: u64 = 100_000;
+
+/// The inventory holds `max` machines (`--max-machines`): a new one is not recorded. Known
+/// machines still are. What [`Store::update`] fails with when it would add one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full {
+    pub max: u64,
+}
+
+impl std::fmt::Display for Full {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the inventory holds {} machines, the --max-machines limit: a new machine is not \
+             recorded (machines already known still are; raise --max-machines)",
+            self.max
+        )
+    }
+}
+
+impl std::error::Error for Full {}
 
 /// A one-time network-boot token's record (docs/serve.md, "One-time tokens"), kept under
 /// the SHA-256 of the token (the token itself is never stored).
@@ -66,7 +94,10 @@ impl Spend {
 pub trait Store: Send + Sync {
     /// Records a report (parsed by [`model::parse`]) atomically: reads the machine's record,
     /// [`model::apply`]s the report, writes the record and the report's details, or, when the
-    /// report's id is already known, changes nothing and says [`Recorded::Duplicate`].
+    /// report's id is already known, changes nothing and says [`Recorded::Duplicate`]. A
+    /// report of a machine not known yet when the store holds `--max-machines` records
+    /// changes nothing and says [`Recorded::Full`]; the count is exact (both stores keep it
+    /// in the transaction that adds a record).
     /// On `Ok` the report is durable.
     fn record(&self, report: &Report, origin: &Origin) -> Result<Recorded>;
     /// Records several reports, in order (a later one sees what an earlier one did); one
@@ -82,14 +113,44 @@ pub trait Store: Send + Sync {
     }
     /// One machine, with each stage's details (changes, log tail).
     fn machine(&self, id: &str) -> Result<Option<Machine>>;
-    /// The machines matching `filter`, by id, without stage details.
-    fn machines(&self, filter: &Filter) -> Result<Vec<Machine>>;
-    /// Machines by state and pool (for metrics).
+    /// Hands `visit` the machines matching `filter` whose id sorts after `after` (None:
+    /// all), by id, without stage details, one at a time, until it returns false: a listing
+    /// of a page, or a count, never holds the whole inventory.
+    fn each_machine(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        visit: &mut dyn FnMut(Machine) -> bool,
+    ) -> Result<()>;
+    /// The machines matching `filter`, by id, without stage details (all of them: at
+    /// `--max-machines` that is the whole inventory; listings page with
+    /// [`Store::each_machine`]).
+    fn machines(&self, filter: &Filter) -> Result<Vec<Machine>> {
+        let mut out = Vec::new();
+        self.each_machine(filter, None, &mut |m| {
+            out.push(m);
+            true
+        })?;
+        Ok(out)
+    }
+    /// How many machine records the store holds (the count `--max-machines` is checked
+    /// against).
+    fn machine_count(&self) -> Result<u64>;
+    /// Machines by state and pool (for metrics), counted one record at a time.
     fn counts(&self) -> Result<Counts> {
-        Ok(model::count(&self.machines(&Filter::default())?))
+        // Machines with no state yet are not counted.
+        let mut map = std::collections::BTreeMap::<(model::State, String), u64>::new();
+        self.each_machine(&Filter::default(), None, &mut |m| {
+            if let Some(s) = m.state {
+                *map.entry((s, m.pool.unwrap_or_default())).or_insert(0) += 1;
+            }
+            true
+        })?;
+        Ok(map.into_iter().collect())
     }
     /// Changes one machine's record atomically: `f` gets the record (None: not known) and
     /// returns the new one (None: leave it as it is). Returns what is stored afterwards.
+    /// A new record counts against `--max-machines`: at the limit it fails with [`Full`].
     fn update(
         &self,
         _id: &str,
