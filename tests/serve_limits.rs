@@ -596,6 +596,54 @@ fn per_address_cap() {
     );
 }
 
+/// After its last answer the server closes a connection at once when the request was read
+/// whole and nothing followed it (as nginx does): a byte the client sends after reading the
+/// answer is answered with a reset. It lingers (drains in silence) when something may still
+/// be coming: an error answer whose body was never read, or bytes after the last request.
+#[test]
+fn closes_at_once_after_a_whole_request_and_lingers_otherwise() {
+    let t = TempDir::new("close");
+    let src = source(&t);
+    let s = start(&src, None, &[]);
+    let addr = s.addr_of("http");
+    // Whether a write after the answer gets a reset (the server closed at once) or is
+    // drained (it lingers for 2 s).
+    let reset_after = |c: &mut TcpStream| {
+        let _ = c.write_all(b"x");
+        std::thread::sleep(Duration::from_millis(200));
+        c.write_all(b"y").is_err()
+    };
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.write_all(GET_WORKER.as_bytes()).unwrap();
+    let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
+    assert_eq!(parse_response(&got, false).status, 200);
+    assert!(reset_after(&mut c), "a whole request: closed at once");
+
+    // An error answer before the body (413: larger than --max-body-bytes) lingers.
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.write_all(
+        b"POST /report HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 99999999\r\n\r\n",
+    )
+    .unwrap();
+    let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
+    assert_eq!(parse_response(&got, false).status, 413);
+    assert!(
+        !reset_after(&mut c),
+        "an error answer with its body unread: lingers"
+    );
+
+    // Bytes after a `Connection: close` request (pipelined) linger too.
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.write_all(format!("{GET_WORKER}GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
+    assert_eq!(parse_response(&got, false).status, 200);
+    assert!(
+        !reset_after(&mut c),
+        "bytes after the last request: lingers"
+    );
+}
+
 #[test]
 fn malformed_request_lines_get_400_at_once() {
     let t = TempDir::new("malformed");

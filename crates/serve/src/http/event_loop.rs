@@ -313,6 +313,12 @@ struct Conn {
     /// A refused connection: answered 503 and closed.
     reject: bool,
     eof: bool,
+    /// The last read found the socket empty (it took less than it asked for): nothing the
+    /// client sent was left unread then (plain connections; nginx's `read->ready`).
+    drained: bool,
+    /// The response being written answers a request read whole (not an error answer that
+    /// may leave a body unread).
+    complete: bool,
     close_after: bool,
     /// Plain output: response head and body, and how much of both is written.
     out_head: Vec<u8>,
@@ -855,6 +861,8 @@ impl<H: Handler> Shard<H> {
             },
             reject: !slot,
             eof: false,
+            drained: false,
+            complete: false,
             close_after: false,
             out_head: Vec::new(),
             out_body: Body::Empty,
@@ -1196,6 +1204,7 @@ impl<H: Handler> Shard<H> {
             bytes,
             started,
         });
+        c.complete = has_req;
         c.close_after = !keep;
         c.phase = Phase::Writing;
         // The end of the first window of the minimum send rate.
@@ -1218,13 +1227,17 @@ impl<H: Handler> Shard<H> {
                 None => match c.sock.read(&mut tmp[..(cap - c.buf.len()).min(chunk)]) {
                     Ok(0) => c.eof = true,
                     Ok(n) => {
+                        c.drained = n < (cap - c.buf.len()).min(chunk);
                         c.buf.reserve_exact(n);
                         c.buf.extend_from_slice(&tmp[..n]);
                         if n < tmp.len() {
                             break;
                         }
                     }
-                    Err(e) if would_block(&e) => break,
+                    Err(e) if would_block(&e) => {
+                        c.drained = true;
+                        break;
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(_) => return Err(()),
                 },
@@ -1470,9 +1483,14 @@ impl<H: Handler> Shard<H> {
                         // The request was read whole and nothing follows it: close at
                         // once, as nginx does. Closing with unread data would make the
                         // kernel answer it with a reset, which can cost the client the end
-                        // of its answer; so one read first: anything there (pipelined
-                        // requests, a body sent after an error answer) lingers below.
-                        if c.tls.is_none() && c.buf.is_empty() {
+                        // of its answer: so only when the last read found the socket empty,
+                        // or one more read finds nothing (anything there, pipelined
+                        // requests, lingers below). An error answer (a body perhaps left
+                        // unread) always lingers.
+                        if c.tls.is_none() && c.complete && c.buf.is_empty() {
+                            if c.drained {
+                                return None;
+                            }
                             match c.sock.read(&mut l.scratch) {
                                 Ok(0) => return None,
                                 Err(e) if would_block(&e) => return None,
