@@ -883,14 +883,11 @@ impl<H: Handler> Shard<H> {
             ticket: 0,
             deferred: None,
         });
-        if c.reject {
-            if c.tls.is_none() {
-                self.queue_reject(l, &mut c);
-            }
-        } else {
-            // Evictable from the first moment: it has not sent a request yet.
-            self.enter_waiting(&mut c);
+        if c.reject && c.tls.is_none() {
+            self.queue_reject(l, &mut c);
         }
+        // Not in the waiting set yet: the read below comes first, and a connection whose
+        // request is not there whole joins it then (`drive`), evictable from then on.
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -1473,9 +1470,6 @@ impl<H: Handler> Shard<H> {
                         // A large head is not kept once it is answered.
                         c.req = Request::default();
                     }
-                    // No request in progress any more: evictable again, before the client
-                    // can see the end of the response.
-                    self.enter_waiting(c);
                     if c.close_after {
                         if c.eof {
                             return None;
@@ -1499,6 +1493,11 @@ impl<H: Handler> Shard<H> {
                                 Err(_) => return None,
                             }
                         }
+                    }
+                    // No request in progress any more and the connection stays (lingering
+                    // or keep-alive): evictable again.
+                    self.enter_waiting(c);
+                    if c.close_after {
                         // The client has its whole answer: a lingering connection no longer
                         // counts against its address, so a client that opens its next
                         // connection as soon as it reads the end is not refused. Lingering
