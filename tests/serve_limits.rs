@@ -139,16 +139,14 @@ fn flood_while_fetching(herd_addr: SocketAddr, fetch: impl Fn() -> u16) -> (Vec<
     (all, herd)
 }
 
-#[test]
-#[ignore = "needs root: make test-root"]
-fn silent_flood_on_the_plain_port() {
+/// A silent flood on the plain port of a server started with `--defer-accept DEFER`, with
+/// real fetches through it, each of which must get its config. The server, its source's
+/// directory and the herd's size.
+fn plain_flood(name: &str, defer: &str) -> (TempDir, Server, usize) {
     must_be_root();
-    let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
-    let t = TempDir::new("flood-plain");
+    let t = TempDir::new(name);
     let src = source(&t);
-    // A long header time-out: room must come from eviction, not from time-outs. Accepted
-    // at once (no deferred accept): the kernel hands the server every connection, as a
-    // flood whose connections each send one byte would even with it.
+    // A long header time-out: room must come from eviction, not from time-outs.
     let s = start(
         &src,
         None,
@@ -158,7 +156,7 @@ fn silent_flood_on_the_plain_port() {
             "--max-connections",
             &MAX_CONNECTIONS.to_string(),
             "--defer-accept",
-            "0",
+            defer,
         ],
     );
     let addr = s.addr_of("http");
@@ -175,6 +173,16 @@ fn silent_flood_on_the_plain_port() {
         statuses.iter().all(|&st| st == 200),
         "a real client must always get through: {statuses:?}"
     );
+    (t, s, herd)
+}
+
+/// Accepted at once (no deferred accept): the kernel hands the server every connection, as
+/// a flood whose connections each send one byte would even with it.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn silent_flood_on_the_plain_port() {
+    let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
+    let (_t, s, herd) = plain_flood("flood-plain", "0");
     // Every connection admitted beyond the limit evicted one (a few may still be in the
     // accept queue when the counter is read).
     let evicted = s.metric("agent_serve_connections_evicted_total");
@@ -196,33 +204,8 @@ fn silent_flood_on_the_plain_port() {
 #[test]
 #[ignore = "needs root: make test-root"]
 fn silent_flood_with_deferred_accept() {
-    must_be_root();
     let _g = FLOOD.lock().unwrap_or_else(|e| e.into_inner());
-    let t = TempDir::new("flood-deferred");
-    let src = source(&t);
-    let s = start(
-        &src,
-        None,
-        &[
-            "--header-timeout",
-            "300s",
-            "--max-connections",
-            &MAX_CONNECTIONS.to_string(),
-        ],
-    );
-    let addr = s.addr_of("http");
-    let want = s.get("/config/worker").body;
-    let (statuses, _herd) = flood_while_fetching(addr, || {
-        let r = request(addr, GET_WORKER);
-        if r.status == 200 {
-            assert_eq!(r.body, want);
-        }
-        r.status
-    });
-    assert!(
-        statuses.iter().all(|&st| st == 200),
-        "a real client must always get through: {statuses:?}"
-    );
+    let (_t, s, _herd) = plain_flood("flood-deferred", "1");
     assert_eq!(s.metric("agent_serve_connections_rejected_total"), 0);
     assert!(s.metric("agent_serve_open_connections") <= MAX_CONNECTIONS as u64);
 }
