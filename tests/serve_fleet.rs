@@ -712,11 +712,31 @@ fn the_machine_limit_is_the_flag_and_listings_page() {
         let r = get(admin, &format!("/machines?{bad}"), None);
         assert_eq!(r.status, 400, "{bad}: {}", r.text());
     }
-    let out = std::process::Command::new(AGENT)
-        .args(["machines", "--server", &format!("http://{admin}"), "list"])
-        .output()
-        .unwrap();
-    let listed = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{listed}");
-    assert!(listed.contains("m-1") && listed.contains("m-2"), "{listed}");
+    // `agent machines list` follows the pages (one machine each here) and prints them as
+    // they come: as text, and as one JSON document equal to the server's whole listing.
+    let list = |extra: &[&str]| {
+        let out = std::process::Command::new(AGENT)
+            .args(["machines", "--server", &format!("http://{admin}"), "list"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{listed}");
+        listed
+    };
+    for size in ["1", "1000"] {
+        let listed = list(&["--page-size", size]);
+        let rows: Vec<&str> = listed
+            .lines()
+            .skip(1)
+            .map(|l| l.split('\t').next().unwrap())
+            .collect();
+        assert_eq!(rows, ["m-1", "m-2"], "{listed}");
+        let json: serde_json::Value =
+            serde_json::from_str(&list(&["--page-size", size, "--json"])).unwrap();
+        assert_eq!(json["machines"], listing["machines"], "--page-size {size}");
+    }
+    let empty: serde_json::Value =
+        serde_json::from_str(&list(&["--pool", "none", "--json"])).unwrap();
+    assert_eq!(empty, serde_json::json!({ "machines": [] }));
 }

@@ -1,7 +1,7 @@
 //! `agent machines list | show ID | reprovision ID`: the server's inventory (docs/reports.md), read from its
 //! admin listener with the admin token, through the provisioning fetcher's HTTP client.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,6 +36,10 @@ pub enum MachinesAction {
         /// unassigned).
         #[arg(long)]
         state: Option<String>,
+        /// Machines asked for per request (the server's `?limit=`, 1 to 10,000); the listing
+        /// is printed page by page.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        page_size: u32,
     },
     /// One machine: identity, and per boot its stages, changes and failure.
     Show {
@@ -123,52 +127,64 @@ fn text(v: &serde_json::Value) -> String {
 
 pub fn run(a: MachinesArgs) -> Result<()> {
     match &a.action {
-        MachinesAction::List { pool, state } => {
-            let mut q = Vec::new();
+        MachinesAction::List {
+            pool,
+            state,
+            page_size,
+        } => {
+            let mut q = vec![format!("limit={page_size}")];
             if let Some(p) = pool {
                 q.push(format!("pool={}", enc(p)));
             }
             if let Some(s) = state {
                 q.push(format!("state={}", enc(s)));
             }
-            // The server answers a page at a time (`next`: the `after` of the next one).
-            let mut machines = Vec::new();
+            // The server answers a page at a time (`next`: the `after` of the next one); each
+            // page is printed as it comes, so the listing holds one page in memory, whatever
+            // the inventory's size.
+            let mut out = std::io::stdout().lock();
+            if a.json {
+                write!(out, "{{\n  \"machines\": [")?;
+            } else {
+                writeln!(out, "ID\tSTATE\tPOOL\tCONFIG\tLAST SEEN\tHOSTNAME")?;
+            }
+            let mut first = true;
             let mut after: Option<String> = None;
             loop {
                 let mut q = q.clone();
                 if let Some(a) = &after {
                     q.push(format!("after={}", enc(a)));
                 }
-                let path = if q.is_empty() {
-                    "/machines".to_string()
-                } else {
-                    format!("/machines?{}", q.join("&"))
-                };
-                let mut v = get(&a, &path)?;
-                if let Some(page) = v["machines"].as_array_mut() {
-                    machines.append(page);
+                let v = get(&a, &format!("/machines?{}", q.join("&")))?;
+                for m in v["machines"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+                    if a.json {
+                        // As `serde_json::to_string_pretty` of the whole document would.
+                        let item = serde_json::to_string_pretty(m)?.replace('\n', "\n    ");
+                        write!(out, "{}\n    {item}", if first { "" } else { "," })?;
+                    } else {
+                        writeln!(
+                            out,
+                            "{}\t{}\t{}\t{}\t{}\t{}",
+                            text(&m["id"]),
+                            text(&m["state"]),
+                            text(&m["pool"]),
+                            text(&m["config"]["name"]),
+                            m["last_seen"].as_u64().map_or("-".into(), utc),
+                            text(&m["identity"]["hostname"]),
+                        )?;
+                    }
+                    first = false;
                 }
+                // Pages go forward by id: a `next` that does not is the end.
                 match v["next"].as_str() {
-                    Some(n) if after.as_deref() != Some(n) => after = Some(n.to_string()),
+                    Some(n) if after.as_deref().is_none_or(|a| n > a) => {
+                        after = Some(n.to_string())
+                    }
                     _ => break,
                 }
             }
             if a.json {
-                let v = serde_json::json!({ "machines": machines });
-                println!("{}", serde_json::to_string_pretty(&v)?);
-                return Ok(());
-            }
-            println!("ID\tSTATE\tPOOL\tCONFIG\tLAST SEEN\tHOSTNAME");
-            for m in &machines {
-                println!(
-                    "{}\t{}\t{}\t{}\t{}\t{}",
-                    text(&m["id"]),
-                    text(&m["state"]),
-                    text(&m["pool"]),
-                    text(&m["config"]["name"]),
-                    m["last_seen"].as_u64().map_or("-".into(), utc),
-                    text(&m["identity"]["hostname"]),
-                );
+                writeln!(out, "{}]\n}}", if first { "" } else { "\n  " })?;
             }
         }
         MachinesAction::Reprovision { id } => {
