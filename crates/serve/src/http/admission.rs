@@ -355,17 +355,34 @@ pub(super) fn abort_on_close(fd: RawFd) {
         l_onoff: 1,
         l_linger: 0,
     };
-    // SAFETY: `fd` is an open socket (its owner closes it only after leaving the sets this
-    // is called under, or is the caller), and `l` is a valid linger value of the size given.
-    let _ = unsafe {
+    // `fd` is an open socket: its owner closes it only after leaving the sets this is
+    // called under, or is the caller.
+    let _ = set_socket_option(fd, nix::libc::SOL_SOCKET, nix::libc::SO_LINGER, &l);
+}
+
+/// setsockopt(2) of a plain C value, for the options nix has no typed wrapper of (or none
+/// that takes a raw descriptor). `fd` must be an open socket for the duration of the call.
+pub(super) fn set_socket_option<T: Copy>(
+    fd: RawFd,
+    level: nix::libc::c_int,
+    name: nix::libc::c_int,
+    value: &T,
+) -> std::io::Result<()> {
+    // SAFETY: `value` is a valid, initialised T of the size given, borrowed for the call;
+    // the kernel only reads it. A closed `fd` is an error (EBADF), not undefined behaviour.
+    let r = unsafe {
         nix::libc::setsockopt(
             fd,
-            nix::libc::SOL_SOCKET,
-            nix::libc::SO_LINGER,
-            (&raw const l).cast(),
-            std::mem::size_of::<nix::libc::linger>() as nix::libc::socklen_t,
+            level,
+            name,
+            std::ptr::from_ref(value).cast(),
+            std::mem::size_of::<T>() as nix::libc::socklen_t,
         )
     };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Bytes written to `sock` that its peer has not acknowledged yet (SIOCOUTQ); 0 when it

@@ -13,7 +13,8 @@ use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::admission::{
-    AddressHold, Admission, ConnStats, Limits, SlowKey, WaitKey, abort_on_close, lock, unacked,
+    AddressHold, Admission, ConnStats, Limits, SlowKey, WaitKey, abort_on_close, lock,
+    set_socket_option, unacked,
 };
 use super::head::{REQUEST_KEPT, Request, Scan, ScanState, scan_head};
 use super::response::{
@@ -109,20 +110,12 @@ pub fn bind(addr: SocketAddr, defer_secs: u32) -> Result<TcpListener> {
 /// from then on the header time-out and eviction apply as before.
 fn defer_accept(l: &TcpListener, secs: u32) -> std::io::Result<()> {
     let secs = nix::libc::c_int::try_from(secs).unwrap_or(nix::libc::c_int::MAX);
-    // SAFETY: `secs` is a valid c_int of the size given; the listener is open.
-    let r = unsafe {
-        nix::libc::setsockopt(
-            l.as_raw_fd(),
-            nix::libc::IPPROTO_TCP,
-            nix::libc::TCP_DEFER_ACCEPT,
-            (&raw const secs).cast(),
-            std::mem::size_of::<nix::libc::c_int>() as nix::libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    set_socket_option(
+        l.as_raw_fd(),
+        nix::libc::IPPROTO_TCP,
+        nix::libc::TCP_DEFER_ACCEPT,
+        &secs,
+    )
 }
 
 /// accept4(2) of a non-blocking, close-on-exec connection with its peer's address, in one
@@ -245,8 +238,8 @@ impl<H: Handler> Server<H> {
                 listeners: ls,
                 listening: false,
                 paused_until: None,
-                spin_skip: std::cell::Cell::new(0),
-                spin_backoff: std::cell::Cell::new(0),
+                spin_skip: 0,
+                spin_backoff: 0,
                 slots: Vec::new(),
                 free: Vec::new(),
                 live: 0,
@@ -316,9 +309,6 @@ struct Conn {
     /// The last read found the socket empty (it took less than it asked for): nothing the
     /// client sent was left unread then (plain connections; nginx's `read->ready`).
     drained: bool,
-    /// The response being written answers a request read whole (not an error answer that
-    /// may leave a body unread).
-    complete: bool,
     close_after: bool,
     /// Plain output: response head and body, and how much of both is written.
     out_head: Vec<u8>,
@@ -465,8 +455,8 @@ struct Shard<H: Handler> {
     paused_until: Option<Instant>,
     /// Waits left to skip spinning before, and the current length of that back-off
     /// (`Shard::poll`).
-    spin_skip: std::cell::Cell<u32>,
-    spin_backoff: std::cell::Cell<u32>,
+    spin_skip: u32,
+    spin_backoff: u32,
     slots: Vec<Slot>,
     free: Vec<usize>,
     live: usize,
@@ -628,23 +618,22 @@ impl<H: Handler> Shard<H> {
     /// clients (one request each, then a close) found nothing most times and paid for it
     /// (measured on benches/fleet.sh's herd: about a fifth of the server's CPU per
     /// connection).
-    fn poll(&self, events: &mut [EpollEvent], ms: u16) -> nix::Result<usize> {
-        if self.spin_skip.get() > 0 {
-            self.spin_skip.set(self.spin_skip.get() - 1);
+    fn poll(&mut self, events: &mut [EpollEvent], ms: u16) -> nix::Result<usize> {
+        if self.spin_skip > 0 {
+            self.spin_skip -= 1;
         } else {
             for _ in 0..SPIN {
                 let n = self.epoll.wait(events, EpollTimeout::ZERO)?;
                 if n > 0 {
-                    self.spin_backoff.set(0);
+                    self.spin_backoff = 0;
                     return Ok(n);
                 }
                 std::thread::yield_now();
             }
             // Nothing came while spinning: skip the next 1, 2, 4, … (at most
             // SPIN_BACKOFF_MAX) waits' spins, until one finds events again.
-            let b = (self.spin_backoff.get() * 2).clamp(1, SPIN_BACKOFF_MAX);
-            self.spin_backoff.set(b);
-            self.spin_skip.set(b);
+            self.spin_backoff = (self.spin_backoff * 2).clamp(1, SPIN_BACKOFF_MAX);
+            self.spin_skip = self.spin_backoff;
         }
         self.epoll.wait(events, EpollTimeout::from(ms))
     }
@@ -862,7 +851,6 @@ impl<H: Handler> Shard<H> {
             reject: !slot,
             eof: false,
             drained: false,
-            complete: false,
             close_after: false,
             out_head: Vec::new(),
             out_body: Body::Empty,
@@ -1201,7 +1189,6 @@ impl<H: Handler> Shard<H> {
             bytes,
             started,
         });
-        c.complete = has_req;
         c.close_after = !keep;
         c.phase = Phase::Writing;
         // The end of the first window of the minimum send rate.
@@ -1218,13 +1205,14 @@ impl<H: Handler> Shard<H> {
         let before = c.buf.len();
         let chunk = tmp.len();
         while c.buf.len() < cap && !c.eof {
+            let want = (cap - c.buf.len()).min(chunk);
             match c.tls.as_mut() {
                 // Never more than `cap`, and no spare capacity beyond it: a connection's
                 // buffer is at most the head size limit (docs/serve.md).
-                None => match c.sock.read(&mut tmp[..(cap - c.buf.len()).min(chunk)]) {
+                None => match c.sock.read(&mut tmp[..want]) {
                     Ok(0) => c.eof = true,
                     Ok(n) => {
-                        c.drained = n < (cap - c.buf.len()).min(chunk);
+                        c.drained = n < want;
                         c.buf.reserve_exact(n);
                         c.buf.extend_from_slice(&tmp[..n]);
                         if n < tmp.len() {
@@ -1455,6 +1443,9 @@ impl<H: Handler> Shard<H> {
                     c.out_body = Body::Empty;
                     c.out_whole = None;
                     let now = Instant::now();
+                    // It answered a request read whole (not an error answer, which may
+                    // leave a body unread).
+                    let answered = c.finished.as_ref().is_some_and(|f| f.has_req);
                     if let Some(f) = c.finished.take() {
                         srv.handler.done(
                             &mut l.handler,
@@ -1481,7 +1472,7 @@ impl<H: Handler> Shard<H> {
                         // or one more read finds nothing (anything there, pipelined
                         // requests, lingers below). An error answer (a body perhaps left
                         // unread) always lingers.
-                        if c.tls.is_none() && c.complete && c.buf.is_empty() {
+                        if c.tls.is_none() && answered && c.buf.is_empty() {
                             if c.drained {
                                 return None;
                             }
