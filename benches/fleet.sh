@@ -4,8 +4,10 @@
 # files) — against the embedded store, and against etcd when `etcd` is installed (one member
 # on 127.0.0.1, a store of its own). Prints, per request kind, p50 and p99 latency (connect to
 # the last byte of the answer), reports lost (sent minus recorded, must be 0), and the
-# server's CPU (user+system, /proc) per machine for the whole boot next to the CPU of serving
-# the config alone, measured in the same run (a herd of config fetches only).
+# server's CPU (every thread's run time, /proc/PID/task/*/schedstat) per machine for the whole
+# boot next to the CPU of serving the config alone, measured in the same run (a herd of config
+# fetches only), and the floor: the same herd asking GET /healthz, a fresh connection answered
+# at once (what any request on its own connection costs before doing anything).
 #
 # The reference, in the same run (when nginx is installed): nginx serving the same config
 # bytes as a static file and answering `POST /report` with a fixed 200 (it reads and drops
@@ -53,23 +55,23 @@ json.dump({"ignition": {"version": "3.4.0"}, "storage": {"files": files}}, open(
 PY
 
 # The herd client: asyncio, fresh connections. `herd.py MODE PORT PIDS TAG`: MODE config
-# (config fetches only), boot (config fetch + 3 reports per machine) or post (3 report POSTs
-# per machine, no fetch); PIDS: the server's processes (comma-separated) whose CPU is
-# counted. Prints one JSON line.
+# (config fetches only), boot (config fetch + 3 reports per machine), post (3 report POSTs
+# per machine, no fetch) or floor (GET /healthz: a fresh connection answered at once with two
+# bytes, the least a request on its own connection costs); PIDS: the server's processes
+# (comma-separated) whose CPU (every thread's, from schedstat) is counted. Prints one JSON line.
 cat >"$TMP/herd.py" <<'PY'
 import asyncio, json, os, sys, time, uuid
 mode, port, pids, tag = sys.argv[1], int(sys.argv[2]), [int(p) for p in sys.argv[3].split(",")], sys.argv[4]
 machines, conc = int(os.environ["MACHINES"]), int(os.environ["CONCURRENCY"])
-tick = os.sysconf("SC_CLK_TCK")
-def cpu():
+def cpu():  # seconds run by every thread of the processes (schedstat: nanoseconds, not ticks)
     t = 0
     for pid in pids:
         try:
-            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            t += int(f[11]) + int(f[12])
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                t += int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
         except OSError:
             pass
-    return t / tick
+    return t / 1e9
 async def request(raw):
     t = time.perf_counter()
     r, w = await asyncio.open_connection("127.0.0.1", port)
@@ -80,6 +82,7 @@ async def request(raw):
     status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
     return time.perf_counter() - t, status
 GET = b"GET /config/worker HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+FLOOR = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 def report(mid, boot, stage, last):
     body = json.dumps({"format": 1, "id": uuid.uuid4().hex, "boot_id": boot, "machine": {"id": mid},
         "agent": "bench", "config": {"pool": "worker"}, "stage": stage, "outcome": "ok", "final": last,
@@ -89,6 +92,10 @@ lat = {"config": [], "report": []}
 bad = {"config": 0, "report": 0}
 async def machine(sem, i):
     async with sem:
+        if mode == "floor":
+            d, s = await request(FLOOR)
+            lat["config"].append(d); bad["config"] += s != 200
+            return
         if mode != "post":
             d, s = await request(GET)
             lat["config"].append(d); bad["config"] += s != 200
@@ -142,7 +149,7 @@ start_nginx() { # serves the config fetched from agent at $1
         "$1" "$TMP/www/config/worker"
     NGINX_PORT=$(free_port)
     nginx_conf "$TMP" "$NGINX_PORT" "access_log off;" \
-        "location = /report { default_type application/json; return 200 '{\"recorded\": \"new\"}\\n'; }" \
+        "location = /report { default_type application/json; return 200 '{\"recorded\": \"new\"}\\n'; } location = /healthz { default_type text/plain; return 200 ok; }" \
         >"$TMP/nginx.conf"
     nginx -c "$TMP/nginx.conf" -e "$TMP/nginx-error.log" &
     NGINX_PID=$!
@@ -160,14 +167,16 @@ run_store() { # NAME EXTRA_ARGS...
     pid=$!
     PIDS+=("$pid")
     for _ in $(seq 100); do grep -q "source loaded" "$TMP/serve-$name.out" 2>/dev/null && break; sleep 0.1; done
-    local conf boot
+    local conf boot floor
     conf=$(python3 "$TMP/herd.py" config "$port" "$pid" "a-$name")
     sleep 1
+    floor=$(python3 "$TMP/herd.py" floor "$port" "$pid" "f-$name")
+    sleep 1
     boot=$(python3 "$TMP/herd.py" boot "$port" "$pid" "b-$name")
-    python3 - "$name" "$port" "$aport" "$conf" "$boot" <<'PY'
+    python3 - "$name" "$port" "$aport" "$conf" "$boot" "$floor" <<'PY'
 import json, os, sys, urllib.request
 name, port, aport = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-conf, boot = json.loads(sys.argv[4]), json.loads(sys.argv[5])
+conf, boot, floor = json.loads(sys.argv[4]), json.loads(sys.argv[5]), json.loads(sys.argv[6])
 machines = int(os.environ["MACHINES"])
 provisioned, after = 0, ""
 while True:  # /machines answers a page at a time
@@ -185,8 +194,14 @@ for k in ("config", "report"):
     print(f"  {k:7s} p50 {boot['p50'][k]*1000:8.1f} ms   p99 {boot['p99'][k]*1000:8.1f} ms   errors {boot['bad'][k]}")
 print(f"  reports lost: {3 * machines - recorded} (sent {3 * machines}, recorded {recorded}); machines provisioned: {provisioned}/{machines}")
 per_report = (whole - config_only) / 3
+least = floor["cpu_us"] / machines
 print(f"  server CPU per machine: config fetch alone {config_only:.0f} us; fetch + 3 reports {whole:.0f} us; reports / config fetch = {(whole - config_only) / config_only:.2f} (target <= 1)")
 print(f"  server CPU per request: config fetch {config_only:.0f} us, report {per_report:.0f} us; a report / a config fetch = {per_report / config_only:.2f}")
+# The floor: what a request on a connection of its own costs before any work of its own
+# (accept, read, a two-byte answer, close; errors {floor['bad']['config']}).
+print(f"  floor, a fresh connection answered at once (GET /healthz): {least:.1f} us = {least / config_only:.2f} of a config fetch;"
+      f" 3 reports on their own connections cost at least {3 * least / config_only:.2f}x the fetch before any work;"
+      f" a report's own work (body read and checked, hand-off, store) {per_report - least:.1f} us")
 open(os.environ["RESULTS"] + f"/{name}", "w").write(f"{config_only:.1f} {per_report:.1f}\n")
 PY
     if [ "$name" = embedded ] && [ -z "$NGINX_PORT" ]; then
@@ -197,13 +212,16 @@ PY
             nginx_pids=$(pids_of "$NGINX_PID")
             nconf=$(python3 "$TMP/herd.py" config "$NGINX_PORT" "$nginx_pids" n)
             sleep 1
+            local nfloor
+            nfloor=$(python3 "$TMP/herd.py" floor "$NGINX_PORT" "$nginx_pids" n)
+            sleep 1
             npost=$(python3 "$TMP/herd.py" post "$NGINX_PORT" "$nginx_pids" n)
             sleep 1
             local apost
             apost=$(python3 "$TMP/herd.py" post "$port" "$pid" "p-$name")
-            python3 - "$nconf" "$npost" "$apost" <<'PY'
+            python3 - "$nconf" "$npost" "$apost" "$nfloor" <<'PY'
 import json, os, sys
-nconf, npost, apost = (json.loads(a) for a in sys.argv[1:4])
+nconf, npost, apost, nfloor = (json.loads(a) for a in sys.argv[1:5])
 machines = int(os.environ["MACHINES"])
 agent_conf, _ = (float(x) for x in open(os.environ["RESULTS"] + "/embedded").read().split())
 n_conf = nconf["cpu_us"] / machines
@@ -211,6 +229,7 @@ n_post = npost["cpu_us"] / (3 * machines)
 a_post = apost["cpu_us"] / (3 * machines)
 print(f"== the same herd against nginx (the config as a static file, POST /report answered 200 without a store)")
 print(f"  config fetch, fresh connections: server CPU per connection agent {agent_conf:.0f} us, nginx {n_conf:.0f} us: agent/nginx = {agent_conf / n_conf:.2f} (target <= 1); nginx p99 {nconf['p99']['config']*1000:.1f} ms")
+print(f"  floor (GET /healthz answered \"ok\"), fresh connections: nginx {nfloor['cpu_us'] / machines:.1f} us = {nfloor['cpu_us'] / nconf['cpu_us']:.2f} of its config fetch")
 print(f"  report POST alone, fresh connections: server CPU per connection agent {a_post:.0f} us (recorded in the embedded store), nginx {n_post:.0f} us (nothing stored): agent/nginx = {a_post / n_post:.2f}; p99 agent {apost['p99']['report']*1000:.1f} ms, nginx {npost['p99']['report']*1000:.1f} ms")
 PY
             if command -v wrk >/dev/null; then

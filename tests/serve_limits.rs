@@ -627,6 +627,138 @@ fn closes_at_once_after_a_whole_request_and_lingers_otherwise() {
     );
 }
 
+/// The TCP segments 127.0.0.1 received on `lo` from `from_port` to `to_port` within `limit`,
+/// as (FIN set, payload bytes), seen by a packet socket (AF_PACKET) opened before the exchange.
+struct Capture(std::os::fd::OwnedFd);
+
+impl Capture {
+    fn open() -> Capture {
+        use nix::libc;
+        use std::os::fd::FromRawFd;
+        let proto = (libc::ETH_P_IP as u16).to_be();
+        // SAFETY: plain syscalls on values made here; the descriptor is owned at once.
+        unsafe {
+            let fd = libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                i32::from(proto),
+            );
+            assert!(
+                fd >= 0,
+                "packet socket: {}",
+                std::io::Error::last_os_error()
+            );
+            let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = proto;
+            sll.sll_ifindex = libc::if_nametoindex(c"lo".as_ptr()) as i32;
+            let r = libc::bind(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                (&raw const sll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            assert_eq!(r, 0, "bind to lo: {}", std::io::Error::last_os_error());
+            Capture(fd)
+        }
+    }
+
+    fn segments(&self, from_port: u16, to_port: u16, limit: Duration) -> Vec<(bool, usize)> {
+        use nix::libc;
+        let mut out = Vec::new();
+        let end = Instant::now() + limit;
+        let mut buf = [0u8; 70_000];
+        while Instant::now() < end {
+            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            // SAFETY: buf and sll outlive the call; their sizes are passed.
+            let n = unsafe {
+                libc::recvfrom(
+                    std::os::fd::AsRawFd::as_raw_fd(&self.0),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    0,
+                    (&raw mut sll).cast(),
+                    &mut len,
+                )
+            };
+            if n < 0 {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            // Each packet on lo shows twice, going out and coming in: the incoming copy.
+            if sll.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+                continue;
+            }
+            let p = &buf[..n as usize];
+            if p.len() < 20 || p[9] != 6 {
+                continue;
+            }
+            let ihl = usize::from(p[0] & 0xf) * 4;
+            let total = usize::from(u16::from_be_bytes([p[2], p[3]]));
+            let t = &p[ihl..];
+            if t.len() < 20 {
+                continue;
+            }
+            let (src, dst) = (
+                u16::from_be_bytes([t[0], t[1]]),
+                u16::from_be_bytes([t[2], t[3]]),
+            );
+            if src != from_port || dst != to_port {
+                continue;
+            }
+            let doff = usize::from(t[12] >> 4) * 4;
+            let fin = t[13] & 1 != 0;
+            out.push((fin, total - ihl - doff));
+            if fin {
+                break;
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn closing_at_once_sends_the_answer_with_the_fin() {
+    // A small answer on a connection closed at once after it leaves in one segment with the
+    // FIN (MSG_MORE, then close): one segment fewer for the server and the client to handle.
+    must_be_root();
+    let t = TempDir::new("fin");
+    let src = source(&t);
+    let s = start(&src, None, &[]);
+    let addr = s.addr_of("http");
+    for req in [
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(),
+        format!(
+            "POST /report HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{{}}"
+        ),
+    ] {
+        let cap = Capture::open();
+        let mut c = TcpStream::connect(addr).unwrap();
+        let port = c.local_addr().unwrap().port();
+        c.write_all(req.as_bytes()).unwrap();
+        let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
+        assert!(got.starts_with(b"HTTP/1.1 "), "{got:?}");
+        let segs = cap.segments(addr.port(), port, Duration::from_secs(5));
+        let data: Vec<_> = segs.iter().filter(|s| s.1 > 0).collect();
+        assert_eq!(
+            data.len(),
+            1,
+            "{req:?}: the answer in one segment: {segs:?}"
+        );
+        assert!(
+            data[0].0,
+            "{req:?}: the FIN rides on the answer's segment: {segs:?}"
+        );
+    }
+    // Kept alive, nothing is held back: the answer comes without the server closing.
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_answer(&mut c).status, 200);
+}
+
 #[test]
 fn malformed_request_lines_get_400_at_once() {
     let t = TempDir::new("malformed");

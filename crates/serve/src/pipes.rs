@@ -89,12 +89,15 @@ fn addr<T: ?Sized>(k: &Arc<T>) -> usize {
 impl Loop {
     /// Sends `parts` (one response, `key`'s bytes: the same key always stands for the same
     /// bytes) from the start into `sock`. None: not this way (send it otherwise); else
-    /// splice(2)'s result: the bytes the socket took, which may be fewer than all.
+    /// splice(2)'s result: the bytes the socket took, which may be fewer than all. `last`:
+    /// the socket is closed right after (SPLICE_F_MORE: the kernel holds the end back to
+    /// leave with the FIN, one segment fewer).
     pub fn send<K: Any + Send + Sync>(
         &mut self,
         sock: &impl AsFd,
         key: &Arc<K>,
         parts: &[&[u8]],
+        last: bool,
     ) -> Option<nix::Result<usize>> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len == 0 || len > MAX_LEN {
@@ -129,14 +132,11 @@ impl Loop {
             }
         }
         let scratch = m.scratch.as_ref()?;
-        let res = splice(
-            &scratch.r,
-            None,
-            sock,
-            None,
-            len,
-            SpliceFFlags::SPLICE_F_NONBLOCK,
-        );
+        let mut flags = SpliceFFlags::SPLICE_F_NONBLOCK;
+        if last {
+            flags |= SpliceFFlags::SPLICE_F_MORE;
+        }
+        let res = splice(&scratch.r, None, sock, None, len, flags);
         if res == Ok(len) {
             m.ready -= 1;
         } else {
