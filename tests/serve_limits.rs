@@ -727,18 +727,18 @@ fn closing_at_once_sends_the_answer_with_the_fin() {
     let src = source(&t);
     let s = start(&src, None, &[]);
     let addr = s.addr_of("http");
+    // The report's answer comes from the store's writer, after the event loop left the
+    // connection waiting for it.
     for req in [
         "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(),
-        format!(
-            "POST /report HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{{}}"
-        ),
+        report_request("fin-1"),
     ] {
         let cap = Capture::open();
         let mut c = TcpStream::connect(addr).unwrap();
         let port = c.local_addr().unwrap().port();
         c.write_all(req.as_bytes()).unwrap();
         let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
-        assert!(got.starts_with(b"HTTP/1.1 "), "{got:?}");
+        assert_eq!(parse_response(&got, false).status, 200, "{req:?}");
         let segs = cap.segments(addr.port(), port, Duration::from_secs(5));
         let data: Vec<_> = segs.iter().filter(|s| s.1 > 0).collect();
         assert_eq!(
@@ -757,6 +757,45 @@ fn closing_at_once_sends_the_answer_with_the_fin() {
     c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     assert_eq!(read_answer(&mut c).status, 200);
+}
+
+/// A report as the agent sends it (docs/reports.md), in a `Connection: close` request.
+fn report_request(id: &str) -> String {
+    let body = format!(
+        r#"{{"format": 1, "id": "{id}", "boot_id": "boot-{id}", "machine": {{"id": "m-{id}"}}, "agent": "test", "config": {{"pool": "worker"}}, "stage": "fetch", "outcome": "ok", "final": false, "duration_ms": 5}}"#
+    );
+    format!(
+        "POST /report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn bytes_sent_while_a_report_waits_for_the_store_do_not_cost_its_answer() {
+    // A report's answer is written once the store has it; a client that sends more in the
+    // meantime must still get the whole answer (not a reset that drops what the kernel held
+    // back to send with the FIN), and the connection lingers as after any bytes that follow
+    // a request.
+    let t = TempDir::new("late-bytes");
+    let src = source(&t);
+    let s = start(&src, None, &[]);
+    let addr = s.addr_of("http");
+    for i in 0..20 {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(report_request(&format!("late-{i}")).as_bytes())
+            .unwrap();
+        // After the server read the request, while the store commits (an fdatasync).
+        std::thread::sleep(Duration::from_micros(300 + 100 * i));
+        let _ = c.write_all(b"x");
+        let got = read_until_closed(&mut c, Duration::from_secs(30)).expect("closed");
+        assert!(!got.is_empty(), "report {i}: no answer (reset)");
+        let r = parse_response(&got, false);
+        assert_eq!(r.status, 200, "report {i}: {got:?}");
+        assert!(
+            String::from_utf8_lossy(&r.body).contains("recorded"),
+            "report {i}: the whole answer: {got:?}"
+        );
+    }
 }
 
 #[test]

@@ -778,6 +778,8 @@ impl<H: Handler> Shard<H> {
         if c.phase == Phase::Deferred && c.ticket == ticket {
             let started = c.deferred.take().unwrap_or(self.now);
             c.resp = resp;
+            // Not read while it waited: whatever the last read found is old news.
+            c.drained = false;
             let keep = !c.req.close && !self.srv.shutdown.load(Ordering::Relaxed);
             let head_only = c.req.method() == "HEAD";
             self.queue(l, &mut c, true, keep, head_only, started);
@@ -1470,9 +1472,10 @@ impl<H: Handler> Shard<H> {
                         // kernel answer it with a reset, which can cost the client the end
                         // of its answer: so only when the last read found the socket empty,
                         // or one more read finds nothing (anything there, pipelined
-                        // requests, lingers below). An error answer (a body perhaps left
+                        // requests, lingers below; so do bytes `flush_plain` found before
+                        // writing a deferred answer). An error answer (a body perhaps left
                         // unread) always lingers.
-                        if c.tls.is_none() && answered && c.buf.is_empty() {
+                        if c.tls.is_none() && answered && c.buf.is_empty() && c.lingered == 0 {
                             if c.drained {
                                 return None;
                             }
@@ -1564,6 +1567,18 @@ impl<H: Handler> Shard<H> {
 /// with MSG_MORE / SPLICE_F_MORE: the kernel holds the last segment back and the close
 /// sends it together with the FIN, one segment (and the client's processing of it) fewer.
 fn flush_plain(c: &mut Conn, pipes: &mut pipes::Loop) -> std::io::Result<bool> {
+    if c.out_pos == 0 && !c.drained && closes_at_once_if_drained(c) {
+        // Whether anything came after the request (a deferred answer's client had time to
+        // send more): the read `Shard::step` would make after the answer, made before it.
+        // Closing with bytes unread resets the connection and drops what the kernel held.
+        let mut probe = [0u8; 512];
+        match c.sock.read(&mut probe) {
+            Err(e) if would_block(&e) => c.drained = true,
+            Ok(0) => c.eof = true,
+            Ok(n) => c.lingered += n,
+            Err(_) => {}
+        }
+    }
     let last = closes_at_once(c);
     loop {
         let head = match &c.out_whole {
@@ -1638,9 +1653,14 @@ fn flush_plain(c: &mut Conn, pipes: &mut pipes::Loop) -> std::io::Result<bool> {
 /// empty (the first case of the close-at-once in `Shard::step`; the others shut the write
 /// side or close later, which sends what the kernel held back as well).
 fn closes_at_once(c: &Conn) -> bool {
+    (c.drained || c.eof) && closes_at_once_if_drained(c)
+}
+
+/// [`closes_at_once`] but for whether the socket is known to be empty.
+fn closes_at_once_if_drained(c: &Conn) -> bool {
     c.close_after
         && c.tls.is_none()
-        && c.drained
+        && c.lingered == 0
         && c.buf.is_empty()
         && c.finished.as_ref().is_some_and(|f| f.has_req)
 }
