@@ -251,12 +251,12 @@ mod tests {
             got
         });
         // First ask: remembered, not kept.
-        assert!(l.send(&tx, &key, &[&head, &body]).is_none());
+        assert!(l.send(&tx, &key, &[&head, &body], false).is_none());
         let mut refills = 0;
         let mut last = 0;
         for _ in 1..sends {
             // A blocking socket takes it all.
-            assert_eq!(l.send(&tx, &key, &[&head, &body]).unwrap(), Ok(len));
+            assert_eq!(l.send(&tx, &key, &[&head, &body], false).unwrap(), Ok(len));
             let ready = check_scratch(&l);
             if ready > last {
                 refills += 1;
@@ -282,22 +282,22 @@ mod tests {
         tx.set_nonblocking(true).unwrap();
         let big = vec![0u8; MAX_LEN + 1];
         let key = Arc::new(());
-        assert!(l.send(&tx, &key, &[&big]).is_none());
-        assert!(l.send(&tx, &key, &[&big]).is_none());
+        assert!(l.send(&tx, &key, &[&big], false).is_none());
+        assert!(l.send(&tx, &key, &[&big], false).is_none());
         // Many different responses: the masters never hold more than the budget.
         let part = vec![1u8; 200 * 1024];
         let keys: Vec<_> = (0..24).map(|_| Arc::new(())).collect();
         for k in &keys {
-            let _ = l.send(&tx, k, &[&part]);
-            let _ = l.send(&tx, k, &[&part]);
+            let _ = l.send(&tx, k, &[&part], false);
+            let _ = l.send(&tx, k, &[&part], false);
             assert!(l.masters.iter().map(Master::bytes).sum::<usize>() <= BUDGET);
             assert!(l.seen.len() <= SEEN);
         }
         // Many small ones: a bounded number of masters, each with a bounded number of copies.
         let small: Vec<_> = (0..40).map(|_| Arc::new(())).collect();
         for k in &small {
-            let _ = l.send(&tx, k, &[b"HTTP/1.1 200 OK\r\n\r\nok"]);
-            let _ = l.send(&tx, k, &[b"HTTP/1.1 200 OK\r\n\r\nok"]);
+            let _ = l.send(&tx, k, &[b"HTTP/1.1 200 OK\r\n\r\nok"], false);
+            let _ = l.send(&tx, k, &[b"HTTP/1.1 200 OK\r\n\r\nok"], false);
             assert!(l.masters.len() <= MAX_MASTERS);
             assert!(l.masters.iter().all(|m| m.copies <= MAX_COPIES));
         }
@@ -313,12 +313,12 @@ mod tests {
         tx.set_nonblocking(true).unwrap();
         let key = Arc::new(());
         let body = vec![9u8; 100 * 1024];
-        assert!(l.send(&tx, &key, &[&body]).is_none());
+        assert!(l.send(&tx, &key, &[&body], false).is_none());
         let mut sends = 0;
         loop {
             sends += 1;
             assert!(sends < 10_000, "the socket never filled");
-            let res = l.send(&tx, &key, &[&body]).unwrap();
+            let res = l.send(&tx, &key, &[&body], false).unwrap();
             check_scratch(&l);
             match res {
                 Ok(n) if n == body.len() => {}
