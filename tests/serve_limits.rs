@@ -669,6 +669,7 @@ impl Capture {
         let end = Instant::now() + limit;
         let mut buf = [0u8; 70_000];
         while Instant::now() < end {
+            // SAFETY: sockaddr_ll is plain data; all zeroes is a valid value.
             let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
             let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
             // SAFETY: buf and sll outlive the call; their sizes are passed.
@@ -687,7 +688,7 @@ impl Capture {
                 continue;
             }
             // Each packet on lo shows twice, going out and coming in: the incoming copy.
-            if sll.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if sll.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             let p = &buf[..n as usize];
