@@ -444,11 +444,6 @@ impl Nudges {
     }
 }
 
-/// The watcher's sleep: until the source changes (the inotify fd is readable), a nudge, or
-/// `QUIET` passes. It wakes a few times a second when nothing happens, not every few
-/// milliseconds.
-const QUIET: Duration = Duration::from_millis(250);
-
 /// Loads the source (then calls `loaded`), and watches it (inotify on the directory, its
 /// parent and pools/, with polling as the fallback), the token store and the TLS files;
 /// exits on shutdown.
@@ -487,11 +482,15 @@ pub fn watch_loop(
                 .is_some_and(|i| i.read_events().is_ok_and(|e| !e.is_empty()));
         };
         let mut evs = [EpollEvent::empty(); 2];
+        // Whole milliseconds, rounded up: rounded down, the last fraction of a millisecond
+        // before `end` would be spent in a loop of zero-time waits.
+        let left = end.saturating_duration_since(Instant::now());
+        let ms = left.as_millis() + u128::from(left.subsec_nanos() % 1_000_000 != 0);
         let n = ep
             .wait(
                 &mut evs,
-                EpollTimeout::try_from(end.saturating_duration_since(Instant::now()))
-                    .unwrap_or(EpollTimeout::ZERO),
+                EpollTimeout::try_from(Duration::from_millis(ms.try_into().unwrap_or(u64::MAX)))
+                    .unwrap_or(EpollTimeout::MAX),
             )
             .unwrap_or(0);
         let _ = nudges.wake.read();
@@ -540,12 +539,17 @@ pub fn watch_loop(
     app.tick();
     loaded(app);
     let mut last_poll = Instant::now();
+    // The watches are renewed after every reload (a directory made since, e.g. `machines/`,
+    // is watched from then on); in between, the watcher sleeps until a change, a nudge
+    // (SIGHUP, shutdown) or the next poll: an idle server's watcher wakes once per `poll`.
+    let mut rewatch_due = false;
     while !shutdown.load(Ordering::SeqCst) {
         let mut changed = false;
-        if let Some(ino) = &ino {
+        if rewatch_due && let Some(ino) = &ino {
             rewatch(ino);
         }
-        let end = Instant::now() + QUIET;
+        rewatch_due = false;
+        let end = last_poll + poll;
         while Instant::now() < end
             && !shutdown.load(Ordering::SeqCst)
             && !hup.load(Ordering::SeqCst)
@@ -585,6 +589,7 @@ pub fn watch_loop(
         if due || forced || changed {
             app.tick();
             last_poll = Instant::now();
+            rewatch_due = true;
         }
     }
 }
