@@ -485,7 +485,7 @@ pub fn watch_loop(
         // Whole milliseconds, rounded up: rounded down, the last fraction of a millisecond
         // before `end` would be spent in a loop of zero-time waits.
         let left = end.saturating_duration_since(Instant::now());
-        let ms = left.as_millis() + u128::from(left.subsec_nanos() % 1_000_000 != 0);
+        let ms = left.as_millis() + u128::from(!left.subsec_nanos().is_multiple_of(1_000_000));
         let n = ep
             .wait(
                 &mut evs,
