@@ -632,6 +632,47 @@ fn an_idle_watcher_sleeps() {
     let t = TempDir::new("idle-watch");
     let src = plain_source(&t);
     let s = start_plain(&src, &["--no-access-log", "--poll-interval", "1h"]);
+    let woke = watcher_wakes_in_2s(&s);
+    assert!(woke <= 2, "the idle watcher woke {woke} times in 2 s");
+    assert_eq!(s.get("/healthz").status, 200);
+    // Still watching: a new pool is served without waiting for the poll.
+    write(&src.join("pools/late.ign"), &worker_config("late"));
+    s.wait_for("the new pool", 20, |s| s.get("/config/late").status == 200);
+    // A pool directory made since is watched too: a fragment written into it later is seen.
+    std::fs::create_dir(src.join("pools/later")).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    write(
+        &src.join("pools/later/10-base.ign"),
+        &worker_config("later"),
+    );
+    s.wait_for("the pool in a new directory", 20, |s| {
+        s.get("/config/later").status == 200
+    });
+    // `--poll-interval 0` polls four times a second at most, never in a loop.
+    let t0 = TempDir::new("zero-poll");
+    let src0 = plain_source(&t0);
+    let s0 = start_plain(&src0, &["--no-access-log", "--poll-interval", "0"]);
+    let (woke, ran) = watcher_in_2s(&s0);
+    assert!(
+        woke <= 12,
+        "with --poll-interval 0 the watcher woke {woke} times in 2 s"
+    );
+    // A loop never sleeps (so it counts no wake-ups) but runs: ~8 loads of this source take a
+    // few milliseconds, a loop most of the 2 s.
+    assert!(
+        ran < Duration::from_millis(500),
+        "with --poll-interval 0 the watcher ran {ran:?} of 2 s"
+    );
+    assert_eq!(s0.get("/config/worker").status, 200);
+}
+
+fn watcher_wakes_in_2s(s: &Server) -> u64 {
+    watcher_in_2s(s).0
+}
+
+/// How often the server's `watch` thread went to sleep and woke in 2 s (its voluntary
+/// context switches, half a second after it is found), and how long it ran meanwhile.
+fn watcher_in_2s(s: &Server) -> (u64, Duration) {
     // The watcher starts just after the server prints `listening`: look for up to 10 s.
     let find = || {
         std::fs::read_dir(format!("/proc/{}/task", s.child.id()))
@@ -659,25 +700,17 @@ fn an_idle_watcher_sleeps() {
             .parse()
             .unwrap()
     };
+    let ran = || -> u64 {
+        let st = std::fs::read_to_string(task.join("schedstat")).unwrap();
+        st.split_whitespace().next().unwrap().parse().unwrap()
+    };
     std::thread::sleep(Duration::from_millis(500));
-    let before = switches();
+    let (before, ran_before) = (switches(), ran());
     std::thread::sleep(Duration::from_secs(2));
-    let woke = switches() - before;
-    assert!(woke <= 2, "the idle watcher woke {woke} times in 2 s");
-    assert_eq!(s.get("/healthz").status, 200);
-    // Still watching: a new pool is served without waiting for the poll.
-    write(&src.join("pools/late.ign"), &worker_config("late"));
-    s.wait_for("the new pool", 20, |s| s.get("/config/late").status == 200);
-    // A pool directory made since is watched too: a fragment written into it later is seen.
-    std::fs::create_dir(src.join("pools/later")).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    write(
-        &src.join("pools/later/10-base.ign"),
-        &worker_config("later"),
-    );
-    s.wait_for("the pool in a new directory", 20, |s| {
-        s.get("/config/later").status == 200
-    });
+    (
+        switches() - before,
+        Duration::from_nanos(ran() - ran_before),
+    )
 }
 
 #[test]

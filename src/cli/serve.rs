@@ -75,7 +75,8 @@ pub struct ServeArgs {
     /// (only ready, the generation served and whether there are errors).
     #[arg(long)]
     pub require_token: bool,
-    /// Fallback polling interval for source, token and certificate changes.
+    /// Fallback polling interval for source, token and certificate changes (at least 250ms
+    /// in effect).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub poll_interval: Duration,
     /// Time from accept (TLS handshake included) until the whole first request head is read,

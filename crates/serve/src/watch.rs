@@ -444,6 +444,9 @@ impl Nudges {
     }
 }
 
+/// The shortest poll: a smaller `--poll-interval` (even 0) polls this often, never in a loop.
+const MIN_POLL: Duration = Duration::from_millis(250);
+
 /// Loads the source (then calls `loaded`), and watches it (inotify on the directory, its
 /// parent and pools/, with polling as the fallback), the token store and the TLS files;
 /// exits on shutdown.
@@ -549,7 +552,7 @@ pub fn watch_loop(
             rewatch(ino);
         }
         rewatch_due = false;
-        let end = last_poll + poll;
+        let end = last_poll + poll.max(MIN_POLL);
         while Instant::now() < end
             && !shutdown.load(Ordering::SeqCst)
             && !hup.load(Ordering::SeqCst)
