@@ -26,7 +26,77 @@ pub fn free_port() -> u16 {
 }
 
 impl Cluster {
+    /// Starts the three members and waits until each is healthy. A member that exits while
+    /// starting (a port taken meanwhile by another test: the free ports are only free when
+    /// picked) makes a new cluster on new ports, three times at most.
     pub fn start(etcd: &str) -> Cluster {
+        for attempt in 1.. {
+            let c = Cluster::spawn(etcd);
+            match c.exited() {
+                None => {
+                    c.wait_healthy();
+                    return c;
+                }
+                Some(why) if attempt < 4 => {
+                    eprintln!("etcd cluster start {attempt}: {why}; again on new ports");
+                }
+                Some(why) => panic!(
+                    "etcd cluster start {attempt}: {why}; logs in {}",
+                    c.dir.0.display()
+                ),
+            }
+        }
+        unreachable!()
+    }
+
+    /// Whether a member exited within its first seconds (why, from its log), or None once
+    /// every member is healthy or still starting.
+    fn exited(&self) -> Option<String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            for (i, m) in self.members.iter().enumerate() {
+                let Some(m) = m else { continue };
+                // try_wait needs &mut self: the state from /proc (an exited child stays a
+                // zombie, `Z`, until it is waited for on drop).
+                let alive =
+                    std::fs::read_to_string(format!("/proc/{}/stat", m.id())).is_ok_and(|st| {
+                        st.rsplit_once(')')
+                            .and_then(|(_, rest)| rest.split_whitespace().next())
+                            .is_some_and(|state| state != "Z")
+                    });
+                if !alive {
+                    let log = std::fs::read_to_string(self.dir.0.join(format!("m{i}.log")))
+                        .unwrap_or_default();
+                    let last = log.lines().last().unwrap_or("").to_string();
+                    return Some(format!("member m{i} exited: {last}"));
+                }
+            }
+            if self.healthy_now() {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
+    /// Whether every member answers its health check now.
+    fn healthy_now(&self) -> bool {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(2)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        self.clients.iter().all(|url| {
+            agent
+                .get(format!("{url}/health"))
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .is_some_and(|b| b.contains("\"health\":\"true\""))
+        })
+    }
+
+    fn spawn(etcd: &str) -> Cluster {
         let dir = TestDir::new("inv-etcd");
         let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
         let initial = ports
@@ -65,7 +135,6 @@ impl Cluster {
                 .expect("starting etcd");
             c.members.push(Some(child));
         }
-        c.wait_healthy();
         c
     }
 
