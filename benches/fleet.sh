@@ -118,26 +118,33 @@ export MACHINES CONCURRENCY
 # CPU of process $1 and its children (nginx's workers), comma-separated pids.
 pids_of() { echo "$1$(for c in $(pgrep -P "$1" || true); do echo -n ",$c"; done)"; }
 
+# Nanoseconds run by every thread of the processes PIDS (comma-separated): herd.py's measure.
+cpu_ns() {
+    python3 - "$1" <<'PY'
+import os, sys
+t = 0
+for pid in sys.argv[1].split(","):
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            t += int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
+    except OSError:
+        pass
+print(t)
+PY
+}
+
 # wrk keep-alive: "req/s server_cpu_us_per_request"
 keepalive() { # URL PIDS
-    local pids=$2 c0 c1 out
-    c0=$(python3 - "$pids" <<'PY'
-import os, sys
-print(sum(sum(int(x) for x in open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[11:13]) for p in sys.argv[1].split(",")))
-PY
-)
+    local c0 c1 out
+    c0=$(cpu_ns "$2")
     out=$(wrk -t2 -c"$CONNS" -d"$DURATION" --timeout 10s "$1")
-    c1=$(python3 - "$pids" <<'PY'
-import os, sys
-print(sum(sum(int(x) for x in open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[11:13]) for p in sys.argv[1].split(",")))
-PY
-)
-    python3 - "$out" "$((c1 - c0))" "$(getconf CLK_TCK)" <<'PY'
+    c1=$(cpu_ns "$2")
+    python3 - "$out" "$((c1 - c0))" <<'PY'
 import re, sys
 o = sys.argv[1]
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", o).group(1))
 reqs = int(re.search(r"(\d+) requests in", o).group(1))
-print(f"{rps:.0f} {int(sys.argv[2]) / int(sys.argv[3]) * 1e6 / max(reqs, 1):.1f}")
+print(f"{rps:.0f} {int(sys.argv[2]) / 1e3 / max(reqs, 1):.1f}")
 PY
 }
 

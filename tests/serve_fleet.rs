@@ -18,37 +18,6 @@ fn source(t: &TempDir) -> std::path::PathBuf {
     src
 }
 
-/// A report as the agent sends it (docs/reports.md).
-fn report(
-    id: &str,
-    machine: &str,
-    stage: &str,
-    outcome: &str,
-    last: bool,
-    error: Option<&str>,
-) -> String {
-    serde_json::json!({
-        "format": 1,
-        "id": id,
-        "boot_id": format!("boot-{machine}"),
-        "sent": "2026-11-27T05:40:12Z",
-        "machine": {"id": machine, "uuid": machine, "serial": "SER1", "macs": ["52:54:00:12:34:56"],
-                    "platform": "qemu", "instance_id": null, "hostname": format!("host-{machine}")},
-        "agent": "0.1.0",
-        "config": {"pool": "worker", "name": "worker-abc", "hash": "sha256-00"},
-        "stage": stage,
-        "outcome": outcome,
-        "final": last,
-        "duration_ms": 1234,
-        "changes": {"partitions": {"created": ["/dev/vda4"], "kept": [], "deleted": []},
-                    "filesystems": {"made": ["/dev/vda4 (xfs)"], "reused": []},
-                    "paths": ["/etc/hostname"]},
-        "error": error,
-        "log_tail": if error.is_some() { vec!["mkfs.xfs: /dev/vdb: device busy", "disks: failed"] } else { vec![] },
-    })
-    .to_string()
-}
-
 fn post(addr: std::net::SocketAddr, body: &str, auth: Option<&str>) -> Resp {
     let auth = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
     request(
@@ -94,16 +63,21 @@ fn reports_build_the_inventory_that_only_the_admin_listener_serves() {
     {
         let r = post(
             http,
-            &report(&format!("a{i}"), a, stage, "ok", *last, None),
+            &agent_report(&format!("a{i}"), a, stage, "ok", *last, None),
             None,
         );
         assert_eq!(r.status, 200, "{}", r.text());
     }
     assert_eq!(
-        post(http, &report("b0", b, "fetch", "ok", false, None), None).status,
+        post(
+            http,
+            &agent_report("b0", b, "fetch", "ok", false, None),
+            None
+        )
+        .status,
         200
     );
-    let failed = report(
+    let failed = agent_report(
         "b1",
         b,
         "disks",
@@ -277,7 +251,7 @@ fn the_admin_token_guards_the_inventory_and_machine_tokens_do_not_open_it() {
     let admin = s.addr_of("admin");
     // A machine's token (the legacy store's, for pool worker) authenticates its report...
     let machine_token = token_of(&src, "worker");
-    let body = report("r1", "m-1", "fetch", "ok", false, None)
+    let body = agent_report("r1", "m-1", "fetch", "ok", false, None)
         .replace("\"pool\":\"worker\"", "\"pool\":\"infra\"");
     let r = post(http, &body, Some(&format!("Bearer {machine_token}")));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -333,7 +307,7 @@ fn the_admin_token_guards_the_inventory_and_machine_tokens_do_not_open_it() {
     assert_eq!(
         post(
             http,
-            &report("r2", "m-1", "disks", "ok", false, None),
+            &agent_report("r2", "m-1", "disks", "ok", false, None),
             Some("Bearer nope")
         )
         .status,
@@ -532,13 +506,17 @@ fn a_stalled_store_holds_the_report_not_the_event_loop() {
     let admin = s.addr_of("admin");
     let m = "4c4c4544-0000-0000-0000-0000000000c1";
     // The store works.
-    let r = post(http, &report("c0", m, "fetch", "ok", false, None), None);
+    let r = post(
+        http,
+        &agent_report("c0", m, "fetch", "ok", false, None),
+        None,
+    );
     assert_eq!(r.status, 200, "{}", r.text());
 
     for i in 0..3 {
         cluster.stop(i);
     }
-    let body = report("c1", m, "disks", "ok", false, None);
+    let body = agent_report("c1", m, "disks", "ok", false, None);
     let mut pending = std::net::TcpStream::connect(http).unwrap();
     write!(
         pending,
@@ -609,7 +587,7 @@ fn the_report_body_limit_is_the_flag() {
     );
     let http = s.addr_of("http");
     let report_of = |id: &str, paths: usize| {
-        let mut v: serde_json::Value = serde_json::from_str(&report(
+        let mut v: serde_json::Value = serde_json::from_str(&agent_report(
             id,
             "4c4c4544-0000-0000-0000-0000000000d1",
             "files",
@@ -662,14 +640,14 @@ fn the_machine_limit_is_the_flag_and_listings_page() {
     for m in ["m-1", "m-2"] {
         let r = post(
             http,
-            &report(&format!("{m}-a"), m, "fetch", "ok", false, None),
+            &agent_report(&format!("{m}-a"), m, "fetch", "ok", false, None),
             None,
         );
         assert_eq!(r.status, 200, "{}", r.text());
     }
     let r = post(
         http,
-        &report("m-3-a", "m-3", "fetch", "ok", false, None),
+        &agent_report("m-3-a", "m-3", "fetch", "ok", false, None),
         None,
     );
     assert_eq!(r.status, 507, "{}", r.text());
@@ -677,7 +655,7 @@ fn the_machine_limit_is_the_flag_and_listings_page() {
     assert!(r.text().contains("m-3"), "{}", r.text());
     let r = post(
         http,
-        &report("m-1-b", "m-1", "disks", "ok", false, None),
+        &agent_report("m-1-b", "m-1", "disks", "ok", false, None),
         None,
     );
     assert_eq!(r.status, 200, "{}", r.text());

@@ -61,6 +61,15 @@ fn big_pool(src: &Path, kib: usize) {
     );
 }
 
+/// A plain server on the usual source in a new directory, and its HTTP address.
+fn start_plain(name: &str) -> (TempDir, Server, SocketAddr) {
+    let t = TempDir::new(name);
+    let src = source(&t);
+    let s = start(&src, None, &[]);
+    let addr = s.addr_of("http");
+    (t, s, addr)
+}
+
 fn start(src: &Path, tls: Option<&Tls>, extra: &[&str]) -> Server {
     let mut args: Vec<String> = vec![
         "--source".into(),
@@ -585,10 +594,7 @@ fn per_address_cap() {
 /// be coming: an error answer whose body was never read, or bytes after the last request.
 #[test]
 fn closes_at_once_after_a_whole_request_and_lingers_otherwise() {
-    let t = TempDir::new("close");
-    let src = source(&t);
-    let s = start(&src, None, &[]);
-    let addr = s.addr_of("http");
+    let (_t, _s, addr) = start_plain("close");
     // Whether a write after the answer gets a reset (the server closed at once) or is
     // drained (it lingers for 2 s).
     let reset_after = |c: &mut TcpStream| {
@@ -724,10 +730,7 @@ fn closing_at_once_sends_the_answer_with_the_fin() {
     // A small answer on a connection closed at once after it leaves in one segment with the
     // FIN (MSG_MORE, then close): one segment fewer for the server and the client to handle.
     must_be_root();
-    let t = TempDir::new("fin");
-    let src = source(&t);
-    let s = start(&src, None, &[]);
-    let addr = s.addr_of("http");
+    let (_t, _s, addr) = start_plain("fin");
     // The report's answer comes from the store's writer, after the event loop left the
     // connection waiting for it.
     for req in [
@@ -760,11 +763,9 @@ fn closing_at_once_sends_the_answer_with_the_fin() {
     assert_eq!(read_answer(&mut c).status, 200);
 }
 
-/// A report as the agent sends it (docs/reports.md), in a `Connection: close` request.
+/// A report as the agent sends it ([`agent_report`]), in a `Connection: close` request.
 fn report_request(id: &str) -> String {
-    let body = format!(
-        r#"{{"format": 1, "id": "{id}", "boot_id": "boot-{id}", "machine": {{"id": "m-{id}"}}, "agent": "test", "config": {{"pool": "worker"}}, "stage": "fetch", "outcome": "ok", "final": false, "duration_ms": 5}}"#
-    );
+    let body = agent_report(id, &format!("m-{id}"), "fetch", "ok", false, None);
     format!(
         "POST /report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
@@ -777,10 +778,7 @@ fn bytes_sent_while_a_report_waits_for_the_store_do_not_cost_its_answer() {
     // meantime must still get the whole answer (not a reset that drops what the kernel held
     // back to send with the FIN), and the connection lingers as after any bytes that follow
     // a request.
-    let t = TempDir::new("late-bytes");
-    let src = source(&t);
-    let s = start(&src, None, &[]);
-    let addr = s.addr_of("http");
+    let (_t, _s, addr) = start_plain("late-bytes");
     for i in 0..20 {
         let mut c = TcpStream::connect(addr).unwrap();
         c.write_all(report_request(&format!("late-{i}")).as_bytes())

@@ -485,14 +485,13 @@ pub fn watch_loop(
                 .is_some_and(|i| i.read_events().is_ok_and(|e| !e.is_empty()));
         };
         let mut evs = [EpollEvent::empty(); 2];
-        // Whole milliseconds, rounded up: rounded down, the last fraction of a millisecond
-        // before `end` would be spent in a loop of zero-time waits.
+        // Whole milliseconds, rounded up (the conversion rounds down): else the last
+        // fraction of a millisecond before `end` is spent in a loop of zero-time waits.
         let left = end.saturating_duration_since(Instant::now());
-        let ms = left.as_millis() + u128::from(!left.subsec_nanos().is_multiple_of(1_000_000));
         let n = ep
             .wait(
                 &mut evs,
-                EpollTimeout::try_from(Duration::from_millis(ms.try_into().unwrap_or(u64::MAX)))
+                EpollTimeout::try_from(left.saturating_add(Duration::from_nanos(999_999)))
                     .unwrap_or(EpollTimeout::MAX),
             )
             .unwrap_or(0);

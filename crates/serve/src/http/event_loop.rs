@@ -1445,9 +1445,7 @@ impl<H: Handler> Shard<H> {
                     c.out_body = Body::Empty;
                     c.out_whole = None;
                     let now = Instant::now();
-                    // It answered a request read whole (not an error answer, which may
-                    // leave a body unread).
-                    let answered = c.finished.as_ref().is_some_and(|f| f.has_req);
+                    let at_once = closes_at_once(c);
                     if let Some(f) = c.finished.take() {
                         srv.handler.done(
                             &mut l.handler,
@@ -1463,30 +1461,10 @@ impl<H: Handler> Shard<H> {
                         // A large head is not kept once it is answered.
                         c.req = Request::default();
                     }
-                    if c.close_after {
-                        if c.eof {
-                            return None;
-                        }
-                        // The request was read whole and nothing follows it: close at
-                        // once, as nginx does. Closing with unread data would make the
-                        // kernel answer it with a reset, which can cost the client the end
-                        // of its answer: so only when the last read found the socket empty,
-                        // or one more read finds nothing (anything there, pipelined
-                        // requests, lingers below; so do bytes `flush_plain` found before
-                        // writing a deferred answer). An error answer (a body perhaps left
-                        // unread) always lingers.
-                        if c.tls.is_none() && answered && c.buf.is_empty() && c.lingered == 0 {
-                            if c.drained {
-                                return None;
-                            }
-                            match c.sock.read(&mut l.scratch) {
-                                Ok(0) => return None,
-                                Err(e) if would_block(&e) => return None,
-                                Ok(n) => c.lingered += n,
-                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                                Err(_) => return None,
-                            }
-                        }
+                    // The request was read whole and nothing follows it: close at once, as
+                    // nginx does (`closes_at_once`; anything else lingers below).
+                    if c.close_after && (c.eof || at_once) {
+                        return None;
                     }
                     // No request in progress any more and the connection stays (lingering
                     // or keep-alive): evictable again.
@@ -1568,15 +1546,16 @@ impl<H: Handler> Shard<H> {
 /// sends it together with the FIN, one segment (and the client's processing of it) fewer.
 fn flush_plain(c: &mut Conn, pipes: &mut pipes::Loop) -> std::io::Result<bool> {
     if c.out_pos == 0 && !c.drained && closes_at_once_if_drained(c) {
-        // Whether anything came after the request (a deferred answer's client had time to
-        // send more): the read `Shard::step` would make after the answer, made before it.
-        // Closing with bytes unread resets the connection and drops what the kernel held.
+        // The last read did not find the socket empty, or is old (a deferred answer's client
+        // had time to send more): one more read, before the answer, decides. Closing with
+        // bytes unread would reset the connection and drop what the kernel held back.
         let mut probe = [0u8; 512];
         match c.sock.read(&mut probe) {
             Err(e) if would_block(&e) => c.drained = true,
-            Ok(0) => c.eof = true,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // Broken: nothing more will come.
+            Ok(0) | Err(_) => c.eof = true,
             Ok(n) => c.lingered += n,
-            Err(_) => {}
         }
     }
     let last = closes_at_once(c);
@@ -1648,10 +1627,11 @@ fn flush_plain(c: &mut Conn, pipes: &mut pipes::Loop) -> std::io::Result<bool> {
     }
 }
 
-/// Whether the connection is closed as soon as its response is written: `Connection:
-/// close` after a request read whole, plain, nothing read after it and the socket found
-/// empty (the first case of the close-at-once in `Shard::step`; the others shut the write
-/// side or close later, which sends what the kernel held back as well).
+/// Whether the connection is closed as soon as its response is written (`Shard::step`):
+/// `Connection: close` after a request read whole (not an error answer, which may leave a
+/// body unread), plain, nothing read after it and the socket found empty. Otherwise it
+/// lingers: closing with unread data would make the kernel answer it with a reset, which
+/// can cost the client the end of its answer.
 fn closes_at_once(c: &Conn) -> bool {
     (c.drained || c.eof) && closes_at_once_if_drained(c)
 }

@@ -49,9 +49,10 @@ impl Cluster {
         unreachable!()
     }
 
-    /// Whether a member exited within its first seconds (why, from its log), or None once
-    /// every member is healthy or still starting.
+    /// Whether a member exited while starting (why, from its log), or None once every
+    /// member is healthy (or after a minute: `wait_healthy` then names the one that is not).
     fn exited(&self) -> Option<String> {
+        let agent = health_agent();
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             for (i, m) in self.members.iter().enumerate() {
@@ -71,29 +72,12 @@ impl Cluster {
                     return Some(format!("member m{i} exited: {last}"));
                 }
             }
-            if self.healthy_now() {
+            if self.clients.iter().all(|url| healthy(&agent, url)) {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         None
-    }
-
-    /// Whether every member answers its health check now.
-    fn healthy_now(&self) -> bool {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(2)))
-            .http_status_as_error(false)
-            .build()
-            .into();
-        self.clients.iter().all(|url| {
-            agent
-                .get(format!("{url}/health"))
-                .call()
-                .ok()
-                .and_then(|mut r| r.body_mut().read_to_string().ok())
-                .is_some_and(|b| b.contains("\"health\":\"true\""))
-        })
     }
 
     fn spawn(etcd: &str) -> Cluster {
@@ -140,21 +124,11 @@ impl Cluster {
 
     /// Waits until every member says it is healthy (has a leader), at most a minute.
     pub fn wait_healthy(&self) {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(2)))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let agent = health_agent();
         let deadline = Instant::now() + Duration::from_secs(60);
         for url in &self.clients {
             loop {
-                let ok = agent
-                    .get(format!("{url}/health"))
-                    .call()
-                    .ok()
-                    .and_then(|mut r| r.body_mut().read_to_string().ok())
-                    .is_some_and(|b| b.contains("\"health\":\"true\""));
-                if ok {
+                if healthy(&agent, url) {
                     break;
                 }
                 assert!(
@@ -212,6 +186,24 @@ impl Cluster {
             c.wait().expect("waiting for the etcd member");
         }
     }
+}
+
+fn health_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(2)))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// Whether the member at `url` says it is healthy (has a leader).
+fn healthy(agent: &ureq::Agent, url: &str) -> bool {
+    agent
+        .get(format!("{url}/health"))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .is_some_and(|b| b.contains("\"health\":\"true\""))
 }
 
 impl Drop for Cluster {
