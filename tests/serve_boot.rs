@@ -578,20 +578,20 @@ fn install_once_then_reprovision() {
         get(s.addr_of("admin"), &format!("/machines/{id}/reprovision")).status,
         405
     );
-    // A report with another machine's boot token is recorded, unauthenticated.
+    // A report with another machine's report credential is refused, whatever the flags:
+    // a credential changes only the record of the machine it was issued for.
     let script = ipxe(&s, "mac=52-54-00-12-34-02");
     let r = get(s.plain(), &config_path(&script));
     let url = r.header("x-agent-report-url").unwrap().to_string();
+    let before = admin_get(&s, &format!("/machines/{id}"));
     let r = post(
         s.plain(),
         &url,
         &report(id, "stray-1", "boot-3", "fetch", false),
     );
-    assert_eq!(r.status, 200);
-    assert_eq!(
-        admin_get(&s, &format!("/machines/{id}"))["authenticated"],
-        false
-    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.text().contains("another machine"), "{}", r.text());
+    assert_eq!(admin_get(&s, &format!("/machines/{id}")), before);
 }
 
 #[test]

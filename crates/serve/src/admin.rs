@@ -160,9 +160,10 @@ impl Admin {
                 let listing = self.listings.get(&key, version, || {
                     let (mut ms, mut more) = (Vec::new(), false);
                     store
-                        .each_machine(&filter, after.as_deref(), &mut |m| {
+                        .each_machine(&filter, after.as_deref(), &mut |mut m| {
                             more = ms.len() == limit;
                             if !more {
+                                m.tokens = Default::default();
                                 ms.push(m);
                             }
                             !more
@@ -237,7 +238,10 @@ impl Admin {
                 };
                 match store.machine(&id) {
                     Ok(Some(m)) if ui => html(page::machine(&view(&m), &ts(now_secs()))),
-                    Ok(Some(m)) => json(200, &serde_json::to_value(&m).unwrap_or_default()),
+                    Ok(Some(mut m)) => {
+                        m.tokens = Default::default();
+                        json(200, &serde_json::to_value(&m).unwrap_or_default())
+                    }
                     Ok(None) => Response::text(404, "no such machine"),
                     Err(e) => store_error(e),
                 }
@@ -261,13 +265,25 @@ impl Admin {
             return Response::text(404, "no such machine");
         };
         let now = now_secs();
+        // The machine's tokens and report credentials are forgotten with the request: a
+        // report still queued from an earlier boot is history, it cannot end the
+        // reprovision (only a boot that begins now can).
+        let mut forget = Vec::new();
         match store.update(&id, &mut |m: Option<Machine>| {
             m.map(|mut m| {
                 m.reprovision = Some(now);
+                let t = std::mem::take(&mut m.tokens);
+                forget = t.boot.into_iter().chain(t.report).collect();
                 m
             })
         }) {
             Ok(Some(m)) => {
+                for k in &forget {
+                    if let Err(e) = store.forget_boot_token(k) {
+                        log::warn!("machine {id}: forgetting a token: {e:#}");
+                    }
+                }
+                self.app.boot_recent.forget(&id);
                 log::info!(
                     "machine {id}: reprovision asked for: it installs at its next network boot"
                 );

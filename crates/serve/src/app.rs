@@ -127,6 +127,8 @@ pub struct App {
     pub(super) boot: super::boot::Settings,
     /// Where network boot's store-bound requests are answered, off the event loop.
     pub(super) boot_jobs: Arc<super::jobs::Jobs>,
+    /// The boot scripts answered last (`crate::boot::Recent`).
+    pub(crate) boot_recent: super::boot::Recent,
     /// This app, for the jobs it hands a request to ([`App::set_shared`]); unset (tests
     /// that build an `App` alone), those requests are answered on the event loop.
     pub(super) shared: std::sync::OnceLock<std::sync::Weak<App>>,
@@ -137,8 +139,9 @@ fn boot_queue_full() -> Response {
     Response::text(
         503,
         format!(
-            "{} network-boot requests are waiting for the inventory store (the boot queue limit); retry",
-            super::jobs::BOOT_QUEUE
+            "the boot queue is full ({} network-boot requests, or {} of this client's, are waiting for the inventory store: the boot queue limit); retry",
+            super::jobs::BOOT_QUEUE,
+            super::jobs::PER_CLIENT
         ),
     )
     .header("Retry-After", "1")
@@ -207,7 +210,7 @@ impl App {
             msg
         });
         Ok(App {
-            fleet: super::fleet::Fleet::new(store, limits.max_body_bytes),
+            fleet: super::fleet::Fleet::new(store, limits.max_body_bytes, limits.answer_timeout),
             source: opts.source.clone(),
             clock: tokens::default_clock(),
             metrics: Metrics::default(),
@@ -241,6 +244,7 @@ impl App {
                 super::jobs::BOOT_THREADS,
                 super::jobs::BOOT_QUEUE,
             ),
+            boot_recent: Default::default(),
             shared: std::sync::OnceLock::new(),
         })
     }
@@ -366,22 +370,21 @@ impl App {
             *out = Response::new(405).header("Allow", "POST");
             return;
         }
+        use super::fleet::Credential;
         let token = match req.header_one("authorization") {
-            _ if req.query_param("token").is_some() => {
-                // A network-booted machine's one-time token (`crate::boot`): it must be
-                // this machine's.
-                let id = super::inventory::parse(req.body())
-                    .map(|r| r.machine.id)
-                    .unwrap_or_default();
-                super::boot::report_token(self.fleet.store.as_deref(), req, &id, self.require_token)
-            }
-            Some(_) => self.authorize(req).map(|g| Some(g.pool)),
+            // A network-booted machine's report credential (`crate::boot`): checked by the
+            // writers (it must be this machine's), which read the store off the loop.
+            _ if let Some(t) = req.query_param("token") => Ok(Credential::Machine {
+                token: t.to_string(),
+                require: self.require_token,
+            }),
+            Some(_) => self.authorize(req).map(|g| Credential::Pool(g.pool)),
             None if self.require_token => Err(Response::text(
                 401,
                 "a report needs the token the config was fetched with",
             )
             .header("WWW-Authenticate", "Bearer")),
-            None => Ok(None),
+            None => Ok(Credential::None),
         };
         super::fleet::report(&self.fleet, token, req, out);
     }
@@ -587,6 +590,11 @@ impl http::Handler for App {
             return self.report(req, out);
         }
         if super::boot::ours(path) {
+            // A machine asking again (or a client looping on one machine): the answer it
+            // had, without the store or the boot queue.
+            if let Some(r) = self.boot_recent.get(req) {
+                return *out = r;
+            }
             if super::boot::waits_on_store(req)
                 && let Some(app) = self.shared.get().and_then(std::sync::Weak::upgrade)
                 && let Some(store) = self.fleet.store.clone()
@@ -596,25 +604,31 @@ impl http::Handler for App {
                 let generation = self.active.seen(&mut local.seen).cloned();
                 let req = req.clone();
                 let jobs = self.boot_jobs.clone();
+                let client = req.peer;
                 return out.later(move |reply| {
-                    jobs.push(Box::new(move |refused| {
-                        if refused {
-                            return reply.send(boot_queue_full());
-                        }
-                        let mut out = Response::new(200);
-                        let ctx = super::boot::Ctx {
-                            settings: &app.boot,
-                            generation: generation.as_ref(),
-                            store: Some(&*store),
-                            serve: &|r, p, o| app.serve_pool(r, p, o),
-                        };
-                        super::boot::handle(&ctx, &req, &mut out);
-                        reply.send(out);
-                    }))
+                    jobs.push(
+                        Box::new(move |refused| {
+                            if refused {
+                                return reply.send(boot_queue_full());
+                            }
+                            let mut out = Response::new(200);
+                            let ctx = super::boot::Ctx {
+                                settings: &app.boot,
+                                recent: &app.boot_recent,
+                                generation: generation.as_ref(),
+                                store: Some(&*store),
+                                serve: &|r, p, o| app.serve_pool(r, p, o),
+                            };
+                            super::boot::handle(&ctx, &req, &mut out);
+                            reply.send(out);
+                        }),
+                        client,
+                    )
                 });
             }
             let ctx = super::boot::Ctx {
                 settings: &self.boot,
+                recent: &self.boot_recent,
                 generation: self.active.seen(&mut local.seen),
                 store: self.fleet.store.as_deref(),
                 serve: &|r, p, o| self.serve_pool(r, p, o),

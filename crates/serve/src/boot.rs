@@ -12,11 +12,12 @@
 
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
 use super::fleet::now_secs;
 use super::http::{Body, Request, Response};
-use super::inventory::{BootToken, Machine, Spend, State, Store};
+use super::inventory::model::limits::REPORT_CREDENTIALS;
+use super::inventory::{
+    BootToken, Machine, Spend, State, Store, TokenKind, token_key, well_formed_token as well_formed,
+};
 use super::machines::Asset;
 use super::options::Discovery;
 use super::render::{Pool, etag_matches};
@@ -35,6 +36,8 @@ pub struct Settings {
 /// inventory store, and how a config is answered (the app's version negotiation).
 pub struct Ctx<'a> {
     pub settings: &'a Settings,
+    /// The boot scripts answered last (shared by a machine's repeated requests).
+    pub recent: &'a Recent,
     pub generation: Option<&'a Arc<Generation>>,
     pub store: Option<&'a dyn Store>,
     pub serve: &'a dyn Fn(&Request, &Pool, &mut Response),
@@ -187,10 +190,6 @@ fn wait_script(base: &str, why: &str) -> Response {
     ))
 }
 
-fn token_key(token: &str) -> String {
-    spec::encoding::hex(&Sha256::digest(token.as_bytes()))
-}
-
 fn new_token() -> Option<String> {
     use ring::rand::SecureRandom;
     let mut b = [0u8; 32];
@@ -239,11 +238,7 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
                     // Known from its reports: leave it as it is.
                     Some(m) if m.state.is_some_and(|s| s != State::Unassigned) => None,
                     m => {
-                        let mut m = m.unwrap_or_else(|| Machine {
-                            id: id.clone(),
-                            first_seen: now,
-                            ..Machine::default()
-                        });
+                        let mut m = m.unwrap_or_else(|| Machine::new(&id, now));
                         m.identity = ident.clone();
                         m.last_seen = now;
                         m.state = Some(State::Unassigned);
@@ -261,12 +256,15 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
             }
         },
     };
-    // Installed, and no reprovision asked for since: the local disk.
+    // Installed (on the server's evidence: a final report made with the credential of
+    // its own config fetch), and no reprovision asked for since: the local disk.
     match store.machine(&id) {
-        Ok(Some(m)) if m.state == Some(State::Provisioned) && m.reprovision.is_none() => {
-            return script(format!(
+        Ok(Some(m)) if m.installed() && m.reprovision.is_none() => {
+            let s = script(format!(
                 "#!ipxe\necho agent serve: machine {id} is installed: booting from the local disk\nexit\n"
             ));
+            ctx.recent.keep(req, &id, &s);
+            return s;
         }
         Ok(_) => {}
         Err(e) => {
@@ -292,21 +290,22 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
         pool: pool.clone(),
         expires: now + ttl,
         spent: None,
-        reports_until: now + ttl + REPORTS_FOR,
+        // A boot token authenticates no report: the credential its config fetch issues does.
+        reports_until: now + ttl,
+        kind: TokenKind::Boot,
+        issued: now,
     };
     let key = token_key(&token);
     if let Err(e) = store.put_boot_token(&key, &t, now) {
         log::error!("keeping a boot token for machine {id}: {e:#}");
         return wait_script(&base, "the inventory cannot take a token now");
     }
-    // Remember which file selected it (shown with the machine).
+    // Remember which file selected it (shown with the machine), and the token, which
+    // replaces the one given before: a machine has one boot token at a time.
     let ident = identity(&f, &id);
+    let mut replaced = None;
     let remembered = store.update(&id, &mut |m: Option<Machine>| {
-        let mut m = m.unwrap_or_else(|| Machine {
-            id: id.clone(),
-            first_seen: now,
-            ..Machine::default()
-        });
+        let mut m = m.unwrap_or_else(|| Machine::new(&id, now));
         if m.boots.is_empty() {
             m.identity = ident.clone();
             m.state = None;
@@ -314,12 +313,28 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
         m.last_seen = now;
         m.pool = Some(pool.clone());
         m.machine_file = file.clone();
+        replaced = m.tokens.boot.replace(key.clone()).filter(|k| *k != key);
         Some(m)
     });
-    if let Err(e) = remembered {
-        // At --max-machines the machine still boots; its reports are refused (507) until
-        // there is room.
-        log::warn!("remembering machine {id} in the inventory: {e:#}");
+    match remembered {
+        Ok(_) => {
+            if let Some(old) = replaced
+                && let Err(e) = store.forget_boot_token(&old)
+            {
+                log::warn!(
+                    "forgetting machine {id}'s earlier boot token {}…: {e:#}",
+                    &old[..8]
+                );
+            }
+        }
+        Err(e) => {
+            // Not remembered, it could not replace a later one: not handed out.
+            log::warn!("remembering machine {id} in the inventory: {e:#}");
+            if let Err(e) = store.forget_boot_token(&key) {
+                log::warn!("forgetting an unused boot token: {e:#}");
+            }
+            return wait_script(&base, "the inventory cannot take this machine now");
+        }
     }
     log::info!(
         "machine {id} ({}) boots pool {pool}: token {}…",
@@ -345,7 +360,9 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
         s.push_str(&format!("initrd {base}/assets/{i}\n"));
     }
     s.push_str("boot\n");
-    script(s)
+    let s = script(s);
+    ctx.recent.keep(req, &id, &s);
+    s
 }
 
 /// What the inventory shows of a machine known only from `/ipxe`.
@@ -360,13 +377,6 @@ fn identity(f: &Facts, id: &str) -> super::inventory::model::Identity {
     }
 }
 
-/// A token as given: base64url, 16 to 128 characters.
-fn well_formed(t: &str) -> bool {
-    (16..=128).contains(&t.len())
-        && t.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
 /// `GET /machine-config?token=T`: spends the token (atomically, in the store) and serves
 /// its machine's config; refused (403) when unknown, expired or spent.
 fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
@@ -379,14 +389,54 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
         return;
     };
     let key = token_key(token);
-    let t = match store.spend_boot_token(&key, now_secs()) {
+    // The report credential this fetch hands out, kept before the token is spent (a
+    // credential of a spend that failed is never given to anyone, and expires).
+    let Some(credential) = new_token() else {
+        *out = Response::text(503, "no random token could be made").header("Retry-After", "5");
+        return;
+    };
+    let ckey = token_key(&credential);
+    let now = now_secs();
+    let t = match store.boot_token(&key) {
+        Ok(Some(t)) if t.kind == TokenKind::Boot => t,
+        Ok(_) => {
+            log::warn!(
+                "machine config refused for token {}…: unknown token",
+                &key[..8]
+            );
+            *out = Response::text(403, "unknown token: boot the machine again for a new one");
+            return;
+        }
+        Err(e) => {
+            log::error!("reading a boot token: {e:#}");
+            *out = Response::text(503, "the inventory store cannot answer now; retry")
+                .header("Retry-After", "5");
+            return;
+        }
+    };
+    let cred = BootToken {
+        kind: TokenKind::Report,
+        expires: 0,
+        spent: Some(now),
+        reports_until: now + REPORTS_FOR,
+        ..t
+    };
+    if let Err(e) = store.put_boot_token(&ckey, &cred, now) {
+        log::error!("keeping a report credential: {e:#}");
+        *out = Response::text(503, "the inventory store cannot answer now; retry")
+            .header("Retry-After", "5");
+        return;
+    }
+    let t = match store.spend_boot_token(&key, now) {
         Ok(Spend::Spent(t)) => t,
         Ok(Spend::Refused(why)) => {
             log::warn!("machine config refused for token {}…: {why}", &key[..8]);
+            let _ = store.forget_boot_token(&ckey);
             *out = Response::text(403, format!("{why}: boot the machine again for a new one"));
             return;
         }
         Err(e) => {
+            let _ = store.forget_boot_token(&ckey);
             log::error!("spending a boot token: {e:#}");
             *out = Response::text(503, "the inventory store cannot answer now; retry")
                 .header("Retry-After", "5");
@@ -415,6 +465,33 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
         );
         return;
     };
+    ctx.recent.forget(&t.machine);
+    // The machine keeps its last REPORT_CREDENTIALS credentials; an older one is forgotten.
+    let mut gone = Vec::new();
+    let kept = store.update(&t.machine, &mut |m: Option<Machine>| {
+        let mut m = m?;
+        m.tokens.report.retain(|k| *k != ckey);
+        m.tokens.report.push(ckey.clone());
+        let extra = m.tokens.report.len().saturating_sub(REPORT_CREDENTIALS);
+        gone = m.tokens.report.drain(..extra).collect();
+        Some(m)
+    });
+    match kept {
+        Ok(_) => {
+            for old in gone {
+                if let Err(e) = store.forget_boot_token(&old) {
+                    log::warn!(
+                        "forgetting machine {}'s old report credential: {e:#}",
+                        t.machine
+                    );
+                }
+            }
+        }
+        Err(e) => log::warn!(
+            "remembering machine {}'s report credential: {e:#}",
+            t.machine
+        ),
+    }
     log::info!(
         "machine {} fetched its config ({}), token {}… spent",
         t.machine,
@@ -422,60 +499,89 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
         &key[..8]
     );
     (ctx.serve)(req, &pool, out);
-    // Its reports are authenticated by the same token.
+    // Its reports are authenticated by the credential this fetch issued.
     out.replace_line(
         "X-Agent-Report-URL: /report\r\n",
-        &format!("X-Agent-Report-URL: /report?token={token}\r\n"),
+        &format!("X-Agent-Report-URL: /report?token={credential}\r\n"),
     );
 }
 
-/// A report's token given as `/report?token=T` (the URL `/machine-config` hands out): the
-/// pool it grants, when it is a boot token of this machine still valid for reports.
-/// Ok(None): none given, or one that does not pass where unauthenticated reports are taken
-/// (recorded unauthenticated: a report queued on a machine for longer than the token's
-/// window is not lost); Err: the answer otherwise (`require`: `--require-token`).
-pub fn report_token(
-    store: Option<&dyn Store>,
-    req: &Request,
-    machine: &str,
-    require: bool,
-) -> Result<Option<String>, Response> {
-    let Some(token) = req.query_param("token") else {
-        return Ok(None);
-    };
-    if !well_formed(token) {
-        return if require {
-            Err(Response::text(401, "malformed token"))
-        } else {
-            Ok(None)
-        };
+/// How long a boot script is answered again to the same request (a machine asking again,
+/// or a client looping on one machine's `/ipxe`) without the store: one answer, one token.
+pub const RECENT_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+/// Boot scripts kept at most.
+const RECENT_KEPT: usize = 4096;
+
+/// The boot scripts answered last, by request query (the machine's facts as it sent them)
+/// and Host (the scripts' URLs are made from it without `--public-url`):
+/// a repeated `/ipxe` within [`RECENT_FOR`] is answered on the event loop from here, so a
+/// client looping on one machine neither fills the boot queue nor mints tokens. A
+/// machine's entries are forgotten when its config is fetched and when a reprovision is
+/// asked for here (another replica's answer may be [`RECENT_FOR`] older).
+#[derive(Default)]
+pub struct Recent(std::sync::Mutex<std::collections::VecDeque<Kept>>);
+
+/// What a kept script is found by: the request's Host and query.
+fn recent_key(req: &Request) -> String {
+    format!(
+        "{}\n{}",
+        req.header_one("host").unwrap_or(""),
+        req.query().unwrap_or("")
+    )
+}
+
+struct Kept {
+    query: String,
+    machine: String,
+    made: std::time::Instant,
+    script: Response,
+}
+
+impl Recent {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Kept>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-    let Some(store) = store else {
-        return Err(Response::text(503, "no inventory store").header("Retry-After", "30"));
-    };
-    match store.boot_token(&token_key(token)) {
-        Ok(Some(t)) if t.machine == machine && now_secs() < t.reports_until => Ok(Some(t.pool)),
-        Ok(Some(t)) if t.machine != machine => {
-            log::warn!(
-                "a report of machine {machine} came with the boot token of machine {}: recorded as unauthenticated",
-                t.machine
-            );
-            Ok(None)
+
+    /// The script answered to this request within [`RECENT_FOR`], if any.
+    pub fn get(&self, req: &Request) -> Option<Response> {
+        if req.method() != "GET" || req.path() != "/ipxe" {
+            return None;
         }
-        Ok(_) if require => Err(Response::text(401, "unknown or expired token")),
-        Ok(_) => {
-            log::info!(
-                "a report of machine {machine} came with an unknown or expired boot token: recorded as unauthenticated"
-            );
-            Ok(None)
+        let q = recent_key(req);
+        let mut kept = self.lock();
+        let now = std::time::Instant::now();
+        while kept
+            .front()
+            .is_some_and(|k| now.duration_since(k.made) >= RECENT_FOR)
+        {
+            kept.pop_front();
         }
-        Err(e) => {
-            log::error!("reading a boot token: {e:#}");
-            Err(
-                Response::text(503, "the inventory store cannot answer now; retry")
-                    .header("Retry-After", "5"),
-            )
+        kept.iter()
+            .rev()
+            .find(|k| k.query == q)
+            .map(|k| k.script.clone())
+    }
+
+    fn keep(&self, req: &Request, machine: &str, script: &Response) {
+        let mut kept = self.lock();
+        let q = recent_key(req);
+        kept.retain(|k| k.query != q);
+        if kept.len() >= RECENT_KEPT {
+            kept.pop_front();
         }
+        kept.push_back(Kept {
+            query: q,
+            machine: machine.to_string(),
+            made: std::time::Instant::now(),
+            script: script.clone(),
+        });
+    }
+
+    /// Forgets machine `id`'s scripts (its token was spent, or a reprovision asked for).
+    pub fn forget(&self, id: &str) {
+        self.lock().retain(|k| k.machine != id);
     }
 }
 

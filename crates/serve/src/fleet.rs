@@ -10,6 +10,18 @@ use std::time::{Duration, Instant};
 use super::http::{Body, Reply, Request, Response};
 use super::inventory::{self, Origin, Recorded, Refused, Report, Store};
 
+/// What a report's request carried, as the event loop saw it (it reads no store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// None (unauthenticated).
+    None,
+    /// A valid bearer token of this pool (checked on the loop: the token index is memory).
+    Pool(String),
+    /// `/report?token=T`, a machine's report credential: checked by the writers, which
+    /// read the store (`require`: `--require-token`).
+    Machine { token: String, require: bool },
+}
+
 /// What the fleet side keeps: the store, its writers, and the tallies of `/metrics`.
 pub struct Fleet {
     pub store: Option<Arc<dyn Store>>,
@@ -17,6 +29,8 @@ pub struct Fleet {
     pub store_error: Option<String>,
     /// `--max-body-bytes`: the largest report.
     max_body: usize,
+    /// The event loop's answer time-out (reports queued longer are not recorded).
+    answer_timeout: Duration,
     tallies: Arc<Tallies>,
     /// The queue of reports waiting for the store and its writer threads (started with the
     /// first report).
@@ -56,9 +70,13 @@ impl Tallies {
 }
 
 /// Reports waiting for the store at most (the report queue, docs/reports.md): beyond it a
-/// report is answered 503 with Retry-After. With reports of up to `--max-body-bytes`
-/// (256 KiB) this bounds the queue at 256 MiB; the agent's reports are a few KiB.
+/// report is answered 503 with Retry-After. The agent's reports are a few KiB.
 pub const REPORT_QUEUE: usize = 1024;
+/// The report bodies waiting for the store at most, in bytes (their sizes as received;
+/// a parsed report takes about as much again): beyond it a report is answered 503 with
+/// Retry-After, so reports parked while the store is down hold at most this (docs/reports.md,
+/// "The report queue").
+pub const REPORT_QUEUE_BYTES: usize = 32 << 20;
 
 /// The writers: threads that take reports from the queue and hand them to the store, so no
 /// event loop ever waits for the store (a slow one, etcd failing over, delays only reports).
@@ -68,27 +86,42 @@ pub const REPORT_QUEUE: usize = 1024;
 struct Writers {
     store: Arc<dyn Store>,
     tallies: Arc<Tallies>,
-    queue: Mutex<VecDeque<Job>>,
+    queue: Mutex<Queue>,
     more: Condvar,
     batch: usize,
+    /// The event loop's answer time-out: a report queued longer was answered 503 by the
+    /// loop already, and is dropped unrecorded (its sender sends it again).
+    stale_after: Duration,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// The body bytes of `jobs`.
+    bytes: usize,
 }
 
 struct Job {
     report: Report,
     origin: Origin,
+    /// `/report?token=`, checked by the writer before the report is recorded.
+    credential: Option<(String, bool)>,
     reply: Reply,
     queued: Instant,
+    /// The body's size, counted against [`REPORT_QUEUE_BYTES`].
+    bytes: usize,
 }
 
 impl Writers {
-    fn start(store: Arc<dyn Store>, tallies: Arc<Tallies>) -> Arc<Writers> {
+    fn start(store: Arc<dyn Store>, tallies: Arc<Tallies>, stale_after: Duration) -> Arc<Writers> {
         let (threads, batch) = store.writers();
         let w = Arc::new(Writers {
             store,
             tallies,
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue::default()),
             more: Condvar::new(),
             batch: batch.max(1),
+            stale_after,
         });
         for i in 0..threads.max(1) {
             let w = w.clone();
@@ -104,39 +137,84 @@ impl Writers {
         w
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Job>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn full(&self) -> bool {
-        self.lock().len() >= REPORT_QUEUE
+    /// Whether a report of `bytes` would find the queue full.
+    fn full(&self, bytes: usize) -> bool {
+        let q = self.lock();
+        q.jobs.len() >= REPORT_QUEUE || (q.bytes + bytes > REPORT_QUEUE_BYTES && !q.jobs.is_empty())
     }
 
     /// Queues a report; answers 503 at once when the queue is full.
     fn push(&self, job: Job) {
         let mut q = self.lock();
-        if q.len() >= REPORT_QUEUE {
+        if q.jobs.len() >= REPORT_QUEUE
+            || (q.bytes + job.bytes > REPORT_QUEUE_BYTES && !q.jobs.is_empty())
+        {
             drop(q);
             self.tallies.tally(3);
             job.reply.send(queue_full());
             return;
         }
-        q.push_back(job);
+        q.bytes += job.bytes;
+        q.jobs.push_back(job);
         self.tallies.waiting.fetch_add(1, Ordering::Relaxed);
         drop(q);
         self.more.notify_one();
+    }
+
+    /// Checks a job's report credential (reading the store) and completes its origin;
+    /// None when the job was answered (refused, or the store could not tell).
+    fn check(&self, mut job: Job) -> Option<Job> {
+        let Some((token, require)) = job.credential.take() else {
+            return Some(job);
+        };
+        let now = now_secs();
+        match report_credential(&*self.store, &token, &job.report.machine.id, require, now) {
+            Ok(Some((pool, issued))) => {
+                job.origin.token_pool = Some(pool);
+                job.origin.machine_issued = Some(issued);
+                Some(job)
+            }
+            Ok(None) => Some(job),
+            Err(resp) => {
+                self.tallies.tally(if resp.status >= 500 { 3 } else { 2 });
+                self.tallies.waiting.fetch_sub(1, Ordering::Relaxed);
+                job.reply.send(resp);
+                None
+            }
+        }
     }
 
     fn run(&self) {
         loop {
             let jobs: Vec<Job> = {
                 let mut q = self.lock();
-                while q.is_empty() {
+                while q.jobs.is_empty() {
                     q = self.more.wait(q).unwrap_or_else(PoisonError::into_inner);
                 }
-                let n = q.len().min(self.batch);
-                q.drain(..n).collect()
+                let n = q.jobs.len().min(self.batch);
+                let jobs: Vec<Job> = q.jobs.drain(..n).collect();
+                q.bytes -= jobs.iter().map(|j| j.bytes).sum::<usize>();
+                jobs
             };
+            // Reports the loop answered already (queued past its answer time-out) are not
+            // recorded: after the store comes back, a fresh report does not wait behind
+            // those their senders gave up on (they send them again).
+            let (stale, jobs): (Vec<Job>, Vec<Job>) = jobs
+                .into_iter()
+                .partition(|j| j.queued.elapsed() >= self.stale_after);
+            for job in stale {
+                self.tallies.tally(3);
+                self.tallies.waiting.fetch_sub(1, Ordering::Relaxed);
+                drop(job);
+            }
+            let jobs: Vec<Job> = jobs.into_iter().filter_map(|j| self.check(j)).collect();
+            if jobs.is_empty() {
+                continue;
+            }
             let batch: Vec<(&Report, &Origin)> =
                 jobs.iter().map(|j| (&j.report, &j.origin)).collect();
             let results = self.store.record_all(&batch);
@@ -215,7 +293,8 @@ fn queue_full() -> Response {
     Response::text(
         503,
         format!(
-            "{REPORT_QUEUE} reports are waiting for the inventory store (the report queue limit); retry"
+            "the report queue is full ({REPORT_QUEUE} reports or {} MiB waiting for the inventory store, the report queue limit); retry",
+            REPORT_QUEUE_BYTES >> 20
         ),
     )
     .header("Retry-After", "1")
@@ -226,7 +305,11 @@ const RESULTS: [&str; 5] = ["recorded", "duplicate", "refused", "unavailable", "
 
 impl Fleet {
     /// `max_body`: `--max-body-bytes`, the largest report taken.
-    pub fn new(store: Result<Arc<dyn Store>, String>, max_body: usize) -> Fleet {
+    pub fn new(
+        store: Result<Arc<dyn Store>, String>,
+        max_body: usize,
+        answer_timeout: Duration,
+    ) -> Fleet {
         let (store, store_error) = match store {
             Ok(s) => (Some(s), None),
             Err(e) => (None, Some(e)),
@@ -235,6 +318,7 @@ impl Fleet {
             store,
             store_error,
             max_body,
+            answer_timeout,
             tallies: Default::default(),
             writers: OnceLock::new(),
             counts: Default::default(),
@@ -346,12 +430,14 @@ pub(crate) fn now_secs() -> u64 {
 /// none, Err(the answer) for a token that does not pass.
 pub fn report(
     fleet: &Fleet,
-    token: Result<Option<String>, Response>,
+    token: Result<Credential, Response>,
     req: &Request,
     out: &mut Response,
 ) {
-    let token_pool = match token {
-        Ok(p) => p,
+    let (token_pool, credential) = match token {
+        Ok(Credential::None) => (None, None),
+        Ok(Credential::Pool(p)) => (Some(p), None),
+        Ok(Credential::Machine { token, require }) => (None, Some((token, require))),
         Err(r) => {
             fleet.tally(2);
             *out = r;
@@ -383,15 +469,17 @@ pub fn report(
     };
     let writers = fleet
         .writers
-        .get_or_init(|| Writers::start(store.clone(), fleet.tallies.clone()))
+        .get_or_init(|| Writers::start(store.clone(), fleet.tallies.clone(), fleet.answer_timeout))
         .clone();
-    if writers.full() {
+    let bytes = req.body().len();
+    if writers.full(bytes) {
         fleet.tally(3);
         *out = queue_full();
         return;
     }
     let origin = Origin {
         token_pool,
+        machine_issued: None,
         received: now_secs(),
     };
     let queued = Instant::now();
@@ -399,8 +487,68 @@ pub fn report(
         writers.push(Job {
             report,
             origin,
+            credential,
             reply,
             queued,
+            bytes,
         })
     });
+}
+
+/// What a report's `/report?token=T` proves (the credential `/machine-config` handed out
+/// with the machine's config): Ok(Some((pool, issued))) when it is a report credential of
+/// this machine, still valid (`issued`: when the boot token of its boot was issued).
+/// Ok(None): none given, or one no longer valid where unauthenticated reports are taken
+/// (recorded as history only: a report queued on a machine for longer than the
+/// credential's window is not lost). Err: the answer otherwise: a credential of another
+/// machine is refused whatever the flags (403), one unknown, expired or malformed with
+/// `require` (`--require-token`) is 401. Reads the store: called off the event loop.
+fn report_credential(
+    store: &dyn Store,
+    token: &str,
+    machine: &str,
+    require: bool,
+    now: u64,
+) -> Result<Option<(String, u64)>, Response> {
+    if !inventory::well_formed_token(token) {
+        return if require {
+            Err(Response::text(401, "malformed token"))
+        } else {
+            Ok(None)
+        };
+    }
+    let key = inventory::token_key(token);
+    match store.boot_token(&key) {
+        Ok(Some(t)) if t.kind == inventory::TokenKind::Report && t.machine != machine => {
+            log::warn!(
+                "a report naming machine {machine} came with the report credential of machine {} ({}…): refused",
+                t.machine,
+                &key[..8]
+            );
+            Err(Response::text(
+                403,
+                "this token was issued for another machine: a report changes only the record of the machine its credential was issued for",
+            ))
+        }
+        Ok(Some(t)) if t.kind == inventory::TokenKind::Report && now < t.reports_until => {
+            Ok(Some((t.pool, t.issued)))
+        }
+        Ok(_) if require => Err(Response::text(
+            401,
+            "unknown or expired report token (only the token a config fetch handed out in X-Agent-Report-URL authenticates reports)",
+        )),
+        Ok(_) => {
+            log::info!(
+                "a report of machine {machine} came with an unknown or expired report token: recorded as unauthenticated"
+            );
+            Ok(None)
+        }
+        Err(e) => {
+            log::error!("reading a report credential: {e:#}");
+            Err(
+                Response::text(503, "the inventory store cannot answer now; retry")
+                    .header("Retry-After", "5"),
+            )
+        }
+    }
 }

@@ -7,7 +7,8 @@
 //!
 //! [`Response::later`]: super::http::Response::later
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once, PoisonError};
 
@@ -16,17 +17,27 @@ use std::sync::{Arc, Condvar, Mutex, Once, PoisonError};
 pub const BOOT_QUEUE: usize = 256;
 /// Threads answering them (started on the first such request).
 pub const BOOT_THREADS: usize = 4;
+/// Jobs one client address may have queued or running at once; beyond it its next one is
+/// refused as when the queue is full, so one client cannot take the queue from the rest.
+pub const PER_CLIENT: usize = 16;
 
 /// A job: called with `true` when it was refused because the queue was full (it answers
 /// 503 then), `false` when a thread runs it.
 pub type Job = Box<dyn FnOnce(bool) + Send>;
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<(Job, Option<IpAddr>)>,
+    /// Jobs queued or running, by client.
+    per_client: HashMap<IpAddr, usize>,
+}
 
 pub struct Jobs {
     name: &'static str,
     threads: usize,
     max: usize,
     started: Once,
-    queue: Mutex<VecDeque<Job>>,
+    queue: Mutex<Queue>,
     more: Condvar,
     /// Jobs queued or running.
     waiting: AtomicUsize,
@@ -39,7 +50,7 @@ impl Jobs {
             threads: threads.max(1),
             max,
             started: Once::new(),
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue::default()),
             more: Condvar::new(),
             waiting: AtomicUsize::new(0),
         })
@@ -50,8 +61,9 @@ impl Jobs {
         self.waiting.load(Ordering::Relaxed)
     }
 
-    /// Queues `job`, or calls it at once with `true` when [`BOOT_QUEUE`] jobs wait.
-    pub fn push(self: &Arc<Self>, job: Job) {
+    /// Queues `job` of `client`, or calls it at once with `true` when [`BOOT_QUEUE`] jobs
+    /// wait, or [`PER_CLIENT`] of this client's.
+    pub fn push(self: &Arc<Self>, job: Job, client: Option<IpAddr>) {
         self.started.call_once(|| {
             for i in 0..self.threads {
                 let me = self.clone();
@@ -66,11 +78,15 @@ impl Jobs {
             }
         });
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        if q.len() >= self.max {
+        let mine = client.map_or(0, |c| q.per_client.get(&c).copied().unwrap_or(0));
+        if q.jobs.len() >= self.max || mine >= PER_CLIENT {
             drop(q);
             return job(true);
         }
-        q.push_back(job);
+        if let Some(c) = client {
+            *q.per_client.entry(c).or_insert(0) += 1;
+        }
+        q.jobs.push_back((job, client));
         self.waiting.fetch_add(1, Ordering::Relaxed);
         drop(q);
         self.more.notify_one();
@@ -78,10 +94,10 @@ impl Jobs {
 
     fn run(&self) {
         loop {
-            let job = {
+            let (job, client) = {
                 let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
                 loop {
-                    if let Some(j) = q.pop_front() {
+                    if let Some(j) = q.jobs.pop_front() {
                         break j;
                     }
                     q = self.more.wait(q).unwrap_or_else(PoisonError::into_inner);
@@ -89,6 +105,15 @@ impl Jobs {
             };
             job(false);
             self.waiting.fetch_sub(1, Ordering::Relaxed);
+            if let Some(c) = client {
+                let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(n) = q.per_client.get_mut(&c) {
+                    *n -= 1;
+                    if *n == 0 {
+                        q.per_client.remove(&c);
+                    }
+                }
+            }
         }
     }
 }
@@ -105,15 +130,21 @@ mod tests {
         let (hold_tx, hold_rx) = mpsc::channel::<()>();
         let (done_tx, done_rx) = mpsc::channel::<(usize, bool)>();
         let (started_tx, started_rx) = mpsc::channel::<()>();
-        jobs.push(Box::new(move |refused| {
-            assert!(!refused);
-            started_tx.send(()).unwrap();
-            hold_rx.recv().unwrap();
-        }));
+        jobs.push(
+            Box::new(move |refused| {
+                assert!(!refused);
+                started_tx.send(()).unwrap();
+                hold_rx.recv().unwrap();
+            }),
+            None,
+        );
         started_rx.recv().unwrap();
         for i in 0..3 {
             let tx = done_tx.clone();
-            jobs.push(Box::new(move |refused| tx.send((i, refused)).unwrap()));
+            jobs.push(
+                Box::new(move |refused| tx.send((i, refused)).unwrap()),
+                None,
+            );
         }
         // The third waiting job found the queue (2) full: refused at once, on this thread.
         assert_eq!(done_rx.recv().unwrap(), (2, true));

@@ -17,6 +17,7 @@ fn token(pool: &str, at: u64) -> Origin {
     Origin {
         token_pool: Some(pool.into()),
         received: at,
+        machine_issued: None,
     }
 }
 
@@ -105,17 +106,19 @@ fn inventory_embedded_pool_comes_from_the_token() {
     .expect("recording");
     let m = s.machine("m-1").expect("reading").expect("m-1");
     assert_eq!((m.pool.as_deref(), m.authenticated), (Some("infra"), true));
-    // Without a token: the body's pool, marked unauthenticated.
+    // Without a token: history only, marked unauthenticated; the record keeps what the
+    // token proved (its pool, authenticated) and its state.
     let anon = Origin {
         token_pool: None,
         received: 2,
+        machine_issued: None,
     };
-    s.record(&report("a2", "m-1", "b", "disks", "ok", false), &anon)
+    s.record(&report("a2", "m-1", "b", "disks", "failed", false), &anon)
         .expect("recording");
     let m = s.machine("m-1").expect("reading").expect("m-1");
     assert_eq!(
-        (m.pool.as_deref(), m.authenticated),
-        (Some("worker"), false)
+        (m.pool.as_deref(), m.authenticated, m.state),
+        (Some("infra"), true, Some(State::Provisioning))
     );
     assert!(m.boots[0].stages[0].authenticated && !m.boots[0].stages[1].authenticated);
 }
@@ -654,6 +657,8 @@ fn inventory_embedded_boot_token_is_spent_once() {
         expires: 1_000,
         spent: None,
         reports_until: 2_000,
+        kind: Default::default(),
+        issued: 900,
     };
     s.put_boot_token("k1", &t, 900).unwrap();
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));

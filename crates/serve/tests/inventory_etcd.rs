@@ -82,6 +82,7 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
                                 Origin {
                                     token_pool: Some("worker".into()),
                                     received: k as u64,
+                                    machine_issued: None,
                                 },
                             )
                         })
@@ -422,6 +423,8 @@ fn inventory_etcd_boot_token_is_spent_once_across_replicas() {
         expires: now + 600,
         spent: None,
         reports_until: now + 600 + 86_400,
+        kind: Default::default(),
+        issued: now,
     };
     // The store's clock is the caller's: the lease is counted from the real clock, so the
     // token is issued relative to it.

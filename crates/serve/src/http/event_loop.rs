@@ -1089,6 +1089,7 @@ impl<H: Handler> Shard<H> {
     fn answer(&self, l: &mut Local<H::Local>, c: &mut Conn, started: Instant) {
         let srv = &self.srv;
         c.resp.reset(200);
+        c.req.peer = Some(c.peer.ip().to_canonical());
         srv.handler.handle(&mut l.handler, &c.req, &mut c.resp);
         if let Body::Later(later) = &mut c.resp.body
             && let Some(f) = later.0.take()

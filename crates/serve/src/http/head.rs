@@ -36,6 +36,8 @@ pub struct Request {
     chunked: bool,
     /// The body, once read whole (see [`Request::body_len`]); kept between requests.
     pub(super) body: Vec<u8>,
+    /// The client's address (set by the event loop before the handler sees the request).
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// Headers a request may carry once only: a second one is answered 400.

@@ -467,6 +467,22 @@ impl Store for Embedded {
         Ok(spend)
     }
 
+    fn forget_boot_token(&self, key: &str) -> Result<()> {
+        let tx = self
+            .db
+            .begin_write()
+            .with_context(|| self.what("starting a write to"))?;
+        {
+            let mut tokens = tx
+                .open_table(BOOT_TOKENS)
+                .with_context(|| self.what("opening"))?;
+            tokens
+                .remove(key)
+                .with_context(|| self.what("writing to"))?;
+        }
+        tx.commit().with_context(|| self.what("committing to"))
+    }
+
     fn boot_token(&self, key: &str) -> Result<Option<BootToken>> {
         let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
         let tokens = tx

@@ -1053,6 +1053,13 @@ impl Store for Etcd {
         bail!("etcd: a boot token kept changing ({CONFLICT_TRIES} tries)")
     }
 
+    fn forget_boot_token(&self, key: &str) -> Result<()> {
+        let k = self.key(&format!("boot-tokens/{key}"));
+        self.post("/v3/kv/deleterange", &json!({"key": b64(k.as_bytes())}))
+            .context("etcd: forgetting a boot token")?;
+        Ok(())
+    }
+
     fn boot_token(&self, key: &str) -> Result<Option<BootToken>> {
         let k = self.key(&format!("boot-tokens/{key}"));
         match self.get(&k)? {

@@ -27,7 +27,10 @@ pub use self::model::{
     Applied, Counts, Filter, Machine, Origin, Refused, Report, State, apply, limits, parse,
     parse_within,
 };
-pub use self::store::{BootToken, DEFAULT_MAX_MACHINES, Full, Recorded, Spend, Store};
+pub use self::store::{
+    BootToken, DEFAULT_MAX_MACHINES, Full, Recorded, Spend, Store, TokenKind, token_key,
+    well_formed_token,
+};
 
 /// `--inventory-store`: which store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

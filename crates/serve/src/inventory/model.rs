@@ -25,6 +25,8 @@ pub mod limits {
     pub const DEVICES: usize = 128;
     /// `machine.macs` entries.
     pub const MACS: usize = 64;
+    /// One `machine.macs` entry (a 20-byte InfiniBand address is 59 characters).
+    pub const MAC_BYTES: usize = 64;
     /// `error` (one line).
     pub const ERROR_BYTES: usize = 4096;
     /// `log_tail` lines.
@@ -35,6 +37,18 @@ pub mod limits {
     pub const BOOTS: usize = 10;
     /// Report ids kept per machine to recognise a retried report.
     pub const RECENT_IDS: usize = 64;
+    /// A stage's error as the record keeps it (the whole error is in its details).
+    pub const RECORD_ERROR_BYTES: usize = 512;
+    /// A machine's record (without its details), as stored (JSON), at most: every field
+    /// above at its limit (checked by a test).
+    pub const RECORD_BYTES: usize = 64 * 1024;
+    /// A machine's stored details (changes, log tails, whole errors), all its stages
+    /// together: beyond it the oldest stages' details are dropped (their outcome, duration
+    /// and error stay in the record). The newest report's details are always kept.
+    pub const DETAIL_BYTES: usize = 256 * 1024;
+    /// Report credentials kept per machine (each config fetch issues one): its current
+    /// boot's and the one before, so a report queued in the previous boot is still taken.
+    pub const REPORT_CREDENTIALS: usize = 2;
 }
 
 /// Why a report body is refused. `TooLarge` is the body limit (HTTP 413); `Invalid` is any
@@ -114,11 +128,85 @@ impl fmt::Display for State {
 /// Where a report came from, as the HTTP layer saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Origin {
-    /// The pool of the bearer token the report carried, when it carried a valid one; the
-    /// record then takes its pool from here, not from the body. `None`: unauthenticated.
+    /// The pool of the credential the report carried, when it carried a valid one (a pool's
+    /// bearer token, or the machine's report credential); the record then takes its pool
+    /// from here, not from the body. `None`: unauthenticated.
     pub token_pool: Option<String>,
+    /// Set when the credential was the report credential that the machine's config fetch
+    /// (`/machine-config`) issued for this very machine: when its one-time boot token was
+    /// issued (the server's clock). Only such a report speaks for the machine's install
+    /// state (docs/reports.md, "Who may change a record").
+    pub machine_issued: Option<u64>,
     /// The server's clock when the report arrived (seconds since the Unix epoch).
     pub received: u64,
+}
+
+impl Origin {
+    /// What the report's credential proves.
+    pub fn trust(&self) -> Trust {
+        if self.machine_issued.is_some() {
+            Trust::Machine
+        } else if self.token_pool.is_some() {
+            Trust::Pool
+        } else {
+            Trust::None
+        }
+    }
+}
+
+/// What a report's credential proves (docs/reports.md, "Who may change a record"): nothing
+/// (no credential: anyone on the machine network may have sent it), membership of a pool (a
+/// pool's bearer token, which every machine of the pool holds), or this machine (the report
+/// credential its own config fetch was given).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Trust {
+    #[default]
+    None,
+    Pool,
+    Machine,
+}
+
+impl Trust {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::None => "none",
+            Trust::Pool => "pool",
+            Trust::Machine => "machine",
+        }
+    }
+}
+
+/// A machine's install, as the server has evidence of it: the final stage reported ok with
+/// the report credential of a config fetch (`/machine-config`) of this machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Install {
+    /// When the final report arrived (the server's clock).
+    pub at: u64,
+    /// The boot that installed it.
+    pub boot_id: String,
+    /// When the boot token of that boot was issued.
+    pub issued: u64,
+}
+
+/// The keys (SHA-256, hex) of a machine's current boot token and report credentials, so a
+/// new one replaces the old (at most one boot token, [`limits::REPORT_CREDENTIALS`] report
+/// credentials per machine). Never shown: listings leave it out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenKeys {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<String>,
+    /// Oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub report: Vec<String>,
+}
+
+impl TokenKeys {
+    pub fn is_empty(&self) -> bool {
+        self.boot.is_none() && self.report.is_empty()
+    }
 }
 
 /// The server's record of one machine. Listings carry it without [`StageRecord::detail`];
@@ -151,6 +239,70 @@ pub struct Machine {
     /// The machine file that selected it at its last network boot (`/ipxe`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_file: Option<String>,
+    /// The most a report has proved of this machine so far: reports that prove less add
+    /// to its history only (docs/reports.md, "Who may change a record").
+    #[serde(default)]
+    pub trust: Trust,
+    /// Installed, on evidence the server holds ([`Install`]); None: not (yet, or a record
+    /// from before install evidence was kept: see [`Machine::installed`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<Install>,
+    /// 0: a record written before trust and install evidence were kept; 1: now.
+    #[serde(default)]
+    pub format: u8,
+    #[serde(default, skip_serializing_if = "TokenKeys::is_empty")]
+    pub tokens: TokenKeys,
+}
+
+impl Machine {
+    /// A new record of machine `id`, first seen at `now`.
+    pub fn new(id: &str, now: u64) -> Machine {
+        Machine {
+            id: id.to_string(),
+            first_seen: now,
+            format: 1,
+            ..Machine::default()
+        }
+    }
+
+    /// Whether its next network boot goes to the local disk, once no reprovision is asked
+    /// for: an install the server has evidence of, or a record from before that evidence
+    /// was kept that ended provisioned (kept installed across the upgrade: never made
+    /// again for want of evidence it could not have).
+    pub fn installed(&self) -> bool {
+        self.install.is_some() || (self.format == 0 && self.state == Some(State::Provisioned))
+    }
+
+    /// A record written before trust was kept, read as now: its stages' trust from their
+    /// `authenticated` (a pool's, as that is all such a report proved for certain), install
+    /// as [`Machine::installed`] says.
+    fn upgrade(&mut self) {
+        if self.format != 0 {
+            return;
+        }
+        for b in &mut self.boots {
+            for s in &mut b.stages {
+                if s.authenticated && s.trust == Trust::None {
+                    s.trust = Trust::Pool;
+                }
+            }
+        }
+        if self.authenticated {
+            self.trust = self.trust.max(Trust::Pool);
+        }
+        if self.install.is_none() && self.state == Some(State::Provisioned) {
+            self.install = Some(Install {
+                at: self.last_seen,
+                boot_id: self
+                    .boots
+                    .last()
+                    .map(|b| b.boot_id.clone())
+                    .unwrap_or_default(),
+                issued: 0,
+            });
+        }
+        self.format = 1;
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,13 +325,38 @@ pub struct StageRecord {
     pub report_id: String,
     pub received: u64,
     pub authenticated: bool,
-    /// One line; kept in the record so a listing can show why a machine failed.
+    /// What the report's credential proved; a stage counts for the machine's state only
+    /// at the record's own trust.
+    #[serde(default)]
+    pub trust: Trust,
+    /// Whether the report could speak for the record when it came (a pool token of
+    /// another pool than the record's cannot).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub counts: bool,
+    /// One line, at most [`limits::RECORD_ERROR_BYTES`] (the whole of it is in the
+    /// stage's details); kept in the record so a listing can show why a machine failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The size of the stage's stored details (their JSON), 0 for none or dropped: a
+    /// machine's details are kept within [`limits::DETAIL_BYTES`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub detail_bytes: u64,
     /// What the stage changed and its log tail: stored beside the record (one entry per
     /// report), read by [`Store::machine`](super::store::Store::machine), absent from listings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<Detail>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The bulky part of a report, stored under its report id.
@@ -188,6 +365,9 @@ pub struct Detail {
     pub changes: Changes,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log_tail: Vec<String>,
+    /// The stage's error whole, when the record keeps only its start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What [`apply`] did.
@@ -218,10 +398,76 @@ pub fn parse_within(body: &[u8], max_body: usize) -> Result<Report, Refused> {
             body.len(),
         )));
     }
-    let r: Report = serde_json::from_slice(body)
+    let mut r: Report = serde_json::from_slice(body)
         .map_err(|e| Refused::Invalid(format!("the report is not a valid report: {e}")))?;
     validate(&r)?;
+    sanitize(&mut r);
     Ok(r)
+}
+
+/// Whether `c` may change how a terminal or a page shows what follows it: C0 and C1
+/// controls, DEL, and the bidirectional overrides and isolates.
+pub fn is_unsafe_char(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with every [`is_unsafe_char`] replaced (a tab by a space, any other by `?`), never
+/// longer than it was.
+fn clean(s: &mut String) {
+    // Only a byte below 0x20, DEL or a multi-byte sequence can be one.
+    if !s.bytes().any(|b| b < 0x20 || b >= 0x7f) || !s.chars().any(is_unsafe_char) {
+        return;
+    }
+    *s = s
+        .chars()
+        .map(|c| match c {
+            '\t' => ' ',
+            c if is_unsafe_char(c) => '?',
+            c => c,
+        })
+        .collect();
+}
+
+/// Replaces control characters in every string of the report ([`clean`]): the inventory
+/// is read on terminals (`agent machines`) and in browsers, and a report's text is the
+/// machine's word only.
+fn sanitize(r: &mut Report) {
+    let opt = |s: &mut Option<String>| {
+        if let Some(s) = s {
+            clean(s)
+        }
+    };
+    let m = &mut r.machine;
+    for s in [
+        &mut r.sent,
+        &mut m.uuid,
+        &mut m.serial,
+        &mut m.platform,
+        &mut m.instance_id,
+        &mut m.hostname,
+        &mut r.agent,
+        &mut r.error,
+    ] {
+        opt(s);
+    }
+    if let Some(c) = &mut r.config {
+        for s in [&mut c.pool, &mut c.name, &mut c.hash] {
+            opt(s);
+        }
+    }
+    let ch = &mut r.changes;
+    for list in [
+        &mut m.macs,
+        &mut ch.partitions.created,
+        &mut ch.partitions.kept,
+        &mut ch.partitions.deleted,
+        &mut ch.filesystems.made,
+        &mut ch.filesystems.reused,
+        &mut ch.paths,
+        &mut r.log_tail,
+    ] {
+        list.iter_mut().for_each(clean);
+    }
 }
 
 fn invalid(msg: String) -> Refused {
@@ -303,7 +549,14 @@ fn validate(r: &Report) -> Result<(), Refused> {
     check_opt("machine.instance_id", &m.instance_id)?;
     check_opt("machine.hostname", &m.hostname)?;
     let s = limits::STRING_BYTES;
-    check_list("machine.macs", &m.macs, limits::MACS, "MAC", s, "string")?;
+    check_list(
+        "machine.macs",
+        &m.macs,
+        limits::MACS,
+        "MAC",
+        limits::MAC_BYTES,
+        "MAC length",
+    )?;
     check_opt("agent", &r.agent)?;
     if let Some(c) = &r.config {
         check_opt("config.pool", &c.pool)?;
@@ -384,7 +637,15 @@ pub fn detail(r: &Report) -> Detail {
     Detail {
         changes: r.changes.clone(),
         log_tail: r.log_tail.clone(),
+        error: long_error(r).map(str::to_string),
     }
+}
+
+/// The report's error when the record keeps only its start.
+fn long_error(r: &Report) -> Option<&str> {
+    r.error
+        .as_deref()
+        .filter(|e| e.len() > limits::RECORD_ERROR_BYTES)
 }
 
 /// [`detail`] as stored (JSON), without copying the report's lists first.
@@ -394,10 +655,13 @@ pub fn detail_json(r: &Report) -> serde_json::Result<Vec<u8>> {
         changes: &'a Changes,
         #[serde(skip_serializing_if = "<[String]>::is_empty")]
         log_tail: &'a [String],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<&'a str>,
     }
     serde_json::to_vec(&Borrowed {
         changes: &r.changes,
         log_tail: &r.log_tail,
+        error: long_error(r),
     })
 }
 
@@ -405,7 +669,7 @@ pub fn detail_json(r: &Report) -> serde_json::Result<Vec<u8>> {
 /// nothing and sent no log lines (most fetch and disks stages) has none, and the embedded
 /// store writes no record for it (it reads a missing one as the empty [`Detail`]).
 pub fn has_detail(r: &Report) -> bool {
-    !r.log_tail.is_empty() || r.changes != Changes::default()
+    !r.log_tail.is_empty() || r.changes != Changes::default() || long_error(r).is_some()
 }
 
 /// How decisive an outcome is when a stage is reported twice in one boot.
@@ -435,30 +699,91 @@ pub fn boot_state(b: &Boot) -> Option<State> {
     }
 }
 
+/// Whether a report of trust `t` (and pool `pool`) may speak for a record that has `m`'s
+/// trust and pool: change its identity, pool and state (docs/reports.md, "Who may change a
+/// record"). The machine's own credential always may; a pool's token when the record has
+/// proved no more, and of the same pool once it has; no credential only while the record
+/// has none either.
+fn speaks_for(m: &Machine, t: Trust, pool: Option<&str>) -> bool {
+    match (t, m.trust) {
+        (Trust::Machine, _) => true,
+        (Trust::Pool, Trust::None) => true,
+        (Trust::Pool, Trust::Pool) => m.pool.is_none() || m.pool.as_deref() == pool,
+        (Trust::None, Trust::None) => true,
+        _ => false,
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary, with `…` when cut.
+fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// The size of [`detail_json`] for `r` (0 when it has none, [`has_detail`]).
+pub fn detail_size(r: &Report) -> u64 {
+    if !has_detail(r) {
+        return 0;
+    }
+    detail_json(r).map_or(0, |b| b.len() as u64)
+}
+
+/// The state of a record: its newest boot that has a stage counting at the record's trust,
+/// from those stages.
+fn record_state(m: &Machine) -> Option<State> {
+    m.boots.iter().rev().find_map(|b| {
+        let counted: Vec<StageRecord> = b
+            .stages
+            .iter()
+            .filter(|s| s.counts && s.trust >= m.trust)
+            .cloned()
+            .collect();
+        (!counted.is_empty()).then(|| {
+            boot_state(&Boot {
+                stages: counted,
+                ..Boot::default()
+            })
+        })?
+    })
+}
+
 /// Folds one report into a machine's record (`m` is `None` for a machine not seen before).
 /// A report whose id the record knows changes nothing ([`Applied::Duplicate`]).
+///
+/// Every report adds to the machine's history (its boots and stages, each marked with what
+/// its credential proved); only one that [`speaks_for`] the record changes its identity,
+/// pool, applied config and state; only the machine's own report credential changes its
+/// install ([`Install`]), and only with a credential issued since the last reprovision
+/// request, so a report queued in an earlier boot never clears a later request.
 pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Applied) {
-    let mut m = m.unwrap_or_else(|| Machine {
-        id: r.machine.id.clone(),
-        first_seen: origin.received,
-        ..Machine::default()
-    });
+    let mut m = m.unwrap_or_else(|| Machine::new(&r.machine.id, origin.received));
+    m.upgrade();
     if m.recent_ids.contains(&r.id) {
         return (m, Applied::Duplicate);
     }
-    let authenticated = origin.token_pool.is_some();
-    m.identity = r.machine.clone();
+    let trust = origin.trust();
+    let authenticated = trust != Trust::None;
+    let body_pool = r.config.as_ref().and_then(|c| c.pool.clone());
+    let pool = origin.token_pool.clone().or(body_pool);
+    let speaks = speaks_for(&m, trust, origin.token_pool.as_deref());
     m.last_seen = m.last_seen.max(origin.received);
-    m.authenticated = authenticated;
-    m.pool = match &origin.token_pool {
-        Some(p) => Some(p.clone()),
-        None => r.config.as_ref().and_then(|c| c.pool.clone()),
-    };
-    if r.config.is_some() {
-        m.config = r.config.clone();
-    }
-    if r.agent.is_some() {
-        m.agent = r.agent.clone();
+    if speaks {
+        m.trust = trust;
+        m.identity = r.machine.clone();
+        m.authenticated = authenticated;
+        m.pool = pool;
+        if r.config.is_some() {
+            m.config = r.config.clone();
+        }
+        if r.agent.is_some() {
+            m.agent = r.agent.clone();
+        }
     }
     m.reports += 1;
     m.recent_ids.push(r.id.clone());
@@ -483,6 +808,7 @@ pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Appli
             m.boots.len() - 1
         }
     };
+    let detail_bytes = detail_size(r);
     let boot = &mut m.boots[bi];
     boot.last_seen = boot.last_seen.max(origin.received);
     let entry = StageRecord {
@@ -493,11 +819,24 @@ pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Appli
         report_id: r.id.clone(),
         received: origin.received,
         authenticated,
-        error: r.error.clone(),
+        trust,
+        counts: speaks,
+        error: r
+            .error
+            .as_deref()
+            .map(|e| cut(e, limits::RECORD_ERROR_BYTES)),
+        detail_bytes,
         detail: None,
     };
+    // A stage reported again replaces its entry unless the entry is more decisive, or the
+    // new report proves less than the entry's.
     let store = match boot.stages.iter().position(|s| s.stage == r.stage) {
-        Some(i) if rank(boot.stages[i].outcome) > rank(r.outcome) => None,
+        Some(i)
+            if rank(boot.stages[i].outcome) > rank(r.outcome)
+                || (boot.stages[i].trust > trust && boot.stages[i].counts) =>
+        {
+            None
+        }
         Some(i) => {
             let old = std::mem::replace(&mut boot.stages[i], entry);
             drop.push(old.report_id);
@@ -509,16 +848,41 @@ pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Appli
             Some(r.id.clone())
         }
     };
+    // The details within DETAIL_BYTES: the oldest stages' go first, never the new one's.
+    let mut total: u64 = m
+        .boots
+        .iter()
+        .flat_map(|b| &b.stages)
+        .map(|s| s.detail_bytes)
+        .sum();
+    'trim: for b in &mut m.boots {
+        for s in &mut b.stages {
+            if total <= limits::DETAIL_BYTES as u64 {
+                break 'trim;
+            }
+            if s.detail_bytes > 0 && Some(&s.report_id) != store.as_ref() {
+                total -= s.detail_bytes;
+                s.detail_bytes = 0;
+                drop.push(s.report_id.clone());
+            }
+        }
+    }
     // A report applied again (a retry older than the recent ids) replaces its own entry:
     // its details are stored, not dropped.
     drop.retain(|id| Some(id) != store.as_ref());
-    // The state follows the newest boot (the last one to appear).
-    m.state = m.boots.last().and_then(boot_state);
-    // A reprovision asked for is done once the newest boot ends provisioned.
-    if let Some(asked) = m.reprovision
-        && m.state == Some(State::Provisioned)
-        && m.boots.last().is_some_and(|b| b.first_seen >= asked)
+    m.state = record_state(&m);
+    // Install evidence: the final stage ok, reported with this machine's credential, from
+    // a boot whose token was issued since the last reprovision request.
+    if let Some(issued) = origin.machine_issued
+        && r.last
+        && r.outcome == Outcome::Ok
+        && m.reprovision.is_none_or(|asked| issued >= asked)
     {
+        m.install = Some(Install {
+            at: origin.received,
+            boot_id: r.boot_id.clone(),
+            issued,
+        });
         m.reprovision = None;
     }
     (m, Applied::Recorded { store, drop })
@@ -542,3 +906,257 @@ impl Filter {
 
 /// Machines by state and pool (for metrics): ((state, pool or ""), count), sorted.
 pub type Counts = Vec<((State, String), u64)>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(id: &str, boot: &str, stage: &str, outcome: &str, last: bool) -> Report {
+        report_with(id, boot, stage, outcome, last, serde_json::json!({}))
+    }
+
+    fn report_with(
+        id: &str,
+        boot: &str,
+        stage: &str,
+        outcome: &str,
+        last: bool,
+        extra: serde_json::Value,
+    ) -> Report {
+        let mut v = serde_json::json!({
+            "format": 1, "id": id, "boot_id": boot,
+            "machine": {"id": "m-1", "hostname": "node-1", "macs": ["52:54:00:12:34:56"]},
+            "config": {"pool": "worker"},
+            "stage": stage, "outcome": outcome, "final": last,
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        parse(v.to_string().as_bytes()).unwrap()
+    }
+
+    fn anon(at: u64) -> Origin {
+        Origin {
+            received: at,
+            ..Origin::default()
+        }
+    }
+
+    fn pool(p: &str, at: u64) -> Origin {
+        Origin {
+            token_pool: Some(p.into()),
+            received: at,
+            ..Origin::default()
+        }
+    }
+
+    fn machine(issued: u64, at: u64) -> Origin {
+        Origin {
+            token_pool: Some("worker".into()),
+            machine_issued: Some(issued),
+            received: at,
+        }
+    }
+
+    fn fold(m: Option<Machine>, r: &Report, o: &Origin) -> Machine {
+        apply(m, r, o).0
+    }
+
+    /// The three stages of one boot, reported with `o`.
+    fn boot(m: Option<Machine>, boot: &str, o: &Origin) -> Machine {
+        let m = fold(
+            m,
+            &report(&format!("{boot}-f"), boot, "fetch", "ok", false),
+            o,
+        );
+        let m = fold(
+            Some(m),
+            &report(&format!("{boot}-d"), boot, "disks", "ok", false),
+            o,
+        );
+        fold(
+            Some(m),
+            &report(&format!("{boot}-x"), boot, "files", "ok", true),
+            o,
+        )
+    }
+
+    #[test]
+    fn only_the_machines_credential_installs() {
+        // Unauthenticated, or a pool's token: provisioned in the history, not installed.
+        for o in [anon(10), pool("worker", 10)] {
+            let m = boot(None, "b1", &o);
+            assert_eq!(m.state, Some(State::Provisioned));
+            assert!(!m.installed(), "{o:?}");
+        }
+        let m = boot(None, "b1", &machine(5, 10));
+        assert!(m.installed());
+        assert_eq!(m.trust, Trust::Machine);
+        assert_eq!(m.install.as_ref().unwrap().boot_id, "b1");
+    }
+
+    #[test]
+    fn forged_reports_add_history_only() {
+        let m = boot(None, "b1", &machine(5, 10));
+        for o in [anon(20), pool("worker", 20), pool("infra", 20)] {
+            // A failed fetch of a new boot, with another hostname and pool.
+            let forged = report_with(
+                "forged-1",
+                "forged",
+                "fetch",
+                "failed",
+                false,
+                serde_json::json!({"machine": {"id": "m-1", "hostname": "evil"},
+                    "config": {"pool": "infra"}, "error": "x"}),
+            );
+            let after = fold(Some(m.clone()), &forged, &o);
+            assert_eq!(after.state, Some(State::Provisioned), "{o:?}");
+            assert!(after.installed());
+            assert_eq!(after.pool.as_deref(), Some("worker"));
+            assert_eq!(after.identity.hostname.as_deref(), Some("node-1"));
+            assert_eq!((after.authenticated, after.trust), (true, Trust::Machine));
+            // ... but it is in the history, marked with what it proved.
+            let s = &after.boots.last().unwrap().stages[0];
+            assert_eq!((s.trust, s.counts), (o.trust(), false));
+        }
+    }
+
+    #[test]
+    fn a_pool_token_speaks_for_its_pool_only() {
+        let m = boot(None, "b1", &pool("worker", 10));
+        assert_eq!(m.trust, Trust::Pool);
+        let forged = report("o-1", "b2", "fetch", "failed", false);
+        let other = fold(Some(m.clone()), &forged, &pool("infra", 20));
+        assert_eq!(other.pool.as_deref(), Some("worker"));
+        assert_eq!(other.state, Some(State::Provisioned));
+        let unauth = fold(Some(m.clone()), &forged, &anon(20));
+        assert_eq!(unauth.state, Some(State::Provisioned));
+        let same = fold(Some(m), &forged, &pool("worker", 20));
+        assert_eq!(same.state, Some(State::Failed));
+    }
+
+    #[test]
+    fn a_reprovision_ends_only_with_a_boot_issued_since() {
+        let mut m = boot(None, "b1", &machine(5, 10));
+        m.reprovision = Some(100);
+        // A report queued in the earlier boot (its credential issued before the request).
+        let late = report("late-x", "b1", "files", "ok", true);
+        let m = fold(Some(m), &late, &machine(5, 120));
+        assert_eq!(m.reprovision, Some(100));
+        // Forged, unauthenticated: no.
+        let m = boot(Some(m), "b2", &anon(130));
+        assert_eq!(m.reprovision, Some(100));
+        // A boot whose token was issued since: done.
+        let m = boot(Some(m), "b3", &machine(140, 150));
+        assert_eq!(m.reprovision, None);
+        assert_eq!(m.install.as_ref().unwrap().boot_id, "b3");
+        // A failure later does not uninstall it.
+        let m = fold(
+            Some(m),
+            &report("f-1", "b4", "fetch", "failed", false),
+            &machine(160, 170),
+        );
+        assert!(m.installed());
+        assert_eq!(m.state, Some(State::Failed));
+    }
+
+    #[test]
+    fn records_from_before_trust_stay_installed() {
+        // A record as an older server wrote it: no trust, no install, no format.
+        let old = serde_json::json!({
+            "id": "m-1", "identity": {"id": "m-1"}, "first_seen": 1, "last_seen": 2,
+            "pool": "worker", "state": "provisioned", "authenticated": true, "reports": 3,
+            "boots": [{"boot_id": "b1", "first_seen": 1, "last_seen": 2, "stages": [
+                {"stage": "files", "outcome": "ok", "final": true, "duration_ms": 1,
+                 "report_id": "r1", "received": 2, "authenticated": true}]}],
+            "recent_ids": ["r1"]
+        });
+        let m: Machine = serde_json::from_value(old).unwrap();
+        assert!(m.installed());
+        let m = fold(
+            Some(m),
+            &report("x", "b2", "fetch", "failed", false),
+            &anon(3),
+        );
+        assert!(m.installed());
+        assert_eq!(m.state, Some(State::Provisioned));
+        assert_eq!(m.format, 1);
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_record() {
+        let r = report_with(
+            "c-1",
+            "b1",
+            "fetch",
+            "failed",
+            false,
+            serde_json::json!({
+                "machine": {"id": "m-1", "hostname": "a\u{1b}]0;pwned\u{7}b",
+                    "serial": "x\nforged-row", "macs": ["\u{202e}52:54"]},
+                "error": "tab\there \u{9b}31m", "log_tail": ["l\u{2066}ine\r"],
+            }),
+        );
+        let v = serde_json::to_string(&r).unwrap();
+        for bad in [
+            '\u{1b}', '\u{7}', '\n', '\r', '\t', '\u{9b}', '\u{202e}', '\u{2066}',
+        ] {
+            assert!(!v.contains(bad), "{bad:?} in {v}");
+        }
+        assert_eq!(r.machine.hostname.as_deref(), Some("a?]0;pwned?b"));
+        assert_eq!(r.error.as_deref(), Some("tab here ?31m"));
+    }
+
+    #[test]
+    fn a_record_and_its_details_stay_within_their_bytes() {
+        // Every field at its limit, every boot with every stage, each with the largest error
+        // and details a report may carry.
+        let mac = "m".repeat(limits::MAC_BYTES);
+        let s = "s".repeat(limits::STRING_BYTES);
+        let id = |p: &str, i: usize| format!("{p}{i:0>w$}", w = limits::ID_BYTES - p.len());
+        let mut m = None;
+        let mut n = 0;
+        for b in 0..limits::BOOTS + 2 {
+            for (stage, last) in [("fetch", false), ("disks", false), ("files", true)] {
+                n += 1;
+                let r = report_with(
+                    &id("r", n),
+                    &id("b", b),
+                    stage,
+                    "failed",
+                    last,
+                    serde_json::json!({
+                        "machine": {"id": "m-1", "uuid": s, "serial": s, "platform": s,
+                            "instance_id": s, "hostname": s, "macs": vec![&mac; limits::MACS]},
+                        "agent": s, "sent": s,
+                        "config": {"pool": s, "name": s, "hash": s},
+                        "error": "e".repeat(limits::ERROR_BYTES),
+                        "log_tail": vec!["l".repeat(limits::LOG_LINE_BYTES); limits::LOG_LINES],
+                        "changes": {"paths": vec!["p".repeat(limits::PATH_BYTES); 45]},
+                    }),
+                );
+                let (next, applied) = apply(m, &r, &machine(1, n as u64));
+                assert!(matches!(applied, Applied::Recorded { store: Some(_), .. }));
+                m = Some(next);
+            }
+        }
+        let m = m.unwrap();
+        let bytes = serde_json::to_vec(&m).unwrap().len();
+        assert!(
+            bytes <= limits::RECORD_BYTES,
+            "record {bytes} bytes > {}",
+            limits::RECORD_BYTES
+        );
+        let details: u64 = m
+            .boots
+            .iter()
+            .flat_map(|b| &b.stages)
+            .map(|s| s.detail_bytes)
+            .sum();
+        assert!(
+            details > 0 && details <= limits::DETAIL_BYTES as u64,
+            "{details}"
+        );
+        eprintln!("the largest record: {bytes} bytes, its details {details} bytes");
+    }
+}

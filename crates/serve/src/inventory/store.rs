@@ -55,8 +55,27 @@ pub struct BootToken {
     /// When it was spent (the config fetched), if it was.
     #[serde(default)]
     pub spent: Option<u64>,
-    /// Until when the machine's reports are authenticated by it.
+    /// Until when the machine's reports are authenticated by it (a report credential; a
+    /// boot token authenticates none).
     pub reports_until: u64,
+    /// A one-time boot token (`/ipxe`), or the report credential a config fetch with one
+    /// issued (`/machine-config`).
+    #[serde(default)]
+    pub kind: TokenKind,
+    /// When the boot token was issued (for a report credential: its boot token's).
+    #[serde(default)]
+    pub issued: u64,
+}
+
+/// What a token record is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenKind {
+    /// Fetches the machine's config, once (`/machine-config?token=`).
+    #[default]
+    Boot,
+    /// Authenticates the machine's reports (`/report?token=`) until `reports_until`.
+    Report,
 }
 
 impl BootToken {
@@ -64,6 +83,20 @@ impl BootToken {
     pub fn forget_after(&self) -> u64 {
         self.expires.max(self.reports_until)
     }
+}
+
+/// The key a token's record is kept under: its SHA-256 (hex). The token itself is never
+/// stored.
+pub fn token_key(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    spec::encoding::hex(&Sha256::digest(token.as_bytes()))
+}
+
+/// A token as the server hands them out: base64url, 16 to 128 characters.
+pub fn well_formed_token(t: &str) -> bool {
+    (16..=128).contains(&t.len())
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// What spending a boot token gave.
@@ -80,6 +113,7 @@ impl Spend {
     pub fn decide(t: Option<BootToken>, now: u64) -> (Spend, Option<BootToken>) {
         match t {
             None => (Spend::Refused("unknown token"), None),
+            Some(t) if t.kind != TokenKind::Boot => (Spend::Refused("unknown token"), None),
             Some(t) if t.spent.is_some() => (Spend::Refused("token already used"), None),
             Some(t) if now >= t.expires => (Spend::Refused("token expired"), None),
             Some(mut t) => {
@@ -172,4 +206,6 @@ pub trait Store: Send + Sync {
     fn boot_token(&self, _key: &str) -> Result<Option<BootToken>> {
         bail!("this inventory store keeps no boot tokens")
     }
+    /// Forgets a token's record (one replaced by a newer of the same machine).
+    fn forget_boot_token(&self, key: &str) -> Result<()>;
 }
