@@ -490,8 +490,8 @@ fn report(id: &str, rid: &str, boot: &str, stage: &str, last: bool) -> String {
 }
 
 /// Installs machine `MAC1` as the agent would: /ipxe, the config, the reports (to the URL
-/// the config response named).
-fn install(s: &Server, boot: &str) {
+/// the config response named); returns that URL.
+fn install(s: &Server, boot: &str) -> String {
     let script = ipxe(
         s,
         "mac=52-54-00-12-34-01&uuid=00000000-0000-0000-0000-000000000000",
@@ -513,6 +513,7 @@ fn install(s: &Server, boot: &str) {
         );
         assert_eq!(r.status, 200, "{}", r.text());
     }
+    report_url
 }
 
 fn admin_get(s: &Server, path: &str) -> serde_json::Value {
@@ -1016,4 +1017,358 @@ fn agent_run_from_an_ipxe_script_installs_once() {
     // The token was spent by the agent's fetch.
     let p = url[url.find("/machine-config").unwrap()..].to_string();
     assert_eq!(get(s.plain(), &p).status, 403);
+}
+
+/// A report of machine `id` with the given stage, outcome and fields replaced by `extra`.
+fn report_with(
+    id: &str,
+    rid: &str,
+    boot: &str,
+    stage: &str,
+    outcome: &str,
+    last: bool,
+    extra: serde_json::Value,
+) -> String {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&report(id, rid, boot, stage, last)).unwrap();
+    v["outcome"] = outcome.into();
+    if outcome == "failed" {
+        v["error"] = "forged".into();
+    }
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    v.to_string()
+}
+
+/// What a machine's record says of its identity and install, compared before and after.
+fn standing(s: &Server, id: &str) -> serde_json::Value {
+    let m = admin_get(s, &format!("/machines/{id}"));
+    serde_json::json!({"state": m["state"], "pool": m["pool"], "hostname": m["identity"]["hostname"],
+        "authenticated": m["authenticated"], "trust": m["trust"], "install": m["install"],
+        "reprovision": m["reprovision"], "machine_file": m["machine_file"]})
+}
+
+fn reprovision(s: &Server, id: &str) {
+    let out = Command::new(AGENT)
+        .args([
+            "machines",
+            "--server",
+            &format!("http://{}", s.addr_of("admin")),
+            "reprovision",
+            id,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn forged_reports_leave_install_state_and_identity_alone() {
+    let t = TempDir::new("boot-forged");
+    let s = start(&source(&t), &[]);
+    let q = "mac=52-54-00-12-34-01&uuid=00000000-0000-0000-0000-000000000000";
+    let id = "mac-52:54:00:12:34:01";
+    // Before its first boot: a forged final `files ok` does not mark it installed.
+    let forged_ok = |rid: &str, boot: &str| {
+        report_with(id, rid, boot, "files", "ok", true, serde_json::json!({}))
+    };
+    let r = post(s.plain(), "/report", &forged_ok("early-1", "forged-0"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        ipxe(&s, q).contains("\nkernel "),
+        "a forged report installed it"
+    );
+    let boot1_url = install(&s, "boot-1");
+    assert!(local_boot(&ipxe(&s, q)));
+    let installed = standing(&s, id);
+    assert_eq!(installed["trust"], "machine", "{installed}");
+    assert_eq!(installed["install"]["boot_id"], "boot-1", "{installed}");
+    // A forged failure of a new boot, another hostname and pool in its body: history only.
+    let forged = report_with(
+        id,
+        "forged-1",
+        "forged",
+        "fetch",
+        "failed",
+        false,
+        serde_json::json!({"machine": {"id": id, "hostname": "evil", "macs": [MAC1]},
+            "config": {"pool": "infra", "name": "x", "hash": "sha256-00"}}),
+    );
+    let r = post(s.plain(), "/report", &forged);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(standing(&s, id), installed);
+    assert!(
+        local_boot(&ipxe(&s, q)),
+        "a forged failure made it install again"
+    );
+    let m = admin_get(&s, &format!("/machines/{id}"));
+    let last = &m["boots"].as_array().unwrap().last().unwrap()["stages"][0];
+    assert_eq!(
+        (last["trust"].as_str(), last["counts"].as_bool()),
+        (Some("none"), Some(false)),
+        "{m}"
+    );
+    // Reprovision asked for: a forged final `files ok` does not cancel it ...
+    reprovision(&s, id);
+    let pending = standing(&s, id);
+    let r = post(s.plain(), "/report", &forged_ok("forged-2", "forged-2"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(standing(&s, id), pending);
+    // ... nor does a report queued in the earlier boot, with that boot's credential.
+    let r = post(s.plain(), &boot1_url, &forged_ok("late-1", "boot-1"));
+    assert!(matches!(r.status, 200 | 401), "{} {}", r.status, r.text());
+    assert_eq!(standing(&s, id)["reprovision"], pending["reprovision"]);
+    assert!(
+        ipxe(&s, q).contains("\nkernel "),
+        "the reprovision was cancelled"
+    );
+    // A boot that began since ends it.
+    install(&s, "boot-2");
+    assert!(local_boot(&ipxe(&s, q)));
+    assert!(standing(&s, id)["reprovision"].is_null());
+}
+
+#[test]
+fn a_boot_token_or_another_machines_credential_proves_nothing() {
+    let t = TempDir::new("boot-bypass");
+    let s = start(&source(&t), &["--require-token"]);
+    let id1 = "mac-52:54:00:12:34:01";
+    let id2 = "mac-52:54:00:12:34:02";
+    install(&s, "boot-1");
+    let before = standing(&s, id1);
+    // An unspent boot token of another machine (anyone can ask /ipxe for any MAC) ...
+    let script = ipxe(&s, "mac=52-54-00-12-34-02");
+    let boot_token = config_path(&script)
+        .split("token=")
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let forged = report_with(
+        id1,
+        "bypass-1",
+        "forged",
+        "fetch",
+        "failed",
+        false,
+        serde_json::json!({}),
+    );
+    let r = post(s.plain(), &format!("/report?token={boot_token}"), &forged);
+    assert_eq!(r.status, 401, "{}", r.text());
+    // ... nor for its own machine: a boot token fetches a config, it authenticates no report.
+    let own = report_with(
+        id2,
+        "bypass-2",
+        "forged",
+        "files",
+        "ok",
+        true,
+        serde_json::json!({}),
+    );
+    let r = post(s.plain(), &format!("/report?token={boot_token}"), &own);
+    assert_eq!(r.status, 401, "{}", r.text());
+    // Spent: the report credential it gave is machine 2's, refused for machine 1 (403).
+    let r = get(s.plain(), &config_path(&script));
+    assert_eq!(r.status, 200);
+    let url = r.header("x-agent-report-url").unwrap().to_string();
+    assert!(
+        !url.contains(&boot_token),
+        "the report credential is the boot token: {url}"
+    );
+    let r = post(s.plain(), &url, &forged);
+    assert_eq!(r.status, 403, "{}", r.text());
+    // The spent boot token is no report credential either.
+    let r = post(s.plain(), &format!("/report?token={boot_token}"), &own);
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(standing(&s, id1), before);
+    // Without a token: refused (--require-token).
+    assert_eq!(post(s.plain(), "/report", &forged).status, 401);
+    assert_eq!(standing(&s, id1), before);
+}
+
+#[test]
+fn a_machine_has_one_boot_token_at_a_time() {
+    let t = TempDir::new("boot-one-token");
+    let s = start(&source(&t), &[]);
+    // The same request again: the same answer (one token) ...
+    let q = "mac=52-54-00-12-34-01";
+    let a = ipxe(&s, q);
+    assert_eq!(ipxe(&s, q), a, "a repeated request minted another token");
+    // ... and asked differently, each answer's token replaces the one before.
+    let scripts: Vec<String> = (0..40)
+        .map(|i| ipxe(&s, &format!("{q}&hostname=h{i}")))
+        .collect();
+    let paths: Vec<String> = std::iter::once(&a)
+        .chain(&scripts)
+        .map(|s| config_path(s))
+        .collect();
+    let unique: std::collections::HashSet<&String> = paths.iter().collect();
+    assert_eq!(unique.len(), paths.len());
+    for p in &paths[..paths.len() - 1] {
+        let r = get(s.plain(), p);
+        assert_eq!(
+            r.status,
+            403,
+            "an earlier token still fetches the config: {}",
+            r.text()
+        );
+    }
+    assert_eq!(get(s.plain(), paths.last().unwrap()).status, 200);
+}
+
+#[test]
+fn report_credentials_are_checked_off_the_event_loop() {
+    use std::io::Write;
+    let Some((cluster, urls)) = etcd() else {
+        return;
+    };
+    let t = TempDir::new("boot-report-off-loop");
+    let s = start(
+        &source(&t),
+        &[
+            "--threads",
+            "1",
+            "--inventory-store",
+            "etcd",
+            "--etcd-endpoints",
+            &urls,
+        ],
+    );
+    let http = s.plain();
+    assert_eq!(get(http, "/healthz").status, 200);
+    for i in 0..3 {
+        cluster.stop(i);
+    }
+    // Reports with tokens the store must be asked about, on the one event loop.
+    let body = report("mac-52:54:00:12:34:01", "off-loop-1", "b", "fetch", false);
+    let mut pending = Vec::new();
+    for i in 0..8 {
+        let mut c = std::net::TcpStream::connect(http).unwrap();
+        write!(
+            c,
+            "POST /report?token=unknown-token-{i:0>12} HTTP/1.1\r\nHost: {http}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        pending.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // The loop answers meanwhile: the best of three /healthz within 100 ms (it was a
+    // minute when the loop read the store itself).
+    let best = (0..3)
+        .map(|_| {
+            let t0 = Instant::now();
+            assert_eq!(get(http, "/healthz").status, 200);
+            t0.elapsed()
+        })
+        .min()
+        .unwrap();
+    for i in 0..3 {
+        cluster.resume(i);
+    }
+    assert!(
+        best < Duration::from_millis(100),
+        "/healthz took {best:?} while reports waited on the store"
+    );
+    drop(pending);
+}
+
+#[test]
+fn a_client_looping_on_ipxe_does_not_starve_a_machine() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let t = TempDir::new("boot-flood");
+    let s = start(&source(&t), &["--max-connections", "2000"]);
+    let http = s.plain();
+    install(&s, "boot-1");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let asked = std::sync::Arc::new(AtomicU64::new(0));
+    // 300 keep-alive connections asking /ipxe for the installed machine, as fast as they
+    // are answered, until the machine is done (or 60 s).
+    let flood: Vec<_> = (0..300)
+        .map(|_| {
+            let (stop, asked) = (stop.clone(), asked.clone());
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let Ok(mut c) = std::net::TcpStream::connect(http) else {
+                    return;
+                };
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let req =
+                    format!("GET /ipxe?mac=52-54-00-12-34-01 HTTP/1.1\r\nHost: {http}\r\n\r\n");
+                let mut buf = [0u8; 4096];
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    if c.write_all(req.as_bytes()).is_err()
+                        || !matches!(c.read(&mut buf), Ok(n) if n > 0)
+                    {
+                        let Ok(n) = std::net::TcpStream::connect(http) else {
+                            return;
+                        };
+                        c = n;
+                        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                        continue;
+                    }
+                    asked.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    while asked.load(Ordering::Relaxed) < 3000 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The real machine, from another address: each of its boots gets a kernel and its config.
+    let from = |path: &str| {
+        let sock = socket2_connect("127.0.0.2", http);
+        request_on(
+            sock,
+            &format!("GET {path} HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    let mut done = 0;
+    for i in 0..20 {
+        let r = from(&format!("/ipxe?mac=52-54-00-12-34-02&hostname=boot{i}"));
+        if r.status != 200 || !r.text().contains("\nkernel ") {
+            continue;
+        }
+        if from(&config_path(&r.text())).status == 200 {
+            done += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for f in flood {
+        f.join().unwrap();
+    }
+    let n = asked.load(Ordering::Relaxed);
+    assert_eq!(
+        done, 20,
+        "the machine completed {done} of 20 boots while {n} /ipxe looped"
+    );
+}
+
+/// A TCP connection to `to` from the loopback address `from`.
+fn socket2_connect(from: &str, to: SocketAddr) -> std::net::TcpStream {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket};
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let ip: std::net::Ipv4Addr = from.parse().unwrap();
+    bind(
+        fd.as_raw_fd(),
+        &SockaddrIn::from(std::net::SocketAddrV4::new(ip, 0)),
+    )
+    .unwrap();
+    let SocketAddr::V4(to) = to else {
+        panic!("{to}")
+    };
+    connect(fd.as_raw_fd(), &SockaddrIn::from(to)).unwrap();
+    std::net::TcpStream::from(fd)
 }

@@ -265,7 +265,12 @@ pub fn request(addr: SocketAddr, raw: &str) -> Resp {
 }
 
 pub fn request_bytes(addr: SocketAddr, raw: &[u8]) -> Resp {
-    let mut s = TcpStream::connect(addr).expect("connecting");
+    request_on(TcpStream::connect(addr).expect("connecting"), raw)
+}
+
+/// One request on a connection made by the caller (from an address of its choice, say).
+pub fn request_on(mut s: TcpStream, raw: impl AsRef<[u8]>) -> Resp {
+    let raw = raw.as_ref();
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
     s.write_all(raw).unwrap();
     let mut out = Vec::new();
