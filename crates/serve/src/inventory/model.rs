@@ -415,7 +415,7 @@ pub fn is_unsafe_char(c: char) -> bool {
 /// longer than it was.
 fn clean(s: &mut String) {
     // Only a byte below 0x20, DEL or a multi-byte sequence can be one.
-    if !s.bytes().any(|b| b < 0x20 || b >= 0x7f) || !s.chars().any(is_unsafe_char) {
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) || !s.chars().any(is_unsafe_char) {
         return;
     }
     *s = s
