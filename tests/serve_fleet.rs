@@ -951,3 +951,118 @@ fn a_stopped_etcd_shows_on_status_and_so_does_its_recovery() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// An inventory file truncated to 0 bytes, or deleted, while the server was stopped is not
+/// taken as a new, empty inventory (every machine it knew would install again): the server
+/// starts, serves configs, refuses reports (503) and says why on `/status` and in its log,
+/// naming `inventory.id` and `--inventory-reset`; the file is left as found. With
+/// `--inventory-reset` a new, empty inventory begins (and later starts need no flag); a new
+/// state directory gets a new inventory. On the old code the server made an empty inventory
+/// of the empty (or missing) file.
+#[test]
+fn a_lost_inventory_file_is_refused_not_made_new() {
+    let t = TempDir::new("fleet-lost");
+    let src = source(&t);
+    let state = t.path().join("state");
+    let db = state.join("inventory.db");
+    let log = t.path().join("serve.log");
+    let start = |extra: &[&str]| {
+        let mut args = vec![
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Server::start_logged(&args, &[], Some(&log))
+    };
+    let m = |i: usize| format!("4c4c4544-0000-0000-0000-{i:012x}");
+    let mut s = start(&[]);
+    for i in 0..2 {
+        let r = post(
+            s.addr_of("http"),
+            &agent_report(&format!("r{i}"), &m(i), "files", "ok", true, None),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert!(s.terminate());
+    assert!(state.join("inventory.id").is_file());
+
+    let refused = |what: &str| {
+        let mut s = start(&[]);
+        let st = s.status();
+        let inv = &st["inventory"];
+        assert_eq!(inv["ok"], false, "{st}");
+        let err = inv["error"].as_str().unwrap_or_default();
+        for w in [what, "inventory.id", "--inventory-reset", "install again"] {
+            assert!(err.contains(w), "{w:?} in {err}");
+        }
+        // Configs are served; reports are refused, saying why.
+        assert_eq!(s.get("/config/worker").status, 200);
+        let r = post(
+            s.addr_of("http"),
+            &agent_report("r9", &m(9), "fetch", "ok", false, None),
+            None,
+        );
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(r.text().contains("--inventory-reset"), "{}", r.text());
+        assert!(s.terminate());
+        let logged = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            logged.contains("inventory store unusable") && logged.contains(what),
+            "{logged}"
+        );
+    };
+    std::fs::File::create(&db).unwrap();
+    refused("inventory.db is empty (0 bytes)");
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0, "left as found");
+    std::fs::remove_file(&db).unwrap();
+    refused("inventory.db is missing");
+    assert!(!db.exists(), "not created");
+
+    // --inventory-reset: a new, empty inventory; the next start needs no flag.
+    let mut s = start(&["--inventory-reset"]);
+    assert_eq!(s.status()["inventory"]["ok"], true);
+    let r = post(
+        s.addr_of("http"),
+        &agent_report("r5", &m(5), "fetch", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(s.terminate());
+    let s = start(&[]);
+    assert_eq!(s.status()["inventory"]["ok"], true);
+    let r = get(s.addr_of("admin"), "/machines", None);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let ids: Vec<_> = v["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, [m(5)]);
+    drop(s);
+
+    // A new state directory: a new inventory, no flag needed.
+    let fresh = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+        ],
+        &[],
+    );
+    assert_eq!(fresh.status()["inventory"]["ok"], true);
+    let r = post(
+        fresh.addr_of("http"),
+        &agent_report("r6", &m(6), "fetch", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
