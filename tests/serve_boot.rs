@@ -294,6 +294,45 @@ fn per_machine_values_land_literally_and_replicas_agree() {
     }
 }
 
+/// Number values land as written in the machine file (docs/serve.md: "a number as its JSON
+/// text"), in the config and in the kernel arguments: `1e2`, a 23-digit integer, `-0.0`,
+/// `1.50`. On the old code they were printed as floats: `100.0`, `1.2345678901234568e22`,
+/// `1.5`.
+#[test]
+fn number_values_keep_their_json_text() {
+    let t = TempDir::new("boot-numbers");
+    let src = source(&t);
+    std::fs::remove_file(src.join("machines/node-2.json")).unwrap();
+    write(
+        &src.join("machines/node-1.json"),
+        r#"{"selector": {"mac": "52:54:00:12:34:01"}, "pool": "worker",
+            "values": {"hostname": 1e2, "ip": 12345678901234567890123, "note": -0.0, "d": 1.50}}"#,
+    );
+    write(
+        &src.join("boot/default.json"),
+        r#"{"kernel": "vmlinuz", "initrd": ["initramfs.img"], "args": ["a={{.hostname}}", "b={{.ip}}", "c={{.note}}", "d={{.d}}"]}"#,
+    );
+    let s = start(&src, &[]);
+    let script = ipxe(&s, "mac=52-54-00-12-34-01");
+    assert!(
+        script.contains(" a=1e2 b=12345678901234567890123 c=-0.0 d=1.50 agent.config.url="),
+        "{script}"
+    );
+    let r = get(s.plain(), &config_path(&script));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let cfg: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(file_text(&cfg, "/etc/hostname"), "1e2\n");
+    assert_eq!(
+        file_text(&cfg, "/etc/motd"),
+        "hello 1e2 at 12345678901234567890123\n"
+    );
+    let unit = cfg["systemd"]["units"][0]["contents"].as_str().unwrap();
+    assert!(
+        unit.contains("--ip=12345678901234567890123 --note=-0.0\n"),
+        "{unit}"
+    );
+}
+
 #[test]
 fn butane_gzip_data_urls_are_filled() {
     let t = TempDir::new("boot-gzip");
@@ -771,6 +810,21 @@ fn bad_input_keeps_the_last_good_generation() {
             "machines/node-1.json",
             machine(MAC1, "nope", serde_json::json!({})),
             vec!["machines/node-1.json: pool \"nope\" is not in the source"],
+        ),
+        // iPXE expands ${serial} (what the machine says, spaces and all) in the kernel line
+        // before the kernel gets it: a value may not bring it there.
+        (
+            "machines/node-1.json",
+            machine(
+                MAC1,
+                "worker",
+                serde_json::json!({"hostname": "n", "ip": "${serial}", "note": "n"}),
+            ),
+            vec![
+                "boot/default.json: $.args.2 filled for machine node-1 (machines/node-1.json): value \"ip\" (\"${serial}\")",
+                "iPXE expands",
+                "a value may not bring iPXE syntax into a kernel argument",
+            ],
         ),
     ];
     for (rel, text, want) in cases {

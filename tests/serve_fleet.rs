@@ -868,3 +868,351 @@ fn parked_reports_stay_within_their_memory_bound() {
         sent >> 20
     );
 }
+
+/// A report of `machine` with a long log tail (about 46 KiB): what fills a small disk fast.
+fn big_report(id: &str, machine: &str) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(&agent_report(
+        id,
+        machine,
+        "files",
+        "failed",
+        true,
+        Some("files: writing /etc/app.conf failed"),
+    ))
+    .unwrap();
+    v["log_tail"] = (0..50)
+        .map(|i| format!("{id} line {i} {}", "x".repeat(900)))
+        .collect();
+    v.to_string()
+}
+
+/// A tmpfs of `size` mounted at `at` (created), unmounted (lazily) on drop.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        support::sh(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+                at.to_str().unwrap(),
+            ],
+            None,
+        );
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fills the filesystem of `dir` with the file `fill` until a write fails (no space left).
+fn fill_up(fill: &std::path::Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(fill).unwrap();
+    let chunk = vec![0xa5u8; 64 * 1024];
+    let mut small = vec![0x5au8; 512];
+    loop {
+        if let Err(e) = f.write_all(&chunk) {
+            assert_eq!(e.raw_os_error(), Some(nix::libc::ENOSPC), "{e}");
+            break;
+        }
+    }
+    // The last bytes, in small writes.
+    while f.write_all(&small).is_ok() {
+        small[0] = small[0].wrapping_add(1);
+    }
+    let _ = f.sync_all();
+}
+
+/// The embedded store on a full disk (a 8 MiB tmpfs as `--state-dir`, filled up): reports
+/// are answered 503, `/status` shows the store down with the error and both `/metrics` say
+/// `agent_serve_inventory_up 0`; once space is freed the next reports are recorded (200)
+/// and the store is up again, by the same server process (it closed and opened its file
+/// again, which redb repairs to its last commit), with what was recorded before still there.
+/// On the old code every report after the disk was full was refused until a restart.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn the_embedded_store_recovers_from_a_full_disk_without_a_restart() {
+    support::root::must_be_root();
+    let t = TempDir::new("fleet-full");
+    let src = source(&t);
+    let state = t.path().join("state");
+    let _tmpfs = Tmpfs::mount(&state, "8m");
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let pid = s.child.id();
+    let http = s.addr_of("http");
+    let admin = s.addr_of("admin");
+    let m = |i: usize| format!("4c4c4544-0000-0000-0000-{i:012x}");
+    for i in 0..2 {
+        let r = post(http, &big_report(&format!("before-{i}"), &m(i)), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let st = s.status();
+    assert_eq!(st["inventory"]["ok"], true, "{st}");
+    assert_eq!(st["inventory"]["failures"], 0, "{st}");
+
+    fill_up(&state.join("fill"));
+    // The next reports are refused: the first that finds no room, and every one after it.
+    let mut n = 100;
+    let first = (0..20)
+        .find(|_| {
+            n += 1;
+            post(http, &big_report(&format!("full-{n}"), &m(n)), None).status == 503
+        })
+        .expect("a report refused on the full disk");
+    for i in 0..5 {
+        // Each after the store tried to open its file again (at most once a second).
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        n += 1;
+        let r = post(http, &big_report(&format!("full-{n}"), &m(n)), None);
+        assert_eq!(r.status, 503, "report {i} on the full disk: {}", r.text());
+        assert!(r.text().contains("inventory store"), "{}", r.text());
+    }
+    let st = s.status();
+    let inv = &st["inventory"];
+    assert_eq!(inv["ok"], false, "{st}");
+    let err = inv["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("No space left on device") && err.contains("inventory.db"),
+        "{err}"
+    );
+    assert!(inv["since"].as_u64().unwrap() > 0, "{st}");
+    assert!(inv["failures"].as_u64().unwrap() >= 1, "{st}");
+    assert_eq!(s.metric("agent_serve_inventory_up"), 0);
+    assert_eq!(admin_metric(admin, "agent_serve_inventory_up"), Some(0));
+    assert!(admin_metric(admin, "agent_serve_inventory_failures_total").unwrap() >= 1);
+    eprintln!("first refused report: number {first} after the disk filled up");
+
+    // Space freed: the next reports are recorded, by the same process.
+    std::fs::remove_file(state.join("fill")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let mut recorded = Vec::new();
+    for i in 0..5 {
+        n += 1;
+        let r = post(http, &big_report(&format!("after-{n}"), &m(n)), None);
+        assert_eq!(
+            r.status,
+            200,
+            "report {i} after space was freed: {}",
+            r.text()
+        );
+        recorded.push(m(n));
+    }
+    assert_eq!(s.child.id(), pid);
+    let st = s.status();
+    assert_eq!(st["inventory"]["ok"], true, "{st}");
+    assert!(st["inventory"]["error"].is_null(), "{st}");
+    assert_eq!(s.metric("agent_serve_inventory_up"), 1);
+    assert_eq!(admin_metric(admin, "agent_serve_inventory_up"), Some(1));
+    for id in [m(0), m(1)].iter().chain(&recorded) {
+        let r = get(admin, &format!("/machines/{id}"), None);
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+    }
+}
+
+/// The etcd store's health follows the cluster: with every member stopped (SIGSTOP),
+/// `/status` shows the store down (no report needed: a probe finds it) and both `/metrics`
+/// say `agent_serve_inventory_up 0`; once they go on, it is up again and reports are
+/// recorded. On the old code `/status` said nothing of the store.
+#[test]
+fn a_stopped_etcd_shows_on_status_and_so_does_its_recovery() {
+    let Some(etcd) = etcd_cluster::etcd_binary() else {
+        return;
+    };
+    let cluster = etcd_cluster::Cluster::start(&etcd);
+    let t = TempDir::new("fleet-etcd-health");
+    let src = source(&t);
+    let endpoints = cluster.clients.join(",");
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--inventory-store",
+            "etcd",
+            "--etcd-endpoints",
+            &endpoints,
+        ],
+        &[],
+    );
+    let http = s.addr_of("http");
+    let admin = s.addr_of("admin");
+    let m = "4c4c4544-0000-0000-0000-0000000000d1";
+    let r = post(
+        http,
+        &agent_report("d0", m, "fetch", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(s.status()["inventory"]["ok"], true);
+
+    for i in 0..3 {
+        cluster.stop(i);
+    }
+    let stopped = std::time::Instant::now();
+    s.wait_for("/status to show the stopped cluster", 60, |s| {
+        s.status()["inventory"]["ok"] == false
+    });
+    eprintln!("shown down after {:?}", stopped.elapsed());
+    let st = s.status();
+    let err = st["inventory"]["error"].as_str().unwrap_or_default();
+    assert!(err.contains("no etcd member of"), "{st}");
+    assert_eq!(s.metric("agent_serve_inventory_up"), 0);
+    assert_eq!(admin_metric(admin, "agent_serve_inventory_up"), Some(0));
+    assert!(s.metric("agent_serve_inventory_failures_total") >= 1);
+
+    for i in 0..3 {
+        cluster.resume(i);
+    }
+    s.wait_for("/status to show the cluster back", 60, |s| {
+        s.status()["inventory"]["ok"] == true
+    });
+    assert!(s.status()["inventory"]["error"].is_null());
+    assert_eq!(s.metric("agent_serve_inventory_up"), 1);
+    let r = post(
+        http,
+        &agent_report("d1", m, "disks", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// An inventory file truncated to 0 bytes, or deleted, while the server was stopped is not
+/// taken as a new, empty inventory (every machine it knew would install again): the server
+/// starts, serves configs, refuses reports (503) and says why on `/status` and in its log,
+/// naming `inventory.id` and `--inventory-reset`; the file is left as found. With
+/// `--inventory-reset` a new, empty inventory begins (and later starts need no flag); a new
+/// state directory gets a new inventory. On the old code the server made an empty inventory
+/// of the empty (or missing) file.
+#[test]
+fn a_lost_inventory_file_is_refused_not_made_new() {
+    let t = TempDir::new("fleet-lost");
+    let src = source(&t);
+    let state = t.path().join("state");
+    let db = state.join("inventory.db");
+    let log = t.path().join("serve.log");
+    let start = |extra: &[&str]| {
+        let mut args = vec![
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Server::start_logged(&args, &[], Some(&log))
+    };
+    let m = |i: usize| format!("4c4c4544-0000-0000-0000-{i:012x}");
+    let mut s = start(&[]);
+    for i in 0..2 {
+        let r = post(
+            s.addr_of("http"),
+            &agent_report(&format!("r{i}"), &m(i), "files", "ok", true, None),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert!(s.terminate());
+    assert!(state.join("inventory.id").is_file());
+
+    let refused = |what: &str| {
+        let mut s = start(&[]);
+        let st = s.status();
+        let inv = &st["inventory"];
+        assert_eq!(inv["ok"], false, "{st}");
+        let err = inv["error"].as_str().unwrap_or_default();
+        for w in [what, "inventory.id", "--inventory-reset", "install again"] {
+            assert!(err.contains(w), "{w:?} in {err}");
+        }
+        // Configs are served; reports are refused, saying why.
+        assert_eq!(s.get("/config/worker").status, 200);
+        let r = post(
+            s.addr_of("http"),
+            &agent_report("r9", &m(9), "fetch", "ok", false, None),
+            None,
+        );
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(r.text().contains("--inventory-reset"), "{}", r.text());
+        assert!(s.terminate());
+        let logged = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            logged.contains("inventory store unusable") && logged.contains(what),
+            "{logged}"
+        );
+    };
+    std::fs::File::create(&db).unwrap();
+    refused("inventory.db is empty (0 bytes)");
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0, "left as found");
+    std::fs::remove_file(&db).unwrap();
+    refused("inventory.db is missing");
+    assert!(!db.exists(), "not created");
+
+    // --inventory-reset: a new, empty inventory; the next start needs no flag.
+    let mut s = start(&["--inventory-reset"]);
+    assert_eq!(s.status()["inventory"]["ok"], true);
+    let r = post(
+        s.addr_of("http"),
+        &agent_report("r5", &m(5), "fetch", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(s.terminate());
+    let s = start(&[]);
+    assert_eq!(s.status()["inventory"]["ok"], true);
+    let r = get(s.addr_of("admin"), "/machines", None);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let ids: Vec<_> = v["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, [m(5)]);
+    drop(s);
+
+    // A new state directory: a new inventory, no flag needed.
+    let fresh = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+        ],
+        &[],
+    );
+    assert_eq!(fresh.status()["inventory"]["ok"], true);
+    let r = post(
+        fresh.addr_of("http"),
+        &agent_report("r6", &m(6), "fetch", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}

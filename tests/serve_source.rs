@@ -350,6 +350,7 @@ fn status_under_require_token_names_no_pool() {
     assert_eq!(v["ready"], true, "{body}");
     assert_eq!(v["error"], false, "{body}");
     assert!(v["generation"].is_string(), "{body}");
+    assert_eq!(v["inventoryError"], false, "{body}");
     // Without --require-token the full status as before.
     drop(s);
     let s = start(&src, &[]);

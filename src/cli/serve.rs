@@ -135,6 +135,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = serve::inventory::DEFAULT_MAX_MACHINES,
         value_parser = clap::value_parser!(u64).range(1..))]
     pub max_machines: u64,
+    /// The embedded inventory: begin a new, empty one when inventory.db is missing or empty
+    /// although inventory.id beside it says an inventory was there (or take an inventory.db
+    /// that holds another inventory than the one named there). Without it such a start
+    /// keeps the inventory closed and says so (/status, the log): every machine it knew
+    /// would install again. For one start: an intact inventory is kept either way.
+    #[arg(long)]
+    pub inventory_reset: bool,
     /// The admin listener (the inventory: /machines, /ui/, its metrics), plain HTTP; `off`
     /// for none. Off loopback it needs --admin-token-file.
     #[arg(long, default_value = "127.0.0.1:22625", value_parser = parse_admin_listen)]
@@ -196,6 +203,7 @@ impl From<ServeArgs> for crate::serve::Options {
             inventory_store: a.inventory_store,
             etcd_endpoints: a.etcd_endpoints,
             max_machines: a.max_machines,
+            inventory_reset: a.inventory_reset,
             admin_listen: a.admin_listen.0,
             admin_token_file: a.admin_token_file,
             shutdown_grace: a.shutdown_grace,

@@ -132,6 +132,9 @@ pub struct App {
     /// This app, for the jobs it hands a request to ([`App::set_shared`]); unset (tests
     /// that build an `App` alone), those requests are answered on the event loop.
     pub(super) shared: std::sync::OnceLock<std::sync::Weak<App>>,
+    /// When the server started (seconds since the Unix epoch): since when a store that
+    /// could not be opened is down, in /status.
+    pub(super) started: u64,
 }
 
 /// The answer when [`super::jobs::BOOT_QUEUE`] network-boot requests already wait.
@@ -198,11 +201,12 @@ impl App {
             tokens::Schedule::new(opts.token_ttl.as_secs(), opts.token_clock_skew.as_secs());
         // A store that cannot be opened is reported (answers, /status, the log), and the
         // server goes on serving configs without an inventory.
-        let store = super::inventory::open(
+        let store = super::inventory::open_checked(
             opts.inventory_store,
             opts.state_dir.as_deref(),
             &opts.etcd_endpoints,
             opts.max_machines,
+            opts.inventory_reset,
         )
         .map_err(|e| {
             let msg = format!("{e:#}");
@@ -246,6 +250,7 @@ impl App {
             ),
             boot_recent: Default::default(),
             shared: std::sync::OnceLock::new(),
+            started: super::fleet::now_secs(),
         })
     }
 
@@ -276,10 +281,19 @@ impl App {
         self.active.get()
     }
 
+    /// The inventory store's health for `/status`: `{ok, error, since, failures}`.
+    fn inventory_health(&self) -> super::inventory::health::Snapshot {
+        let mut h = self.fleet.health();
+        if self.fleet.store.is_none() {
+            h.since = self.started;
+        }
+        h
+    }
+
     /// `/status` under `--require-token`: only what tells no pool, config, path or error
     /// text (there is no admin credential to show more to): whether the server is ready,
-    /// the generation served, and whether the source, the tokens or the checkpoint have an
-    /// error. The details are in the log.
+    /// the generation served, and whether the source, the tokens, the checkpoint or the
+    /// inventory store have an error. The details are in the log.
     fn public_status_json(&self) -> Vec<u8> {
         let t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
         let generation = t.active.as_ref().map(|g| g.id.clone());
@@ -301,6 +315,7 @@ impl App {
             "error": error,
             "tokensError": tokens_error,
             "checkpointError": checkpoint_error,
+            "inventoryError": !self.inventory_health().ok,
             "detail": "with --require-token /status names no pool: see the server's log",
         });
         let mut b = serde_json::to_vec_pretty(&v).unwrap_or_default();
@@ -355,6 +370,7 @@ impl App {
             "sources": [src],
             "tokens": tokens,
             "checkpoint": checkpoint,
+            "inventory": self.inventory_health(),
             "openConnections": self.conns.open.load(Ordering::Relaxed),
             "limits": self.limits,
         });

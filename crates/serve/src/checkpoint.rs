@@ -136,7 +136,7 @@ impl std::fmt::Debug for Checkpoint {
     }
 }
 
-fn sync_dir(d: &Path) -> Result<()> {
+pub(crate) fn sync_dir(d: &Path) -> Result<()> {
     std::fs::File::open(d)
         .and_then(|f| f.sync_all())
         .with_context(|| format!("syncing {}", d.display()))
@@ -144,7 +144,7 @@ fn sync_dir(d: &Path) -> Result<()> {
 
 /// Writes `data` to `path` atomically: a 0600 temp file beside it, fsynced, renamed over it.
 /// The caller syncs the directory.
-fn write_private(path: &Path, data: &[u8]) -> Result<()> {
+pub(crate) fn write_private(path: &Path, data: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.tmp"));

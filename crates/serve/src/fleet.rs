@@ -334,6 +334,19 @@ impl Fleet {
         self.tallies.tally(i);
     }
 
+    /// Whether the store works (`/status`, `/metrics`): as its operations found, a probe
+    /// started when one is due (`inventory::health::check`); a store that could not be
+    /// opened is down, `since` 0 (the server's start: `/status` says when).
+    pub fn health(&self) -> inventory::health::Snapshot {
+        match &self.store {
+            Some(s) => inventory::health::check(s),
+            None => inventory::health::Snapshot::unusable(
+                self.store_error.as_deref().unwrap_or("no inventory store"),
+                0,
+            ),
+        }
+    }
+
     /// The inventory's lines of `/metrics` (Prometheus text).
     pub fn metrics(&self) -> String {
         let mut o = String::new();
@@ -354,6 +367,8 @@ impl Fleet {
             "# HELP agent_serve_reports_waiting Reports waiting for the inventory store (queued or being recorded).\n# TYPE agent_serve_reports_waiting gauge\nagent_serve_reports_waiting {}\n",
             self.tallies.waiting.load(Ordering::Relaxed)
         ));
+        // Up or down (a store that could not be opened is down), for both listeners' /metrics.
+        o.push_str(&self.health().metrics());
         let Some(store) = &self.store else {
             return o;
         };

@@ -252,7 +252,8 @@ impl MachineSet {
 
 /// Machine `m`'s kernel arguments: its pool's boot profile's, each placeholder filled from
 /// its values (every one needed, like the config's); a filled argument must still be one
-/// argument (printable ASCII, no space), or the generation is invalid.
+/// argument (printable ASCII, no space), and hold nothing from a value that iPXE reads on
+/// the `kernel` line ([`ipxe_meaning`]), or the generation is invalid.
 fn machine_args(
     m: &MachineSpec,
     profiles: &BTreeMap<String, BootProfile>,
@@ -263,26 +264,107 @@ fn machine_args(
             .get_key_value("default")
             .ok_or_else(|| format!("{}: pool {} has no boot profile", m.file(), m.pool))?,
     };
-    let lookup = |k: &str| m.values.get(k).map(String::as_str);
     let mut out = Vec::with_capacity(p.args.len());
     for (i, a) in p.args.iter().enumerate() {
-        let filled = placeholders::fill_text(a, &lookup, true).map_err(|key| {
-            format!(
-                "boot/{name}.json: $.args.{i}: placeholder {{{{.{key}}}}}: machine {} ({}) has no value {key:?}",
-                m.name,
-                m.file()
-            )
-        })?;
+        let at = || format!("boot/{name}.json: $.args.{i}");
+        // The filled argument, and where each of its parts came from: (start, the value's
+        // key, None for the profile's own text).
+        let mut filled = String::with_capacity(a.len());
+        let mut parts: Vec<(usize, Option<&str>)> = Vec::new();
+        let mut last = 0;
+        for (start, end, key) in placeholders::find(a) {
+            let v = m.values.get(key).ok_or_else(|| {
+                format!(
+                    "{}: placeholder {{{{.{key}}}}}: machine {} ({}) has no value {key:?}",
+                    at(),
+                    m.name,
+                    m.file()
+                )
+            })?;
+            if last < start {
+                parts.push((filled.len(), None));
+                filled.push_str(&a[last..start]);
+            }
+            parts.push((filled.len(), Some(key)));
+            filled.push_str(v);
+            last = end;
+        }
+        if last < a.len() {
+            parts.push((filled.len(), None));
+            filled.push_str(&a[last..]);
+        }
         if !filled.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(format!(
-                "boot/{name}.json: $.args.{i} filled for machine {} ({}) is not one kernel argument (printable ASCII without spaces)",
+                "{} filled for machine {} ({}) is not one kernel argument (printable ASCII without spaces)",
+                at(),
                 m.name,
                 m.file()
+            ));
+        }
+        if let Some((key, what)) = ipxe_meaning(&filled, &parts) {
+            let v = &m.values[key];
+            let shown: String = v.chars().take(64).collect();
+            return Err(format!(
+                "{} filled for machine {} ({}): value {key:?} ({shown:?}{}) {what}: a value may not \
+                 bring iPXE syntax into a kernel argument (iPXE has no escape for it)",
+                at(),
+                m.name,
+                m.file(),
+                if shown.len() < v.len() { "…" } else { "" }
             ));
         }
         out.push(filled);
     }
     Ok(out)
+}
+
+/// What iPXE would make of the value-filled parts of the argument `filled` on the script's
+/// `kernel` line, if anything: (the value's key, what). `parts`: where each part of it came
+/// from (start, the value's key; None: the profile's own text). iPXE splits the line at
+/// spaces, ends the command at a word `||`, `&&` or `;`, ignores the rest of the line from a
+/// word starting with `#`, and expands `${name}` (a setting: `${serial}` is what the machine
+/// says its serial is, spaces and all) in each word before the kernel gets it. The profile's
+/// own text may use all of that; a value may not: refused, never escaped (iPXE has none).
+fn ipxe_meaning<'a>(filled: &str, parts: &[(usize, Option<&'a str>)]) -> Option<(&'a str, String)> {
+    // The part holding byte `at` (the last of those starting there: an empty value holds
+    // no byte).
+    let part = |at: usize| parts.partition_point(|(start, _)| *start <= at) - 1;
+    // A value among parts i..=j (the parts from byte to byte, empty values between included).
+    let value_in = |i: usize, j: usize| parts[i..=j].iter().find_map(|(_, k)| *k);
+    let b = filled.as_bytes();
+    for at in 0..b.len().saturating_sub(1) {
+        if b[at] == b'$'
+            && b[at + 1] == b'{'
+            && let Some(k) = value_in(part(at), part(at + 1))
+        {
+            return Some((
+                k,
+                "puts \"${\" in it, which iPXE expands (a setting such as ${serial}, which \
+                 the machine says) before the kernel gets the argument"
+                    .into(),
+            ));
+        }
+    }
+    if filled.starts_with('#')
+        && let Some(k) = value_in(0, part(0))
+    {
+        return Some((
+            k,
+            "starts the argument with \"#\": iPXE ignores the rest of the kernel line from it \
+             (the config URL included)"
+                .into(),
+        ));
+    }
+    let value_key = || parts.iter().find_map(|(_, k)| *k);
+    if matches!(filled, "||" | "&&" | ";") {
+        return value_key().map(|k| {
+            (
+                k,
+                format!("makes the argument {filled:?}, which ends the iPXE command there"),
+            )
+        });
+    }
+    None
 }
 
 /// The file a pool's fragment came from, as errors name it.
@@ -524,6 +606,79 @@ mod tests {
                 && e.contains("machine m3 (machines/m3.json)"),
             "{e}"
         );
+    }
+
+    /// A value never brings iPXE syntax into a kernel argument: `${` (which iPXE expands
+    /// before the kernel gets the argument), a leading `#` (the rest of the line ignored),
+    /// a whole `||`, `&&` or `;` (the command ends): refused, naming the machine file, the
+    /// value and the profile's argument. The profile's own text may hold them; a value may
+    /// hold `$` or `{` alone.
+    #[test]
+    fn values_bring_no_ipxe_syntax() {
+        let profile = |args: &[&str]| -> BTreeMap<String, BootProfile> {
+            [(
+                "default".to_string(),
+                BootProfile {
+                    kernel: "k".into(),
+                    initrd: vec![],
+                    args: args.iter().map(|a| a.to_string()).collect(),
+                },
+            )]
+            .into_iter()
+            .collect()
+        };
+        let spec = |v: &str| {
+            selectors::parse_machine(
+                "n1",
+                serde_json::json!({"selector": {"serial": "S"}, "pool": "w",
+                    "values": {"v": v, "e": ""}})
+                .to_string()
+                .as_bytes(),
+            )
+            .unwrap()
+        };
+        for (arg, value, refused) in [
+            ("x={{.v}}", "${serial}", Some("\"${\"")),
+            ("x={{.v}}", "a${net0/ip}b", Some("\"${\"")),
+            ("x={{.v}}{a}", "$", Some("\"${\"")),
+            ("x=${{.v}}", "{a}", Some("\"${\"")),
+            ("x=${{.e}}{a}", "1", Some("\"${\"")),
+            ("{{.v}}", "#", Some("\"#\"")),
+            ("{{.e}}#x", "1", Some("\"#\"")),
+            ("{{.v}}", "||", Some("ends the iPXE command")),
+            ("{{.v}}", ";", Some("ends the iPXE command")),
+            ("{{.v}}&", "&", Some("ends the iPXE command")),
+            // The profile's own text, and values without iPXE syntax: as they are.
+            ("ip=${net0/ip}:{{.v}}", "10.0.0.5", None),
+            ("x={{.v}}", "$5{", None),
+            ("x={{.v}}", "a#b;c||d", None),
+            ("#{{.v}}", "x", None),
+            ("x=$", "y", None),
+        ] {
+            let got = machine_args(&spec(value), &profile(&["console=ttyS0", arg]));
+            match refused {
+                None => assert_eq!(
+                    got,
+                    Ok(vec![
+                        "console=ttyS0".to_string(),
+                        arg.replace("{{.v}}", value).replace("{{.e}}", "")
+                    ]),
+                    "{arg} {value}"
+                ),
+                Some(want) => {
+                    let e = got.expect_err(arg);
+                    for w in [
+                        want,
+                        "boot/default.json: $.args.1 filled for machine n1 (machines/n1.json)",
+                        "a value may not bring iPXE syntax",
+                    ] {
+                        assert!(e.contains(w), "{arg} {value}: {w:?} in {e}");
+                    }
+                    let key = if arg.contains("{{.e}}") { "e" } else { "v" };
+                    assert!(e.contains(&format!("value {key:?}")), "{e}");
+                }
+            }
+        }
     }
 
     /// What the checkpoint keeps gives the same machine set back.

@@ -68,6 +68,9 @@ pub struct Options {
     pub etcd_endpoints: Vec<String>,
     /// Machine records the inventory holds at most (new machines beyond are refused).
     pub max_machines: u64,
+    /// Take a missing, empty or other embedded inventory file as it is (a missing or empty
+    /// one begins a new, empty inventory) where its marker says another was.
+    pub inventory_reset: bool,
     /// The admin listener (the inventory, its API, its page); None: none.
     pub admin_listen: Option<SocketAddr>,
     /// The admin token's file; required when the admin listener is not on loopback.

@@ -220,6 +220,20 @@ fn object(file: &str, bytes: &[u8], keys: &[&str]) -> Result<Value> {
     Ok(v)
 }
 
+/// The JSON text of each of a machine file's `values` (the file parsed once more, its
+/// values kept as written); empty when that fails (the file was checked already: it does
+/// not).
+fn number_texts(bytes: &[u8]) -> BTreeMap<String, Box<serde_json::value::RawValue>> {
+    #[derive(serde::Deserialize)]
+    struct Raw {
+        #[serde(default)]
+        values: BTreeMap<String, Box<serde_json::value::RawValue>>,
+    }
+    serde_json::from_slice::<Raw>(bytes)
+        .map(|r| r.values)
+        .unwrap_or_default()
+}
+
 /// Parses and checks the machine file `machines/<name>.json`.
 pub fn parse_machine(name: &str, bytes: &[u8]) -> Result<MachineSpec> {
     let file = format!("machines/{name}.json");
@@ -285,6 +299,9 @@ pub fn parse_machine(name: &str, bytes: &[u8]) -> Result<MachineSpec> {
     match o.get("values") {
         None => {}
         Some(Value::Object(vo)) => {
+            // Numbers as written in the file (`1e2`, `1.50`, a 23-digit integer), not as a
+            // float prints: the JSON text of each value.
+            let raw = number_texts(bytes);
             for (k, v) in vo {
                 if !valid_key(k) {
                     bail!(
@@ -294,7 +311,9 @@ pub fn parse_machine(name: &str, bytes: &[u8]) -> Result<MachineSpec> {
                 }
                 let s = match v {
                     Value::String(s) => s.clone(),
-                    Value::Number(n) => n.to_string(),
+                    Value::Number(n) => raw
+                        .get(k)
+                        .map_or_else(|| n.to_string(), |r| r.get().to_string()),
                     Value::Bool(b) => b.to_string(),
                     _ => bail!(
                         "{file}: $.values.{k} must be a string, a number or a boolean (it is placed inside a JSON string)"
@@ -473,6 +492,21 @@ mod tests {
         assert_eq!(a.values["idx"], "3");
         assert_eq!(a.values["on"], "true");
         assert_eq!(a.specificity(), 2);
+        // Numbers keep their JSON text (a float would print 100.0, 1.5, 1.2345678901234568e22).
+        let n = m(
+            "n",
+            "{\"selector\":{\"serial\":\"s\"},\"pool\":\"w\",\"values\":{\"e\": 1e2, \"big\":\n 12345678901234567890123 ,\"z\":-0.0,\"f\":1.50,\"neg\":-7,\"E\":2.5E-3}}",
+        );
+        for (k, want) in [
+            ("e", "1e2"),
+            ("big", "12345678901234567890123"),
+            ("z", "-0.0"),
+            ("f", "1.50"),
+            ("neg", "-7"),
+            ("E", "2.5E-3"),
+        ] {
+            assert_eq!(n.values[k], want, "{k}");
+        }
         for (json, want) in [
             ("{", "machines/x.json: invalid JSON at line 1"),
             (r#"{"selector":{},"pool":"w"}"#, "$.selector is empty"),

@@ -557,10 +557,12 @@ fn inventory_embedded_survives_sigkill_mid_write() {
             n += 1;
         }
         assert!(n >= wait_for);
-        // The next round's writer numbers its reports afresh: start from a new file.
+        // The next round's writer numbers its reports afresh: start from a new file (its
+        // marker removed with it: a new inventory, not a lost one).
         std::fs::remove_file(&acked).expect("removing acked");
         drop(s);
         std::fs::remove_file(dir.0.join("inventory.db")).expect("removing the store");
+        std::fs::remove_file(dir.0.join("inventory.id")).expect("removing its marker");
     }
 }
 
@@ -801,3 +803,91 @@ fn inventory_embedded_a_change_between_reports_is_kept() {
         2
     );
 }
+
+/// A store file that is missing or empty (0 bytes) where its marker (`inventory.id`) says an
+/// inventory was is refused, naming the marker and `--inventory-reset`, and not made into a
+/// new, empty inventory (the file stays as it was found); so is a file holding another
+/// inventory. `--inventory-reset` begins a new one (or takes the other), after which the store
+/// opens as ever; a new directory (no marker, no file) gets a new inventory, and a marker
+/// that is not one is refused, naming it.
+#[test]
+fn inventory_embedded_a_lost_file_is_not_a_new_inventory() {
+    use serve::inventory::Embedded as E;
+    let dir = TestDir::new("inv-lost");
+    let path = dir.0.join("inventory.db");
+    let marker = dir.0.join("inventory.id");
+    let o = Origin::default();
+    {
+        let s = E::open(&path).expect("a new inventory in a new directory");
+        for m in ["m-1", "m-2"] {
+            let r = report(&format!("r-{m}"), m, "b", "files", "ok", true);
+            assert_eq!(s.record(&r, &o).unwrap(), Recorded::New);
+        }
+    }
+    assert!(marker.is_file(), "the marker is written beside the file");
+    let reopened = E::open(&path).expect("the same inventory again");
+    assert_eq!(reopened.machine_count().unwrap(), 2);
+    drop(reopened);
+
+    let refused = |want: &str| {
+        let e = E::open(&path).err().expect("refused");
+        let e = format!("{e:#}");
+        for w in [
+            want,
+            "inventory.id",
+            "--inventory-reset",
+            "every machine it knew would install again",
+        ] {
+            assert!(e.contains(w), "{w:?} in {e}");
+        }
+    };
+    // Truncated to 0 bytes: refused, and still 0 bytes (no empty inventory written into it).
+    let saved = std::fs::read(&path).unwrap();
+    std::fs::File::create(&path).unwrap();
+    refused("inventory.db is empty (0 bytes)");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    // Deleted: refused, and not created.
+    std::fs::remove_file(&path).unwrap();
+    refused("inventory.db is missing");
+    assert!(!path.exists());
+    // Put back: the inventory is there again.
+    std::fs::write(&path, &saved).unwrap();
+    assert_eq!(E::open(&path).unwrap().machine_count().unwrap(), 2);
+
+    // Another inventory's file in its place: refused, naming both ids.
+    let other_dir = TestDir::new("inv-lost-other");
+    let other = other_dir.0.join("inventory.db");
+    drop(E::open(&other).unwrap());
+    std::fs::copy(&other, &path).unwrap();
+    let e = format!("{:#}", E::open(&path).err().expect("another inventory"));
+    assert!(
+        e.contains("the file was replaced by another inventory's") && e.contains(RESET),
+        "{e}"
+    );
+    // --inventory-reset takes it; then it opens as ever.
+    drop(E::open_checked(&path, 10, true).expect("taken with the reset"));
+    assert_eq!(E::open(&path).unwrap().machine_count().unwrap(), 0);
+
+    // --inventory-reset on an emptied file: a new, empty inventory; then it opens as ever.
+    std::fs::write(&path, &saved).unwrap();
+    std::fs::File::create(&path).unwrap();
+    let s = E::open_checked(&path, 10, true).expect("a new inventory with the reset");
+    assert_eq!(s.machine_count().unwrap(), 0);
+    let r = report("r-3", "m-3", "b", "fetch", "ok", false);
+    assert_eq!(s.record(&r, &o).unwrap(), Recorded::New);
+    drop(s);
+    assert_eq!(E::open(&path).unwrap().machine_count().unwrap(), 1);
+
+    // A marker that is not one: refused, naming it (deleting it takes the file as it is).
+    std::fs::write(&marker, "not json").unwrap();
+    let e = format!("{:#}", E::open(&path).err().expect("a bad marker"));
+    assert!(
+        e.contains("inventory.id is not an inventory marker") && e.contains(RESET),
+        "{e}"
+    );
+    std::fs::remove_file(&marker).unwrap();
+    assert_eq!(E::open(&path).unwrap().machine_count().unwrap(), 1);
+    assert!(marker.is_file(), "written again");
+}
+
+const RESET: &str = "--inventory-reset";

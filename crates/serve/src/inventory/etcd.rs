@@ -30,6 +30,11 @@
 //! Members: each request goes to the member that answered last; on a connection failure, a
 //! time-out or a 5xx answer it goes to the next, [`ROUNDS`] times round the list, waiting
 //! [`ROUND_PAUSE`] (doubling) between rounds, so a leader election (about 1 s) is ridden out.
+//!
+//! Health ([`super::health`]): down when no member answered a request (after every round),
+//! up when one answers. The probe reads one key (a linearizable read: it needs a leader and
+//! a quorum, as a write does) from each member once, [`PROBE_TIMEOUT`] each, so a stopped
+//! cluster shows in seconds, not after a request's rounds.
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,6 +46,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use spec::encoding::data_url::{base64_decode, base64_encode};
 
+use super::health::Health;
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
 use super::recent::Recent;
 use super::store::{BootToken, Full, Recorded, Spend, Store};
@@ -49,6 +55,8 @@ use super::store::{BootToken, Full, Recorded, Spend, Store};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time for a whole request to a member (connect, send, answer).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time for a probe's request to one member (`Store::probe`).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Times round the member list before a request fails.
 pub const ROUNDS: u32 = 4;
 /// Pause after the first round without an answer; doubles each round (0.25 + 0.5 + 1 s).
@@ -104,6 +112,9 @@ pub struct Etcd {
     current: AtomicUsize,
     /// The records this replica wrote last, with their mod_revision (`record_together`).
     recent: Mutex<Recent<(Machine, i64)>>,
+    health: Health,
+    /// The probe's client: [`PROBE_TIMEOUT`] a request.
+    probe_agent: ureq::Agent,
 }
 
 /// A member's failure: worth trying the next one (`retry`) or not.
@@ -320,11 +331,18 @@ impl Etcd {
             .max_idle_connections_per_host(WRITERS)
             .build()
             .into();
+        let probe_agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(PROBE_TIMEOUT))
+            .http_status_as_error(false)
+            .build()
+            .into();
         Ok(Etcd {
             opts,
             agent,
             current: AtomicUsize::new(0),
             recent: Mutex::default(),
+            health: Health::new(),
+            probe_agent,
         })
     }
 
@@ -395,8 +413,15 @@ impl Etcd {
             for _ in 0..n {
                 let i = self.current.load(Ordering::Relaxed) % n;
                 match self.post_once(&self.opts.endpoints[i], path, body) {
-                    Ok(v) => return Ok(v),
-                    Err(Failed { retry: false, err }) => return Err(err),
+                    Ok(v) => {
+                        self.health.up();
+                        return Ok(v);
+                    }
+                    Err(Failed { retry: false, err }) => {
+                        // A member answered: the cluster is there.
+                        self.health.up();
+                        return Err(err);
+                    }
                     Err(Failed { retry: true, err }) => {
                         log::debug!("{err:#}; trying the next etcd member");
                         // Move on unless another thread already did.
@@ -411,12 +436,50 @@ impl Etcd {
                 }
             }
         }
-        Err(last
+        let err = last
             .unwrap_or_else(|| anyhow!("no etcd member"))
             .context(format!(
                 "no etcd member of {} answered ({ROUNDS} rounds)",
                 self.opts.endpoints.join(",")
-            )))
+            ));
+        self.health.down(&err);
+        Err(err)
+    }
+
+    /// [`Store::probe`]: a linearizable read of one key from each member in turn (from the
+    /// current one), until one answers.
+    fn probe_members(&self) {
+        let n = self.opts.endpoints.len();
+        let body = serde_json::to_vec(&json!({
+            "key": b64(self.gate_key().as_bytes()), "count_only": true
+        }))
+        .unwrap_or_default();
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last = String::new();
+        for k in 0..n {
+            let url = format!(
+                "{}/v3/kv/range",
+                self.opts.endpoints[(start + k) % n].trim_end_matches('/')
+            );
+            let got = self
+                .probe_agent
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .send(&body[..]);
+            match got {
+                Ok(r) if r.status().as_u16() < 500 => {
+                    self.health.up();
+                    return;
+                }
+                Ok(r) => last = format!("POST {url}: HTTP {}", r.status().as_u16()),
+                Err(e) => last = format!("POST {url}: {e}"),
+            }
+        }
+        self.health.down(&anyhow!(
+            "no etcd member of {} answered a probe ({} s each; the last: {last})",
+            self.opts.endpoints.join(","),
+            PROBE_TIMEOUT.as_secs()
+        ));
     }
 
     /// Reads one key: its value and mod_revision (0: absent).
@@ -949,6 +1012,14 @@ impl Store for Etcd {
     /// [`BATCH`] reports of one machine each in flight per writer.
     fn writers(&self) -> (usize, usize) {
         (WRITERS, BATCH)
+    }
+
+    fn health(&self) -> &Health {
+        &self.health
+    }
+
+    fn probe(&self) {
+        self.probe_members()
     }
 
     fn machine(&self, id: &str) -> Result<Option<Machine>> {

@@ -4,7 +4,8 @@
 //!   that fold a report into it ([`apply`]);
 //! - `embedded`: the default store, one redb file in `--state-dir` (`inventory.db`);
 //! - `store`: the [`Store`] trait both stores implement;
-//! - `etcd`: the shared store for replicas, over etcd's v3 JSON gateway.
+//! - `etcd`: the shared store for replicas, over etcd's v3 JSON gateway;
+//! - `health`: whether the store works, for `/status` and `/metrics`.
 //!
 //! Both stores run the same [`apply`] inside their own atomic read-modify-write of one
 //! machine's record, so a retried report (same `id`) is recorded once and concurrent reports
@@ -12,6 +13,7 @@
 
 pub mod embedded;
 pub mod etcd;
+pub mod health;
 pub mod model;
 pub mod recent;
 pub mod store;
@@ -23,6 +25,7 @@ use anyhow::{Context, Result, bail};
 
 pub use self::embedded::Embedded;
 pub use self::etcd::{Etcd, EtcdOptions};
+pub use self::health::Health;
 pub use self::model::{
     Applied, Counts, Filter, Machine, Origin, Refused, Report, State, apply, limits, parse,
     parse_within,
@@ -65,6 +68,18 @@ pub fn open(
     etcd_endpoints: &[String],
     max_machines: u64,
 ) -> Result<Arc<dyn Store>> {
+    open_checked(kind, state_dir, etcd_endpoints, max_machines, false)
+}
+
+/// [`open`], with `reset` (`--inventory-reset`): the embedded store takes a missing, empty
+/// or other inventory file as it is ([`Embedded::open_checked`]).
+pub fn open_checked(
+    kind: StoreKind,
+    state_dir: Option<&Path>,
+    etcd_endpoints: &[String],
+    max_machines: u64,
+    reset: bool,
+) -> Result<Arc<dyn Store>> {
     Ok(match kind {
         StoreKind::Embedded => {
             let Some(dir) = state_dir else {
@@ -74,7 +89,11 @@ pub fn open(
             };
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating the state directory {}", dir.display()))?;
-            Arc::new(Embedded::open_with(&dir.join(EMBEDDED_FILE), max_machines)?)
+            Arc::new(Embedded::open_checked(
+                &dir.join(EMBEDDED_FILE),
+                max_machines,
+                reset,
+            )?)
         }
         StoreKind::Etcd => Arc::new(Etcd::new(EtcdOptions {
             max_machines,

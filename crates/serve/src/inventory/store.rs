@@ -3,6 +3,7 @@
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
+use super::health::Health;
 use super::model::{self, Counts, Filter, Machine, Origin, Report};
 
 /// Whether a report was new or a retry of one already recorded, or refused because it
@@ -140,6 +141,11 @@ pub trait Store: Send + Sync {
     fn record_all(&self, batch: &[(&Report, &Origin)]) -> Vec<Result<Recorded>> {
         batch.iter().map(|(r, o)| self.record(r, o)).collect()
     }
+    /// Whether the store works, as its operations (and probes) found (`super::health`).
+    fn health(&self) -> &Health;
+    /// Asks the store whether it works now, for [`Store::health`] (`super::health::check`
+    /// calls it on a thread of its own: it may take seconds).
+    fn probe(&self) {}
     /// How the server's writers call it (`crate::fleet`): (threads calling
     /// [`Store::record_all`] at once, reports per call at most).
     fn writers(&self) -> (usize, usize) {
