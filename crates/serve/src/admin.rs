@@ -41,8 +41,13 @@ pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; frame-ance
 pub struct AdminStatus(Mutex<serde_json::Value>);
 
 impl AdminStatus {
+    /// The state after a try to bind; `since` stays while it is the same.
     pub fn set(&self, listen: SocketAddr, error: Option<String>) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = serde_json::json!({
+        let mut v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if v["bound"] == error.is_none() && v["error"].as_str() == error.as_deref() {
+            return;
+        }
+        *v = serde_json::json!({
             "listen": listen.to_string(),
             "bound": error.is_none(),
             "error": error,
