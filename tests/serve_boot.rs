@@ -612,7 +612,13 @@ fn install_once_then_reprovision() {
     assert!(local_boot(&ipxe(&s, q)), "installed again: local disk");
     assert!(admin_get(&s, &format!("/machines/{id}"))["reprovision"].is_null());
     // Unknown machine for reprovision; wrong method.
-    let r = post(s.addr_of("admin"), "/machines/nope/reprovision", "");
+    let admin = s.addr_of("admin");
+    let r = request(
+        admin,
+        &format!(
+            "POST /machines/nope/reprovision HTTP/1.1\r\nHost: {admin}\r\nX-Agent-Admin: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    );
     assert_eq!(r.status, 404);
     assert_eq!(
         get(s.addr_of("admin"), &format!("/machines/{id}/reprovision")).status,

@@ -29,12 +29,23 @@ fn post(addr: std::net::SocketAddr, body: &str, auth: Option<&str>) -> Resp {
     )
 }
 
+/// GET with the listener's own address as Host (the admin listener answers no other).
 fn get(addr: std::net::SocketAddr, path: &str, auth: Option<&str>) -> Resp {
     let auth = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
     request(
         addr,
-        &format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"),
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"),
     )
+}
+
+/// `method path` on `addr` with `headers` (Host among them, if any) and no body.
+fn raw(addr: std::net::SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut r = format!("{method} {path} HTTP/1.1\r\n");
+    for (k, v) in headers {
+        r.push_str(&format!("{k}: {v}\r\n"));
+    }
+    r.push_str("Content-Length: 0\r\nConnection: close\r\n\r\n");
+    request(addr, &r)
 }
 
 #[test]
@@ -145,12 +156,22 @@ fn reports_build_the_inventory_that_only_the_admin_listener_serves() {
         m.contains("agent_serve_reports_total{result=\"duplicate\"} 1"),
         "{m}"
     );
-    // Counted on a thread of their own: a scrape shows the counts once they are there.
-    s.wait_for("machines by state and pool in /metrics", 30, |_| {
-        get(http, "/metrics", None)
+    // Counted on a thread of their own: a scrape shows the counts once they are there; on the
+    // admin listener only (what machines report is no label on the machine-facing one).
+    s.wait_for(
+        "machines by state and pool in the admin /metrics",
+        30,
+        |_| {
+            get(admin, "/metrics", None)
+                .text()
+                .contains("agent_serve_machines{state=\"failed\",pool=\"worker\"} 1")
+        },
+    );
+    assert!(
+        !get(http, "/metrics", None)
             .text()
-            .contains("agent_serve_machines{state=\"failed\",pool=\"worker\"} 1")
-    });
+            .contains("agent_serve_machines")
+    );
 
     // The command line reads the same inventory.
     let agent = |args: &[&str]| {
@@ -717,6 +738,485 @@ fn the_machine_limit_is_the_flag_and_listings_page() {
     let empty: serde_json::Value =
         serde_json::from_str(&list(&["--pool", "none", "--json"])).unwrap();
     assert_eq!(empty, serde_json::json!({ "machines": [] }));
+}
+
+/// The admin listener answers no other web page (docs/reports.md, "Reading the inventory"),
+/// checked as the attack ran, in a real browser: a page on another 127.0.0.1 port submits a
+/// form and sends fetch() requests to reprovision machines, and a page under another name
+/// that resolves to 127.0.0.1 (DNS rebinding) reads the inventory. Neither works; the
+/// command line's reprovision (same origin, X-Agent-Admin) still does; no answer may be
+/// framed.
+#[test]
+fn the_admin_listener_answers_no_other_page_in_a_real_browser() {
+    let t = TempDir::new("fleet-csrf");
+    let src = source(&t);
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--admin-host",
+            "inventory.example",
+        ],
+        &[],
+    );
+    let (http, admin) = (s.addr_of("http"), s.addr_of("admin"));
+    let machines = ["m-form", "m-fetch", "m-header", "m-raw", "m-cli"];
+    for m in machines {
+        let r = post(
+            http,
+            &agent_report(&format!("r-{m}"), m, "fetch", "ok", false, None),
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let reprovision = |m: &str| -> serde_json::Value {
+        let r = get(admin, &format!("/machines/{m}"), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["reprovision"].clone()
+    };
+
+    // The attacker's page, on another port of 127.0.0.1: an auto-submitting form (into a
+    // frame, so the page stays) and two fetch() calls, one a "simple" request, one with the
+    // header the admin listener asks for (which needs a CORS preflight). Each reports back
+    // to the attacker's server once done, so the test knows the attack ran.
+    let target = format!("http://{admin}");
+    let page = format!(
+        r#"<!doctype html><html><body>
+<iframe name="sink" id="sink"></iframe>
+<form id="f" method="POST" target="sink" enctype="text/plain" action="{target}/machines/m-form/reprovision"><input name="a" value="b"></form>
+<script>
+function mark(what) {{ var i = new Image(); i.src = "/done?" + what; document.body.append(what + ";"); }}
+document.getElementById("sink").onload = function () {{ mark("form"); }};
+document.getElementById("f").submit();
+fetch("{target}/machines/m-fetch/reprovision", {{method: "POST", mode: "no-cors", body: "x"}})
+  .then(function () {{ mark("fetch"); }}, function () {{ mark("fetch-failed"); }});
+fetch("{target}/machines/m-header/reprovision", {{method: "POST", headers: {{"X-Agent-Admin": "1"}}, body: "{{}}"}})
+  .then(function () {{ mark("header"); }}, function () {{ mark("header-failed"); }});
+</script></body></html>"#
+    );
+    let attacker = Canned::start("127.0.0.1:0", move |head| {
+        if head.starts_with("GET / ") {
+            (200, "text/html; charset=utf-8", page.clone().into_bytes())
+        } else {
+            (200, "text/plain", Vec::new())
+        }
+    });
+    let dom = support::browser::run_page(
+        &format!("http://{}/", attacker.addr),
+        std::time::Duration::from_secs(10),
+        &[],
+    );
+    let seen: Vec<String> = attacker
+        .seen()
+        .iter()
+        .map(|r| String::from_utf8_lossy(r).into_owned())
+        .collect();
+    for mark in [
+        "GET /done?form ",
+        "GET /done?fetch ",
+        "GET /done?header-failed ",
+    ] {
+        assert!(
+            seen.iter().any(|r| r.starts_with(mark)),
+            "the attack's {mark:?} did not run: {seen:?}\n{dom}"
+        );
+    }
+    for m in ["m-form", "m-fetch", "m-header"] {
+        assert!(
+            reprovision(m).is_null(),
+            "{m} was marked for reprovision by another page"
+        );
+    }
+
+    // DNS rebinding: a name of the attacker's that resolves to 127.0.0.1, in the browser.
+    let rebound = support::browser::run_page(
+        &format!("http://rebind.attacker.example:{}/machines", admin.port()),
+        std::time::Duration::from_secs(2),
+        &[("rebind.attacker.example", "127.0.0.1")],
+    );
+    assert!(!rebound.contains("m-form"), "{rebound}");
+    assert!(rebound.contains("--admin-host"), "{rebound}");
+    // The same over a plain socket, and the names it does answer to.
+    let host = format!("rebind.attacker.example:{}", admin.port());
+    let r = raw(admin, "GET", "/machines", &[("Host", &host)]);
+    assert_eq!(r.status, 421);
+    assert!(r.text().contains("--admin-host NAME"), "{}", r.text());
+    assert_eq!(raw(admin, "GET", "/ui/", &[]).status, 421, "no Host");
+    for ok in [
+        format!("localhost:{}", admin.port()),
+        admin.to_string(),
+        "inventory.example".into(),
+        "Inventory.Example:8443".into(),
+    ] {
+        assert_eq!(
+            raw(admin, "GET", "/machines", &[("Host", &ok)]).status,
+            200,
+            "{ok}"
+        );
+    }
+
+    // State-changing requests: X-Agent-Admin, and the listener's own Origin when one is sent.
+    let me = admin.to_string();
+    let other = format!("http://{}", attacker.addr);
+    let r = raw(
+        admin,
+        "POST",
+        "/machines/m-raw/reprovision",
+        &[("Host", &me)],
+    );
+    assert_eq!(r.status, 403);
+    assert!(r.text().contains("X-Agent-Admin: 1"), "{}", r.text());
+    let r = raw(
+        admin,
+        "POST",
+        "/machines/m-raw/reprovision",
+        &[("Host", &me), ("X-Agent-Admin", "1"), ("Origin", &other)],
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = raw(
+        admin,
+        "POST",
+        "/machines/m-raw/reprovision",
+        &[
+            ("Host", &me),
+            ("X-Agent-Admin", "1"),
+            ("Sec-Fetch-Site", "same-site"),
+        ],
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(reprovision("m-raw").is_null());
+    let own = format!("http://{admin}");
+    let r = raw(
+        admin,
+        "POST",
+        "/machines/m-raw/reprovision",
+        &[("Host", &me), ("X-Agent-Admin", "1"), ("Origin", &own)],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!reprovision("m-raw").is_null());
+    // The command line sends what it needs.
+    let out = std::process::Command::new(AGENT)
+        .args(["machines", "--server", &own, "reprovision", "m-cli"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!reprovision("m-cli").is_null());
+
+    // No answer may be framed; the page still runs no script.
+    for path in ["/ui/", "/machines", "/nope"] {
+        let r = get(admin, path, None);
+        assert_eq!(r.header("x-frame-options"), Some("DENY"), "{path}");
+        let csp = r.header("content-security-policy").unwrap_or_default();
+        assert!(
+            csp.contains("frame-ancestors 'none'") && csp.contains("default-src 'none'"),
+            "{path}: {csp}"
+        );
+    }
+}
+
+/// Another program holds the admin port before `agent serve` starts (any local user can bind
+/// 127.0.0.1:22625): the server serves machines all the same, says so in /status, and binds
+/// the admin port once it is free; `agent machines` with the admin token sends the holder
+/// nothing it can use (read here: what it received) and takes no answer from it.
+#[test]
+fn a_program_on_the_admin_port_gets_no_token_and_machines_are_still_served() {
+    use std::io::BufRead;
+    let t = TempDir::new("fleet-squat");
+    let src = source(&t);
+    let token_file = t.path().join("admin.token");
+    let admin_token = "squatted-0123456789abcdef-token";
+    write(&token_file, &format!("{admin_token}\n"));
+    let squatter = Canned::start("127.0.0.1:0", |head| {
+        let body: &[u8] = if head.starts_with("GET /auth/challenge") {
+            br#"{"nonce": "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff0011223344556677"}"#
+        } else {
+            br#"{"machines": [{"id": "forged-machine", "state": "provisioned"}]}"#
+        };
+        (200, "application/json", body.to_vec())
+    });
+    let admin = squatter.addr;
+    let log = t.path().join("serve.log");
+    let mut child = std::process::Command::new(AGENT)
+        .args(["serve", "--source", src.to_str().unwrap()])
+        .args(["--listen-http", "127.0.0.1:0", "--no-access-log"])
+        .args(["--admin-listen", &admin.to_string(), "--admin-token-file"])
+        .arg(&token_file)
+        .arg("--state-dir")
+        .arg(t.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stdout).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let line = |what: &str| {
+        rx.recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "agent serve gave no {what} line: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            })
+    };
+    let first = line("listening");
+    let http: std::net::SocketAddr = first
+        .strip_prefix("listening http://")
+        .unwrap_or_else(|| panic!("{first}"))
+        .parse()
+        .unwrap();
+    let s = Server {
+        child,
+        addr: http,
+        scheme: "http".into(),
+        listeners: vec![("http".into(), http)],
+        state: None,
+    };
+    let loaded = line("source loaded");
+    assert!(loaded.starts_with("source loaded"), "{loaded}");
+
+    // The machine listener is up, and /status tells why the admin listener is not.
+    assert_eq!(get(http, "/healthz", None).status, 200);
+    assert_eq!(get(http, "/config/worker", None).status, 200);
+    let status = s.status();
+    assert_eq!(status["admin"]["bound"], false, "{status}");
+    let why = status["admin"]["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("--admin-listen") && why.contains("in use"),
+        "{why}"
+    );
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("without the admin listener"), "{logged}");
+
+    // The command line, with the token, against the program holding the port.
+    let machines = |args: &[&str]| {
+        std::process::Command::new(AGENT)
+            .args([
+                "machines",
+                "--server",
+                &format!("http://{admin}"),
+                "--admin-token-file",
+            ])
+            .arg(&token_file)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for args in [&["list"][..], &["show", "m-1"], &["reprovision", "m-1"]] {
+        let out = machines(args);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!out.status.success(), "{args:?}: {stdout}");
+        assert!(!stdout.contains("forged-machine"), "{args:?}: {stdout}");
+        assert!(
+            stderr.contains("does not prove the server holds the admin token"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let received: Vec<u8> = squatter.seen().concat();
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.contains("GET /auth/challenge"), "{text}");
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("authorization: agent-hmac nonce="),
+        "{text}"
+    );
+    for secret in [
+        admin_token.to_string(),
+        agent::encoding::data_url::base64_encode(admin_token.as_bytes()),
+        agent::encoding::data_url::base64_encode(format!(":{admin_token}").as_bytes()),
+    ] {
+        assert!(
+            !text.contains(&secret),
+            "the token reached the port's holder: {text}"
+        );
+    }
+
+    // The port free again: the admin listener binds it (tried every 5 s), and the command
+    // line's requests and the server's proofs pass.
+    drop(squatter);
+    let bound = line("listening admin");
+    assert_eq!(bound, format!("listening admin http://{admin}"));
+    assert_eq!(s.status()["admin"]["bound"], true);
+    let r = post(
+        http,
+        &agent_report("r1", "m-1", "fetch", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let out = machines(&["list"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("m-1\tprovisioning\tworker"));
+    let out = machines(&["reprovision", "m-1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("installs again"));
+    // Bearer still opens it (curl, a Prometheus scrape): where the listener is trusted.
+    let r = get(admin, "/metrics", Some(&format!("Bearer {admin_token}")));
+    assert_eq!(r.status, 200);
+}
+
+/// Reports naming 500 pools the source does not serve: no report's pool becomes a label on
+/// the machine listener's /metrics (which anyone who reaches it may read), which stays the
+/// size it was; the admin /metrics has the machine counts, with those pools summed as one.
+#[test]
+fn report_pools_are_no_labels_on_the_machine_listener() {
+    let t = TempDir::new("fleet-pool-labels");
+    let src = source(&t);
+    let s = Server::start(
+        &[
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+            "--no-access-log",
+        ],
+        &[],
+    );
+    let (http, admin) = (s.addr_of("http"), s.addr_of("admin"));
+    let before = get(http, "/metrics", None).body.len();
+    for i in 0..500 {
+        let body = agent_report(
+            &format!("r-{i}"),
+            &format!("m-{i}"),
+            "fetch",
+            "ok",
+            false,
+            None,
+        )
+        .replace("\"pool\":\"worker\"", &format!("\"pool\":\"made-up-{i}\""));
+        let r = post(http, &body, None);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let r = post(
+        http,
+        &agent_report("r-w", "m-w", "fetch", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 200);
+    // Counted on a thread of their own, every 5 s at most: the first scrape asks.
+    s.wait_for("the admin /metrics to count 501 machines", 30, |_| {
+        get(admin, "/metrics", None)
+            .text()
+            .lines()
+            .filter_map(|l| l.strip_prefix("agent_serve_machines{"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum::<u64>()
+            == 501
+    });
+    let m = get(http, "/metrics", None).text();
+    assert!(!m.contains("made-up-"), "{m}");
+    assert!(!m.contains("agent_serve_machines"), "{m}");
+    let a = get(admin, "/metrics", None).text();
+    assert!(
+        a.contains("agent_serve_machines{state=\"provisioning\",pool=\"(other)\"} 500"),
+        "{a}"
+    );
+    assert!(
+        a.contains("agent_serve_machines{state=\"provisioning\",pool=\"worker\"} 1"),
+        "{a}"
+    );
+    assert!(!a.contains("made-up-"), "{a}");
+    // Its size: the same lines as before the reports, with larger counts (and the requests'
+    // own series: pool "-" for reports). docs/reports.md gives the bound.
+    eprintln!("machine /metrics: {before} bytes before, {} after", m.len());
+    assert!(m.len() < 16 * 1024, "{} bytes", m.len());
+}
+
+/// What machines reported is printed with its control characters escaped: a hostname or an
+/// error holding an OSC title sequence, a line break with a forged row, a right-to-left
+/// override. The answer comes from a test server (no token: any listener is believed), as
+/// a record holding those bytes would.
+#[test]
+fn machines_list_and_show_print_reported_text_escaped() {
+    let evil = "host\u{1b}]0;pwned\u{7}\nforged-row\tprovisioned\u{202e}txt.exe\u{9b}";
+    let machine = serde_json::json!({
+        "id": "m-1", "state": "failed", "pool": "worker", "last_seen": 0,
+        "config": {"name": "c\u{1b}[2J", "hash": null},
+        "identity": {"hostname": evil, "platform": "qemu"},
+        "authenticated": false,
+        "boots": [{"boot_id": "b\u{2066}1", "stages": [{"stage": "disks", "outcome": "failed",
+            "duration_ms": 1, "error": evil, "detail": {"log_tail": [evil]}}]}],
+    });
+    let list = serde_json::json!({"machines": [machine.clone()]}).to_string();
+    let one = machine.to_string();
+    let server = Canned::start("127.0.0.1:0", move |head| {
+        let body = if head.starts_with("GET /machines?") {
+            list.clone()
+        } else {
+            one.clone()
+        };
+        (200, "application/json", body.into_bytes())
+    });
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(AGENT)
+            .args(["machines", "--server", &format!("http://{}", server.addr)])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for args in [
+        &["list"][..],
+        &["show", "m-1"],
+        &["--json", "list"],
+        &["--json", "show", "m-1"],
+    ] {
+        let out = run(args);
+        for bad in ['\u{1b}', '\u{7}', '\u{202e}', '\u{2066}', '\u{9b}'] {
+            assert!(!out.contains(bad), "{args:?}: {bad:?} printed raw: {out:?}");
+        }
+        assert!(
+            !out.lines().any(|l| l.starts_with("forged-row")),
+            "{args:?}: a forged line: {out}"
+        );
+        if args[0] != "--json" {
+            assert!(
+                out.contains(r"host\x1b]0;pwned\x07\nforged-row\tprovisioned\u{202e}txt.exe\u{9b}"),
+                "{args:?}: {out}"
+            );
+        } else {
+            // Still JSON, with the same strings.
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let host = if args[1] == "list" {
+                &v["machines"][0]["identity"]["hostname"]
+            } else {
+                &v["identity"]["hostname"]
+            };
+            assert_eq!(host, evil, "{out}");
+        }
+    }
+    let list = run(&["list"]);
+    assert_eq!(list.lines().count(), 2, "header and one row: {list}");
 }
 
 /// The server's resident memory (KiB).

@@ -1,6 +1,8 @@
 //! `agent machines list | show ID | reprovision ID`: the server's inventory (docs/reports.md), read from its
-//! admin listener with the admin token, through the provisioning fetcher's HTTP client.
+//! admin listener, proving the admin token without sending it, through the provisioning
+//! fetcher's HTTP clients; what machines reported is printed with control characters escaped.
 
+use std::borrow::Cow;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 
-use crate::fetch::{Fetcher, Options, http};
+use crate::fetch::Options;
+use crate::fetch::clients::Agents;
 
 #[derive(Debug, Args)]
 pub struct MachinesArgs {
@@ -56,53 +59,179 @@ pub enum MachinesAction {
 
 /// The largest answer read (a listing of many machines).
 const MAX_ANSWER: u64 = 64 << 20;
+/// The time one exchange with the admin listener may take.
+const EXCHANGE_TIME: Duration = Duration::from_secs(30);
 
 fn get(a: &MachinesArgs, path_and_query: &str) -> Result<serde_json::Value> {
     call(a, "GET", path_and_query)
 }
 
 /// `method` (GET, or POST without a body) on the admin listener; its JSON answer.
+///
+/// With `--admin-token-file` the token itself is never sent: the server's nonce
+/// (`GET /auth/challenge`) and the request are signed with it (`Authorization: Agent-HMAC`),
+/// and the answer is used only when it carries the server's proof of the same token
+/// (`X-Agent-Admin-Proof`) — a program that took the admin port learns nothing it can use
+/// and cannot feed this command an answer (docs/reports.md, "Reading the inventory").
 fn call(a: &MachinesArgs, method: &str, path_and_query: &str) -> Result<serde_json::Value> {
-    let mut headers = Vec::new();
-    if let Some(f) = &a.admin_token_file {
-        let t = std::fs::read_to_string(f)
-            .with_context(|| format!("reading --admin-token-file {}", f.display()))?;
-        let t = t.lines().next().unwrap_or_default().trim().to_string();
-        headers.push(("Authorization".to_string(), format!("Bearer {t}")));
-    }
-    let url = format!("{}{path_and_query}", a.server.trim_end_matches('/'));
-    let f = Fetcher::new(Options::default());
-    let left = Some(Duration::from_secs(30));
-    let r = if method == "POST" {
-        http::post(&f, &url, &headers, b"", left)
-    } else {
-        http::send(&f, method, &url, &headers, false, left)
-    };
-    let mut r = r.map_err(|e| match e {
-        crate::fetch::retry::Failure::Retry(e) | crate::fetch::retry::Failure::Fatal(e) => {
-            e.context(url.clone())
+    use serve::admin_auth::{ADMIN_HEADER, AUTH_SCHEME, CHALLENGE_PATH, answer_proof, request_mac};
+    let token = match &a.admin_token_file {
+        Some(f) => {
+            let t = std::fs::read_to_string(f)
+                .with_context(|| format!("reading --admin-token-file {}", f.display()))?;
+            Some(t.lines().next().unwrap_or_default().trim().to_string())
         }
-    })?;
+        None => None,
+    };
+    let base = a.server.trim_end_matches('/');
+    let url = format!("{base}{path_and_query}");
+    let opts = Options::default();
+    let agents = Agents::new(&opts, None).context("setting up the HTTP client")?;
+    let agent = agents.for_url(&opts, None, &url);
+    let mut headers: Vec<(&str, String)> = Vec::new();
+    let mut signed = None;
+    if let Some(t) = &token {
+        let at = format!("{base}{CHALLENGE_PATH}");
+        let (status, _, body) = exchange(agent, "GET", &at, &[])?;
+        let nonce = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["nonce"].as_str().map(str::to_string))
+            .filter(|n| n.len() <= 256 && n.bytes().all(|b| b.is_ascii_hexdigit()));
+        let Some(nonce) = nonce.filter(|_| status == 200) else {
+            bail!(
+                "{at}: HTTP {status}: no admin challenge (is this agent serve's admin listener?): {}",
+                visible(String::from_utf8_lossy(&body).trim())
+            );
+        };
+        let mac = request_mac(t, &nonce, method, path_and_query);
+        headers.push((
+            "Authorization",
+            format!("{AUTH_SCHEME} nonce={nonce}, mac={mac}"),
+        ));
+        signed = Some((t, nonce, mac));
+    }
+    if method != "GET" {
+        headers.push((ADMIN_HEADER, "1".into()));
+    }
+    let (status, proof, body) = exchange(agent, method, &url, &headers)?;
+    let said = || visible(String::from_utf8_lossy(&body).trim()).into_owned();
+    if let Some((t, nonce, mac)) = &signed {
+        let want = answer_proof(t, nonce, mac, status, &body);
+        if proof.as_deref() != Some(want.as_str()) {
+            if status == 401 {
+                bail!(
+                    "{url}: HTTP 401: the server does not take this admin token (--admin-token-file): {}",
+                    said()
+                );
+            }
+            bail!(
+                "{url}: HTTP {status}: the answer does not prove the server holds the admin token, so it is not used: another program may hold the admin port, or the server has another token (or none: then leave out --admin-token-file)"
+            );
+        }
+    }
+    match status {
+        200 => serde_json::from_slice(&body).with_context(|| format!("{url}: not JSON")),
+        401 => bail!(
+            "{url}: HTTP 401: give the admin token with --admin-token-file: {}",
+            said()
+        ),
+        _ => bail!("{url}: HTTP {status}: {}", said()),
+    }
+}
+
+/// One request, no redirect followed; its status, its proof header and its body (at most
+/// [`MAX_ANSWER`] bytes).
+fn exchange(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    headers: &[(&str, String)],
+) -> Result<(u16, Option<String>, Vec<u8>)> {
+    let resp = if method == "POST" {
+        let mut r = agent.post(url);
+        for (k, v) in headers {
+            r = r.header(*k, v);
+        }
+        r.config()
+            .timeout_global(Some(EXCHANGE_TIME))
+            .build()
+            .send_empty()
+    } else {
+        let mut r = agent.get(url);
+        for (k, v) in headers {
+            r = r.header(*k, v);
+        }
+        r.config()
+            .timeout_global(Some(EXCHANGE_TIME))
+            .build()
+            .call()
+    }
+    .with_context(|| url.to_string())?;
+    let status = resp.status().as_u16();
+    let proof = resp
+        .headers()
+        .get(serve::admin_auth::PROOF_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let mut body = Vec::new();
-    (&mut r.body)
+    resp.into_body()
+        .into_reader()
         .take(MAX_ANSWER + 1)
         .read_to_end(&mut body)
         .with_context(|| format!("reading {url}"))?;
     if body.len() as u64 > MAX_ANSWER {
         bail!("{url}: the answer is larger than {MAX_ANSWER} bytes");
     }
-    match r.status {
-        200 => serde_json::from_slice(&body).with_context(|| format!("{url}: not JSON")),
-        401 => bail!(
-            "{}: give the admin token with --admin-token-file",
-            r.describe()
-        ),
-        _ => bail!(
-            "{}: {}",
-            r.describe(),
-            String::from_utf8_lossy(&body).trim()
-        ),
+    Ok((status, proof, body))
+}
+
+/// `s` safe to print on a terminal: C0 controls, DEL, C1 controls and the bidirectional
+/// controls (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069) shown as escapes (`\n`,
+/// `\t`, `\x1b`, `\u{202e}`) and `\` as `\\`, so what a machine reported cannot set the
+/// terminal's title, move its cursor, forge a line or a column, or reorder what is shown.
+pub fn visible(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c == '\\' || hidden(c)) {
+        return Cow::Borrowed(s);
     }
+    let mut o = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\t' => o.push_str("\\t"),
+            '\r' => o.push_str("\\r"),
+            c if (c as u32) < 0x80 && hidden(c) => o.push_str(&format!("\\x{:02x}", c as u32)),
+            c if hidden(c) => o.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    Cow::Owned(o)
+}
+
+/// A character a terminal acts on or reorders text by, rather than shows.
+fn hidden(c: char) -> bool {
+    matches!(c as u32, 0..=0x1f | 0x7f..=0x9f | 0x61c | 0x200e | 0x200f | 0x202a..=0x202e | 0x2066..=0x2069)
+}
+
+/// `v` as pretty JSON safe to print on a terminal: JSON escapes control characters below
+/// U+0020 already; DEL, the C1 and the bidirectional controls become `\uXXXX` too (still
+/// the same JSON).
+fn json_text(v: &serde_json::Value) -> Result<String> {
+    // Below U+0020 only the layout's line breaks are left.
+    let raw = |c: char| hidden(c) && c as u32 >= 0x7f;
+    let s = serde_json::to_string_pretty(v)?;
+    if !s.chars().any(raw) {
+        return Ok(s);
+    }
+    Ok(s.chars()
+        .map(|c| {
+            if raw(c) {
+                format!("\\u{:04x}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect())
 }
 
 fn enc(s: &str) -> String {
@@ -117,11 +246,12 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
+/// A value of the server's JSON as one field of text output (escaped: [`visible`]).
 fn text(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::Null => "-".into(),
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
+        serde_json::Value::String(s) => visible(s).into_owned(),
+        other => visible(&other.to_string()).into_owned(),
     }
 }
 
@@ -159,7 +289,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                 for m in v["machines"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
                     if a.json {
                         // As `serde_json::to_string_pretty` of the whole document would.
-                        let item = serde_json::to_string_pretty(m)?.replace('\n', "\n    ");
+                        let item = json_text(m)?.replace('\n', "\n    ");
                         write!(out, "{}\n    {item}", if first { "" } else { "," })?;
                     } else {
                         writeln!(
@@ -190,7 +320,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
         MachinesAction::Reprovision { id } => {
             let v = call(&a, "POST", &format!("/machines/{}/reprovision", enc(id)))?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", json_text(&v)?);
                 return Ok(());
             }
             println!(
@@ -201,7 +331,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
         MachinesAction::Show { id } => {
             let v = get(&a, &format!("/machines/{}", enc(id)))?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", json_text(&v)?);
                 return Ok(());
             }
             println!("id\t{}", text(&v["id"]));
@@ -216,7 +346,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
             println!("platform\t{}", text(&v["identity"]["platform"]));
             println!("authenticated\t{}", text(&v["authenticated"]));
             if let Some(f) = v["machine_file"].as_str() {
-                println!("machine file\tmachines/{f}.json");
+                println!("machine file\tmachines/{}.json", visible(f));
             }
             if let Some(t) = v["reprovision"].as_u64() {
                 println!("reprovision\tasked for at {}", utc(t));
@@ -237,7 +367,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                         text(&s["duration_ms"])
                     );
                     if let Some(e) = s["error"].as_str() {
-                        println!("    error: {e}");
+                        println!("    error: {}", visible(e));
                     }
                     for l in s["detail"]["log_tail"]
                         .as_array()
@@ -259,4 +389,35 @@ fn utc(secs: u64) -> String {
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
         u.year, u.month, u.day, u.hour, u.minute, u.second
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reported_text_is_printed_visible() {
+        for (given, shown) in [
+            ("worker-1", "worker-1"),
+            ("héllo wörld", "héllo wörld"),
+            ("\u{1b}]0;pwned\u{7}", r"\x1b]0;pwned\x07"),
+            ("a\nforged-row", r"a\nforged-row"),
+            ("a\tb\r", r"a\tb\r"),
+            ("\u{7f}\u{0}", r"\x7f\x00"),
+            ("\u{9b}31m", r"\u{9b}31m"),
+            ("\u{202e}exe.txt", r"\u{202e}exe.txt"),
+            (
+                "\u{202a}\u{202d}\u{2066}\u{2069}\u{200f}\u{61c}",
+                r"\u{202a}\u{202d}\u{2066}\u{2069}\u{200f}\u{61c}",
+            ),
+            (r"C:\x1b", r"C:\\x1b"),
+        ] {
+            assert_eq!(visible(given), shown, "{given:?}");
+        }
+        assert!(matches!(visible("plain"), Cow::Borrowed(_)));
+        let v = serde_json::json!({"h": "\u{1b}x\u{202e}\u{85}\u{7f}"});
+        let j = json_text(&v).unwrap();
+        assert_eq!(j, "{\n  \"h\": \"\\u001bx\\u202e\\u0085\\u007f\"\n}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&j).unwrap(), v);
+    }
 }

@@ -147,9 +147,15 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:22625", value_parser = parse_admin_listen)]
     pub admin_listen: AdminListen,
     /// A file holding the admin token (its first line, at least 16 bytes): every admin
-    /// request must carry it (Authorization: Bearer, or Basic with it as the password).
+    /// request must carry it (Authorization: Bearer, or Basic with it as the password), or
+    /// prove it without sending it (`agent machines` does; docs/reports.md).
     #[arg(long)]
     pub admin_token_file: Option<PathBuf>,
+    /// Another name the admin listener answers to (repeatable): `NAME` (any port) or
+    /// `NAME:PORT`. Requests whose Host names anything else but the bound address and
+    /// localhost:PORT are refused (421), so a web page on another name reads nothing.
+    #[arg(long = "admin-host", value_name = "NAME", value_parser = serve::admin_auth::parse_admin_host)]
+    pub admin_hosts: Vec<String>,
     /// Time in-flight requests get to finish on SIGTERM (the process exits at most 1 s
     /// after it, whatever the source watcher is doing).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -206,6 +212,7 @@ impl From<ServeArgs> for crate::serve::Options {
             inventory_reset: a.inventory_reset,
             admin_listen: a.admin_listen.0,
             admin_token_file: a.admin_token_file,
+            admin_hosts: a.admin_hosts,
             shutdown_grace: a.shutdown_grace,
             access_log: !a.no_access_log,
             public_url: a.public_url.map(|u| u.trim_end_matches('/').to_string()),

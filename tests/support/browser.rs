@@ -17,7 +17,16 @@ pub fn artifacts() -> PathBuf {
 }
 
 fn chromium(args: &[String], wait: Duration) -> (String, String) {
+    chromium_mapping(args, wait, &[])
+}
+
+/// Chromium with `names` resolving to their addresses (every other name but 127.0.0.1 to
+/// nothing).
+fn chromium_mapping(args: &[String], wait: Duration, names: &[(&str, &str)]) -> (String, String) {
     super::need("chromium", "ui.apt");
+    let mut rules: Vec<String> = names.iter().map(|(n, a)| format!("MAP {n} {a}")).collect();
+    rules.push("MAP * ~NOTFOUND".into());
+    rules.push("EXCLUDE 127.0.0.1".into());
     let profile = TempDir::new("chromium");
     let mut cmd = Command::new("chromium");
     // As root Chromium needs --no-sandbox; no GPU, no first-run work, no network beyond the
@@ -32,8 +41,8 @@ fn chromium(args: &[String], wait: Duration) -> (String, String) {
         "--disable-component-update",
         "--disable-sync",
         "--metrics-recording-only",
-        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
     ])
+    .arg(format!("--host-resolver-rules={}", rules.join(", ")))
     .arg(format!("--user-data-dir={}", profile.path().display()))
     .args(args)
     .stdin(Stdio::null())
@@ -73,6 +82,26 @@ fn chromium(args: &[String], wait: Duration) -> (String, String) {
 /// The DOM of `url` after the page has loaded (and run any script), as Chromium serializes it.
 pub fn dump_dom(url: &str) -> String {
     let (dom, err) = chromium(&["--dump-dom".into(), url.into()], Duration::from_secs(60));
+    assert!(
+        dom.contains("<html"),
+        "chromium returned no document for {url}: {err}"
+    );
+    dom
+}
+
+/// Opens `url` and lets its scripts run for up to `budget` of the page's time (Chromium's
+/// virtual time, which waits for the network), with `names` resolving to the given
+/// addresses; the DOM then, as Chromium serializes it.
+pub fn run_page(url: &str, budget: Duration, names: &[(&str, &str)]) -> String {
+    let (dom, err) = chromium_mapping(
+        &[
+            format!("--virtual-time-budget={}", budget.as_millis()),
+            "--dump-dom".into(),
+            url.into(),
+        ],
+        budget + Duration::from_secs(60),
+        names,
+    );
     assert!(
         dom.contains("<html"),
         "chromium returned no document for {url}: {err}"

@@ -616,3 +616,109 @@ pub fn agent_report(
     })
     .to_string()
 }
+
+/// A plain HTTP/1.1 server on 127.0.0.1 for a test: it answers each request with what
+/// `answer` makes of its head (status, content type, body), one connection at a time, and
+/// keeps every request's bytes (head and body) for the test to read. Stopped (its port
+/// closed) on drop.
+pub struct Canned {
+    pub addr: SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+type Answer = Box<dyn Fn(&str) -> (u16, &'static str, Vec<u8>) + Send>;
+
+impl Canned {
+    /// Listens on `addr` (e.g. "127.0.0.1:0").
+    pub fn start(
+        addr: &str,
+        answer: impl Fn(&str) -> (u16, &'static str, Vec<u8>) + Send + 'static,
+    ) -> Canned {
+        use std::sync::atomic::Ordering;
+        let l = std::net::TcpListener::bind(addr).expect("binding the test server");
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let answer: Answer = Box::new(answer);
+        let thread = {
+            let (seen, stop) = (seen.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match l.accept() {
+                        Ok((s, _)) => {
+                            let got = Self::exchange(s, &answer);
+                            seen.lock().unwrap().push(got);
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+            })
+        };
+        Canned {
+            addr,
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn exchange(mut s: TcpStream, answer: &Answer) -> Vec<u8> {
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let end = loop {
+            if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return got,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+            if got.len() > 1 << 20 {
+                return got;
+            }
+        };
+        let head = String::from_utf8_lossy(&got[..end]).into_owned();
+        let want = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse::<usize>().ok())?
+            })
+            .unwrap_or(0)
+            .min(1 << 20);
+        while got.len() < end + want {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        let (status, ctype, body) = answer(&head);
+        let _ = write!(
+            s,
+            "HTTP/1.1 {status} Canned\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = s.write_all(&body);
+        got
+    }
+
+    /// Every request received so far, in order.
+    pub fn seen(&self) -> Vec<Vec<u8>> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Canned {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -2,12 +2,15 @@
 //! inventory is served — `GET /machines` (JSON, `?pool=`, `?state=`), `GET /machines/<id>`, the
 //! page (`/ui/`, `/ui/machines/<id>`) and the inventory's metrics. A machine's token never
 //! opens it: it takes the admin token (`--admin-token-file`) when one is set, and only
-//! loopback clients reach it otherwise (checked when it is bound).
+//! loopback clients reach it otherwise (checked when it is bound). Whatever the token, it
+//! answers only requests that name it in `Host`, and changes nothing for a request a
+//! browser could send from another page ([`crate::admin_auth`]); no answer may be framed.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::admin_auth::{self, Challenges, Hosts, Proven};
 use super::app::App;
 use super::fleet::{json, now_secs};
 use super::http::{Body, Handler, Request, Response};
@@ -21,6 +24,48 @@ pub struct Admin {
     pub token: Option<String>,
     /// The listings (`/machines`, `/ui/`) rendered last, shared by the answers.
     pub listings: Listings,
+    /// The `Host` (and `Origin`) values it answers to.
+    pub hosts: Hosts,
+    /// The nonces of the token's challenge-response.
+    pub challenges: Challenges,
+}
+
+/// The Content-Security-Policy of every answer: nothing loads but inline style (the page's),
+/// no script, and no page may frame it (with `X-Frame-Options: DENY` for older browsers).
+pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'";
+
+/// The admin listener's state as `/status` shows it (`"admin"`): its address, whether it is
+/// bound, and the error that kept it from binding (retried every
+/// [`ADMIN_RETRY`](crate::run::ADMIN_RETRY)). Null without an admin listener.
+#[derive(Default)]
+pub struct AdminStatus(Mutex<serde_json::Value>);
+
+impl AdminStatus {
+    /// The state after a try to bind; `since` stays while it is the same.
+    pub fn set(&self, listen: SocketAddr, error: Option<String>) {
+        let mut v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if v["bound"] == error.is_none() && v["error"].as_str() == error.as_deref() {
+            return;
+        }
+        *v = serde_json::json!({
+            "listen": listen.to_string(),
+            "bound": error.is_none(),
+            "error": error,
+            "since": now_secs(),
+        });
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The admin listener was asked for and is not bound.
+    pub fn failed(&self) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)["bound"] == false
+    }
 }
 
 /// How long a rendered listing is served again while no report was recorded here (another
@@ -73,45 +118,149 @@ impl Listings {
 }
 
 impl Admin {
-    fn allowed(&self, req: &Request) -> bool {
+    pub fn new(app: Arc<App>, token: Option<String>, hosts: Hosts) -> anyhow::Result<Admin> {
+        Ok(Admin {
+            app,
+            token,
+            listings: Listings::default(),
+            hosts,
+            challenges: Challenges::new()?,
+        })
+    }
+
+    /// None when `req` may go on; else the answer refusing it: a `Host` that is not this
+    /// listener's (421: a page on another name, DNS rebinding), or a state-changing request
+    /// a browser could have sent from another page (403: no `X-Agent-Admin: 1`, or an
+    /// `Origin` or `Sec-Fetch-Site` of another site).
+    fn refuse(&self, req: &Request) -> Option<Response> {
+        let host = req.header_one("host").unwrap_or_default();
+        if !self.hosts.allows(host) {
+            return Some(Response::text(
+                421,
+                format!(
+                    "Host {host:?} is not this admin listener's name ({}): give --admin-host NAME to reach it as NAME",
+                    self.hosts.describe()
+                ),
+            ));
+        }
+        if matches!(req.method(), "GET" | "HEAD") {
+            return None;
+        }
+        if req.header_one(admin_auth::ADMIN_HEADER).map(str::trim) != Some("1") {
+            return Some(Response::text(
+                403,
+                format!(
+                    "a {} on the admin listener needs the header {}: 1 (a browser cannot send it from another page; agent machines does)",
+                    req.method(),
+                    admin_auth::ADMIN_HEADER
+                ),
+            ));
+        }
+        if let Some(o) = req.header_one("origin")
+            && !self.hosts.allows_origin(o)
+        {
+            return Some(Response::text(
+                403,
+                format!(
+                    "Origin {o:?} is not this admin listener ({}; --admin-host names more)",
+                    self.hosts.describe()
+                ),
+            ));
+        }
+        if let Some(site) = req.header_one("sec-fetch-site")
+            && !matches!(site.trim(), "same-origin" | "none")
+        {
+            return Some(Response::text(
+                403,
+                format!("a request from another site ({site}) changes nothing here"),
+            ));
+        }
+        None
+    }
+
+    /// Whether `req` carries the admin token (always, when none is set): Ok(Some) for the
+    /// challenge-response (the answer then proves the token too), Ok(None) for Bearer or
+    /// Basic or no token set; Err: the 401.
+    fn authenticate(&self, req: &Request) -> Result<Option<Proven>, Response> {
         let Some(want) = &self.token else {
-            return true;
+            return Ok(None);
+        };
+        let refused = |why: &str| {
+            Response::text(
+                401,
+                format!("the admin token is needed (--admin-token-file): {why}"),
+            )
+            .header(
+                "WWW-Authenticate",
+                "Basic realm=\"agent serve\", charset=\"UTF-8\"",
+            )
         };
         let Some(h) = req.header_one("authorization") else {
-            return false;
+            return Err(refused("no Authorization"));
         };
+        if h.starts_with(admin_auth::AUTH_SCHEME) {
+            let target = match req.query() {
+                Some(q) => format!("{}?{q}", req.path()),
+                None => req.path().to_string(),
+            };
+            return self
+                .challenges
+                .check(want, h, req.method(), &target, now_secs())
+                .map(Some)
+                .map_err(refused);
+        }
         let given = if let Some(t) = h.strip_prefix("Bearer ") {
             t.trim().to_string()
         } else if let Some(b) = h.strip_prefix("Basic ") {
             // A browser's prompt: any user name, the token as the password.
             let Ok(d) = spec::encoding::data_url::base64_decode(b.trim().as_bytes()) else {
-                return false;
+                return Err(refused("not base64"));
             };
             let s = String::from_utf8_lossy(&d).into_owned();
             s.split_once(':')
                 .map(|(_, p)| p.to_string())
                 .unwrap_or_default()
         } else {
-            return false;
+            return Err(refused("not Bearer, Basic or Agent-HMAC"));
         };
         // Compared as digests, in constant time (the tokens' own comparison).
         use sha2::{Digest, Sha256};
-        super::tokens::ct_eq(
+        if super::tokens::ct_eq(
             &Sha256::digest(given.as_bytes()).into(),
             &Sha256::digest(want.as_bytes()).into(),
-        )
+        ) {
+            Ok(None)
+        } else {
+            Err(refused("not the admin token"))
+        }
     }
 
-    fn route(&self, req: &Request) -> Response {
+    /// The answer to `req`; `proven` is set when the request was authenticated by the
+    /// challenge-response (its answer then carries the proof).
+    fn route(&self, req: &Request, proven: &mut Option<Proven>) -> Response {
         let path = req.path();
         if path == "/healthz" {
             return Response::text(200, "ok");
         }
-        if !self.allowed(req) {
-            return Response::text(401, "the admin token is needed (--admin-token-file)").header(
-                "WWW-Authenticate",
-                "Basic realm=\"agent serve\", charset=\"UTF-8\"",
-            );
+        if let Some(r) = self.refuse(req) {
+            return r;
+        }
+        if path == admin_auth::CHALLENGE_PATH {
+            if !matches!(req.method(), "GET" | "HEAD") {
+                return Response::new(405).header("Allow", "GET, HEAD");
+            }
+            return json(
+                200,
+                &serde_json::json!({
+                    "nonce": self.challenges.issue(now_secs()),
+                    "expiresInSeconds": admin_auth::NONCE_TTL,
+                }),
+            )
+            .header("Cache-Control", "no-store");
+        }
+        match self.authenticate(req) {
+            Ok(p) => *proven = p,
+            Err(r) => return r,
         }
         if let Some(id) = path
             .strip_prefix("/machines/")
@@ -125,6 +274,7 @@ impl Admin {
         if path == "/metrics" {
             let mut r = Response::new(200);
             let mut text = self.app.fleet.metrics();
+            text.push_str(&self.machine_gauges());
             text.push_str(&self.app.boot_metrics());
             r.body = Body::Owned(text.into_bytes());
             return r.header("Content-Type", "text/plain; version=0.0.4");
@@ -324,13 +474,78 @@ impl Admin {
     }
 }
 
+impl Admin {
+    /// `agent_serve_machines{state,pool}`: a pool the source serves by its name, machines of
+    /// no pool as `pool=""`, and every other pool a report named summed as
+    /// [`OTHER_POOLS`]: a report never adds a label of its own, so the series are at most
+    /// the states times the served pools plus two.
+    fn machine_gauges(&self) -> String {
+        let Some(counts) = self.app.fleet.machine_counts() else {
+            return String::new();
+        };
+        let active = self
+            .app
+            .tracker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .active
+            .clone();
+        let served = |p: &str| active.as_ref().is_some_and(|g| g.pools.contains_key(p));
+        let mut by = std::collections::BTreeMap::<(&str, &str), u64>::new();
+        for ((state, pool), n) in &counts {
+            let p = if pool.is_empty() || served(pool) {
+                pool.as_str()
+            } else {
+                OTHER_POOLS
+            };
+            *by.entry((state.as_str(), p)).or_default() += n;
+        }
+        let mut o = String::from(
+            "# HELP agent_serve_machines Machines in the inventory, by state and pool (pools the source does not serve summed as pool=\"(other)\").\n# TYPE agent_serve_machines gauge\n",
+        );
+        for ((state, pool), n) in by {
+            o.push_str(&format!(
+                "agent_serve_machines{{state=\"{state}\",pool=\"{}\"}} {n}\n",
+                label(pool)
+            ));
+        }
+        o
+    }
+}
+
+/// The `pool` label of machines whose pool the source does not serve (no pool name can be
+/// it: names begin with a letter or digit).
+pub const OTHER_POOLS: &str = "(other)";
+
+/// A Prometheus label value: quotes, backslashes and line breaks escaped.
+fn label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 impl Handler for Admin {
     type Local = ();
 
     fn local(&self, _: usize) {}
 
     fn handle(&self, _: &mut (), req: &Request, out: &mut Response) {
-        *out = self.route(req);
+        let mut proven = None;
+        let mut r = self.route(req, &mut proven);
+        if let (Some(p), Some(token)) = (&proven, &self.token) {
+            // The admin's answers are whole in memory (a listing is shared, not copied).
+            let body: &[u8] = match &r.body {
+                Body::Owned(b) => b,
+                Body::Shared(b) => b,
+                _ => &[],
+            };
+            let proof = admin_auth::answer_proof(token, &p.nonce, &p.mac, r.status, body);
+            r.add_header(admin_auth::PROOF_HEADER, &proof);
+        }
+        r.add_header("Content-Security-Policy", CSP);
+        r.add_header("X-Frame-Options", "DENY");
+        r.add_header("X-Content-Type-Options", "nosniff");
+        *out = r;
     }
 
     fn done(
@@ -356,15 +571,11 @@ fn shared(body: Arc<[u8]>, content_type: &str) -> Response {
     r.header("Content-Type", content_type)
 }
 
-/// A page's answer: no caching, no script.
+/// A page's answer: no caching (and, as every answer, no script: [`CSP`]).
 fn page_headers(mut r: Response, body: Arc<[u8]>) -> Response {
     r.body = Body::Shared(body);
     r.header("Content-Type", "text/html; charset=utf-8")
         .header("Cache-Control", "no-store")
-        .header(
-            "Content-Security-Policy",
-            "default-src 'none'; style-src 'unsafe-inline'",
-        )
 }
 
 fn store_error(e: anyhow::Error) -> Response {

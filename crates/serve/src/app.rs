@@ -123,6 +123,8 @@ pub struct App {
     pub(super) limits: serde_json::Value,
     /// Machine reports and the inventory (`POST /report`, the admin listener).
     pub(super) fleet: super::fleet::Fleet,
+    /// The admin listener's state (bound, or why not), for /status.
+    pub admin_status: super::admin::AdminStatus,
     /// Network boot's settings (`crate::boot`).
     pub(super) boot: super::boot::Settings,
     /// Where network boot's store-bound requests are answered, off the event loop.
@@ -215,6 +217,7 @@ impl App {
         });
         Ok(App {
             fleet: super::fleet::Fleet::new(store, limits.max_body_bytes, limits.answer_timeout),
+            admin_status: Default::default(),
             source: opts.source.clone(),
             clock: tokens::default_clock(),
             metrics: Metrics::default(),
@@ -316,6 +319,7 @@ impl App {
             "tokensError": tokens_error,
             "checkpointError": checkpoint_error,
             "inventoryError": !self.inventory_health().ok,
+            "adminError": self.admin_status.failed(),
             "detail": "with --require-token /status names no pool: see the server's log",
         });
         let mut b = serde_json::to_vec_pretty(&v).unwrap_or_default();
@@ -373,6 +377,7 @@ impl App {
             "inventory": self.inventory_health(),
             "openConnections": self.conns.open.load(Ordering::Relaxed),
             "limits": self.limits,
+            "admin": self.admin_status.json(),
         });
         let mut b = serde_json::to_vec_pretty(&v).unwrap_or_default();
         b.push(b'\n');

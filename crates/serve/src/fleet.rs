@@ -347,7 +347,10 @@ impl Fleet {
         }
     }
 
-    /// The inventory's lines of `/metrics` (Prometheus text).
+    /// The report lines of `/metrics` (Prometheus text): reports by result, the time to
+    /// record them, the queue. Nothing taken from a report's content: these lines are on the
+    /// machine-facing listeners' `/metrics` too, which anyone who reaches them may read. The
+    /// machines by state and pool are the admin listener's ([`Fleet::machine_counts`]).
     pub fn metrics(&self) -> String {
         let mut o = String::new();
         o.push_str("# HELP agent_serve_reports_total Machine reports received, by result.\n# TYPE agent_serve_reports_total counter\n");
@@ -369,9 +372,14 @@ impl Fleet {
         ));
         // Up or down (a store that could not be opened is down), for both listeners' /metrics.
         o.push_str(&self.health().metrics());
-        let Some(store) = &self.store else {
-            return o;
-        };
+        o
+    }
+
+    /// Machines by state and pool as the store counted them last (None before the first
+    /// count, or without a store). The store is asked at most once per `COUNTS_TTL`, on a
+    /// thread of its own: a caller never waits for it, and gets the last counts.
+    pub fn machine_counts(&self) -> Option<inventory::Counts> {
+        let store = self.store.as_ref()?;
         let mut cache = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         let stale = cache.asked.is_none_or(|t| t.elapsed() >= COUNTS_TTL);
         if stale && !cache.asking {
@@ -398,25 +406,8 @@ impl Fleet {
                 cache.asked = Some(Instant::now());
             }
         }
-        if let Some(counts) = &cache.counts {
-            o.push_str("# HELP agent_serve_machines Machines in the inventory, by state and pool.\n# TYPE agent_serve_machines gauge\n");
-            for ((state, pool), n) in counts {
-                o.push_str(&format!(
-                    "agent_serve_machines{{state=\"{}\",pool=\"{}\"}} {n}\n",
-                    state.as_str(),
-                    label(pool)
-                ));
-            }
-        }
-        o
+        cache.counts.clone()
     }
-}
-
-/// A Prometheus label value: quotes, backslashes and line breaks escaped.
-fn label(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 pub(crate) fn json(status: u16, v: &serde_json::Value) -> Response {

@@ -28,6 +28,7 @@
 
 pub mod accept;
 pub mod admin;
+pub mod admin_auth;
 pub mod app;
 pub mod boot;
 pub mod checkpoint;

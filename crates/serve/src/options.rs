@@ -75,6 +75,9 @@ pub struct Options {
     pub admin_listen: Option<SocketAddr>,
     /// The admin token's file; required when the admin listener is not on loopback.
     pub admin_token_file: Option<PathBuf>,
+    /// More names the admin listener answers to (`Host`, `Origin`) besides its bound
+    /// address and `localhost:PORT`: `name` (any port) or `name:port`, lowercase.
+    pub admin_hosts: Vec<String>,
     /// The base URL machines reach this server at, for the URLs of iPXE scripts (default:
     /// `http://` and the request's Host).
     pub public_url: Option<String>,

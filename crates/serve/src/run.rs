@@ -102,10 +102,11 @@ pub fn run(opts: &Options) -> Result<()> {
         listeners.push(http::Listener { sock: l, tls: cfg });
     }
     // The admin listener: the inventory, its API and its page, never on the machine-facing
-    // listeners (crate::fleet).
-    let mut admin_listeners = Vec::new();
-    let admin_loops = match opts.admin_listen {
-        None => Vec::new(),
+    // listeners (crate::fleet). Its address taken (another agent serve, or any local user
+    // holding the port) does not stop the machine listeners: logged, shown in /status, and
+    // tried again every ADMIN_RETRY.
+    let admin = match opts.admin_listen {
+        None => None,
         Some(addr) => {
             let token = match &opts.admin_token_file {
                 Some(f) => Some(admin_token(f)?),
@@ -114,31 +115,36 @@ pub fn run(opts: &Options) -> Result<()> {
                     "--admin-listen {addr} is not a loopback address: give --admin-token-file (the inventory is never served to an unauthenticated client)"
                 ),
             };
-            let l = http::bind(addr, opts.defer_accept_secs).with_context(|| {
-                format!(
-                    "--admin-listen {addr} (another agent serve on this host? give each its own --admin-listen, or off)"
-                )
-            })?;
-            let local = l.local_addr().context("reading the bound address")?;
-            writeln!(out, "listening admin http://{local}").context("writing to stdout")?;
-            log::info!("admin (inventory, /ui/) on http://{local}");
-            admin_listeners.push(http::Listener { sock: l, tls: None });
-            let admin = Arc::new(crate::admin::Admin {
+            let a = Arc::new(AdminListener {
+                addr,
+                defer_secs: opts.defer_accept_secs,
                 app: app.clone(),
                 token,
-                listings: Default::default(),
+                hosts: opts.admin_hosts.clone(),
+                limits: http::Limits {
+                    max_connections: 256,
+                    ..limits.clone()
+                },
+                shutdown: shutdown.clone(),
+                running: Default::default(),
             });
-            let admin_limits = http::Limits {
-                max_connections: 256,
-                ..limits.clone()
-            };
-            let admin_server = http::Server::new(
-                admin_limits,
-                admin,
-                Arc::new(http::ConnStats::default()),
-                shutdown.clone(),
-            );
-            admin_server.start(&admin_listeners, 1)?
+            match a.start() {
+                Ok(local) => {
+                    writeln!(out, "listening admin http://{local}").context("writing to stdout")?;
+                }
+                Err(e) => {
+                    log::error!(
+                        "{e:#}: serving without the admin listener (the inventory, /ui/) for now, trying again every {}s",
+                        ADMIN_RETRY.as_secs()
+                    );
+                    let again = a.clone();
+                    std::thread::Builder::new()
+                        .name("admin-bind".into())
+                        .spawn(move || again.retry())
+                        .context("starting the admin listener's retry thread")?;
+                }
+            }
+            Some(a)
         }
     };
     out.flush().ok();
@@ -177,9 +183,10 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     shutdown.store(true, Ordering::SeqCst);
     nudges.nudge();
-    for l in listeners.iter().chain(&admin_listeners) {
+    for l in &listeners {
         http::stop_listener(&l.sock);
     }
+    let admin_loops = admin.as_ref().map_or_else(Vec::new, |a| a.stop());
     // The event loops finish in-flight requests, then return.
     let deadline = Instant::now() + opts.shutdown_grace;
     while loops.iter().chain(&admin_loops).any(|t| !t.is_finished()) && Instant::now() < deadline {
@@ -204,6 +211,100 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     log::info!("stopped");
     Ok(())
+}
+
+/// How often an admin listener that could not bind tries again.
+pub const ADMIN_RETRY: Duration = Duration::from_secs(5);
+
+/// The admin listener: bound at start, or (its address taken) tried again every
+/// [`ADMIN_RETRY`] until it is, the machine listeners serving meanwhile.
+struct AdminListener {
+    addr: SocketAddr,
+    defer_secs: u32,
+    app: Arc<App>,
+    token: Option<String>,
+    hosts: Vec<String>,
+    limits: http::Limits,
+    shutdown: Arc<AtomicBool>,
+    /// Once bound: its socket and its event loop.
+    running: std::sync::Mutex<Option<Running>>,
+}
+
+/// A bound admin listener: its socket (kept open until the process ends) and event loop.
+type Running = (Vec<http::Listener>, Vec<std::thread::JoinHandle<()>>);
+
+impl AdminListener {
+    /// Binds and starts serving; the bound address. Either way /status says so.
+    fn start(&self) -> Result<SocketAddr> {
+        let r = self.try_start();
+        self.app
+            .admin_status
+            .set(self.addr, r.as_ref().err().map(|e| format!("{e:#}")));
+        r
+    }
+
+    fn try_start(&self) -> Result<SocketAddr> {
+        let addr = self.addr;
+        let l = http::bind(addr, self.defer_secs).with_context(|| {
+            format!(
+                "--admin-listen {addr} (taken by another agent serve, or another program on this host? give each its own --admin-listen, or off)"
+            )
+        })?;
+        let local = l.local_addr().context("reading the bound address")?;
+        let admin = Arc::new(crate::admin::Admin::new(
+            self.app.clone(),
+            self.token.clone(),
+            crate::admin_auth::Hosts::new(local, &self.hosts),
+        )?);
+        let ls = vec![http::Listener { sock: l, tls: None }];
+        let server = http::Server::new(
+            self.limits.clone(),
+            admin,
+            Arc::new(http::ConnStats::default()),
+            self.shutdown.clone(),
+        );
+        let loops = server.start(&ls, 1)?;
+        log::info!("admin (inventory, /ui/) on http://{local}");
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some((ls, loops));
+        Ok(local)
+    }
+
+    /// Tries [`start`](Self::start) every [`ADMIN_RETRY`] until it binds or the server
+    /// shuts down.
+    fn retry(&self) {
+        loop {
+            let until = Instant::now() + ADMIN_RETRY;
+            while Instant::now() < until {
+                if self.shutdown.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            match self.start() {
+                Ok(local) => {
+                    let mut out = std::io::stdout().lock();
+                    let _ =
+                        writeln!(out, "listening admin http://{local}").and_then(|_| out.flush());
+                    return;
+                }
+                Err(e) => log::debug!("{e:#}"),
+            }
+        }
+    }
+
+    /// Stops taking connections (the socket stays open until the process ends); the event
+    /// loop to wait for (none when never bound).
+    fn stop(&self) -> Vec<std::thread::JoinHandle<()>> {
+        match &mut *self.running.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((ls, loops)) => {
+                for l in ls.iter() {
+                    http::stop_listener(&l.sock);
+                }
+                std::mem::take(loops)
+            }
+            None => Vec::new(),
+        }
+    }
 }
 
 /// The admin token from `path`: a regular file, at most 4 KiB, its first line, at least 16
