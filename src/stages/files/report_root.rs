@@ -107,7 +107,20 @@ fn install(w: &Writer, dir: &std::path::Path) -> Result<()> {
         let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
-        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        use report::queue::{self, MAX_CA_BYTES, MAX_REPORT_BYTES, MAX_SMALL_BYTES};
+        let limit = match name {
+            n if n.ends_with(".json") => MAX_REPORT_BYTES,
+            "ca.pem" => MAX_CA_BYTES,
+            _ => MAX_SMALL_BYTES,
+        };
+        // As `agent report drain` reads it: regular files within bounds only.
+        let bytes = match queue::read_entry(&p, limit, "queue file") {
+            Ok(b) => b,
+            Err(e) => {
+                log::warn!("not copying a queue file into the root: {e:#}");
+                continue;
+            }
+        };
         w.put_file(
             &format!("{ROOT_QUEUE}/{name}"),
             Contents::Bytes(&bytes),
