@@ -56,14 +56,16 @@ fn root_only(mode: u32) -> Attrs {
     }
 }
 
-/// Copies `<state-dir>/agent.log` to [`ROOT_LOG`] (0600), with the stage's `error` last.
+/// Copies `<state-dir>/agent.log` to [`ROOT_LOG`] (0600), with the stage's `error` last
+/// (secrets removed, as the logger removes them from every line).
 pub fn keep_log(w: &Writer, ctx: &Context, error: Option<&anyhow::Error>) -> Result<()> {
     let src = ctx.state().log_path();
     let Ok(mut bytes) = std::fs::read(&src) else {
         return Ok(());
     };
     if let Some(e) = error {
-        bytes.extend_from_slice(format!("agent[files] error: {e:#}\n").as_bytes());
+        let line = report::redact::text(&format!("agent[files] error: {e:#}\n"));
+        bytes.extend_from_slice(line.as_bytes());
     }
     w.put_dir("/var/log/agent", root_only(0o700), false)
         .and_then(|()| w.put_file(ROOT_LOG, Contents::Bytes(&bytes), root_only(0o600), true))
