@@ -10,7 +10,8 @@
 //! | `luks/<name>.json` | disks | files (`/etc/crypttab`) | [`LuksRecord`] (JSON), 0600, directory 0700 |
 //! | `luks/<name>.key` | disks | files (`/etc/luks/<name>`) | the volume's key, 0600 |
 //! | `provider-files.json` | fetch (the platform's provider) | files (writes them into the root) | [`ProviderFile`]s (JSON, contents in base64), 0600; absent: none |
-//! | `report-auth` | fetch (the config fetch that named a report URL) | every stage's report ([`crate::report`]) | the `Authorization` header value the config was fetched with, 0600; only for reports, never logged |
+//! | `report-auth` | fetch (the config fetch that named a report URL) | every stage's report ([`crate::report`]) | the `Authorization` header value the config was fetched with, 0600; only for reports to the origin it was sent to (or `agent.report.url=`), never logged |
+//! | `report-url` | fetch (the config fetch that named a report URL) | every stage's report ([`crate::report`]) | the report URL whole (its query may carry a token), 0600; `fetch.json` shows it without userinfo and query |
 //! | `reports/*.json` | any stage ([`crate::report`]) | the next stage's report, the files stage (copies them into the root) | reports not sent yet, 0600, at most 100 |
 //! | `agent.log` | every stage (the logger) | people, the files stage (copies it to the root's `/var/log/agent/`) | the log lines, 0600 |
 //! | `provider-answer.json` | fetch (the first pass that asks the platform's provider) | fetch (later passes of the same boot) | [`ProviderAnswer`] (JSON, config and files in base64), 0600 |
@@ -125,8 +126,14 @@ pub struct Served {
     pub config: Option<String>,
     /// `X-Agent-Config-Hash`.
     pub hash: Option<String>,
-    /// `X-Agent-Report-URL`, resolved against the URL that answered.
+    /// `X-Agent-Report-URL`, resolved against the URL first asked (before redirects; its
+    /// userinfo left out). Kept whole in [`REPORT_URL`] (0600); `fetch.json` has it as
+    /// `report::redact::url` shows it (no userinfo, no query).
     pub report_url: Option<String>,
+    /// The origin (`scheme://host[:port]`) the `Authorization` header was sent to: the URL
+    /// first asked. Reports are sent with it only to this origin (or to `agent.report.url=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_origin: Option<String>,
     /// The CAs the rendered config trusts (PEM), for an https report URL.
     #[serde(default)]
     pub cas: Vec<String>,
@@ -138,6 +145,8 @@ pub struct Served {
 
 /// The file of the `Authorization` header value reports are sent with.
 pub const REPORT_AUTH: &str = "report-auth";
+/// The file of the report URL the config server named, whole.
+pub const REPORT_URL: &str = "report-url";
 /// Directory of the reports not sent yet.
 pub const REPORTS_DIR: &str = "reports";
 /// The full log of the stages.
@@ -246,9 +255,16 @@ impl<'a> StateDir<'a> {
         }
     }
 
-    /// Writes the fetch record (0644).
+    /// Writes the fetch record (0644): the report URL as shown (no userinfo, no query),
+    /// whole in [`REPORT_URL`] (0600).
     pub fn write_fetch_record(&self, r: &FetchRecord) -> Result<()> {
-        let rec = serde_json::to_vec_pretty(r).context("serializing fetch record")?;
+        let served = r.served.as_ref();
+        self.write_private(REPORT_URL, served.and_then(|s| s.report_url.as_deref()))?;
+        let mut r = r.clone();
+        if let Some(s) = &mut r.served {
+            s.report_url = s.report_url.as_deref().map(crate::report::redact::url);
+        }
+        let rec = serde_json::to_vec_pretty(&r).context("serializing fetch record")?;
         crate::util::write_atomic(&self.dir.join(RECORD_FILE), &rec, 0o644)
     }
 
@@ -268,8 +284,23 @@ impl<'a> StateDir<'a> {
 
     /// Keeps the `Authorization` header value reports are sent with (0600); `None` removes it.
     pub fn write_report_auth(&self, auth: Option<&str>) -> Result<()> {
-        let p = self.dir.join(REPORT_AUTH);
-        match auth {
+        self.write_private(REPORT_AUTH, auth)
+    }
+
+    /// The `Authorization` header value reports are sent with, if the config had one.
+    pub fn report_auth(&self) -> Option<String> {
+        self.read_private(REPORT_AUTH)
+    }
+
+    /// The report URL the config server named, whole ([`REPORT_URL`]).
+    pub fn report_url(&self) -> Option<String> {
+        self.read_private(REPORT_URL)
+    }
+
+    /// Writes `value` to `name` (0600); `None` removes the file.
+    fn write_private(&self, name: &str, value: Option<&str>) -> Result<()> {
+        let p = self.dir.join(name);
+        match value {
             Some(a) => crate::util::write_atomic(&p, a.as_bytes(), 0o600),
             None => match std::fs::remove_file(&p) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -280,9 +311,9 @@ impl<'a> StateDir<'a> {
         }
     }
 
-    /// The `Authorization` header value reports are sent with, if the config had one.
-    pub fn report_auth(&self) -> Option<String> {
-        std::fs::read_to_string(self.dir.join(REPORT_AUTH))
+    /// The trimmed text of `name`; None if missing or empty.
+    fn read_private(&self, name: &str) -> Option<String> {
+        std::fs::read_to_string(self.dir.join(name))
             .ok()
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
@@ -621,12 +652,23 @@ mod tests {
             served: Some(Served {
                 pool: Some("worker".into()),
                 auth: Some("Bearer tok_never_in_fetch_json".into()),
+                report_url: Some("http://h/report?token=tok_query_secret".into()),
                 ..Default::default()
             }),
         };
         s.write_fetch_record(&r).unwrap();
         assert_eq!(mode(&t.0.join("fetch.json")), 0o644);
         let text = std::fs::read_to_string(t.0.join("fetch.json")).unwrap();
+        // The report URL whole in its own 0600 file; fetch.json shows it without its query.
+        assert!(
+            text.contains("\"reportUrl\": \"http://h/report?…\"") && !text.contains("tok_query"),
+            "{text}"
+        );
+        assert_eq!(mode(&t.0.join(REPORT_URL)), 0o600);
+        assert_eq!(
+            s.report_url().as_deref(),
+            Some("http://h/report?token=tok_query_secret")
+        );
         assert!(text.contains("\"userConfigProvided\": true"), "{text}");
         // The token goes to its own 0600 file, never into the record.
         assert!(

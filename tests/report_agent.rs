@@ -2,7 +2,9 @@
 //! 127.0.0.1 (`support/report_server.py`: serves a config with the X-Agent-* headers, records
 //! the reports POSTed to it): success, each failure kind, the queue while the server is down
 //! (drained by the next stage and by `agent report drain` from the root), secrets never in a
-//! report, and the console summary of a failure.
+//! report, the console, the logs or the state, the token never sent to another origin than
+//! the one it was given to, a drain that reads only regular files within bounds, and the
+//! console summary of a failure.
 
 mod support;
 
@@ -27,19 +29,34 @@ struct Server {
 impl Server {
     /// Serves `config` at /ignition naming `report_url`; on `port` (None: a free one).
     fn start(port: Option<u16>, config: Option<&Value>, report_url: &str) -> Server {
-        let port = port.unwrap_or_else(free_tcp_port);
         let out = TempDir::new("reports-got");
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/support/report_server.py"
-        );
-        let mut args = vec![port.to_string(), out.path().display().to_string()];
+        let mut args = Vec::new();
         if let Some(c) = config {
             let f = out.join("served.ign");
             std::fs::write(&f, serde_json::to_vec(c).unwrap()).unwrap();
             args.push(f.display().to_string());
             args.push(report_url.to_string());
         }
+        Server::with_args(port, out, args)
+    }
+
+    /// Answers GET /ignition with a redirect to `to` (and takes reports like the others).
+    fn redirecting(to: &str) -> Server {
+        Server::with_args(
+            None,
+            TempDir::new("reports-got"),
+            vec![format!("redirect:{to}")],
+        )
+    }
+
+    fn with_args(port: Option<u16>, out: TempDir, extra: Vec<String>) -> Server {
+        let port = port.unwrap_or_else(free_tcp_port);
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/report_server.py"
+        );
+        let mut args = vec![port.to_string(), out.path().display().to_string()];
+        args.extend(extra);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let log = out.join("server.log");
         let d = spawn("python3", &[&[script][..], &args].concat(), &log);
@@ -65,6 +82,15 @@ impl Server {
                 let auth = std::fs::read_to_string(p.with_extension("auth")).unwrap();
                 (serde_json::from_slice(&body).unwrap(), auth)
             })
+            .collect()
+    }
+
+    /// Every request received: "METHOD PATH AUTHORIZATION" lines.
+    fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(self.out.join("requests.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
             .collect()
     }
 
@@ -388,14 +414,15 @@ fn a_stage_run_alone_reports_the_runs_log_tail_not_only_its_own() {
 #[ignore = "needs root: make test-root"]
 fn reports_wait_in_the_queue_until_the_server_is_back() {
     must_be_root();
-    // The config server names a report server that is down.
+    // The kernel command line names a report server that is down (it gets the token: the
+    // operator named it).
     let down = free_tcp_port();
-    let report_url = format!("http://127.0.0.1:{down}/report");
+    let cmdline = format!("quiet agent.report.url=http://127.0.0.1:{down}/report");
     let served = json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [
         {"path": "/etc/hello", "contents": {"source": "data:,hi"}}
     ]}});
-    let s = Server::start(None, Some(&served), &report_url);
-    let run = agent_run(&pointer(&s.url("/ignition")), "quiet", &[], None);
+    let s = Server::start(None, Some(&served), "/report");
+    let run = agent_run(&pointer(&s.url("/ignition")), &cmdline, &[], None);
     assert!(run.out.status.success(), "{}", run.stderr());
     // Queued in the state dir, and installed in the root with the binary and the unit.
     let queued = |d: &Path| {
@@ -412,9 +439,9 @@ fn reports_wait_in_the_queue_until_the_server_is_back() {
             })
             .unwrap_or(0)
     };
-    assert_eq!(queued(&run.state.join("reports")), 3, "{}", run.stderr());
+    assert_eq!(queued(&run.state.join("reports")), 4, "{}", run.stderr());
     let rq = run.root.join("var/lib/agent/reports");
-    assert_eq!(queued(&rq), 3);
+    assert_eq!(queued(&rq), 4);
     assert!(run.root.join("var/lib/agent/agent").exists());
     let unit =
         std::fs::read_to_string(run.root.join("etc/systemd/system/agent-report.service")).unwrap();
@@ -442,7 +469,10 @@ fn reports_wait_in_the_queue_until_the_server_is_back() {
         String::from_utf8_lossy(&out.stderr)
     );
     let got = back.reports();
-    assert_eq!(stages(&got), ["fetch:ok", "disks:ok", "files:ok"]);
+    assert_eq!(
+        stages(&got),
+        ["fetch:started", "fetch:ok", "disks:ok", "files:ok"]
+    );
     assert!(got.iter().all(|(_, a)| a == &format!("Bearer {TOKEN}")));
     assert!(!rq.exists(), "the queue is removed once sent");
 }
@@ -537,11 +567,12 @@ fn secrets_never_reach_a_report() {
             assert!(!r.contains(s), "{s} in a report: {r}");
         }
     }
-    // The failure (useradd, whose command line the log shows with the hash) is in the
-    // report, redacted.
+    // The failure (useradd, whose command line the log shows) is in the report, the hash
+    // redacted, as on the console.
     assert!(
-        run.stderr().contains(secrets[2]),
-        "the test must put the hash in the log"
+        run.stderr().contains("--password <password hash>") && !run.stderr().contains(secrets[2]),
+        "{}",
+        run.stderr()
     );
     assert!(
         stored
@@ -617,4 +648,258 @@ fn the_disks_report_lists_partitions_and_filesystems() {
         "{c}"
     );
     assert_eq!(s.reports()[1].0["final"], true);
+}
+
+/// Every file under `dir`, recursively, with its bytes (as text, lossily).
+fn files_under(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd {
+        let p = e.unwrap().path();
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        if m.is_dir() {
+            out.extend(files_under(&p));
+        } else if m.is_file() {
+            let b = std::fs::read(&p).unwrap();
+            out.push((p, String::from_utf8_lossy(&b).into_owned()));
+        }
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn secrets_never_reach_the_console_the_logs_or_the_state() {
+    must_be_root();
+    const PW: &str = "s3cretpw";
+    const SIG: &str = "SECRETSIG";
+    // No crypt(3) prefix: only hiding useradd's --password argument keeps it out.
+    const HASH: &str = "xyHASHsecret77";
+    let served = json!({"ignition": {"version": "3.4.0"},
+        "passwd": {"users": [{"name": "core", "passwordHash": HASH}]}});
+    let s = Server::start(None, Some(&served), "/report");
+    // The merged config's URL carries a password and a signed query.
+    let merged = format!("http://agent:{PW}@127.0.0.1:{}/ignition?sig={SIG}", s.port);
+    // Once with the reports sent, once with them queued (the kernel's report URL is down).
+    let run = agent_run(&pointer(&merged), "quiet", &["-v"], None);
+    assert!(!run.out.status.success());
+    assert_eq!(
+        stages(&s.reports()),
+        ["fetch:ok", "disks:ok", "files:failed"],
+        "{}",
+        run.stderr()
+    );
+    let down = free_tcp_port();
+    let run2 = agent_run(
+        &pointer(&merged),
+        &format!("quiet agent.report.url=http://127.0.0.1:{down}/report"),
+        &["-v"],
+        None,
+    );
+    assert!(!run2.out.status.success());
+    // The test reaches what it greps for: the config was fetched, useradd failed on the
+    // hash's user, the reports were queued.
+    let err = run.stderr();
+    assert!(
+        err.contains("creating user core") && err.contains("--password"),
+        "{err}"
+    );
+    assert_eq!(
+        files_under(&run2.state.join("reports"))
+            .iter()
+            .filter(|(p, _)| p.extension().is_some_and(|x| x == "json"))
+            .count(),
+        4,
+        "{}",
+        run2.stderr()
+    );
+    let mut places: Vec<(String, String)> = Vec::new();
+    for (n, r) in [("run 1", &run), ("run 2", &run2)] {
+        places.push((format!("{n}: stderr"), r.stderr()));
+        places.push((
+            format!("{n}: stdout"),
+            String::from_utf8_lossy(&r.out.stdout).into_owned(),
+        ));
+        let log = r.root.join("var/log/agent/agent.log");
+        places.push((
+            log.display().to_string(),
+            std::fs::read_to_string(&log).unwrap(),
+        ));
+        for (p, text) in files_under(r.state.path()) {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            // The test's input and the rendered config are the config itself; the token's
+            // own files hold the token (never the secrets below).
+            if name != "user.ign" && name != "config.json" {
+                places.push((p.display().to_string(), text));
+            }
+        }
+    }
+    for raw in s.raw() {
+        places.push(("a report sent".into(), raw));
+    }
+    assert!(places.iter().any(|(p, _)| p.ends_with("fetch.json")));
+    assert!(places.iter().any(|(p, _)| p.ends_with("agent.log")));
+    for (place, text) in &places {
+        for secret in [PW, SIG, HASH] {
+            assert!(!text.contains(secret), "{secret} in {place}:\n{text}");
+        }
+        if !place.ends_with("report-auth") && !place.ends_with("/auth") {
+            assert!(!text.contains(TOKEN), "the token in {place}:\n{text}");
+        }
+    }
+    // What the redaction leaves says what was there.
+    assert!(err.contains("http://…@127.0.0.1"), "{err}");
+    assert!(err.contains("/ignition?…"), "{err}");
+}
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn the_token_never_follows_a_redirect_to_another_host() {
+    must_be_root();
+    let config = json!({"ignition": {"version": "3.4.0"}});
+    // B serves the config A redirects to. First B names a relative report URL (the origin
+    // first asked, A, takes the reports), then its own (it gets them, without the token).
+    let port_b = free_tcp_port();
+    let own = format!("http://127.0.0.1:{port_b}/report");
+    for b_says in ["/report", own.as_str()] {
+        let b = Server::start(Some(port_b), Some(&config), b_says);
+        let a = Server::redirecting(&b.url("/ignition"));
+        let run = agent_run(&pointer(&a.url("/ignition")), "quiet", &[], None);
+        assert!(run.out.status.success(), "{}", run.stderr());
+        assert!(
+            b.requests().iter().any(|l| l.starts_with("GET /ignition")),
+            "B served the config: {:?}",
+            b.requests()
+        );
+        for l in b.requests() {
+            assert!(!l.contains("Bearer"), "B got the token ({b_says}): {l}");
+        }
+        if b_says == "/report" {
+            let got = a.reports();
+            assert_eq!(stages(&got), ["fetch:ok", "disks:ok", "files:ok"]);
+            assert!(
+                got.iter()
+                    .all(|(_, auth)| auth == &format!("Bearer {TOKEN}"))
+            );
+            assert!(b.reports().is_empty());
+        } else {
+            let got = b.reports();
+            assert_eq!(stages(&got), ["fetch:ok", "disks:ok", "files:ok"]);
+            assert!(got.iter().all(|(_, auth)| auth.is_empty()));
+            let err = run.stderr();
+            assert!(
+                err.contains(&format!(
+                    "reports to {own} go without the token (another origin than http://127.0.0.1:{},",
+                    a.port
+                )),
+                "{err}"
+            );
+        }
+        assert!(
+            !std::fs::read_to_string(run.state.join("fetch.json"))
+                .unwrap()
+                .contains(TOKEN)
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn drain_sends_only_regular_files_within_bounds() {
+    must_be_root();
+    let s = Server::start(None, None, "");
+    let outside = TempDir::new("drain-outside");
+    let secret = outside.join("secret");
+    std::fs::write(&secret, "LINKEDSECRET").unwrap();
+    let q = TempDir::new("drain-queue");
+    std::fs::write(q.join("url"), s.url("/report")).unwrap();
+    std::fs::write(q.join("auth"), format!("Bearer {TOKEN}")).unwrap();
+    std::fs::write(q.join("0001-good.json"), r#"{"good": 1}"#).unwrap();
+    std::os::unix::fs::symlink(&secret, q.join("0002-link.json")).unwrap();
+    let st = Command::new("mkfifo")
+        .arg(q.join("0003-fifo.json"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // 3 GiB, sparse.
+    std::fs::File::create(q.join("0004-big.json"))
+        .unwrap()
+        .set_len(3 << 30)
+        .unwrap();
+    std::fs::write(q.join("0005-good.json"), r#"{"good": 2}"#).unwrap();
+    let drain = |dir: &Path| -> Output {
+        let mut child = Command::new(support::serve::AGENT)
+            .args(["report", "drain", "--dir"])
+            .arg(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > end {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "agent report drain still running after 60 s:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    };
+    let t0 = std::time::Instant::now();
+    let out = drain(q.path());
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    let got = s.reports();
+    assert_eq!(
+        got.iter()
+            .map(|(r, _)| r["good"].clone())
+            .collect::<Vec<_>>(),
+        [json!(1), json!(2)],
+        "{err}"
+    );
+    assert!(got.iter().all(|(_, a)| a == &format!("Bearer {TOKEN}")));
+    for raw in s.raw() {
+        assert!(!raw.contains("LINKEDSECRET"), "{raw}");
+    }
+    for (name, why) in [
+        ("0002-link.json", "not a regular file"),
+        ("0003-fifo.json", "not a regular file"),
+        ("0004-big.json", "larger than the 256 KiB limit"),
+    ] {
+        assert!(
+            err.lines().any(|l| l.contains(name) && l.contains(why)),
+            "{name}: {why}:\n{err}"
+        );
+    }
+    // The queue is gone (the bad entries with it); what the link pointed to is not.
+    assert!(!q.path().exists(), "{err}");
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "LINKEDSECRET");
+
+    // An auth file that is a link: nothing is sent, the error names the file.
+    let q2 = TempDir::new("drain-queue-auth");
+    std::fs::write(q2.join("url"), s.url("/report")).unwrap();
+    std::os::unix::fs::symlink(&secret, q2.join("auth")).unwrap();
+    std::fs::write(q2.join("0001-good.json"), r#"{"good": 3}"#).unwrap();
+    let out = drain(q2.path());
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: not a regular file",
+            q2.join("auth").display()
+        )),
+        "{err}"
+    );
+    assert_eq!(s.reports().len(), 2, "{err}");
+    for l in s.requests() {
+        assert!(!l.contains("LINKEDSECRET"), "{l}");
+    }
+    assert!(q2.join("0001-good.json").exists());
 }

@@ -100,6 +100,15 @@ pub fn dispatch(cli: Cli) -> i32 {
         cli.verbose.min(3) as i8
     };
     crate::logging::init(verbosity, cli.log_kmsg);
+    // The agent's log lines never carry a secret (URL userinfo and queries, password hashes,
+    // credentials: `report::redact`), whoever logs them. The config server keeps its own.
+    #[cfg(feature = "serve")]
+    let serving = matches!(cli.command, Command::Serve(_));
+    #[cfg(not(feature = "serve"))]
+    let serving = false;
+    if !serving {
+        crate::logging::set_redactor(crate::report::redact::text);
+    }
     let result = match cli.command {
         Command::Validate(a) => return validate::validate(a),
         Command::Butane(a) => return butane::butane(a),

@@ -50,7 +50,8 @@ pub struct Fetcher {
 
 /// The `X-Agent-*` response headers of a config fetch (`agent serve` says which config it
 /// served and where reports go, docs/reports.md), with the URL that answered (after
-/// redirects), against which a relative `X-Agent-Report-URL` is resolved.
+/// redirects). A relative `X-Agent-Report-URL` is resolved against the URL first asked, not
+/// this one (the fetch stage's `note_served`): the token went there only.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentHeaders {
     pub url: String,

@@ -267,9 +267,72 @@ pub fn resolve(base: &str, loc: &str) -> String {
     format!("{scheme}://{authority}{dir}/{loc}")
 }
 
+/// `url` without its userinfo (`scheme://user:password@host` → `scheme://host`).
+pub fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..auth_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// The origin of a URL, as a bearer token is scoped to it: `scheme://host[:port]`, scheme
+/// and host in lower case, the userinfo left out, the default port (http 80, https 443)
+/// not written. None for a URL without `://` or without a host.
+pub fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    // `[v6]:port`, `host:port`, or either without the port.
+    let (host, port) = match hostport.rfind(':') {
+        Some(c) if !hostport[c..].contains(']') => (&hostport[..c], Some(&hostport[c + 1..])),
+        _ => (hostport, None),
+    };
+    if host.is_empty() {
+        return None;
+    }
+    let default = match scheme.as_str() {
+        "http" => Some("80"),
+        "https" => Some("443"),
+        _ => None,
+    };
+    let host = host.to_ascii_lowercase();
+    Some(
+        match port.filter(|p| !p.is_empty() && Some(*p) != default) {
+            Some(p) => format!("{scheme}://{host}:{p}"),
+            None => format!("{scheme}://{host}"),
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::resolve;
+    use super::{origin, resolve, without_userinfo};
+
+    #[test]
+    fn origins() {
+        let o = |u: &str| origin(u);
+        assert_eq!(o("http://H:80/a").as_deref(), Some("http://h"));
+        assert_eq!(o("http://h/a").as_deref(), Some("http://h"));
+        assert_eq!(o("HTTPS://h:443").as_deref(), Some("https://h"));
+        assert_eq!(o("https://h:8443/x?y").as_deref(), Some("https://h:8443"));
+        assert_eq!(o("http://u:p@h:1/x").as_deref(), Some("http://h:1"));
+        assert_eq!(
+            o("http://[::1]:8080/x").as_deref(),
+            Some("http://[::1]:8080")
+        );
+        assert_eq!(o("http://[::1]/x").as_deref(), Some("http://[::1]"));
+        assert_ne!(o("http://h:1/"), o("http://h:2/"));
+        assert_ne!(o("http://h/"), o("https://h/"));
+        assert_eq!(o("/report"), None);
+        assert_eq!(o("http:///x"), None);
+        assert_eq!(without_userinfo("http://u:p@h:1/x?a@b"), "http://h:1/x?a@b");
+        assert_eq!(without_userinfo("http://h/x@y"), "http://h/x@y");
+    }
 
     #[test]
     fn redirect_targets() {

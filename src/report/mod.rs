@@ -35,6 +35,11 @@ pub const FORMAT: u32 = 1;
 
 /// The report target of this boot: `agent.report.url=` on `cmdline` wins over the URL the
 /// config server named (kept by the fetch stage in the state directory); None: no reports.
+///
+/// The token (the `Authorization` header the config was fetched with) goes with the
+/// reports to `agent.report.url=` (the operator named it) or to a report URL on the origin
+/// the header was sent to (the config URL first asked); to any other origin the reports go
+/// without it.
 pub fn target(
     state: &StateDir,
     cmdline: &str,
@@ -43,13 +48,24 @@ pub fn target(
 ) -> Option<Target> {
     let served = state.read_fetch_record().ok().and_then(|r| r.served);
     let karg = runtime::cmdline::value(cmdline, KARG_REPORT_URL).filter(|u| !u.is_empty());
-    let url = karg
-        .map(str::to_string)
-        .or_else(|| served.as_ref().and_then(|s| s.report_url.clone()))?;
+    let url = match karg {
+        Some(u) => u.to_string(),
+        None => {
+            served.as_ref()?.report_url.as_ref()?;
+            state.report_url()?
+        }
+    };
     let served = served.unwrap_or_default();
+    let auth = state.report_auth().filter(|_| {
+        karg.is_some()
+            || served
+                .auth_origin
+                .as_ref()
+                .is_some_and(|o| crate::fetch::http::origin(&url).as_ref() == Some(o))
+    });
     Some(Target {
         url,
-        auth: state.report_auth(),
+        auth,
         cas: served.cas.iter().map(|c| c.clone().into_bytes()).collect(),
         config: AppliedConfig {
             pool: served.pool,
@@ -257,6 +273,43 @@ mod tests {
         assert_eq!(config_hostname(&cfg(&file("data:,bad%20name"))), None);
         assert_eq!(config_hostname(&cfg(&file("https://h/hostname"))), None);
         assert_eq!(config_hostname(&cfg("")), None);
+    }
+
+    #[test]
+    fn the_token_goes_only_to_its_origin_or_the_kernels_url() {
+        let d =
+            std::env::temp_dir().join(format!("agent-target-{}", uuid::Uuid::new_v4().simple()));
+        let state = StateDir::new(&d);
+        state.create().unwrap();
+        state.write_report_auth(Some("Bearer tok_t")).unwrap();
+        let target = |report_url: &str, cmdline: &str| {
+            let rec = crate::state::FetchRecord {
+                served: Some(crate::state::Served {
+                    report_url: Some(report_url.into()),
+                    auth_origin: Some("http://a:8080".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            state.write_fetch_record(&rec).unwrap();
+            let t =
+                super::target(&state, cmdline, &Endpoints::builtin(), Limits::default()).unwrap();
+            (t.url, t.auth)
+        };
+        let tok = Some("Bearer tok_t".to_string());
+        assert_eq!(
+            target("http://A:8080/report?token=x", ""),
+            ("http://A:8080/report?token=x".into(), tok.clone())
+        );
+        assert_eq!(target("http://b:8080/report", "").1, None);
+        assert_eq!(target("https://a:8080/report", "").1, None);
+        assert_eq!(target("http://a/report", "").1, None);
+        // The operator's URL gets it, whatever its origin.
+        assert_eq!(
+            target("http://b/report", "agent.report.url=http://c/r"),
+            ("http://c/r".into(), tok)
+        );
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

@@ -1,8 +1,12 @@
-//! Secrets out of what a report carries (docs/reports.md, "Never in a report"): data URLs
-//! (`data:…`), URL query strings (`?…`), password hashes, bearer tokens and `token=` values,
-//! header values of credentials, and the exact secrets the caller knows (the fetch token).
-//! A report holds no file contents by construction (paths only); the error and log lines
-//! pass through [`text`] before they are sent or queued.
+//! Secrets out of what the agent prints and keeps (docs/reports.md, "Never in a report"):
+//! data URLs (`data:…`), URL query strings (`?…`), URL userinfo (`https://…@host/`),
+//! password hashes, bearer tokens and `token=` values, header values of credentials, and the
+//! exact secrets the caller knows (the fetch token). A report holds no file contents by
+//! construction (paths only); the error and log lines pass through [`text`] before they are
+//! sent or queued. The logger passes every line through [`text`] too
+//! (`runtime::logging::set_redactor`, installed by the CLI), so the console, `agent.log`
+//! and its copy in the new root get the same treatment; the places that store URLs
+//! (`fetch.json`) keep them as [`url`] shows them.
 //!
 //! Hand-written word scanning rather than the `regex` crate: the rules are per word (a URL, a
 //! `key=value`, a hash prefix, the word after `Bearer`), which a scan says plainly, and the
@@ -104,6 +108,13 @@ fn keep_quotes(word: &str, with: &str) -> String {
 
 /// One word, redacted; and how many following words are secrets.
 fn word_redacted(word: &str) -> (String, u8) {
+    // Every rule below needs one of these characters but `Bearer x`/`Basic x`: most words
+    // of a log line are left as they are without further work.
+    if !word.contains([':', '=', '$', '?', '@']) {
+        let bare = word.trim_matches(|c: char| "\"'([{<>}]),;".contains(c));
+        let hide = bare.eq_ignore_ascii_case("bearer") || bare.eq_ignore_ascii_case("basic");
+        return (word.to_string(), hide as u8);
+    }
     let lower = word.to_ascii_lowercase();
     let bare = lower.trim_matches(|c: char| "\"'([{<>}]),;".contains(c));
     // `Bearer x`, `Basic x`.
@@ -112,21 +123,26 @@ fn word_redacted(word: &str) -> (String, u8) {
     }
     // `Authorization:`, `token:`, `"password":`.
     if let Some(k) = bare.strip_suffix(':').map(|k| k.trim_matches('"'))
-        && SECRET_KEYS
-            .iter()
-            .any(|s| k == *s || k.ends_with(&format!("-{s}")) || k.ends_with(&format!("_{s}")))
+        && SECRET_KEYS.iter().any(|s| {
+            k.strip_suffix(s)
+                .is_some_and(|head| head.is_empty() || head.ends_with(['-', '_']))
+        })
     {
         return (word.to_string(), 1);
     }
     let mut w = word.to_string();
-    // data URLs: everything after `data:` in the word.
-    if let Some(i) = lower.find("data:") {
+    // data URLs: everything after `data:` in the word, where a data URL starts (the word's
+    // start, after a quote, a bracket or `=`) and has its `,` (`user-data:` and a `data:`
+    // label are not data URLs).
+    if let Some(i) = data_url_at(&lower) {
         let end = word[i..]
             .find(|c: char| "\"'<>)]}".contains(c))
             .map_or(word.len(), |e| i + e);
         w = format!("{}data:…{}", &word[..i], &word[end..]);
         return (w, 0);
     }
+    // URL userinfo (`user:password@`).
+    w = hide_userinfo(&w);
     // URL query strings.
     if lower.contains("://")
         && let Some(q) = w.find('?')
@@ -142,7 +158,7 @@ fn word_redacted(word: &str) -> (String, u8) {
     }
     // key=value secrets (also inside a longer word: `x?token=…` was removed above).
     let lw = w.to_ascii_lowercase();
-    for k in SECRET_KEYS {
+    for k in SECRET_KEYS.iter().filter(|_| lw.contains('=')) {
         let pat = format!("{k}=");
         if let Some(i) = lw.find(&pat) {
             let start = i + pat.len();
@@ -156,7 +172,7 @@ fn word_redacted(word: &str) -> (String, u8) {
         }
     }
     // Password hashes: from the prefix to the end of the word.
-    for p in HASH_PREFIXES {
+    for p in HASH_PREFIXES.iter().filter(|_| w.contains('$')) {
         if let Some(i) = w.find(p) {
             let end = w[i..]
                 .find(|c: char| "\"',;)]}>".contains(c))
@@ -168,14 +184,53 @@ fn word_redacted(word: &str) -> (String, u8) {
     (w, 0)
 }
 
-/// A URL as reports and logs may show it: its query (`?…`) removed, a data URL as `data:…`.
+/// Where a data URL starts in `lower` (a lower-case word), if one does.
+fn data_url_at(lower: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(j) = lower[from..].find("data:") {
+        let i = from + j;
+        let starts = lower[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| "\"'([{<=,;".contains(c));
+        let rest = &lower[i..];
+        let end = rest
+            .find(|c: char| "\"'<>)]}".contains(c))
+            .unwrap_or(rest.len());
+        if starts && rest[..end].contains(',') {
+            return Some(i);
+        }
+        from = i + "data:".len();
+    }
+    None
+}
+
+/// `w` with the userinfo of the URL in it (`scheme://user:password@host`) written `…`:
+/// `scheme://…@host`.
+fn hide_userinfo(w: &str) -> String {
+    let Some(i) = w.find("://") else {
+        return w.to_string();
+    };
+    let start = i + 3;
+    let end = w[start..]
+        .find(|c: char| "/?#\"'<>".contains(c) || c.is_whitespace())
+        .map_or(w.len(), |e| start + e);
+    match w[start..end].rfind('@') {
+        Some(at) => format!("{}…{}", &w[..start], &w[start + at..]),
+        None => w.to_string(),
+    }
+}
+
+/// A URL as reports and logs may show it: its userinfo (`…@`) and query (`?…`) removed, a
+/// data URL as `data:…`.
 pub fn url(u: &str) -> String {
     if u.starts_with("data:") {
         return "data:…".into();
     }
+    let u = hide_userinfo(u);
     match u.find('?') {
         Some(q) => format!("{}?…", &u[..q]),
-        None => u.to_string(),
+        None => u,
     }
 }
 
@@ -224,7 +279,25 @@ mod tests {
                 "Authorization: Basic …",
             ),
             ("X-Auth-Token: abcd1234", "X-Auth-Token: …"),
+            (
+                "fetching http://core:s3cretpw@h:8080/c.ign failed",
+                "fetching http://…@h:8080/c.ign failed",
+            ),
+            (
+                "GET \"https://u:p@[::1]:443/x?sig=1\": 403",
+                "GET \"https://…@[::1]:443/x?…\": 403",
+            ),
+            (
+                "mail root@example.com at http://h/a@b",
+                "mail root@example.com at http://h/a@b",
+            ),
             ("plain line /dev/vda4 (xfs)", "plain line /dev/vda4 (xfs)"),
+            (
+                "GET http://169.254.169.254/v1/user-data: HTTP 503",
+                "GET http://169.254.169.254/v1/user-data: HTTP 503",
+            ),
+            ("user data: http://h/m", "user data: http://h/m"),
+            ("contents=data:;base64,AAAA ok", "contents=data:… ok"),
         ];
         for (i, o) in cases {
             assert_eq!(text(i), o, "{i}");
@@ -240,5 +313,6 @@ mod tests {
         assert_eq!(url("https://h/r?token=1"), "https://h/r?…");
         assert_eq!(url("data:,x"), "data:…");
         assert_eq!(url("http://h/r"), "http://h/r");
+        assert_eq!(url("https://a:b@h/r?x=1"), "https://…@h/r?…");
     }
 }

@@ -155,8 +155,18 @@ pub fn later_stages_need_network(c: &Config) -> Option<String> {
 fn fetched(kind: &str, source: &str, bytes: &[u8]) -> Fetched {
     Fetched {
         kind: kind.into(),
-        source: short(source),
+        source: shown(source),
         sha512: fetch::sha512_hex(bytes),
+    }
+}
+
+/// A config's source as `fetch.json` keeps it: a URL without its userinfo and query
+/// (`report::redact::url`), shortened ([`short`]; a data URL without its payload).
+fn shown(source: &str) -> String {
+    if source.contains("://") && !source.starts_with("data:") {
+        short(&crate::report::redact::url(source))
+    } else {
+        short(source)
     }
 }
 
@@ -204,7 +214,7 @@ fn acquire(
         }
         Some((bytes, source)) => {
             rec.user_config_provided = true;
-            rec.source = short(&source);
+            rec.source = shown(&source);
             rec.configs.push(fetched("user", &source, &bytes));
             Ok((parse_logged(&bytes, &short(&source))?, source))
         }
@@ -288,24 +298,41 @@ fn fetch_url(url: &str, opts: &fetch::Options, rec: &mut Record) -> Result<Vec<u
 /// Keeps what `agent serve` said of a config it served (its `X-Agent-*` headers) and the
 /// `Authorization` header the config was fetched with, for the reports (docs/reports.md).
 /// The last config fetched with such headers wins (a pointer config's merged `/ignition`).
+///
+/// The header went to the URL first asked only (redirects do not carry it), so that is
+/// where reports go: a relative report URL is resolved against it (without its userinfo),
+/// not against the URL that answered after a redirect, and a report URL on another origin
+/// gets no token (`report::target`).
 fn note_served(f: &Fetcher, r: &config::types::Resource, rec: &mut Record) {
     let Some(h) = f.take_agent_headers() else {
         return;
     };
+    let asked = r.source.as_deref().unwrap_or(&h.url);
+    let auth = r
+        .http_headers
+        .iter()
+        .find(|x| x.name.eq_ignore_ascii_case("authorization"))
+        .and_then(|x| x.value.clone());
     let served = crate::state::Served {
         pool: h.get("x-agent-pool").map(str::to_string),
         config: h.get("x-agent-config").map(str::to_string),
         hash: h.get("x-agent-config-hash").map(str::to_string),
         report_url: h
             .get("x-agent-report-url")
-            .map(|u| fetch::http::resolve(&h.url, u)),
+            .map(|u| fetch::http::resolve(&fetch::http::without_userinfo(asked), u)),
         cas: Vec::new(),
-        auth: r
-            .http_headers
-            .iter()
-            .find(|x| x.name.eq_ignore_ascii_case("authorization"))
-            .and_then(|x| x.value.clone()),
+        auth_origin: auth.as_ref().and_then(|_| fetch::http::origin(asked)),
+        auth,
     };
+    if let (Some(_), Some(u)) = (&served.auth, &served.report_url)
+        && fetch::http::origin(u) != served.auth_origin
+    {
+        warn!(
+            "reports to {} go without the token (another origin than {}, where the config's Authorization header was sent)",
+            crate::report::redact::url(u),
+            served.auth_origin.as_deref().unwrap_or("the config URL's")
+        );
+    }
     info!(
         "the config server served pool {}, config {}{}",
         served.pool.as_deref().unwrap_or("-"),

@@ -3,11 +3,13 @@
 of reports is tested against this, the server side has its own tests).
 
   report_server.py PORT OUT_DIR [CONFIG_FILE REPORT_URL]
+  report_server.py PORT OUT_DIR redirect:URL
 
-GET /ignition answers CONFIG_FILE with the X-Agent-* headers of docs/reports.md
-(X-Agent-Report-URL: REPORT_URL); GET of anything else is 404. POST /report stores the body
-as OUT_DIR/<n>.json and its Authorization header as OUT_DIR/<n>.auth, then answers 204.
-Prints "ready" once listening.
+GET /ignition (any query) answers CONFIG_FILE with the X-Agent-* headers of docs/reports.md
+(X-Agent-Report-URL: REPORT_URL), or with `redirect:URL` a 302 to URL; GET /hello answers
+"hi"; GET of anything else is 404. POST /report stores the body as OUT_DIR/<n>.json and its
+Authorization header as OUT_DIR/<n>.auth, then answers 204. Every request is logged to
+OUT_DIR/requests.log as "METHOD PATH AUTHORIZATION". Prints "ready" once listening.
 """
 import hashlib
 import http.server
@@ -15,7 +17,12 @@ import os
 import sys
 
 port, out = int(sys.argv[1]), sys.argv[2]
-config = open(sys.argv[3], "rb").read() if len(sys.argv) > 3 else None
+redirect = None
+config = None
+if len(sys.argv) > 3 and sys.argv[3].startswith("redirect:"):
+    redirect = sys.argv[3][len("redirect:"):]
+elif len(sys.argv) > 3:
+    config = open(sys.argv[3], "rb").read()
 report_url = sys.argv[4] if len(sys.argv) > 4 else "/report"
 count = [0]
 
@@ -26,8 +33,24 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def note(self):
+        with open(os.path.join(out, "requests.log"), "a") as f:
+            f.write("%s %s %s\n" % (self.command, self.path, self.headers.get("Authorization", "")))
+
     def do_GET(self):
-        if self.path == "/ignition" and config is not None:
+        self.note()
+        path = self.path.split("?")[0]
+        if path == "/ignition" and redirect is not None:
+            self.send_response(302)
+            self.send_header("Location", redirect)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif path == "/hello":
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"hi")
+        elif path == "/ignition" and config is not None:
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(config)))
@@ -43,6 +66,7 @@ class H(http.server.BaseHTTPRequestHandler):
             self.end_headers()
 
     def do_POST(self):
+        self.note()
         n = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(n)
         if self.path.split("?")[0] != "/report":

@@ -6,12 +6,16 @@
 //! them. They only shape log lines, never what the program does. So are the two other places
 //! the logger writes to: a bounded ring of the last [`RING_LINES`] lines ([`recent`], the log
 //! tail of a failure report) and an optional log file ([`tee_to`], `<state-dir>/agent.log`).
+//!
+//! A redactor ([`set_redactor`]) rewrites every message before it goes anywhere (stderr,
+//! the ring, the log file, /dev/kmsg): the agent installs one that removes secrets
+//! (URL userinfo and queries, password hashes, credentials), so no caller has to remember.
 
 use std::collections::VecDeque;
 use std::io::Write;
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
@@ -21,6 +25,8 @@ static KMSG: AtomicBool = AtomicBool::new(false);
 static RING: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
 /// The file every line is also appended to ([`tee_to`]).
 static TEE: Mutex<Option<std::fs::File>> = Mutex::new(None);
+/// Rewrites every message before it is written ([`set_redactor`]).
+static REDACTOR: OnceLock<fn(&str) -> String> = OnceLock::new();
 
 /// Lines kept by the ring ([`recent`]).
 pub const RING_LINES: usize = 50;
@@ -105,6 +111,13 @@ pub fn tee_to(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Passes every following message through `f` before it is written anywhere (stderr, the
+/// ring, the log file, /dev/kmsg). The first call wins: a redactor is never replaced or
+/// removed.
+pub fn set_redactor(f: fn(&str) -> String) {
+    let _ = REDACTOR.set(f);
+}
+
 /// Installs the logger. `verbosity`: -1 quiet (errors only), 0 info, 1 debug, 2+ trace.
 pub fn init(verbosity: i8, kmsg: bool) {
     KMSG.store(kmsg, Ordering::Relaxed);
@@ -135,7 +148,12 @@ impl Log for Logger {
             Level::Debug => "debug",
             Level::Trace => "trace",
         };
-        let line = format!("agent[{}] {level}: {}\n", stage(), r.args());
+        let msg = r.args().to_string();
+        let msg = match REDACTOR.get() {
+            Some(f) => f(&msg),
+            None => msg,
+        };
+        let line = format!("agent[{}] {level}: {msg}\n", stage());
         let _ = std::io::stderr().write_all(line.as_bytes());
         if let Ok(mut r) = RING.lock() {
             if r.len() == RING_LINES {
@@ -182,6 +200,27 @@ mod tests {
             format!("agent[agent] info: ring line {}", super::RING_LINES + 6)
         );
         assert!(!r.iter().any(|l| l.ends_with("ring line 6")), "{r:?}");
+    }
+}
+
+#[cfg(test)]
+mod redactor_tests {
+    #[test]
+    fn every_line_passes_the_redactor_first() {
+        super::init(0, false);
+        super::set_redactor(|s| s.replace("sekrit-word", "…"));
+        let p = std::env::temp_dir().join(format!("agent-logredact-{}", std::process::id()));
+        super::tee_to(&p).unwrap();
+        log::info!("password sekrit-word here");
+        let r = super::recent();
+        assert!(r.iter().any(|l| l.ends_with("password … here")), "{r:?}");
+        assert!(!r.iter().any(|l| l.contains("sekrit-word")), "{r:?}");
+        let file = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            file.contains("password … here") && !file.contains("sekrit-word"),
+            "{file}"
+        );
+        std::fs::remove_file(&p).unwrap();
     }
 }
 

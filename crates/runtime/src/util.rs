@@ -65,8 +65,49 @@ pub fn retry_while_errno<T>(
     }
 }
 
+/// The tools whose `--password` (`-p`) value is a password hash (shadow-utils).
+const PASSWORD_TOOLS: &[&str] = &["useradd", "usermod", "groupadd", "groupmod"];
+/// What [`shown_argv`] writes for a password hash.
+pub const HIDDEN_HASH: &str = "<password hash>";
+
+/// `argv` as it is logged and quoted in errors: the value of a shadow-utils tool's
+/// `--password` (`-p`, `--password=`) written [`HIDDEN_HASH`], also when the tool is run as
+/// `chroot ROOT TOOL …`.
+pub fn shown_argv(argv: &[String]) -> String {
+    let base = |a: &String| {
+        Path::new(a)
+            .file_name()
+            .and_then(OsStr::to_str)
+            .map(str::to_owned)
+    };
+    let password_tool = argv
+        .iter()
+        .take(3)
+        .any(|a| base(a).is_some_and(|b| PASSWORD_TOOLS.contains(&b.as_str())));
+    if !password_tool {
+        return argv.join(" ");
+    }
+    let mut out: Vec<String> = Vec::with_capacity(argv.len());
+    let mut hide = false;
+    for a in argv {
+        if hide {
+            out.push(HIDDEN_HASH.into());
+            hide = false;
+            continue;
+        }
+        hide = a == "--password" || a == "-p";
+        if a.starts_with("--password=") {
+            out.push(format!("--password={HIDDEN_HASH}"));
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out.join(" ")
+}
+
 /// Runs an external tool: logs the argv, null stdin, captured output; a failure names the
-/// command and the tail of its stderr.
+/// command and the tail of its stderr. A password hash on the command line is never shown
+/// ([`shown_argv`]).
 pub fn run<S: AsRef<OsStr>>(program: &str, args: &[S]) -> Result<Output> {
     run_with_stdin(program, args, None)
 }
@@ -83,7 +124,7 @@ pub fn run_with_stdin<S: AsRef<OsStr>>(
                 .map(|a| a.as_ref().to_string_lossy().into_owned()),
         )
         .collect();
-    log::debug!("running {}", argv.join(" "));
+    log::debug!("running {}", shown_argv(&argv));
     let mut cmd = Command::new(program);
     cmd.args(args)
         .stdin(if stdin.is_some() {
@@ -119,7 +160,7 @@ fn finish(argv: &[String], out: std::process::Output) -> Result<Output> {
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         bail!(
             "{} failed ({}): {}",
-            argv.join(" "),
+            shown_argv(argv),
             out.status,
             tail.join(" | ")
         );
@@ -226,6 +267,65 @@ impl Drop for TestDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn password_hashes_are_not_shown() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            shown_argv(&v(&[
+                "/usr/sbin/useradd",
+                "--root",
+                "/r",
+                "--password",
+                "xyHASH",
+                "core"
+            ])),
+            "/usr/sbin/useradd --root /r --password <password hash> core"
+        );
+        assert_eq!(
+            shown_argv(&v(&[
+                "chroot",
+                "/r",
+                "/usr/sbin/usermod",
+                "-p",
+                "$6$x$y",
+                "core"
+            ])),
+            "chroot /r /usr/sbin/usermod -p <password hash> core"
+        );
+        assert_eq!(
+            shown_argv(&v(&["groupadd", "--password=abc", "g"])),
+            "groupadd --password=<password hash> g"
+        );
+        // Other tools' -p means something else.
+        assert_eq!(shown_argv(&v(&["mkdir", "-p", "/a/b"])), "mkdir -p /a/b");
+    }
+
+    #[test]
+    fn a_failed_commands_error_hides_its_password_hash() {
+        let d = std::env::temp_dir().join(format!("runtime-useradd-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let tool = d.join("useradd");
+        std::fs::write(
+            &tool,
+            "#!/bin/sh\necho \"useradd: cannot lock /etc/passwd\" >&2\nexit 3\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = run(
+            &tool.to_string_lossy(),
+            &["--password", "xyHASHsecret", "core"],
+        )
+        .err()
+        .unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+        let e = format!("{e:#}");
+        assert!(e.contains("cannot lock"), "{e}");
+        assert!(
+            !e.contains("xyHASHsecret") && e.contains("<password hash>"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn utc_fields() {

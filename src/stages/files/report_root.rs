@@ -56,14 +56,16 @@ fn root_only(mode: u32) -> Attrs {
     }
 }
 
-/// Copies `<state-dir>/agent.log` to [`ROOT_LOG`] (0600), with the stage's `error` last.
+/// Copies `<state-dir>/agent.log` to [`ROOT_LOG`] (0600), with the stage's `error` last
+/// (secrets removed, as the logger removes them from every line).
 pub fn keep_log(w: &Writer, ctx: &Context, error: Option<&anyhow::Error>) -> Result<()> {
     let src = ctx.state().log_path();
     let Ok(mut bytes) = std::fs::read(&src) else {
         return Ok(());
     };
     if let Some(e) = error {
-        bytes.extend_from_slice(format!("agent[files] error: {e:#}\n").as_bytes());
+        let line = report::redact::text(&format!("agent[files] error: {e:#}\n"));
+        bytes.extend_from_slice(line.as_bytes());
     }
     w.put_dir("/var/log/agent", root_only(0o700), false)
         .and_then(|()| w.put_file(ROOT_LOG, Contents::Bytes(&bytes), root_only(0o600), true))
@@ -107,7 +109,20 @@ fn install(w: &Writer, dir: &std::path::Path) -> Result<()> {
         let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
-        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        use report::queue::{self, MAX_CA_BYTES, MAX_REPORT_BYTES, MAX_SMALL_BYTES};
+        let limit = match name {
+            n if n.ends_with(".json") => MAX_REPORT_BYTES,
+            "ca.pem" => MAX_CA_BYTES,
+            _ => MAX_SMALL_BYTES,
+        };
+        // As `agent report drain` reads it: regular files within bounds only.
+        let bytes = match queue::read_entry(&p, limit, "queue file") {
+            Ok(b) => b,
+            Err(e) => {
+                log::warn!("not copying a queue file into the root: {e:#}");
+                continue;
+            }
+        };
         w.put_file(
             &format!("{ROOT_QUEUE}/{name}"),
             Contents::Bytes(&bytes),
