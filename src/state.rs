@@ -262,7 +262,7 @@ impl<'a> StateDir<'a> {
         self.write_private(REPORT_URL, served.and_then(|s| s.report_url.as_deref()))?;
         let mut r = r.clone();
         if let Some(s) = &mut r.served {
-            s.report_url = s.report_url.as_deref().map(crate::report::redact::url);
+            s.report_url = s.report_url.as_deref().map(shown_url);
         }
         let rec = serde_json::to_vec_pretty(&r).context("serializing fetch record")?;
         crate::util::write_atomic(&self.dir.join(RECORD_FILE), &rec, 0o644)
@@ -725,5 +725,38 @@ mod tests {
         )
         .unwrap();
         assert!(s.luks_volumes().is_err());
+    }
+}
+
+/// A URL as the fetch record shows it: no userinfo, no query (`?…`), a data URL as `data:…`
+/// (as `report::redact::url`, which sits a layer above this one).
+fn shown_url(u: &str) -> String {
+    if u.starts_with("data:") {
+        return "data:…".into();
+    }
+    let mut u = u.to_string();
+    if let Some(s) = u.find("://") {
+        let rest = &u[s + 3..];
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        if let Some(at) = rest[..end].rfind('@') {
+            u = format!("{}{}", &u[..s + 3], &rest[at + 1..]);
+        }
+    }
+    match u.find('?') {
+        Some(q) => format!("{}?…", &u[..q]),
+        None => u,
+    }
+}
+
+#[cfg(test)]
+mod shown_url_tests {
+    #[test]
+    fn no_userinfo_no_query() {
+        assert_eq!(
+            super::shown_url("http://u:p@h:1/report?token=x"),
+            "http://h:1/report?…"
+        );
+        assert_eq!(super::shown_url("/report?token=x"), "/report?…");
+        assert_eq!(super::shown_url("data:,x"), "data:…");
     }
 }

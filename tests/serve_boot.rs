@@ -1385,7 +1385,7 @@ fn a_client_looping_on_ipxe_does_not_starve_a_machine() {
         let sock = socket2_connect("127.0.0.2", http);
         request_on(
             sock,
-            &format!("GET {path} HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n"),
+            format!("GET {path} HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n"),
         )
     };
     let mut done = 0;
