@@ -493,6 +493,24 @@ fn admin_metric(admin: std::net::SocketAddr, name: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// `agent serve` on `src` with the inventory on `cluster` (and `extra` flags).
+fn start_on_etcd(src: &std::path::Path, cluster: &etcd_cluster::Cluster, extra: &[&str]) -> Server {
+    let endpoints = cluster.clients.join(",");
+    let mut args = vec![
+        "--source",
+        src.to_str().unwrap(),
+        "--listen-http",
+        "127.0.0.1:0",
+        "--no-access-log",
+        "--inventory-store",
+        "etcd",
+        "--etcd-endpoints",
+        &endpoints,
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&args, &[])
+}
+
 /// The store is called off the event loop (docs/reports.md, "The report queue"): with every
 /// member of the etcd cluster stopped (SIGSTOP) a report waits for the store, unanswered,
 /// while a config fetch on the same (and only) event loop is answered; once the members go
@@ -506,23 +524,7 @@ fn a_stalled_store_holds_the_report_not_the_event_loop() {
     let cluster = etcd_cluster::Cluster::start(&etcd);
     let t = TempDir::new("fleet-stalled");
     let src = source(&t);
-    let endpoints = cluster.clients.join(",");
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-            "--threads",
-            "1",
-            "--inventory-store",
-            "etcd",
-            "--etcd-endpoints",
-            &endpoints,
-        ],
-        &[],
-    );
+    let s = start_on_etcd(&src, &cluster, &["--threads", "1"]);
     let http = s.addr_of("http");
     let admin = s.addr_of("admin");
     let m = "4c4c4544-0000-0000-0000-0000000000c1";
@@ -1246,23 +1248,7 @@ fn parked_reports_stay_within_their_memory_bound() {
     let cluster = etcd_cluster::Cluster::start(&etcd);
     let t = TempDir::new("fleet-parked");
     let src = source(&t);
-    let endpoints = cluster.clients.join(",");
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-            "--defer-accept",
-            "0",
-            "--inventory-store",
-            "etcd",
-            "--etcd-endpoints",
-            &endpoints,
-        ],
-        &[],
-    );
+    let s = start_on_etcd(&src, &cluster, &["--defer-accept", "0"]);
     let http = s.addr_of("http");
     let pid = s.child.id();
     let r = post(
@@ -1545,21 +1531,7 @@ fn a_stopped_etcd_shows_on_status_and_so_does_its_recovery() {
     let cluster = etcd_cluster::Cluster::start(&etcd);
     let t = TempDir::new("fleet-etcd-health");
     let src = source(&t);
-    let endpoints = cluster.clients.join(",");
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-            "--inventory-store",
-            "etcd",
-            "--etcd-endpoints",
-            &endpoints,
-        ],
-        &[],
-    );
+    let s = start_on_etcd(&src, &cluster, &[]);
     let http = s.addr_of("http");
     let admin = s.addr_of("admin");
     let m = "4c4c4544-0000-0000-0000-0000000000d1";

@@ -101,6 +101,15 @@ struct Queue {
     bytes: usize,
 }
 
+impl Queue {
+    /// Whether a report of `bytes` finds room ([`REPORT_QUEUE`], [`REPORT_QUEUE_BYTES`]; one
+    /// report always does when none waits).
+    fn takes(&self, bytes: usize) -> bool {
+        self.jobs.len() < REPORT_QUEUE
+            && (self.bytes + bytes <= REPORT_QUEUE_BYTES || self.jobs.is_empty())
+    }
+}
+
 struct Job {
     report: Report,
     origin: Origin,
@@ -143,16 +152,13 @@ impl Writers {
 
     /// Whether a report of `bytes` would find the queue full.
     fn full(&self, bytes: usize) -> bool {
-        let q = self.lock();
-        q.jobs.len() >= REPORT_QUEUE || (q.bytes + bytes > REPORT_QUEUE_BYTES && !q.jobs.is_empty())
+        !self.lock().takes(bytes)
     }
 
     /// Queues a report; answers 503 at once when the queue is full.
     fn push(&self, job: Job) {
         let mut q = self.lock();
-        if q.jobs.len() >= REPORT_QUEUE
-            || (q.bytes + job.bytes > REPORT_QUEUE_BYTES && !q.jobs.is_empty())
-        {
+        if !q.takes(job.bytes) {
             drop(q);
             self.tallies.tally(3);
             job.reply.send(queue_full());
