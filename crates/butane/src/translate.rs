@@ -49,7 +49,10 @@ pub fn target(variant: &str, version: &str, release: Release) -> Option<Target> 
         ("fcos", "1.5.0") => (Fcos, (4, "3.4.0")),
         ("fcos", "1.6.0") => (Fcos, (5, "3.5.0")),
         ("fcos", "1.7.0") => (Fcos, (6, "3.6.0")),
-        ("fcos", "1.7.0-experimental") => (Fcos, (6, "3.6.0-experimental")),
+        // v0.25 only: Butane v0.29 has no translator for it.
+        ("fcos", "1.7.0-experimental") if release == Release::V0_25 => {
+            (Fcos, (6, "3.6.0-experimental"))
+        }
         ("fcos", "1.8.0-experimental") => (Fcos, (7, "3.7.0-experimental")),
         ("flatcar", "1.0.0") => (Flatcar, (3, "3.3.0")),
         ("flatcar", "1.1.0") => (Flatcar, (4, "3.4.0")),
@@ -64,7 +67,7 @@ pub fn target(variant: &str, version: &str, release: Release) -> Option<Target> 
                 "4.8.0" | "4.9.0" | "4.10.0" | "4.11.0" | "4.12.0" | "4.13.0" => (2, "3.2.0"),
                 "4.14.0" | "4.15.0" | "4.16.0" | "4.17.0" | "4.18.0" => (4, "3.4.0"),
                 "4.19.0" | "4.20.0" | "4.21.0" | "4.22.0" => (5, "3.5.0"),
-                "4.21.0-experimental" => (6, "3.6.0-experimental"),
+                "4.21.0-experimental" if release == Release::V0_25 => (6, "3.6.0-experimental"),
                 "4.23.0-experimental" => (7, "3.7.0-experimental"),
                 _ => return None,
             };
@@ -256,6 +259,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
     let ign_report = validate_ignition(&json, &cfg, t, opts.agent_checks);
     cx.report.diags.extend(ign_report.diags);
     bad_urls(&cfg, &mut cx.report);
+    luks_key_files(&cfg, &mut cx.report);
     cx.remap_paths();
     if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
         if !cx.report.has_errors() {
@@ -297,6 +301,24 @@ fn bad_urls(cfg: &Obj, report: &mut Report) {
             report.diags.push(d);
         }
     }
+}
+
+/// Ignition's Luks.Validate also checks the key file's URL itself: a source its resource
+/// check refuses is a second error, at the volume's `keys`.
+fn luks_key_files(cfg: &Obj, report: &mut Report) {
+    let Some(st) = cfg.obj("storage") else { return };
+    let mut extra = Vec::new();
+    for (i, (_, pos)) in st.list("luks").iter().enumerate() {
+        let src = format!("$.storage.luks.{i}.key_file.source");
+        if report.diags.iter().any(|d| d.error && d.path == src) {
+            extra.push(Diag::error(
+                &format!("$.storage.luks.{i}.keys"),
+                *pos,
+                "invalid key-file source",
+            ));
+        }
+    }
+    report.diags.extend(extra);
 }
 
 /// Ignition's own validation of the translated config (as Butane runs it), with the JSON
@@ -2296,17 +2318,30 @@ impl Ctx<'_, '_> {
 
     /// CEX on the boot disk needs its key file named on the kernel command line.
     fn openshift_cex(&mut self, cfg: &Obj, os: Option<&Obj>, boot: Option<&Obj>) {
-        let cex = boot
+        // From 4.19: CEX on the boot device, or on a LUKS volume of the config named `root`
+        // (each reported: two errors where both are set).
+        if self.t.minor < 5 {
+            return;
+        }
+        let boot_cex = boot
             .and_then(|b| b.obj("luks"))
             .and_then(|l| l.obj("cex"))
             .and_then(|c| c.boolean("enabled"))
             == Some(true);
+        let root_cex = cfg.obj("storage").is_some_and(|st| {
+            st.list("luks").iter().any(|(l, _)| {
+                l.as_obj().is_some_and(|l| {
+                    l.str("name") == Some("root")
+                        && l.obj("cex").and_then(|c| c.boolean("enabled")) == Some(true)
+                })
+            })
+        });
         let karg = os.is_some_and(|o| {
             o.list("kernel_arguments")
                 .iter()
                 .any(|(k, _)| k.as_str() == Some("rd.luks.key=/etc/luks/cex.key"))
         });
-        if cex && !karg {
+        for _ in (0..2).filter(|i| [boot_cex, root_cex][*i] && !karg) {
             self.report.push(Diag::error(
                 "$.openshift.kernel_arguments",
                 os.map(|o| o.pos_of("kernel_arguments")).unwrap_or(cfg.at),
@@ -2324,7 +2359,9 @@ impl Ctx<'_, '_> {
     fn openshift_raw(&mut self, cfg: &mut Obj, os: Option<&Obj>, _boot: Option<&Obj>) {
         let minor = self.t.minor;
         let ver = self.t.ver_minor;
+        // Only 4.23.0-experimental (translateUserGrubCfg); 4.14-4.22 keep the append.
         if self.t.grub
+            && ver >= 23
             && let Some(G::Obj(st)) = cfg.get_mut("storage")
             && let Some(G::List(files)) = st.get_mut("files")
         {

@@ -30,7 +30,14 @@ pub(super) fn luks(v: &mut V, l: &Luks, p: &Path) {
     }
     resource(v, &l.key_file, &p.key("keyFile"));
     if l.cex.enabled == Some(true) {
-        if l.clevis.is_bound() {
+        // Ignition's Clevis.IsPresent: a non-empty custom pin, tang, tpm2, or a threshold
+        // other than 0 (a threshold alone binds nothing but still counts).
+        let c = &l.clevis;
+        if c.custom.pin.as_deref().is_some_and(|p| !p.is_empty())
+            || !c.tang.is_empty()
+            || c.tpm2 == Some(true)
+            || c.threshold.is_some_and(|t| t != 0)
+        {
             v.err(p.key("cex"), "cex cannot be combined with clevis");
         }
         if l.key_file.url().is_some() {
