@@ -161,6 +161,8 @@ struct Ctx<'a, 'o> {
     /// After the boot_device sugar's merge: output entry paths of the user's entries and the
     /// paths the user wrote, for the diagnostics reported from then on.
     remap: Option<(usize, Vec<(String, String)>)>,
+    /// openshift: the MachineConfig's metadata (name, labels) and its `openshift` fields.
+    mc: Option<(String, Vec<(String, String)>, Option<Obj>)>,
 }
 
 /// A local file's bytes (shared by its uses), or why it could not be read.
@@ -245,6 +247,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         report,
         local: Local::default(),
         remap: None,
+        mc: None,
     };
     let out = cx.translate(&root);
     if cx.report.has_errors() {
@@ -268,6 +271,9 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
             ));
         }
         return Err(cx.report);
+    }
+    if opts.machine_config && t.variant == Variant::Openshift {
+        json = machine_config(&json, cx.mc.take());
     }
     Ok(Output {
         json: json.into_bytes(),
@@ -301,6 +307,56 @@ fn bad_urls(cfg: &Obj, report: &mut Report) {
             report.diags.push(d);
         }
     }
+}
+
+/// The MachineConfig around the Ignition config `json`, as Butane's YAML.
+fn machine_config(json: &str, mc: Option<(String, Vec<(String, String)>, Option<Obj>)>) -> String {
+    use crate::machine_config::{Y, document};
+    let cfg = spec::json::parse(json.as_bytes())
+        .map(|v| Y::from_json(&v))
+        .unwrap_or(Y::Null);
+    let (name, labels, os) = mc.unwrap_or_default();
+    let mut meta = vec![("name".to_string(), Y::Str(name))];
+    if !labels.is_empty() {
+        meta.push((
+            "labels".into(),
+            Y::Map(labels.into_iter().map(|(k, v)| (k, Y::Str(v))).collect()),
+        ));
+    }
+    let mut spec = vec![("config".to_string(), cfg)];
+    if let Some(os) = &os {
+        for (k, json) in [
+            ("kernel_arguments", "kernelArguments"),
+            ("extensions", "extensions"),
+        ] {
+            let l = os.list(k);
+            if !l.is_empty() {
+                spec.push((
+                    json.into(),
+                    Y::Seq(
+                        l.iter()
+                            .map(|(g, _)| Y::Str(g.as_str().unwrap_or("").into()))
+                            .collect(),
+                    ),
+                ));
+            }
+        }
+        if let Some(f) = os.boolean("fips") {
+            spec.push(("fips".into(), Y::Bool(f)));
+        }
+        if let Some(k) = os.str("kernel_type") {
+            spec.push(("kernelType".into(), Y::Str(k.into())));
+        }
+    }
+    document(&Y::Map(vec![
+        (
+            "apiVersion".into(),
+            Y::Str("machineconfiguration.openshift.io/v1".into()),
+        ),
+        ("kind".into(), Y::Str("MachineConfig".into())),
+        ("metadata".into(), Y::Map(meta)),
+        ("spec".into(), Y::Map(spec)),
+    ]))
 }
 
 /// Ignition's Luks.Validate also checks the key file's URL itself: a source its resource
@@ -864,6 +920,7 @@ impl Ctx<'_, '_> {
         let mut metadata_name: Option<String> = None;
         let mut metadata_pos = root.pos;
         let mut role: Option<String> = None;
+        let mut labels: Vec<(String, String)> = Vec::new();
         for (k, v, p) in &extra {
             let path = format!("$.{k}");
             if v.is_null() {
@@ -884,6 +941,15 @@ impl Ctx<'_, '_> {
                                     for (lk, lv) in m.iter() {
                                         if lk.scalar() == Some(ROLE_LABEL) {
                                             role = lv.scalar().map(str::to_string);
+                                        }
+                                        if let Some(k) = lk.scalar() {
+                                            let v = if lv.is_null() {
+                                                ""
+                                            } else {
+                                                lv.scalar().unwrap_or("")
+                                            };
+                                            labels.retain(|(o, _)| o != k);
+                                            labels.push((k.to_string(), v.to_string()));
                                         }
                                     }
                                 }
@@ -1012,6 +1078,15 @@ impl Ctx<'_, '_> {
         self.forbidden_fields(&cfg);
         if self.report.has_errors() {
             return None;
+        }
+        if self.t.variant == Variant::Openshift && self.opts.machine_config {
+            self.machine_config_filters(&cfg);
+            if self.report.has_errors() {
+                return None;
+            }
+        }
+        if self.t.variant == Variant::Openshift {
+            self.mc = Some((metadata_name.unwrap_or_default(), labels, openshift));
         }
         Some(cfg)
     }
@@ -2316,6 +2391,115 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// The MachineConfig's field filters (Butane's fieldFilters of each openshift version),
+    /// on the translated config: what the MCO cannot apply is an error.
+    fn machine_config_filters(&mut self, cfg: &Obj) {
+        let ver = self.t.ver_minor;
+        let mut errs = Vec::new();
+        let name = |o: &Obj, json: &str| -> String {
+            o.def
+                .fields
+                .iter()
+                .find(|f| f.json == json)
+                .map(|f| if f.yaml.is_empty() { f.json } else { f.yaml })
+                .unwrap_or(json)
+                .to_string()
+        };
+        let set = |g: Option<&G>| match g {
+            None => false,
+            Some(G::List(l)) => !l.is_empty(),
+            Some(G::Obj(o)) => !o.is_zero(),
+            Some(_) => true,
+        };
+        if ver >= 14
+            && let Some(k) = cfg.obj("kernelArguments")
+            && (!k.list("shouldExist").is_empty() || !k.list("shouldNotExist").is_empty())
+        {
+            errs.push(Diag::error(
+                "$.kernel_arguments",
+                cfg.pos_of("kernelArguments"),
+                "this section cannot be used for kernel arguments in this spec version; use openshift.kernel_arguments instead",
+            ));
+        }
+        if let Some(p) = cfg.obj("passwd") {
+            if !p.list("groups").is_empty() {
+                errs.push(Diag::error(
+                    "$.passwd.groups",
+                    p.pos_of("groups"),
+                    "groups are not supported in this spec version",
+                ));
+            }
+            let mut fields = vec![
+                "gecos",
+                "groups",
+                "homeDir",
+                "noCreateHome",
+                "noLogInit",
+                "noUserGroup",
+                "primaryGroup",
+                "shell",
+                "shouldExist",
+                "system",
+                "uid",
+            ];
+            if ver <= 12 {
+                fields.push("passwordHash");
+            }
+            for (i, (u, _)) in p.list("users").iter().enumerate() {
+                let u = u.as_obj().expect("object");
+                for f in &fields {
+                    if set(u.get(f)) {
+                        errs.push(Diag::error(
+                            &format!("$.passwd.users.{i}.{}", name(u, f)),
+                            u.pos_of(f),
+                            "fields other than \"name\", \"ssh_authorized_keys\", and \"password_hash\" (4.13.0+) are not supported in this spec version",
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(st) = cfg.obj("storage") {
+            for (k, msg) in [
+                (
+                    "directories",
+                    "directories are not supported in this spec version",
+                ),
+                ("links", "links are not supported in this spec version"),
+            ] {
+                if !st.list(k).is_empty() {
+                    errs.push(Diag::error(&format!("$.storage.{k}"), st.pos_of(k), msg));
+                }
+            }
+            for (i, (f, _)) in st.list("files").iter().enumerate() {
+                let f = f.as_obj().expect("object");
+                if !f.list("append").is_empty() {
+                    errs.push(Diag::error(
+                        &format!("$.storage.files.{i}.append"),
+                        f.pos_of("append"),
+                        "appending to files is not supported in this spec version",
+                    ));
+                }
+                if let Some(c) = f.obj("contents") {
+                    if !c.list("httpHeaders").is_empty() {
+                        errs.push(Diag::error(
+                            &format!("$.storage.files.{i}.contents.http_headers"),
+                            c.pos_of("httpHeaders"),
+                            "file HTTP headers are not supported in this spec version",
+                        ));
+                    }
+                    if ver < 10 && c.str("compression").is_some_and(|z| !z.is_empty()) {
+                        errs.push(Diag::error(
+                            &format!("$.storage.files.{i}.contents.compression"),
+                            c.pos_of("compression"),
+                            "file compression is not supported in this spec version",
+                        ));
+                    }
+                }
+            }
+        }
+        self.report.diags.extend(errs);
+    }
+
     /// CEX on the boot disk needs its key file named on the kernel command line.
     fn openshift_cex(&mut self, cfg: &Obj, os: Option<&Obj>, boot: Option<&Obj>) {
         // From 4.19: CEX on the boot device, or on a LUKS volume of the config named `root`
@@ -2398,7 +2582,7 @@ impl Ctx<'_, '_> {
                 }
             }
         }
-        if let Some(os) = os {
+        if let Some(os) = os.filter(|_| !self.opts.machine_config) {
             for k in ["extensions", "fips", "kernel_arguments", "kernel_type"] {
                 if os.get(k).is_some() {
                     self.report.push(Diag::warning(
