@@ -160,7 +160,7 @@ struct Ctx<'a, 'o> {
     local: Local,
     /// After the boot_device sugar's merge: output entry paths of the user's entries and the
     /// paths the user wrote, for the diagnostics reported from then on.
-    remap: Option<(usize, Vec<(String, String)>)>,
+    remap: Vec<(usize, Vec<(String, String)>)>,
     /// openshift: the MachineConfig's metadata (name, labels) and its `openshift` fields.
     mc: Option<(String, Vec<(String, String)>, Option<Obj>)>,
 }
@@ -246,7 +246,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         t,
         report,
         local: Local::default(),
-        remap: None,
+        remap: Vec::new(),
         mc: None,
     };
     let out = cx.translate(&root);
@@ -1796,7 +1796,7 @@ impl Ctx<'_, '_> {
         }
         let mut rendered = Obj::new(&schema::CONFIG, cfg.at);
         *rendered.obj_mut("systemd", minor).list_mut("units", minor) = units;
-        *cfg = merge(&rendered, cfg);
+        self.merge_sugar(cfg, &rendered);
     }
 
     fn trees(&mut self, cfg: &mut Obj) {
@@ -2022,14 +2022,24 @@ impl Ctx<'_, '_> {
     /// Butane reports a diagnostic on an entry the boot_device sugar's merge moved at the
     /// path the user wrote (its translation set maps the output path back).
     fn remap_paths(&mut self) {
-        let Some((from, pairs)) = self.remap.take() else {
-            return;
-        };
-        for d in self.report.diags.iter_mut().skip(from) {
-            if let Some(p) = crate::sugar::remap_path(&d.path, &pairs) {
-                d.path = p;
+        // The latest merge first: each maps its output paths to the config it merged into.
+        for (from, pairs) in std::mem::take(&mut self.remap).into_iter().rev() {
+            for d in self.report.diags.iter_mut().skip(from) {
+                if let Some(p) = crate::sugar::remap_path(&d.path, &pairs) {
+                    d.path = p;
+                }
             }
         }
+    }
+
+    /// Merges the sugar's `rendered` entries under the config (Ignition's merge), keeping where
+    /// the user's entries moved for the diagnostics reported from then on.
+    fn merge_sugar(&mut self, cfg: &mut Obj, rendered: &Obj) {
+        let pairs = crate::sugar::merge_origins(rendered, cfg);
+        if !pairs.is_empty() {
+            self.remap.push((self.report.diags.len(), pairs));
+        }
+        *cfg = merge(rendered, cfg);
     }
 
     fn boot_device(&mut self, cfg: &mut Obj, b: &Obj) {
@@ -2199,11 +2209,7 @@ impl Ctx<'_, '_> {
             st.set("disks", minor, G::List(disks));
         }
         st.set("filesystems", minor, G::List(filesystems));
-        let pairs = crate::sugar::merge_origins(&rendered, cfg);
-        if !pairs.is_empty() {
-            self.remap = Some((self.report.diags.len(), pairs));
-        }
-        *cfg = merge(&rendered, cfg);
+        self.merge_sugar(cfg, &rendered);
     }
 
     fn partition_label_warnings(&mut self, cfg: &Obj) {
@@ -2316,7 +2322,7 @@ impl Ctx<'_, '_> {
         let st = rendered.obj_mut("storage", minor);
         st.set("files", minor, G::List(vec![(G::Obj(file), at)]));
         st.set("filesystems", minor, G::List(vec![(G::Obj(fs), at)]));
-        *cfg = merge(&rendered, cfg);
+        self.merge_sugar(cfg, &rendered);
     }
 
     /// What a variant does not support (r4e and fiot: no disk layout or kernel arguments;

@@ -545,8 +545,20 @@ fn after_flow_root(rest: &str, mut line_start: bool) -> Result<(), (String, usiz
         }
     }
     let line = &rest[i..rest[i..].find('\n').map_or(rest.len(), |n| i + n)];
+    let col0 = i == 0 && line_start || i > 0 && b[i - 1] == b'\n';
     match b[i] {
         b'\t' | b'@' | b'`' => Err(("found character that cannot start any token".into(), dl)),
+        b'%' if col0 => {
+            let name: String = line[1..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            if name == "YAML" || name == "TAG" {
+                Ok(())
+            } else {
+                Err(("found unknown directive name".into(), dl))
+            }
+        }
         b'*' | b'&' => {
             let n = line[1..]
                 .bytes()
