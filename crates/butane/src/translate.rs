@@ -162,7 +162,7 @@ struct Ctx<'a, 'o> {
     /// paths the user wrote, for the diagnostics reported from then on.
     remap: Vec<(usize, Vec<(String, String)>)>,
     /// openshift: the MachineConfig's metadata (name, labels) and its `openshift` fields.
-    mc: Option<(String, Vec<(String, String)>, Option<Obj>)>,
+    mc: Option<McParts>,
 }
 
 /// A local file's bytes (shared by its uses), or why it could not be read.
@@ -310,7 +310,10 @@ fn bad_urls(cfg: &Obj, report: &mut Report) {
 }
 
 /// The MachineConfig around the Ignition config `json`, as Butane's YAML.
-fn machine_config(json: &str, mc: Option<(String, Vec<(String, String)>, Option<Obj>)>) -> String {
+/// A MachineConfig's name, labels and `openshift` fields.
+type McParts = (String, Vec<(String, String)>, Option<Obj>);
+
+fn machine_config(json: &str, mc: Option<McParts>) -> String {
     use crate::machine_config::{Y, document};
     let cfg = spec::json::parse(json.as_bytes())
         .map(|v| Y::from_json(&v))

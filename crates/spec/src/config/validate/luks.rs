@@ -55,10 +55,10 @@ fn clevis(v: &mut V, c: &Clevis, p: &Path) {
     // Ignition's ClevisCustom.Validate: nothing to check while pin and config are empty and
     // needsNetwork is not true.
     let empty = |s: &Option<String>| s.as_deref().is_none_or(str::is_empty);
-    if !(empty(&cu.pin) && empty(&cu.config) && cu.needs_network != Some(true)) {
-        if empty(&cu.pin) || empty(&cu.config) {
-            v.err(p.key("custom"), "custom clevis needs both pin and config");
-        }
+    if !(empty(&cu.pin) && empty(&cu.config) && cu.needs_network != Some(true))
+        && (empty(&cu.pin) || empty(&cu.config))
+    {
+        v.err(p.key("custom"), "custom clevis needs both pin and config");
     }
     if !empty(&cu.pin)
         && (!c.tang.is_empty() || c.tpm2 == Some(true) || c.threshold.is_some_and(|t| t != 0))

@@ -291,7 +291,7 @@ impl UnitLexer<'_> {
     }
 
     /// `toEOL`: the rest of the line without its `\r\n`, and whether the text ended there.
-    fn to_eol(&mut self) -> (Vec<u8>, bool) {
+    fn read_eol(&mut self) -> (Vec<u8>, bool) {
         let (mut line, found) = self.b.read_bytes(b'\n');
         if line.last() == Some(&b'\n') {
             line.pop();
@@ -319,7 +319,7 @@ impl UnitLexer<'_> {
                 Step::SectionSuffix(String::from_utf8_lossy(&sec[..sec.len() - 1]).into_owned())
             }
             Step::SectionSuffix(name) => {
-                let (garbage, _) = self.to_eol();
+                let (garbage, _) = self.read_eol();
                 let garbage = trim(&garbage);
                 if !garbage.is_empty() {
                     // go-systemd names its (never set) current section here: always "".
@@ -329,7 +329,7 @@ impl UnitLexer<'_> {
             }
             Step::IgnoreLine(next) => {
                 loop {
-                    let (line, _) = self.to_eol();
+                    let (line, _) = self.read_eol();
                     let line = line.strip_suffix(b" ").unwrap_or(&line);
                     if !line.ends_with(b"\\") {
                         break;
@@ -360,7 +360,7 @@ impl UnitLexer<'_> {
                 }
             },
             Step::OptionValue(sec, mut partial) => {
-                let (line, eof) = self.to_eol();
+                let (line, eof) = self.read_eol();
                 if !trim(&line).is_empty() {
                     partial.extend_from_slice(&line);
                     if line.ends_with(b"\\") {
