@@ -205,3 +205,35 @@ fn plan_takes_butane() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// `agent run --config-file` (the fetch stage, offline) renders a Butane config as Ignition.
+#[test]
+fn run_config_file_takes_butane() {
+    let t = tmp("run");
+    let (sys, state) = (t.0.join("sys"), t.0.join("state"));
+    std::fs::create_dir_all(&sys).unwrap();
+    let f = t.0.join("c.bu");
+    std::fs::write(
+        &f,
+        "variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /etc/x\n",
+    )
+    .unwrap();
+    let o = run(
+        &[
+            "run",
+            "--stage",
+            "fetch",
+            "--offline",
+            "--config-file",
+            f.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--system-config-dir",
+            sys.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cfg = std::fs::read_to_string(state.join("config.json")).unwrap();
+    assert!(cfg.contains("\"/etc/x\""), "{cfg}");
+}
