@@ -1,9 +1,10 @@
-//! `agent butane` against real Butane v0.29.0 on generated inputs (issue 26, section 1).
+//! `agent butane` against real Butane v0.29.0 on generated inputs.
 //! `tests/butane_diff/fixtures.jsonl.gz` holds Butane's verdicts, recorded by
 //! `tests/butane_diff/run.py --record` from inputs of `tests/butane_diff/gen.py` (every variant
-//! and version; openshift as `butane --raw`; `--files-dir tests/butane_diff/files`): the exit
-//! status, the output and the set of paths Butane warned at (which decides `--strict`). The
-//! translation must agree on all three (error wording and error paths are not compared).
+//! and version; openshift as `butane --raw`, or as a MachineConfig for the cases marked `mc`;
+//! `--files-dir tests/butane_diff/files`): the exit status, the output and the set of paths
+//! Butane warned at (which decides `--strict`). The translation must agree on all three, a
+//! MachineConfig byte for byte (error wording and error paths are not compared).
 //! Cases that still differ are listed in `tests/butane_diff/known.tsv`; the test fails on any
 //! other difference and on a listed case that now agrees. Go is never needed here.
 
@@ -53,10 +54,16 @@ fn agrees_with_butane_v0_29() {
         })
         .collect();
     let files = agent::butane_files::DirFiles::new(dir.join("files"));
-    let opts = butane::Options {
+    let raw = butane::Options {
         files_dir: Some(&files),
         ..Default::default()
     };
+    let mc = butane::Options {
+        files_dir: Some(&files),
+        machine_config: true,
+        ..Default::default()
+    };
+    let mut mc_cases = 0;
     let (mut n, mut agree) = (0, 0);
     let mut unexpected = Vec::new();
     let mut fixed = Vec::new();
@@ -68,16 +75,28 @@ fn agrees_with_butane_v0_29() {
             None => c["input"].as_str().unwrap().as_bytes().to_vec(),
         };
         let want_exit = c["exit"].as_i64().unwrap();
-        let want_out: Option<Value> = c["output"]
-            .as_str()
-            .map(|s| serde_json::from_str(s).unwrap());
+        let as_mc = c["mc"].as_bool() == Some(true);
+        // A MachineConfig is compared as text, byte for byte.
+        let want_out: Option<Value> = c["output"].as_str().map(|s| {
+            if as_mc {
+                Value::String(s.to_string())
+            } else {
+                serde_json::from_str(s).unwrap()
+            }
+        });
         let want_warn: BTreeSet<String> = c["warnings"]
             .as_array()
             .unwrap()
             .iter()
             .map(|w| w.as_str().unwrap().to_string())
             .collect();
-        let (exit, out, report) = match butane::translate(&input, &opts) {
+        mc_cases += usize::from(as_mc && want_exit == 0);
+        let (exit, out, report) = match butane::translate(&input, if as_mc { &mc } else { &raw }) {
+            Ok(o) if as_mc => (
+                0,
+                Some(Value::String(String::from_utf8(o.json).unwrap())),
+                o.report,
+            ),
             Ok(o) => (
                 0,
                 Some(serde_json::from_slice::<Value>(&o.json).unwrap()),
@@ -114,6 +133,7 @@ fn agrees_with_butane_v0_29() {
         known.len()
     );
     assert!(n > 1000, "fixtures missing: {n} cases");
+    assert!(mc_cases > 100, "MachineConfig outputs missing: {mc_cases}");
     assert!(
         unexpected.is_empty(),
         "{} unexpected differences:\n{}",

@@ -20,7 +20,7 @@ mod validate;
 
 use clap::{Parser, Subcommand};
 
-pub use self::butane::{ButaneArgs, DirFiles};
+pub use self::butane::{ButaneArgs, DirFiles, config_file_as_ignition};
 pub use self::delete_config::DeleteConfigArgs;
 pub use self::fetch::FetchArgs;
 #[cfg(feature = "serve")]

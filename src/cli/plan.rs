@@ -39,6 +39,10 @@ pub fn plan(a: PlanArgs) -> anyhow::Result<()> {
                 std::fs::read(path)
                     .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
             };
+            // A Butane config is translated first, as `agent validate` takes it.
+            let bytes =
+                super::config_file_as_ignition(bytes, path, crate::limits::DEFAULT_MAX_CONFIG_SIZE)
+                    .map_err(anyhow::Error::msg)?;
             crate::config::parse(&bytes)
                 .map(|p| p.config)
                 .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", path.display()))?

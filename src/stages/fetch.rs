@@ -185,6 +185,9 @@ fn acquire(
         } else {
             limits::read_file_bounded(path, limit, &format!("config file {}", path.display()))?
         };
+        // A Butane config is translated to Ignition first (as `agent validate` reads it).
+        let bytes =
+            crate::cli::config_file_as_ignition(bytes, path, limit).map_err(anyhow::Error::msg)?;
         Some((bytes, format!("file {}", path.display())))
     } else if let Some(url) = &ctx.config_url {
         Some((fetch_url(url, opts, rec)?, url.clone()))

@@ -16,7 +16,7 @@ import random
 import sys
 
 VERSIONS = {
-    "fcos": ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0", "1.6.0", "1.7.0", "1.8.0-experimental"],
+    "fcos": ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0", "1.6.0", "1.7.0", "1.7.0-experimental", "1.8.0-experimental"],
     "flatcar": ["1.0.0", "1.1.0", "1.2.0-experimental"],
     "openshift": [f"4.{m}.0" for m in range(8, 23)] + ["4.23.0-experimental"],
     "r4e": ["1.0.0", "1.1.0", "1.2.0-experimental"],
@@ -228,6 +228,70 @@ for sep in ["\u2028", "\u2029", "\u0085"]:
     frag("passwd", f"passwd:{sep}  users:\n    - name: a\n")
 
 
+# --- second extension: MachineConfig output, grub on every openshift version, unit text before
+# the first section, flow roots with trailing content, CEX, hard-link targets ----------------
+for g in ["grub:\n  users:\n    - name: root\n      password_hash: grub.pbkdf2.sha512.10000.x\n",
+          "grub:\n  users:\n    - name: root\n      password_hash: h1\n    - name: admin\n      password_hash: h2\n"]:
+    frag("grub", g)
+    frag("grub", g + "storage:\n  files:\n    - path: /boot/grub2/user.cfg\n      append:\n        - inline: more\n")
+for body in ["a=b[c]d\\n[Unit]\\nA=b\\n", "a=[b\\n", "x # [y\\n[Unit]\\nA=b\\n", "x ; [y\\n[Unit]\\n",
+             "[Unit\\nA=b]\\nC=d\\n", "[Unit]\\nFoo", "[Unit]\\nFoo\\n", "pre [Install]\\nWantedBy=a\\n",
+             "a\\\\\\n[b\\n[Unit]\\n", "[Unit]\\nA=" + "x" * 2100 + "\\n", "[Unit]\\n" + "B=c\\n" * 1000 + "A=" + "x" * 2100 + "\\n",
+             "\\t[Unit]\\nA=b\\n", "[Unit]  \\nA=b\\n[Install]\\nWantedBy=x\\n"]:
+    frag("systemd", f"systemd:\n  units:\n    - name: g.service\n      enabled: true\n      contents: \"{body}\"\n")
+    frag("systemd", f"systemd:\n  units:\n    - name: g.service\n      dropins:\n        - name: d.conf\n          contents: \"{body}\"\n")
+for tgt in ["../x", "x", "/etc/x", "/etc/./x", "/etc//x/", "../../etc/x", "/etc/y/../x"]:
+    frag("storage", f"storage:\n  directories:\n    - path: /etc/x\n  links:\n    - path: /etc/l\n      target: {tgt}\n      hard: true\n")
+for luks in [
+    "    - name: root\n      device: /dev/vdb\n      cex:\n        enabled: true\n",
+    "    - name: data\n      device: /dev/vdb\n      cex:\n        enabled: true\n      clevis:\n        threshold: 1\n",
+    "    - name: data\n      device: /dev/vdb\n      cex:\n        enabled: true\n      clevis:\n        threshold: 0\n",
+    "    - name: data\n      device: /dev/vdb\n      key_file:\n        source: 'http://[::1'\n",
+    "    - name: data\n      device: /dev/vdb\n      key_file:\n        source: ftp://x/k\n",
+    "    - name: data\n      device: /dev/vdb\n      clevis:\n        custom:\n          pin: ''\n",
+    "    - name: data\n      device: /dev/vdb\n      cex:\n        enabled: true\n      key_file:\n        source: ''\n",
+]:
+    frag("storage", "storage:\n  luks:\n" + luks)
+    frag("openshift", "openshift:\n  kernel_arguments: [rd.luks.key=/etc/luks/cex.key]\nstorage:\n  luks:\n" + luks)
+# MachineConfig field filters and YAML styles.
+for mc in [
+    "passwd:\n  groups:\n    - name: g\n",
+    "passwd:\n  users:\n    - name: core\n      password_hash: x\n      ssh_authorized_keys: [ssh-ed25519 AAAA]\n",
+    "passwd:\n  users:\n    - name: core\n      uid: 0\n      groups: []\n      shell: /bin/sh\n      system: false\n      home_dir: /h\n",
+    "passwd:\n  users:\n    - name: core\n      should_exist: true\n      no_create_home: false\n      gecos: x\n",
+    "storage:\n  directories:\n    - path: /etc/d\n",
+    "storage:\n  links:\n    - path: /etc/l\n      target: /x\n",
+    "storage:\n  files:\n    - path: /etc/f\n      append:\n        - inline: x\n",
+    "storage:\n  files:\n    - path: /etc/f\n      contents:\n        source: data:,x\n        http_headers:\n          - name: a\n            value: b\n",
+    "storage:\n  files:\n    - path: /etc/f\n      contents:\n        compression: gzip\n        source: data:,x\n",
+    "storage:\n  files:\n    - path: /etc/f\n      contents:\n        inline: '" + "hello world " * 40 + "'\n",
+    "storage:\n  files:\n    - path: /etc/f\n      mode: 0600\n      user:\n        id: 1000000\n      group:\n        id: 123456\n      contents:\n        inline: x\n",
+    "storage:\n  files:\n    - path: /etc/yes\n    - path: '/etc/a b'\n    - path: /etc/x:y\n    - path: '/etc/#c'\n",
+    "storage:\n  trees:\n    - local: tree\n      path: /etc/t\n",
+    "kernel_arguments:\n  should_exist: [a]\n",
+    "systemd:\n  units:\n    - name: u.service\n      contents: \"[Unit]\\nA=b \\n\"\n",
+    "systemd:\n  units:\n    - name: u.service\n      contents: \"[Unit]\\n\\n\\n\"\n",
+    "systemd:\n  units:\n    - name: u.service\n      contents: \"\\n[Unit]\\nA=b\"\n",
+    "systemd:\n  units:\n    - name: u.service\n      contents: \" [Unit]\\nA=b\\n\"\n",
+    "systemd:\n  units:\n    - name: u.service\n      contents: \"[Unit]\\nDescription=caf\u00e9 \\u2603 \\U0001F600\\n\"\n",
+    "systemd:\n  units:\n    - name: u.service\n      contents: \"[Unit]\\n\\tA=b\\n\"\n",
+    "systemd:\n  units:\n    - name: u.service\n      mask: true\n    - name: v.service\n      enabled: false\n",
+    "storage:\n  filesystems:\n    - device: /dev/vdb\n      format: xfs\n      path: /var/lib/x\n      with_mount_unit: true\n      mount_options: [noatime]\n",
+]:
+    frag("storage" if mc.startswith("storage") else mc.split(":")[0], mc)
+for os_ in [
+    "openshift:\n  kernel_arguments: ['a=1', 'b c', '- d', 'e: f', 'true', '0644', '', 'x#y', '#z', '@a', 'on', '1e3', '2021-01-01', '1:20', '~']\n",
+    "openshift:\n  extensions: [usbguard, kernel-devel]\n  fips: true\n  kernel_type: realtime\n",
+    "openshift:\n  kernel_type: \"\"\n  fips: false\n",
+]:
+    frag("openshift", os_)
+OS_META += [
+    "metadata:\n  name: 'a b'\n  labels:\n    machineconfiguration.openshift.io/role: worker\n    z: 'yes'\n    a10: ''\n    a2: x\n    A: '1'\n    b: ~\n",
+    "metadata:\n  name: \"123\"\n  labels:\n    machineconfiguration.openshift.io/role: master\n    k8s.io/x: 'null'\n",
+]
+FLOW_TAILS = ["foo: [", "@x", "a: b: c", "}", "\"unterminated", "\tfoo", "x", "# c\n[", "&", "*a b", "'a'\n]", "%FOO", "- a", "]]]"]
+
+
 def case(rng):
     variant = rng.choice(list(VERSIONS))
     version = rng.choice(VERSIONS[variant])
@@ -246,6 +310,8 @@ def case(rng):
         used.add(key)
         body += text
     text = head + body
+    if rng.random() < 0.01:
+        text = f"{{variant: {variant}, version: {version}}}\n{rng.choice(FLOW_TAILS)}\n"
     r = rng.random()
     if r < 0.01:
         return {"b64": base64.b64encode(b"\xff\xfe" + text.encode("utf-16-le")).decode()}
@@ -256,6 +322,14 @@ def case(rng):
     if r < 0.03:
         return {"b64": base64.b64encode(text.encode() + b"\xff").decode()}
     return {"input": text}
+
+
+def with_mode(rng, c):
+    """openshift: half the cases as a MachineConfig (no --raw), half as `butane --raw`."""
+    text = c.get("input") or ""
+    if "variant: openshift" in text and rng.random() < 0.5:
+        c["mc"] = True
+    return c
 
 
 def main():
@@ -271,8 +345,8 @@ def main():
     seen = set()
     i = 0
     while i < count:
-        c = case(rng)
-        key = c.get("input") or c.get("b64")
+        c = with_mode(rng, case(rng))
+        key = (c.get("input") or c.get("b64")) + ("mc" if c.get("mc") else "")
         if key in seen:
             continue
         seen.add(key)

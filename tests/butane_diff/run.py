@@ -5,10 +5,10 @@
     python3 tests/butane_diff/run.py --oracle /work/oracle/butane --agent target/release/agent \
         /tmp/inputs.jsonl [--record tests/butane_diff/fixtures.jsonl.gz] [--show CLASS]
 
-Both run with `--files-dir tests/butane_diff/files` (the oracle also with `--raw`: the agent
-translates openshift configs as `butane --raw` does). Compared: the exit status, the output
-JSON (parsed), and the set of paths of warnings (which decides `--strict`). Error wording and
-error paths are not compared. `--record` writes the oracle's verdicts as the fixtures that
+Both run with `--files-dir tests/butane_diff/files` and `--raw-errors`, and with `--raw` except
+for the cases marked `"mc": true` (openshift configs written as a MachineConfig). Compared: the
+exit status, the output (JSON parsed; a MachineConfig byte for byte) and the set of paths of
+warnings (which decides `--strict`); the error paths of cases both refuse are counted apart. `--record` writes the oracle's verdicts as the fixtures that
 `tests/butane_diff.rs` replays without Go: one JSON line per case with the input, the exit
 status, the output (compact JSON text) and the warning paths.
 
@@ -48,11 +48,13 @@ def data(c):
     return c["input"].encode()
 
 
-def run(cmd, inp):
+def run(cmd, inp, mc=False):
     p = subprocess.run(cmd, input=inp, capture_output=True, timeout=60, cwd=HERE)
     w, e = diags(p.stderr)
     out = None
-    if p.returncode == 0:
+    if p.returncode == 0 and mc:
+        out = p.stdout.decode("utf-8", "replace")
+    elif p.returncode == 0:
         try:
             out = json.loads(p.stdout)
         except ValueError:
@@ -64,6 +66,7 @@ def main():
     args = sys.argv[1:]
     oracle, agent, record, show, inputs, known = None, None, None, None, None, None
     known_rows = []
+    old = False
     while args:
         a = args.pop(0)
         if a == "--oracle":
@@ -74,6 +77,8 @@ def main():
             record = args.pop(0)
         elif a == "--known":
             known = args.pop(0)
+        elif a == "--old":
+            old = True  # an agent from before -r/--raw-errors (raw output, one-line errors)
         elif a == "--show":
             show = args.pop(0)
         else:
@@ -82,19 +87,23 @@ def main():
 
     def one(c):
         inp = data(c)
-        o = run([oracle, "--raw", "-d", FILES], inp) if oracle else None
-        g = run([agent, "butane", "-d", FILES], inp) if agent else None
+        mode = [] if c.get("mc") else ["--raw"]
+        o = run([oracle, *mode, "--raw-errors", "-d", FILES], inp, c.get("mc")) if oracle else None
+        flags = [] if old else [*mode, "--raw-errors"]
+        g = run([agent, "butane", *flags, "-d", FILES], inp, c.get("mc")) if agent else None
         return c, o, g
 
     counts = {"agree": 0, "exit/json": 0, "warnings": 0}
+    error_paths = [0, 0]
     rec = []
     with ThreadPoolExecutor(max_workers=3) as ex:
         for c, o, g in ex.map(one, cases):
             if o is not None:
                 rec.append({k: v for k, v in c.items()} | {
                     "exit": o["exit"],
-                    "output": o["stdout"].decode().strip() if o["exit"] == 0 else None,
+                    "output": (o["stdout"].decode() if c.get("mc") else o["stdout"].decode().strip()) if o["exit"] == 0 else None,
                     "warnings": o["warnings"],
+                    "errors": o["errors"],
                 })
             if o is None or g is None:
                 continue
@@ -105,6 +114,9 @@ def main():
             else:
                 cls = "agree"
             counts[cls] += 1
+            if o["exit"] != 0 and g["exit"] != 0:
+                error_paths[0] += 1
+                error_paths[1] += o["errors"] == g["errors"]
             if cls != "agree":
                 known_rows.append(f"{c['id']}\t{cls}\n")
             if show and (show == cls or show == "all") and cls != "agree":
@@ -115,6 +127,7 @@ def main():
                 print(f"-- agent exit {g['exit']} warn {g['warnings']}\n{g['stderr'].decode('utf-8','replace')[-600:]}{g['stdout'].decode()[:800]}")
     n = sum(counts.values())
     print(f"N={n} agree={counts['agree']} differ-exit/json={counts['exit/json']} differ-warnings-only={counts['warnings']}", file=sys.stderr)
+    print(f"refused by both: {error_paths[0]}, same error paths: {error_paths[1]}", file=sys.stderr)
     if known:
         with open(known, "w") as f:
             f.write("# Cases of fixtures.jsonl.gz where agent butane still differs from Butane v0.29.0\n")

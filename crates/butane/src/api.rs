@@ -88,6 +88,9 @@ pub struct Options<'a> {
     /// make (id ranges, user and group names, masked-and-enabled units, ...): `agent validate`.
     /// Off for `agent butane`, which reports what Butane reports.
     pub agent_checks: bool,
+    /// openshift: the MachineConfig (YAML) Butane writes without `--raw`, instead of the
+    /// Ignition config (`butane --raw`, the default here: what the agent and its server use).
+    pub machine_config: bool,
 }
 
 /// Default [`Options::max_local_file`]: 64 MiB (the agent's config size limit).
@@ -107,6 +110,7 @@ impl Default for Options<'_> {
             max_local_file: MAX_LOCAL_FILE,
             max_local_total: MAX_LOCAL_TOTAL,
             agent_checks: false,
+            machine_config: false,
         }
     }
 }
@@ -193,8 +197,8 @@ impl fmt::Display for Report {
     }
 }
 
-/// A translated config: the Ignition JSON (with a trailing newline, as Butane writes it)
-/// and the warnings.
+/// A translated config: the Ignition JSON (with a trailing newline, as Butane writes it), or
+/// for [`Options::machine_config`] the MachineConfig YAML, and the warnings.
 #[derive(Debug, Clone)]
 pub struct Output {
     pub json: Vec<u8>,

@@ -10,6 +10,7 @@ mod decode;
 mod gozip;
 #[cfg(test)]
 mod linear;
+mod machine_config;
 mod schema;
 mod sugar;
 mod translate;

@@ -269,6 +269,20 @@ pub fn merge_origins(parent: &Obj, child: &Obj) -> Vec<(String, String)> {
             pairs.push((format!("$.storage.{y}.{o}"), format!("$.storage.{y}.{c}")));
         }
     }
+    for (k, y) in [("files", "files")] {
+        let (app, _) = origins(list(ps, k), list(cs, k));
+        for (o, c) in app {
+            pairs.push((format!("$.storage.{y}.{o}"), format!("$.storage.{y}.{c}")));
+        }
+    }
+    let (pu, cu) = (parent.obj("systemd"), child.obj("systemd"));
+    let (app, _) = origins(list(pu, "units"), list(cu, "units"));
+    for (o, c) in app {
+        pairs.push((
+            format!("$.systemd.units.{o}"),
+            format!("$.systemd.units.{c}"),
+        ));
+    }
     let (pd, cd) = (list(ps, "disks"), list(cs, "disks"));
     let (app, merged) = origins(pd, cd);
     for (o, c) in app {

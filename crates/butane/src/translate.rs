@@ -49,7 +49,10 @@ pub fn target(variant: &str, version: &str, release: Release) -> Option<Target> 
         ("fcos", "1.5.0") => (Fcos, (4, "3.4.0")),
         ("fcos", "1.6.0") => (Fcos, (5, "3.5.0")),
         ("fcos", "1.7.0") => (Fcos, (6, "3.6.0")),
-        ("fcos", "1.7.0-experimental") => (Fcos, (6, "3.6.0-experimental")),
+        // v0.25 only: Butane v0.29 has no translator for it.
+        ("fcos", "1.7.0-experimental") if release == Release::V0_25 => {
+            (Fcos, (6, "3.6.0-experimental"))
+        }
         ("fcos", "1.8.0-experimental") => (Fcos, (7, "3.7.0-experimental")),
         ("flatcar", "1.0.0") => (Flatcar, (3, "3.3.0")),
         ("flatcar", "1.1.0") => (Flatcar, (4, "3.4.0")),
@@ -64,7 +67,7 @@ pub fn target(variant: &str, version: &str, release: Release) -> Option<Target> 
                 "4.8.0" | "4.9.0" | "4.10.0" | "4.11.0" | "4.12.0" | "4.13.0" => (2, "3.2.0"),
                 "4.14.0" | "4.15.0" | "4.16.0" | "4.17.0" | "4.18.0" => (4, "3.4.0"),
                 "4.19.0" | "4.20.0" | "4.21.0" | "4.22.0" => (5, "3.5.0"),
-                "4.21.0-experimental" => (6, "3.6.0-experimental"),
+                "4.21.0-experimental" if release == Release::V0_25 => (6, "3.6.0-experimental"),
                 "4.23.0-experimental" => (7, "3.7.0-experimental"),
                 _ => return None,
             };
@@ -157,7 +160,9 @@ struct Ctx<'a, 'o> {
     local: Local,
     /// After the boot_device sugar's merge: output entry paths of the user's entries and the
     /// paths the user wrote, for the diagnostics reported from then on.
-    remap: Option<(usize, Vec<(String, String)>)>,
+    remap: Vec<(usize, Vec<(String, String)>)>,
+    /// openshift: the MachineConfig's metadata (name, labels) and its `openshift` fields.
+    mc: Option<McParts>,
 }
 
 /// A local file's bytes (shared by its uses), or why it could not be read.
@@ -241,7 +246,8 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
         t,
         report,
         local: Local::default(),
-        remap: None,
+        remap: Vec::new(),
+        mc: None,
     };
     let out = cx.translate(&root);
     if cx.report.has_errors() {
@@ -256,6 +262,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
     let ign_report = validate_ignition(&json, &cfg, t, opts.agent_checks);
     cx.report.diags.extend(ign_report.diags);
     bad_urls(&cfg, &mut cx.report);
+    luks_key_files(&cfg, &mut cx.report);
     cx.remap_paths();
     if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
         if !cx.report.has_errors() {
@@ -264,6 +271,9 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
             ));
         }
         return Err(cx.report);
+    }
+    if opts.machine_config && t.variant == Variant::Openshift {
+        json = machine_config(&json, cx.mc.take());
     }
     Ok(Output {
         json: json.into_bytes(),
@@ -297,6 +307,77 @@ fn bad_urls(cfg: &Obj, report: &mut Report) {
             report.diags.push(d);
         }
     }
+}
+
+/// The MachineConfig around the Ignition config `json`, as Butane's YAML.
+/// A MachineConfig's name, labels and `openshift` fields.
+type McParts = (String, Vec<(String, String)>, Option<Obj>);
+
+fn machine_config(json: &str, mc: Option<McParts>) -> String {
+    use crate::machine_config::{Y, document};
+    let cfg = spec::json::parse(json.as_bytes())
+        .map(|v| Y::from_json(&v))
+        .unwrap_or(Y::Null);
+    let (name, labels, os) = mc.unwrap_or_default();
+    let mut meta = vec![("name".to_string(), Y::Str(name))];
+    if !labels.is_empty() {
+        meta.push((
+            "labels".into(),
+            Y::Map(labels.into_iter().map(|(k, v)| (k, Y::Str(v))).collect()),
+        ));
+    }
+    let mut spec = vec![("config".to_string(), cfg)];
+    if let Some(os) = &os {
+        for (k, json) in [
+            ("kernel_arguments", "kernelArguments"),
+            ("extensions", "extensions"),
+        ] {
+            let l = os.list(k);
+            if !l.is_empty() {
+                spec.push((
+                    json.into(),
+                    Y::Seq(
+                        l.iter()
+                            .map(|(g, _)| Y::Str(g.as_str().unwrap_or("").into()))
+                            .collect(),
+                    ),
+                ));
+            }
+        }
+        if let Some(f) = os.boolean("fips") {
+            spec.push(("fips".into(), Y::Bool(f)));
+        }
+        if let Some(k) = os.str("kernel_type") {
+            spec.push(("kernelType".into(), Y::Str(k.into())));
+        }
+    }
+    document(&Y::Map(vec![
+        (
+            "apiVersion".into(),
+            Y::Str("machineconfiguration.openshift.io/v1".into()),
+        ),
+        ("kind".into(), Y::Str("MachineConfig".into())),
+        ("metadata".into(), Y::Map(meta)),
+        ("spec".into(), Y::Map(spec)),
+    ]))
+}
+
+/// Ignition's Luks.Validate also checks the key file's URL itself: a source its resource
+/// check refuses is a second error, at the volume's `keys`.
+fn luks_key_files(cfg: &Obj, report: &mut Report) {
+    let Some(st) = cfg.obj("storage") else { return };
+    let mut extra = Vec::new();
+    for (i, (_, pos)) in st.list("luks").iter().enumerate() {
+        let src = format!("$.storage.luks.{i}.key_file.source");
+        if report.diags.iter().any(|d| d.error && d.path == src) {
+            extra.push(Diag::error(
+                &format!("$.storage.luks.{i}.keys"),
+                *pos,
+                "invalid key-file source",
+            ));
+        }
+    }
+    report.diags.extend(extra);
 }
 
 /// Ignition's own validation of the translated config (as Butane runs it), with the JSON
@@ -842,6 +923,7 @@ impl Ctx<'_, '_> {
         let mut metadata_name: Option<String> = None;
         let mut metadata_pos = root.pos;
         let mut role: Option<String> = None;
+        let mut labels: Vec<(String, String)> = Vec::new();
         for (k, v, p) in &extra {
             let path = format!("$.{k}");
             if v.is_null() {
@@ -862,6 +944,15 @@ impl Ctx<'_, '_> {
                                     for (lk, lv) in m.iter() {
                                         if lk.scalar() == Some(ROLE_LABEL) {
                                             role = lv.scalar().map(str::to_string);
+                                        }
+                                        if let Some(k) = lk.scalar() {
+                                            let v = if lv.is_null() {
+                                                ""
+                                            } else {
+                                                lv.scalar().unwrap_or("")
+                                            };
+                                            labels.retain(|(o, _)| o != k);
+                                            labels.push((k.to_string(), v.to_string()));
                                         }
                                     }
                                 }
@@ -990,6 +1081,15 @@ impl Ctx<'_, '_> {
         self.forbidden_fields(&cfg);
         if self.report.has_errors() {
             return None;
+        }
+        if self.t.variant == Variant::Openshift && self.opts.machine_config {
+            self.machine_config_filters(&cfg);
+            if self.report.has_errors() {
+                return None;
+            }
+        }
+        if self.t.variant == Variant::Openshift {
+            self.mc = Some((metadata_name.unwrap_or_default(), labels, openshift));
         }
         Some(cfg)
     }
@@ -1699,7 +1799,7 @@ impl Ctx<'_, '_> {
         }
         let mut rendered = Obj::new(&schema::CONFIG, cfg.at);
         *rendered.obj_mut("systemd", minor).list_mut("units", minor) = units;
-        *cfg = merge(&rendered, cfg);
+        self.merge_sugar(cfg, &rendered);
     }
 
     fn trees(&mut self, cfg: &mut Obj) {
@@ -1925,14 +2025,24 @@ impl Ctx<'_, '_> {
     /// Butane reports a diagnostic on an entry the boot_device sugar's merge moved at the
     /// path the user wrote (its translation set maps the output path back).
     fn remap_paths(&mut self) {
-        let Some((from, pairs)) = self.remap.take() else {
-            return;
-        };
-        for d in self.report.diags.iter_mut().skip(from) {
-            if let Some(p) = crate::sugar::remap_path(&d.path, &pairs) {
-                d.path = p;
+        // The latest merge first: each maps its output paths to the config it merged into.
+        for (from, pairs) in std::mem::take(&mut self.remap).into_iter().rev() {
+            for d in self.report.diags.iter_mut().skip(from) {
+                if let Some(p) = crate::sugar::remap_path(&d.path, &pairs) {
+                    d.path = p;
+                }
             }
         }
+    }
+
+    /// Merges the sugar's `rendered` entries under the config (Ignition's merge), keeping where
+    /// the user's entries moved for the diagnostics reported from then on.
+    fn merge_sugar(&mut self, cfg: &mut Obj, rendered: &Obj) {
+        let pairs = crate::sugar::merge_origins(rendered, cfg);
+        if !pairs.is_empty() {
+            self.remap.push((self.report.diags.len(), pairs));
+        }
+        *cfg = merge(rendered, cfg);
     }
 
     fn boot_device(&mut self, cfg: &mut Obj, b: &Obj) {
@@ -2102,11 +2212,7 @@ impl Ctx<'_, '_> {
             st.set("disks", minor, G::List(disks));
         }
         st.set("filesystems", minor, G::List(filesystems));
-        let pairs = crate::sugar::merge_origins(&rendered, cfg);
-        if !pairs.is_empty() {
-            self.remap = Some((self.report.diags.len(), pairs));
-        }
-        *cfg = merge(&rendered, cfg);
+        self.merge_sugar(cfg, &rendered);
     }
 
     fn partition_label_warnings(&mut self, cfg: &Obj) {
@@ -2219,7 +2325,7 @@ impl Ctx<'_, '_> {
         let st = rendered.obj_mut("storage", minor);
         st.set("files", minor, G::List(vec![(G::Obj(file), at)]));
         st.set("filesystems", minor, G::List(vec![(G::Obj(fs), at)]));
-        *cfg = merge(&rendered, cfg);
+        self.merge_sugar(cfg, &rendered);
     }
 
     /// What a variant does not support (r4e and fiot: no disk layout or kernel arguments;
@@ -2294,19 +2400,141 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// The MachineConfig's field filters (Butane's fieldFilters of each openshift version),
+    /// on the translated config: what the MCO cannot apply is an error.
+    fn machine_config_filters(&mut self, cfg: &Obj) {
+        let ver = self.t.ver_minor;
+        let mut errs = Vec::new();
+        let name = |o: &Obj, json: &str| -> String {
+            o.def
+                .fields
+                .iter()
+                .find(|f| f.json == json)
+                .map(|f| if f.yaml.is_empty() { f.json } else { f.yaml })
+                .unwrap_or(json)
+                .to_string()
+        };
+        let set = |g: Option<&G>| match g {
+            None => false,
+            Some(G::List(l)) => !l.is_empty(),
+            Some(G::Obj(o)) => !o.is_zero(),
+            Some(_) => true,
+        };
+        if ver >= 14
+            && let Some(k) = cfg.obj("kernelArguments")
+            && (!k.list("shouldExist").is_empty() || !k.list("shouldNotExist").is_empty())
+        {
+            errs.push(Diag::error(
+                "$.kernel_arguments",
+                cfg.pos_of("kernelArguments"),
+                "this section cannot be used for kernel arguments in this spec version; use openshift.kernel_arguments instead",
+            ));
+        }
+        if let Some(p) = cfg.obj("passwd") {
+            if !p.list("groups").is_empty() {
+                errs.push(Diag::error(
+                    "$.passwd.groups",
+                    p.pos_of("groups"),
+                    "groups are not supported in this spec version",
+                ));
+            }
+            let mut fields = vec![
+                "gecos",
+                "groups",
+                "homeDir",
+                "noCreateHome",
+                "noLogInit",
+                "noUserGroup",
+                "primaryGroup",
+                "shell",
+                "shouldExist",
+                "system",
+                "uid",
+            ];
+            if ver <= 12 {
+                fields.push("passwordHash");
+            }
+            for (i, (u, _)) in p.list("users").iter().enumerate() {
+                let u = u.as_obj().expect("object");
+                for f in &fields {
+                    if set(u.get(f)) {
+                        errs.push(Diag::error(
+                            &format!("$.passwd.users.{i}.{}", name(u, f)),
+                            u.pos_of(f),
+                            "fields other than \"name\", \"ssh_authorized_keys\", and \"password_hash\" (4.13.0+) are not supported in this spec version",
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(st) = cfg.obj("storage") {
+            for (k, msg) in [
+                (
+                    "directories",
+                    "directories are not supported in this spec version",
+                ),
+                ("links", "links are not supported in this spec version"),
+            ] {
+                if !st.list(k).is_empty() {
+                    errs.push(Diag::error(&format!("$.storage.{k}"), st.pos_of(k), msg));
+                }
+            }
+            for (i, (f, _)) in st.list("files").iter().enumerate() {
+                let f = f.as_obj().expect("object");
+                if !f.list("append").is_empty() {
+                    errs.push(Diag::error(
+                        &format!("$.storage.files.{i}.append"),
+                        f.pos_of("append"),
+                        "appending to files is not supported in this spec version",
+                    ));
+                }
+                if let Some(c) = f.obj("contents") {
+                    if !c.list("httpHeaders").is_empty() {
+                        errs.push(Diag::error(
+                            &format!("$.storage.files.{i}.contents.http_headers"),
+                            c.pos_of("httpHeaders"),
+                            "file HTTP headers are not supported in this spec version",
+                        ));
+                    }
+                    if ver < 10 && c.str("compression").is_some_and(|z| !z.is_empty()) {
+                        errs.push(Diag::error(
+                            &format!("$.storage.files.{i}.contents.compression"),
+                            c.pos_of("compression"),
+                            "file compression is not supported in this spec version",
+                        ));
+                    }
+                }
+            }
+        }
+        self.report.diags.extend(errs);
+    }
+
     /// CEX on the boot disk needs its key file named on the kernel command line.
     fn openshift_cex(&mut self, cfg: &Obj, os: Option<&Obj>, boot: Option<&Obj>) {
-        let cex = boot
+        // From 4.19: CEX on the boot device, or on a LUKS volume of the config named `root`
+        // (each reported: two errors where both are set).
+        if self.t.minor < 5 {
+            return;
+        }
+        let boot_cex = boot
             .and_then(|b| b.obj("luks"))
             .and_then(|l| l.obj("cex"))
             .and_then(|c| c.boolean("enabled"))
             == Some(true);
+        let root_cex = cfg.obj("storage").is_some_and(|st| {
+            st.list("luks").iter().any(|(l, _)| {
+                l.as_obj().is_some_and(|l| {
+                    l.str("name") == Some("root")
+                        && l.obj("cex").and_then(|c| c.boolean("enabled")) == Some(true)
+                })
+            })
+        });
         let karg = os.is_some_and(|o| {
             o.list("kernel_arguments")
                 .iter()
                 .any(|(k, _)| k.as_str() == Some("rd.luks.key=/etc/luks/cex.key"))
         });
-        if cex && !karg {
+        for _ in (0..2).filter(|i| [boot_cex, root_cex][*i] && !karg) {
             self.report.push(Diag::error(
                 "$.openshift.kernel_arguments",
                 os.map(|o| o.pos_of("kernel_arguments")).unwrap_or(cfg.at),
@@ -2324,7 +2552,9 @@ impl Ctx<'_, '_> {
     fn openshift_raw(&mut self, cfg: &mut Obj, os: Option<&Obj>, _boot: Option<&Obj>) {
         let minor = self.t.minor;
         let ver = self.t.ver_minor;
+        // Only 4.23.0-experimental (translateUserGrubCfg); 4.14-4.22 keep the append.
         if self.t.grub
+            && ver >= 23
             && let Some(G::Obj(st)) = cfg.get_mut("storage")
             && let Some(G::List(files)) = st.get_mut("files")
         {
@@ -2361,7 +2591,7 @@ impl Ctx<'_, '_> {
                 }
             }
         }
-        if let Some(os) = os {
+        if let Some(os) = os.filter(|_| !self.opts.machine_config) {
             for k in ["extensions", "fips", "kernel_arguments", "kernel_type"] {
                 if os.get(k).is_some() {
                     self.report.push(Diag::warning(

@@ -274,6 +274,10 @@ fn parse_once(
     let mut nodes = 0usize;
     let mut alias = Size::default();
     let mut root: Option<Node> = None;
+    // Where a root flow mapping (`{...}`) ends (char index): go-yaml reads nothing after it
+    // but the next token or two its scanner looks at.
+    let mut flow_root_end: Option<usize> = None;
+    let mut root_is_flow = false;
     let mut started = false;
     let total_chars = text.chars().count();
     let ends_with_break = text.ends_with('\n') || text.ends_with('\r');
@@ -281,6 +285,67 @@ fn parse_once(
         spec::work::add(1);
         let (event, span) = match parser.next_event() {
             None => break,
+            Some(Err(_)) if flow_root_end.is_some() => {
+                let end = flow_root_end.unwrap_or(0);
+                let at = text.char_indices().nth(end).map_or(text.len(), |(i, _)| i);
+                let line = text[..at].matches('\n').count() + 1;
+                match after_flow_root(&text[at..], false) {
+                    Ok(()) => break,
+                    Err((msg, dl)) => {
+                        return Err(YamlError {
+                            pos: Pos {
+                                line: line + dl,
+                                col: 1,
+                            },
+                            message: format!("line {}: {msg}", line + dl),
+                            limit: false,
+                        });
+                    }
+                }
+            }
+            Some(Err(e))
+                if (root_is_flow && stack.len() <= 1
+                    || stack.is_empty()
+                        && root.is_none()
+                        && text.trim_start().starts_with('{'))
+                    && !e.info().contains("recursion limit") =>
+            {
+                // saphyr may scan the token after the root's `}` before it ends (or even
+                // starts) the mapping, as a simple key needs: if
+                // the text up to that token is a whole flow mapping, go-yaml stops there.
+                let cut = text
+                    .char_indices()
+                    .nth(e.marker().index())
+                    .map_or(text.len(), |(i, _)| i);
+                if cut < text.len()
+                    && let Ok(n) = parse_once(&text[..cut], limits, &mut Vec::new())
+                    && matches!(n.kind, Kind::Map(_))
+                {
+                    let line = text[..cut].matches('\n').count() + 1;
+                    let line_start = cut == 0 || text.as_bytes()[cut - 1] == b'\n';
+                    match after_flow_root(&text[cut..], line_start) {
+                        Ok(()) => return Ok(n),
+                        Err((msg, dl)) => {
+                            return Err(YamlError {
+                                pos: Pos {
+                                    line: line + dl,
+                                    col: 1,
+                                },
+                                message: format!("line {}: {msg}", line + dl),
+                                limit: false,
+                            });
+                        }
+                    }
+                }
+                return Err(YamlError {
+                    pos: Pos {
+                        line: e.marker().line(),
+                        col: e.marker().col() + 1,
+                    },
+                    message: e.info().to_string(),
+                    limit: false,
+                });
+            }
             Some(Err(e)) => {
                 let (message, limit) = if e.info().contains("recursion limit") {
                     // The scanner's own bound on nesting, reached before max-depth.
@@ -386,6 +451,9 @@ fn parse_once(
                 None
             }
             Event::MappingStart(anchor, _) => {
+                if stack.is_empty() {
+                    root_is_flow = text.chars().nth(span.start.index()) == Some('{');
+                }
                 nodes += 1;
                 check_nodes(nodes, limits, pos)?;
                 if stack.len() >= limits.max_depth {
@@ -424,7 +492,12 @@ fn parse_once(
                 anchors.insert(anchor, (node.clone(), size));
             }
             match stack.last_mut() {
-                None => root = Some(node),
+                None => {
+                    if root_is_flow && matches!(node.kind, Kind::Map(_)) {
+                        flow_root_end = Some(span.end.index());
+                    }
+                    root = Some(node)
+                }
                 Some(Frame::Seq(items, _, _, total)) => {
                     total.add(size);
                     items.push(node)
@@ -440,6 +513,80 @@ fn parse_once(
         }
     }
     Ok(root.unwrap_or_else(|| Node::null(Pos { line: 1, col: 1 })))
+}
+
+/// What libyaml's scanner makes of the text after a root flow mapping: it scans the next
+/// token, and go-yaml reads no further. An error names the line (counted from the start of
+/// `rest`) of a token the scanner refuses. `line_start`: `rest` starts a line (a tab there
+/// cannot start a token).
+fn after_flow_root(rest: &str, mut line_start: bool) -> Result<(), (String, usize)> {
+    let b = rest.as_bytes();
+    let mut dl = 0;
+    let mut i = 0;
+    loop {
+        while i < b.len() && (b[i] == b' ' || b[i] == b'\t' && !line_start) {
+            i += 1;
+        }
+        match b.get(i) {
+            None => return Ok(()),
+            Some(b'#') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            Some(b'\n' | b'\r') => {
+                if b[i] == b'\n' {
+                    dl += 1;
+                }
+                i += 1;
+                line_start = true;
+            }
+            Some(_) => break,
+        }
+    }
+    let line = &rest[i..rest[i..].find('\n').map_or(rest.len(), |n| i + n)];
+    let col0 = i == 0 && line_start || i > 0 && b[i - 1] == b'\n';
+    match b[i] {
+        b'\t' | b'@' | b'`' => Err(("found character that cannot start any token".into(), dl)),
+        b'%' if col0 => {
+            let name: String = line[1..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            if name == "YAML" || name == "TAG" {
+                Ok(())
+            } else {
+                Err(("found unknown directive name".into(), dl))
+            }
+        }
+        b'*' | b'&' => {
+            let n = line[1..]
+                .bytes()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
+                .count();
+            let next = line.as_bytes().get(1 + n);
+            if n == 0 || next.is_some_and(|c| !b" \t\r?:,]}%@`".contains(c)) {
+                return Err((
+                    "did not find expected alphabetic or numeric character".into(),
+                    dl,
+                ));
+            }
+            Ok(())
+        }
+        q @ (b'"' | b'\'') => {
+            let mut j = i + 1;
+            loop {
+                match b.get(j) {
+                    None => return Err(("found unexpected end of stream".into(), dl)),
+                    Some(b'\\') if q == b'"' => j += 2,
+                    Some(b'\'') if q == b'\'' && b.get(j + 1) == Some(&b'\'') => j += 2,
+                    Some(c) if *c == q => return Ok(()),
+                    Some(_) => j += 1,
+                }
+            }
+        }
+        _ => Ok(()),
+    }
 }
 
 fn check_nodes(nodes: usize, limits: &Limits, pos: Pos) -> Result<(), YamlError> {

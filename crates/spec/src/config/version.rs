@@ -134,8 +134,8 @@ impl Visitor for Features {
                 self.add(3, at.path().key("format"), "filesystem format \"none\"");
             }
         } else if let Some(c) = node.downcast_ref::<ClevisCustom>() {
-            if let Some(pin) = &c.pin
-                && !matches!(pin.as_str(), "tpm2" | "tang" | "sss")
+            if let Some(pin) = c.pin.as_deref().filter(|p| !p.is_empty())
+                && !matches!(pin, "tpm2" | "tang" | "sss")
             {
                 self.add(
                     6,

@@ -30,7 +30,14 @@ pub(super) fn luks(v: &mut V, l: &Luks, p: &Path) {
     }
     resource(v, &l.key_file, &p.key("keyFile"));
     if l.cex.enabled == Some(true) {
-        if l.clevis.is_bound() {
+        // Ignition's Clevis.IsPresent: a non-empty custom pin, tang, tpm2, or a threshold
+        // other than 0 (a threshold alone binds nothing but still counts).
+        let c = &l.clevis;
+        if c.custom.pin.as_deref().is_some_and(|p| !p.is_empty())
+            || !c.tang.is_empty()
+            || c.tpm2 == Some(true)
+            || c.threshold.is_some_and(|t| t != 0)
+        {
             v.err(p.key("cex"), "cex cannot be combined with clevis");
         }
         if l.key_file.url().is_some() {
@@ -45,16 +52,21 @@ fn clevis(v: &mut V, c: &Clevis, p: &Path) {
         v.err(p.key("threshold"), "threshold must not be negative");
     }
     let cu = &c.custom;
-    if !cu.is_empty() {
-        if cu.pin.is_none() || cu.config.is_none() {
-            v.err(p.key("custom"), "custom clevis needs both pin and config");
-        }
-        if !c.tang.is_empty() || c.tpm2 == Some(true) || c.threshold.is_some_and(|t| t != 0) {
-            v.err(
-                p.key("custom"),
-                "custom clevis cannot be combined with tang, tpm2 or threshold",
-            );
-        }
+    // Ignition's ClevisCustom.Validate: nothing to check while pin and config are empty and
+    // needsNetwork is not true.
+    let empty = |s: &Option<String>| s.as_deref().is_none_or(str::is_empty);
+    if !(empty(&cu.pin) && empty(&cu.config) && cu.needs_network != Some(true))
+        && (empty(&cu.pin) || empty(&cu.config))
+    {
+        v.err(p.key("custom"), "custom clevis needs both pin and config");
+    }
+    if !empty(&cu.pin)
+        && (!c.tang.is_empty() || c.tpm2 == Some(true) || c.threshold.is_some_and(|t| t != 0))
+    {
+        v.err(
+            p.key("custom"),
+            "custom clevis cannot be combined with tang, tpm2 or threshold",
+        );
     }
     let tp = p.key("tang");
     each(v, &tp, &c.tang, tang);

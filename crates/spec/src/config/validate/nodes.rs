@@ -30,15 +30,14 @@ pub(super) fn link(v: &mut V, l: &Link, p: &Path, dirs: &HashSet<&str>) {
     match l.target.as_deref() {
         None | Some("") => v.err(p.key("target"), "link target is required"),
         Some(t) => {
-            // A relative hard-link target is taken from the root at run time; for this
-            // check Ignition joins it to the link's path, and so do we.
-            let joined;
+            // Ignition cleans the target (Go's path.Clean) and joins a relative one to the
+            // link's own path (not its directory) before comparing it with the directories.
             let t = if t.starts_with('/') {
-                t
+                go_path_clean(t)
             } else {
-                joined = format!("{}/{t}", l.path);
-                joined.as_str()
+                go_path_clean(&format!("{}/{t}", l.path))
             };
+            let t = t.as_str();
             if l.hard == Some(true) && dirs.contains(t) {
                 v.err(p.clone(), "hard link target is a directory");
             }
@@ -78,5 +77,44 @@ fn mode(v: &mut V, m: Option<i64>, p: &Path) {
             p.clone(),
             format!("invalid mode {m}: must be between 0 and 4095 (07777)"),
         );
+    }
+}
+
+/// Go's `path.Clean`: one slash between elements, no `.`, `..` resolved lexically (at the root
+/// dropped), no trailing slash; "." for an empty relative result.
+pub(crate) fn go_path_clean(p: &str) -> String {
+    let rooted = p.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in p.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if parts.last().is_some_and(|l| *l != "..") {
+                    parts.pop();
+                } else if !rooted {
+                    parts.push("..");
+                }
+            }
+            s => parts.push(s),
+        }
+    }
+    let joined = parts.join("/");
+    match (rooted, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".into(),
+        (false, false) => joined,
+    }
+}
+
+#[cfg(test)]
+mod clean_tests {
+    use super::go_path_clean;
+
+    #[test]
+    fn go_path_clean_as_go() {
+        assert_eq!(go_path_clean("/etc/l/../x"), "/etc/x");
+        assert_eq!(go_path_clean("/../a//b/./"), "/a/b");
+        assert_eq!(go_path_clean("a/../../b"), "../b");
+        assert_eq!(go_path_clean(""), ".");
     }
 }
