@@ -19,9 +19,19 @@ use support::{TempDir, need, sh};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// `make TARGET` in the source tree; fails the test with the tail of its output.
+/// `make TARGET` in the source tree; fails the test with its output.
 fn make(target: &str) -> String {
-    let out = Command::new("make")
+    let mut cmd = Command::new("make");
+    // Without the variables cargo sets for a test (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, ...):
+    // build scripts that track them would make `make static` rebuild on every run.
+    for (k, _) in std::env::vars_os() {
+        if k.to_str()
+            .is_some_and(|k| k.starts_with("CARGO_") && k != "CARGO_HOME")
+        {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
         .args(["--no-print-directory", "-C", ROOT, target])
         .stdin(Stdio::null())
         .output()
