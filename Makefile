@@ -6,6 +6,10 @@
 #   make test-pure  the tests any user can run (plain `cargo test`)
 #   make test-root  only the tests that need root
 #   make bench      run the benchmarks (ratios against references measured in the same run)
+#   make install    binary, dracut module, units, sysusers/tmpfiles entries, man pages,
+#                   completions into DESTDIR (PREFIX=/usr); docs/install.md
+#   make deb        Debian package: target/deb/agent_VERSION_amd64.deb
+#   make image      OCI image of the server (no container daemon): target/oci
 
 SHELL       := /bin/bash
 TARGET      := x86_64-unknown-linux-gnu
@@ -21,8 +25,9 @@ STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static \
 	-C link-arg=-fuse-ld=bfd -C link-arg=-l:libpcre2-8.a
 PREFIX      ?= /usr
 DESTDIR     ?=
+VERSION     := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
-.PHONY: deny deny-advisories all static bench-deps static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root lint bench bench-config bench-butane bench-serve fuzz clean
+.PHONY: docs man completions install deb image deny deny-advisories all static bench-deps static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root lint bench bench-config bench-butane bench-serve fuzz clean
 
 all: static
 
@@ -62,6 +67,61 @@ check-no-test-hooks: static
 	@if strings $(STATIC_BIN) | grep -E '$(TEST_HOOK_STRINGS)'; then \
 	  echo "$(STATIC_BIN) contains test hooks (above): built with feature test-hooks?" >&2; exit 1; fi
 	@echo "no test hooks: OK"
+
+# Man pages and bash/zsh/fish completions, generated from the CLI definition by the binary
+# itself (`agent generate-docs`, hidden): target/docs/man/*.1, target/docs/completions/.
+DOCS_DIR := target/docs
+docs man completions: static
+	$(STATIC_BIN) generate-docs $(DOCS_DIR)
+
+# Where `make install` puts things; the defaults suit PREFIX=/usr (the dracut module and the
+# units name /usr/bin/agent; other prefixes get units rewritten to $(BINDIR)/agent).
+BINDIR          ?= $(PREFIX)/bin
+SYSCONFDIR      ?= /etc
+DATADIR         ?= $(PREFIX)/share
+MANDIR          ?= $(DATADIR)/man
+DRACUT_MODDIR   ?= $(PREFIX)/lib/dracut/modules.d/30agent
+SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR     ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR     ?= $(PREFIX)/lib/tmpfiles.d
+BASH_COMPDIR    ?= $(DATADIR)/bash-completion/completions
+ZSH_COMPDIR     ?= $(DATADIR)/zsh/site-functions
+FISH_COMPDIR    ?= $(DATADIR)/fish/vendor_completions.d
+
+install: static docs
+	install -D -m 0755 $(STATIC_BIN) $(DESTDIR)$(BINDIR)/agent
+	dracut/stage-module.sh $(DESTDIR)$(DRACUT_MODDIR)
+	install -d -m 0755 $(DESTDIR)$(SYSTEMD_UNITDIR)
+	for u in agent-serve.service agent-delete-config.service; do \
+	  sed 's|/usr/bin/agent|$(BINDIR)/agent|g' systemd/$$u > $(DESTDIR)$(SYSTEMD_UNITDIR)/$$u && \
+	  chmod 0644 $(DESTDIR)$(SYSTEMD_UNITDIR)/$$u || exit 1; done
+	install -D -m 0644 systemd/agent-serve.sysusers $(DESTDIR)$(SYSUSERSDIR)/agent-serve.conf
+	install -D -m 0644 systemd/agent-serve.tmpfiles $(DESTDIR)$(TMPFILESDIR)/agent-serve.conf
+	install -D -m 0644 packaging/agent-serve.default $(DESTDIR)$(SYSCONFDIR)/default/agent-serve
+	install -d -m 0755 $(DESTDIR)$(MANDIR)/man1
+	install -m 0644 $(DOCS_DIR)/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	install -D -m 0644 $(DOCS_DIR)/completions/agent.bash $(DESTDIR)$(BASH_COMPDIR)/agent
+	install -D -m 0644 $(DOCS_DIR)/completions/_agent $(DESTDIR)$(ZSH_COMPDIR)/_agent
+	install -D -m 0644 $(DOCS_DIR)/completions/agent.fish $(DESTDIR)$(FISH_COMPDIR)/agent.fish
+
+# The Debian package: `make install` into a staging tree (units under /lib, where Debian 12
+# keeps them), then packaging/deb/build.sh. DEB_MAINTAINER names who built it.
+DEB_ROOT       := target/deb/root
+DEB_MAINTAINER ?= $(shell git log -1 --format='%an <%ae>' 2>/dev/null || echo 'agent maintainers <agent@invalid>')
+deb: static docs
+	rm -rf $(DEB_ROOT)
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(DEB_ROOT) PREFIX=/usr \
+	  SYSTEMD_UNITDIR=/lib/systemd/system ZSH_COMPDIR=/usr/share/zsh/vendor-completions
+	packaging/deb/build.sh $(DEB_ROOT) target/deb $(VERSION) '$(DEB_MAINTAINER)'
+
+# The server's OCI image, as an OCI layout (target/oci, tag $(VERSION)), written by a script:
+# no container daemon, the same digest for the same binary. `skopeo copy oci:target/oci:TAG
+# docker://REGISTRY/agent:TAG` pushes it; docs/install.md.
+OCI_DIR := target/oci
+image: static
+	SOURCE_DATE_EPOCH=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null)} \
+	  python3 packaging/oci-image.py --binary $(STATIC_BIN) --out $(OCI_DIR) --version $(VERSION) \
+	  --revision "$$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 
 # Build dependencies (Debian): static C archives and libclang for bindgen.
 deps:

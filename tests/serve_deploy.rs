@@ -1,7 +1,7 @@
 //! The Kubernetes manifests in deploy/, checked offline: rendered with `kubectl kustomize`
 //! (both variants: ConfigMap source and git-sync), validated against the Kubernetes schemas
 //! bundled in `kubernetes-validate` (PyPI, .ci/packages/serve.pip), checked for what the
-//! service needs (control-plane DaemonSet on the host network at 22623, probes, limits,
+//! service needs (control-plane DaemonSet on the pod network with the node's port 22623, probes, limits,
 //! read-only root, non-root, the key from a Secret, checkpoints on the host), and the server's
 //! arguments run for real against a source on 127.0.0.1.
 
@@ -101,11 +101,14 @@ fn volume<'a>(ds: &'a Value, name: &str) -> Option<&'a Value> {
         .find(|v| v["name"] == name)
 }
 
-/// The agent container's args as a flag → value map.
+/// The agent container's flags (its args after the subcommand `serve`) as flag → value pairs.
 fn args(ds: &Value) -> Vec<(String, String)> {
-    container(ds, "agent-serve")["args"]
-        .as_array()
-        .unwrap()
+    let all = container(ds, "agent-serve")["args"].as_array().unwrap();
+    assert_eq!(
+        all[0], "serve",
+        "the image's entrypoint is the agent: args start with serve"
+    );
+    all[1..]
         .iter()
         .map(|a| {
             let a = a.as_str().unwrap();
@@ -137,7 +140,8 @@ fn mebibytes(q: &str) -> u64 {
 /// What every variant's DaemonSet must have.
 fn check_daemonset(ds: &Value) {
     let pod = &ds["spec"]["template"]["spec"];
-    assert_eq!(pod["hostNetwork"], true);
+    // On the pod network (the NetworkPolicies apply), at the node's port 22623 (hostPort).
+    assert_ne!(pod["hostNetwork"], true);
     assert!(
         pod["nodeSelector"]
             .as_object()
@@ -265,7 +269,11 @@ fn deploy_manifests_render_and_validate() {
     // The validator can fail: a misspelt field is refused.
     let ds_yaml = std::fs::read_to_string(deploy().join("base/daemonset.yaml")).unwrap();
     let bad = t.path().join("bad.yaml");
-    std::fs::write(&bad, ds_yaml.replace("hostNetwork:", "hostNetwrk:")).unwrap();
+    std::fs::write(
+        &bad,
+        ds_yaml.replace("serviceAccountName:", "serviceAccountNam:"),
+    )
+    .unwrap();
     assert!(
         validate(&bad).is_err(),
         "a misspelt field passed validation"
@@ -358,6 +366,7 @@ fn deploy_manifests_render_and_validate() {
         &dir.join("token.key"),
         "a-key-of-at-least-32-bytes-for-the-test\n",
     );
+    write(&dir.join("admin.token"), "an-admin-token-for-the-test\n");
     let mut real: Vec<String> = Vec::new();
     for (k, v) in args(ds) {
         let v = match k.as_str() {
@@ -367,6 +376,8 @@ fn deploy_manifests_render_and_validate() {
             "--tls-key" => dir.join("server.key").display().to_string(),
             "--token-key" => dir.join("token.key").display().to_string(),
             "--state-dir" => dir.join("state").display().to_string(),
+            "--admin-listen" => "127.0.0.1:0".into(),
+            "--admin-token-file" => dir.join("admin.token").display().to_string(),
             _ => v,
         };
         // A switch (`--require-token`) has no value.

@@ -1,28 +1,12 @@
-# VM test, initramfs and install targets (included by the top-level Makefile).
+# VM test and initramfs targets (included by the top-level Makefile, which has `install`).
 #
-#   make install      binary, dracut module (with its units), agent-serve and
-#                     agent-delete-config units; DESTDIR, PREFIX
 #   make initramfs    test initramfs with our module for KVER (default: Debian's cloud kernel,
 #                     unpacked by vm-tests/setup.sh) -> $(VM_CACHE)/initrd-agent.img
 #   make vm-test      every VM scenario (installs QEMU, dracut and the kernel itself)
 
-PREFIX ?= /usr/local
-DESTDIR ?=
 VM_CACHE ?= $(CURDIR)/target/vm
-DRACUT_MODDIR ?= $(PREFIX)/lib/dracut/modules.d/30agent
-SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
 
 # The static binary (`static`, STATIC_BIN) comes from the top-level Makefile.
-
-.PHONY: install
-install: static
-	install -D -m 0755 $(STATIC_BIN) $(DESTDIR)$(PREFIX)/bin/agent
-	dracut/stage-module.sh $(DESTDIR)$(DRACUT_MODDIR)
-	@if [ -f systemd/agent-serve.service ]; then \
-		install -D -m 0644 systemd/agent-serve.service \
-			$(DESTDIR)$(SYSTEMD_UNITDIR)/agent-serve.service; fi
-	install -D -m 0644 systemd/agent-delete-config.service \
-		$(DESTDIR)$(SYSTEMD_UNITDIR)/agent-delete-config.service
 
 .PHONY: initramfs
 initramfs: static

@@ -7,6 +7,8 @@
 mod butane;
 mod delete_config;
 mod fetch;
+#[cfg(feature = "docs")]
+mod generate_docs;
 #[cfg(feature = "serve")]
 mod machines;
 mod plan;
@@ -23,6 +25,8 @@ use clap::{Parser, Subcommand};
 pub use self::butane::{ButaneArgs, DirFiles, config_file_as_ignition};
 pub use self::delete_config::DeleteConfigArgs;
 pub use self::fetch::FetchArgs;
+#[cfg(feature = "docs")]
+pub use self::generate_docs::GenerateDocsArgs;
 #[cfg(feature = "serve")]
 pub use self::machines::{MachinesAction, MachinesArgs};
 pub use self::plan::PlanArgs;
@@ -90,6 +94,11 @@ pub enum Command {
     /// from its admin listener.
     #[cfg(feature = "serve")]
     Machines(MachinesArgs),
+    /// Write the man pages and the bash, zsh and fish completions into a directory
+    /// (packaging: `make man completions`).
+    #[cfg(feature = "docs")]
+    #[command(hide = true)]
+    GenerateDocs(GenerateDocsArgs),
 }
 
 /// Runs the command; returns the process exit code.
@@ -127,6 +136,8 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Pointer(a) => token::pointer_main(a),
         #[cfg(feature = "serve")]
         Command::Machines(a) => machines::run(a),
+        #[cfg(feature = "docs")]
+        Command::GenerateDocs(a) => generate_docs::run(a),
     };
     match result {
         Ok(()) => 0,
