@@ -451,17 +451,17 @@ fn inventory_answers(args: &[String]) {
     let admin = s.addr_of("admin");
     let r = request(
         admin,
-        "GET /machines HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        &format!("GET /machines HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"),
     );
     assert_eq!(r.status, 401, "the admin listener without its token");
     let r = request(
         admin,
-        "GET /machines HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer an-admin-token-for-the-test\r\nConnection: close\r\n\r\n",
+        &format!("GET /machines HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer an-admin-token-for-the-test\r\nConnection: close\r\n\r\n"),
     );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let r = request(
         admin,
-        "GET /ui/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer an-admin-token-for-the-test\r\nConnection: close\r\n\r\n",
+        &format!("GET /ui/ HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer an-admin-token-for-the-test\r\nConnection: close\r\n\r\n"),
     );
     assert_eq!(r.status, 200, "/ui/: {}", String::from_utf8_lossy(&r.body));
 }
