@@ -194,13 +194,15 @@ fuzz:
 	done
 
 # Licences, bans and sources of every dependency (deny.toml), offline. Installs cargo-deny.
+CARGO_DENY_VERSION := 0.20.2
 deny:
-	command -v cargo-deny >/dev/null || cargo install --locked cargo-deny
+	command -v cargo-deny >/dev/null || cargo install --locked --version $(CARGO_DENY_VERSION) cargo-deny
+	cargo fetch --locked
 	cargo deny --offline check licenses bans sources
 
 # The RustSec advisories check needs the advisory database (network).
 deny-advisories:
-	command -v cargo-deny >/dev/null || cargo install --locked cargo-deny
+	command -v cargo-deny >/dev/null || cargo install --locked --version $(CARGO_DENY_VERSION) cargo-deny
 	cargo deny check advisories
 
 clean:
