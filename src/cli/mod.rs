@@ -55,6 +55,10 @@ pub struct Cli {
     /// Also write log lines to /dev/kmsg (in the initramfs).
     #[arg(long, global = true)]
     pub log_kmsg: bool,
+    /// Log lines as `text` (agent[stage] level: message) or `json` (one object per line:
+    /// time, level, stage, message). Under systemd each line carries its priority.
+    #[arg(long, global = true, default_value = "text", value_name = "FORMAT")]
+    pub log_format: runtime::logging::Format,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -108,7 +112,7 @@ pub fn dispatch(cli: Cli) -> i32 {
     } else {
         cli.verbose.min(3) as i8
     };
-    crate::logging::init(verbosity, cli.log_kmsg);
+    runtime::logging::init_with(verbosity, cli.log_kmsg, cli.log_format);
     // The agent's log lines never carry a secret (URL userinfo and queries, password hashes,
     // credentials: `report::redact`), whoever logs them. The config server keeps its own.
     #[cfg(feature = "serve")]

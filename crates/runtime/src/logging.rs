@@ -10,6 +10,11 @@
 //! A redactor ([`set_redactor`]) rewrites every message before it goes anywhere (stderr,
 //! the ring, the log file, /dev/kmsg): the agent installs one that removes secrets
 //! (URL userinfo and queries, password hashes, credentials), so no caller has to remember.
+//!
+//! Under systemd (stderr is the journal's stream, `JOURNAL_STREAM`), each stderr line starts
+//! with its syslog priority (`<3>` error, `<4>` warning, `<6>` info, `<7>` debug), which
+//! journald takes as the line's priority and strips: `journalctl -p err` finds the errors.
+//! [`Format::Json`] writes each line as one JSON object (time, level, stage, message) instead.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -21,6 +26,10 @@ use log::{Level, LevelFilter, Log, Metadata, Record};
 
 static STAGE: Mutex<&'static str> = Mutex::new("agent");
 static KMSG: AtomicBool = AtomicBool::new(false);
+/// stderr is the journal's stream: lines carry their priority prefix.
+static JOURNAL: AtomicBool = AtomicBool::new(false);
+/// Lines as JSON objects ([`Format::Json`]).
+static JSON: AtomicBool = AtomicBool::new(false);
 /// The last lines logged, oldest first, at most [`RING_LINES`].
 static RING: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
 /// The file every line is also appended to ([`tee_to`]).
@@ -118,9 +127,109 @@ pub fn set_redactor(f: fn(&str) -> String) {
     let _ = REDACTOR.set(f);
 }
 
+/// How lines are written to stderr and the log file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// `agent[stage] level: message`
+    #[default]
+    Text,
+    /// `{"time":"…","level":"…","stage":"…","message":"…"}`
+    Json,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(Format::Text),
+            "json" => Ok(Format::Json),
+            _ => Err(format!("unknown log format {s:?}: text or json")),
+        }
+    }
+}
+
+/// Whether stderr is the stream `JOURNAL_STREAM` names (`<device>:<inode>`, in decimal):
+/// systemd sets it for a unit whose stderr it connects to the journal, and children that
+/// inherit the variable with another stderr must not take it for theirs.
+fn stderr_is_journal() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let Some(v) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = v.to_str().and_then(|v| v.split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    std::fs::File::from(fd)
+        .metadata()
+        .is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+}
+
+/// Syslog priorities: err 3, warning 4, info 6, debug 7.
+fn priority(l: Level) -> u8 {
+    match l {
+        Level::Error => 3,
+        Level::Warn => 4,
+        Level::Info => 6,
+        _ => 7,
+    }
+}
+
+/// `s` as a JSON string, quotes included.
+fn json_string(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\r' => o.push_str("\\r"),
+            '\t' => o.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                o.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// The time now, RFC 3339 in UTC with milliseconds.
+fn now_rfc3339_millis() -> String {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let t = crate::util::utc(d.as_secs());
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year,
+        t.month,
+        t.day,
+        t.hour,
+        t.minute,
+        t.second,
+        d.subsec_millis()
+    )
+}
+
 /// Installs the logger. `verbosity`: -1 quiet (errors only), 0 info, 1 debug, 2+ trace.
 pub fn init(verbosity: i8, kmsg: bool) {
+    init_with(verbosity, kmsg, Format::Text)
+}
+
+/// [`init`] with the line format.
+pub fn init_with(verbosity: i8, kmsg: bool, format: Format) {
     KMSG.store(kmsg, Ordering::Relaxed);
+    JSON.store(format == Format::Json, Ordering::Relaxed);
+    JOURNAL.store(stderr_is_journal(), Ordering::Relaxed);
     let level = match verbosity {
         i8::MIN..=-1 => LevelFilter::Error,
         0 => LevelFilter::Info,
@@ -153,30 +262,39 @@ impl Log for Logger {
             Some(f) => f(&msg),
             None => msg,
         };
-        let line = format!("agent[{}] {level}: {msg}\n", stage());
-        let _ = std::io::stderr().write_all(line.as_bytes());
+        let text = format!("agent[{}] {level}: {msg}\n", stage());
+        let line = if JSON.load(Ordering::Relaxed) {
+            format!(
+                "{{\"time\":\"{}\",\"level\":\"{level}\",\"stage\":{},\"message\":{}}}\n",
+                now_rfc3339_millis(),
+                json_string(stage()),
+                json_string(&msg)
+            )
+        } else {
+            text.clone()
+        };
+        let pri = priority(r.level());
+        let out = if JOURNAL.load(Ordering::Relaxed) {
+            format!("<{pri}>{line}")
+        } else {
+            line.clone()
+        };
+        let _ = std::io::stderr().write_all(out.as_bytes());
         if let Ok(mut r) = RING.lock() {
             if r.len() == RING_LINES {
                 r.pop_front();
             }
-            r.push_back(line.trim_end().to_string());
+            r.push_back(text.trim_end().to_string());
         }
         if let Ok(mut t) = TEE.lock()
             && let Some(f) = t.as_mut()
         {
             let _ = f.write_all(line.as_bytes());
         }
-        if KMSG.load(Ordering::Relaxed) {
-            // Syslog priorities: err 3, warning 4, info 6, debug 7.
-            let pri = match r.level() {
-                Level::Error => 3,
-                Level::Warn => 4,
-                Level::Info => 6,
-                _ => 7,
-            };
-            if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open("/dev/kmsg") {
-                let _ = f.write_all(format!("<{pri}>{line}").as_bytes());
-            }
+        if KMSG.load(Ordering::Relaxed)
+            && let Ok(mut f) = std::fs::OpenOptions::new().write(true).open("/dev/kmsg")
+        {
+            let _ = f.write_all(format!("<{pri}>{text}").as_bytes());
         }
     }
 
