@@ -3,8 +3,12 @@
 #   1. validate example configs (errors with JSON path, line and column);
 #   2. provision a loop-device disk: plan, then fetch + disks + files into a temporary root;
 #      read the result back with sfdisk and blkid; provision again and show the reuse;
-#   3. serve a pool with `agent serve` and fetch it like a booting machine would.
+#   3. serve a pool with `agent serve` and fetch it like a booting machine would; two machines
+#      boot from it, one provisions, one fails, and the inventory shows both and why;
+#   4. network boot: the boot script, a machine's own config, its one-time token.
 # Needs root (loop devices, mounts). Cleans up after itself, also on failure.
+# DEMO_KEEP=1 keeps the server running at the end (its page's URL is printed) until Ctrl-C.
+# Colour only on a terminal, and never with NO_COLOR set.
 set -euo pipefail
 agent=$(readlink -f "${1:-target/x86_64-unknown-linux-gnu/release/agent}")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,8 +22,15 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then
+    step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+    step() { printf '\n== %s\n' "$*"; }
+fi
+
+echo "work directory: $work"
 
 step "agent info"
 "$agent" info
@@ -101,9 +112,8 @@ echo "--- GET /config/nosuchpool"
 curl -s -o /dev/null -w '%{http_code} (body %{size_download} bytes)\n' "http://127.0.0.1:$port/config/nosuchpool"
 echo "--- the pointer config a worker boots with"
 "$agent" pointer --source "$work/source" --pool worker --url "http://127.0.0.1:$port/ignition"
-echo "--- GET /status"
-curl -s "http://127.0.0.1:$port/status" | head -20
-echo
+echo "--- GET /status (the generation served, each pool's version, the limits)"
+curl -s "http://127.0.0.1:$port/status" | python3 -m json.tool
 
 step "a machine boots from the pointer config, reports each stage; the server's inventory"
 "$agent" pointer --source "$work/source" --pool worker --url "http://127.0.0.1:$port/ignition" > "$work/pointer.ign"
@@ -114,8 +124,33 @@ printf 'root:x:0:\n' > "$work/root3/etc/group"
 printf 'root:*:19000:0:99999:7:::\n' > "$work/root3/etc/shadow"
 printf 'root:*::\n' > "$work/root3/etc/gshadow"
 chmod 600 "$work/root3/etc/shadow" "$work/root3/etc/gshadow"
+for f in passwd group shadow gshadow; do cp -p "$work/root3/etc/$f" "$work/root3/etc/$f.demo"; done
 "$agent" run --config-file "$work/pointer.ign" --root "$work/root3" --state-dir "$work/state3" --stage fetch --stage files 2>&1 | grep -E "served pool|report sent" || true
+echo "--- a second machine boots from the pool 'broken': a file whose contents fail their hash"
+cat > "$work/source/pools/broken.ign" <<'IGN'
+{"ignition": {"version": "3.4.0"}, "storage": {"files": [
+  {"path": "/etc/motd", "mode": 420, "contents": {"source": "data:,hello%0A",
+   "verification": {"hash": "sha512-00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"}}}]}}
+IGN
+# The server picks the new pool up and publishes its token within a moment.
+for i in $(seq 100); do
+    "$agent" pointer --source "$work/source" --pool broken --url "http://127.0.0.1:$port/ignition" \
+        > "$work/pointer-broken.ign" 2>/dev/null && break
+    [ "$i" = 100 ] && { echo "the server did not take the pool 'broken' up" >&2; exit 1; }
+    sleep 0.1
+done
+mkdir -p "$work/root4/etc"
+for f in passwd group shadow gshadow; do cp -p "$work/root3/etc/$f.demo" "$work/root4/etc/$f"; done
+# Another machine: its own network interface as /sys/class/net shows it, in a private mount
+# namespace (the host's view of /sys is untouched).
+unshare -m sh -c 'mount -t tmpfs demo-net /sys/class/net && mkdir /sys/class/net/eth9 &&
+    echo 52:54:00:00:00:02 > /sys/class/net/eth9/address && exec "$@"' sh \
+    "$agent" run --config-file "$work/pointer-broken.ign" --root "$work/root4" --state-dir "$work/state4" \
+    --stage fetch --stage files 2>&1 | grep -E "error|report sent" || true
+echo "--- the inventory: one provisioned, one failed"
 "$agent" machines list --server "http://127.0.0.1:$aport"
+echo "--- why the failed one failed"
+"$agent" machines show mac-52:54:00:00:00:02 --server "http://127.0.0.1:$aport" | grep -iE "state|stage|error" | head -8
 echo "(the same on the page: http://127.0.0.1:$aport/ui/ while the server runs)"
 
 step "network boot: /boot.ipxe, the machine's /ipxe script, its config once per token"
@@ -136,3 +171,10 @@ print("/etc/hostname:", text.decode().strip())'
 echo "--- the same token again: $(curl -s -o /dev/null -w '%{http_code}' "$url") (spent)"
 echo "--- a boot asset with Range: $(curl -s -o /dev/null -r 0-1023 -w '%{http_code} %{size_download} bytes' "http://127.0.0.1:$port/assets/vmlinuz")"
 echo "demo complete"
+if [ "${DEMO_KEEP:-}" = 1 ]; then
+    step "the server keeps running (DEMO_KEEP=1): Ctrl-C stops it and cleans up"
+    echo "the fleet page:   http://127.0.0.1:$aport/ui/"
+    echo "the inventory:    $agent machines list --server http://127.0.0.1:$aport"
+    echo "a pool's config:  curl http://127.0.0.1:$port/config/worker"
+    wait "$server"
+fi

@@ -28,7 +28,10 @@ fn agent_stderr(dir: &TempDir, args: &[&str], journal: Option<bool>) -> (i32, St
         cmd.env("JOURNAL_STREAM", format!("{}:{}", m.dev(), m.ino()));
     }
     let st = cmd.status().unwrap();
-    (st.code().unwrap_or(-1), std::fs::read_to_string(&path).unwrap())
+    (
+        st.code().unwrap_or(-1),
+        std::fs::read_to_string(&path).unwrap(),
+    )
 }
 
 #[test]
@@ -107,4 +110,107 @@ fn json_log_lines_are_one_object_each() {
     let (code, err) = agent_stderr(&d, &["--log-format", "yaml", "info"], None);
     assert_eq!(code, 2);
     assert!(err.contains("text or json"), "{err}");
+}
+
+/// `make demo` as a newcomer runs it, into a pipe: no terminal escapes, /status whole, a
+/// failed machine beside a provisioned one, and with DEMO_KEEP=1 the server still answering
+/// its page until the demo is stopped, which then cleans up.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn the_demo_runs_honestly_in_a_pipe() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::os::unix::process::CommandExt;
+    support::root::must_be_root();
+    let mut child = Command::new("examples/demo.sh")
+        .arg(env!("CARGO_BIN_EXE_agent"))
+        .env("DEMO_KEEP", "1")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pgid = child.id() as i32;
+    // The demo ends on its own without DEMO_KEEP; with it, it waits: stop it whatever happens.
+    struct Stop(i32);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(self.0),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+    let stop = Stop(pgid);
+    let mut out = String::new();
+    let mut page = None;
+    let mut lines = BufReader::new(child.stdout.take().unwrap());
+    let mut l = String::new();
+    while lines.read_line(&mut l).unwrap() > 0 {
+        out.push_str(&l);
+        if let Some(u) = l.trim().strip_prefix("the fleet page:") {
+            page = Some(u.trim().to_string());
+            break;
+        }
+        l.clear();
+    }
+    let page = page.unwrap_or_else(|| {
+        let mut e = String::new();
+        let _ = child.stderr.take().unwrap().read_to_string(&mut e);
+        panic!("the demo did not keep its server up:\n{out}\n{e}")
+    });
+    assert!(
+        !out.contains('\u{1b}'),
+        "terminal escapes into a pipe:\n{out}"
+    );
+    // /status: the whole JSON document.
+    let st = out.split("--- GET /status").nth(1).unwrap();
+    let st = &st[st.find('\n').unwrap() + 1..st.find("\n== ").unwrap()];
+    let v: serde_json::Value =
+        serde_json::from_str(st).unwrap_or_else(|e| panic!("/status cut short ({e}):\n{st}"));
+    assert!(v["sources"][0]["pools"].is_array(), "{v}");
+    // The inventory: a provisioned machine and a failed one, the failure's reason shown.
+    let inv = out.split("one provisioned, one failed").nth(1).unwrap();
+    assert!(
+        inv.lines().any(|l| l.contains("\tprovisioned\tworker\t")),
+        "{inv}"
+    );
+    assert!(
+        inv.lines().any(|l| l.contains("\tfailed\tbroken\t")),
+        "{inv}"
+    );
+    assert!(out.contains("hash mismatch"), "{out}");
+    // The page answers while the demo keeps the server.
+    let u = page.strip_prefix("http://").unwrap();
+    let (addr, path) = u.split_at(u.find('/').unwrap());
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(
+        resp.starts_with("HTTP/1.1 200"),
+        "{}",
+        &resp[..resp.len().min(300)]
+    );
+    // Stopped, it cleans up: no demo directory, no loop device on its image.
+    let work = out
+        .lines()
+        .find_map(|l| l.strip_prefix("work directory: "))
+        .expect("the demo names its work directory")
+        .to_string();
+    assert!(std::path::Path::new(&work).is_dir());
+    drop(stop);
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(130), "stopped by SIGTERM: {st:?}");
+    assert!(!std::path::Path::new(&work).exists(), "{work} left behind");
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&loops.stdout).contains(&work),
+        "a loop device on {work} left"
+    );
 }
