@@ -1014,7 +1014,7 @@ fn big_source(t: &TempDir, kib: usize) -> PathBuf {
 /// limits"), whatever the response's size, plain or TLS, with or without `etcd_index`.
 const UNREAD: usize = 2_000;
 /// The documented bound per connection at the default --max-header-bytes (16 KiB), in KiB:
-/// 2 x 16 KiB + 48 KiB (docs/serve.md, README "Limits").
+/// 2 x 16 KiB + 48 KiB (docs/serve.md, docs/limits.md).
 const PER_CONNECTION_KIB: u64 = 80;
 
 #[test]
