@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Network boot's costs (issue 29, README "Measurements"): the time `agent serve` takes to load
+"""Network boot's costs (docs/benchmarks.md): the time `agent serve` takes to load
 a source of one pool (21 placeholders) with 0 and with 1,000 machine files (median of 3
 starts), and, with 1,000, a machine's `/ipxe` + `/machine-config` against the plain
 `/config/worker` fetch in the same run (200 each, one client in sequence).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The fleet benchmark (issue 28): MACHINES (5,000) machines boot at once against `agent serve`
+# The fleet benchmark: MACHINES (5,000) machines boot at once against `agent serve`
 # on 127.0.0.1, each on fresh connections: the config fetch, then 3 reports (fetch, disks,
 # files) — against the embedded store, and against etcd when `etcd` is installed (one member
 # on 127.0.0.1, a store of its own). Prints, per request kind, p50 and p99 latency (connect to

@@ -98,17 +98,7 @@ fn source(t: &TempDir) -> PathBuf {
 }
 
 fn start(src: &Path, extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--source",
-        src.to_str().unwrap(),
-        "--listen-http",
-        "127.0.0.1:0",
-        "--poll-interval",
-        "1s",
-        "--no-access-log",
-    ];
-    args.extend_from_slice(extra);
-    Server::start(&args, &[])
+    serve_args(src).poll_1s().quiet().with(extra).start()
 }
 
 /// GET with the server's own address as Host (so the scripts' URLs are usable as they are).
@@ -992,16 +982,7 @@ fn tokens_are_never_logged() {
     let t = TempDir::new("boot-log");
     let src = source(&t);
     let log = t.path().join("serve.log");
-    let s = Server::start_logged(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-        ],
-        &[],
-        Some(&log),
-    );
+    let s = serve_args(&src).start_logged(&[], Some(&log));
     install(&s, "boot-1");
     let script = ipxe(&s, "mac=52-54-00-12-34-02");
     let p = config_path(&script);

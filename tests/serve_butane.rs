@@ -70,17 +70,7 @@ fn butane(file: &Path, files_dir: &Path) -> String {
 }
 
 fn start(src: &Path) -> Server {
-    Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--poll-interval",
-            "1s",
-        ],
-        &[],
-    )
+    serve_args(src).poll_1s().start()
 }
 
 #[test]
@@ -201,19 +191,7 @@ fn broken_butane_generation_keeps_last_good() {
     let vol = t.path().join("vol");
     std::fs::create_dir_all(&vol).unwrap();
     atomic_write_bu(&vol, 1, GOOD_BU);
-    let s = Server::start(
-        &[
-            "--source",
-            vol.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--poll-interval",
-            "1s",
-            "--soak",
-            "1s",
-        ],
-        &[],
-    );
+    let s = serve_args(&vol).poll_1s().arg("--soak", "1s").start();
     let good = s.get("/config/worker");
     assert_eq!(good.status, 200, "{}", good.text());
     assert!(good.text().contains("gen-1"), "{}", good.text());

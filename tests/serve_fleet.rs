@@ -52,16 +52,7 @@ fn raw(addr: std::net::SocketAddr, method: &str, path: &str, headers: &[(&str, &
 fn reports_build_the_inventory_that_only_the_admin_listener_serves() {
     let t = TempDir::new("fleet");
     let src = source(&t);
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-        ],
-        &[],
-    );
+    let s = serve_args(&src).quiet().start();
     let http = s.addr_of("http");
     let admin = s.addr_of("admin");
 
@@ -256,18 +247,10 @@ fn the_admin_token_guards_the_inventory_and_machine_tokens_do_not_open_it() {
     let token_file = t.path().join("admin.token");
     let admin_token = "0123456789abcdef0123456789abcdef";
     write(&token_file, &format!("{admin_token}\n"));
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-            "--admin-token-file",
-            token_file.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let s = serve_args(&src)
+        .quiet()
+        .arg("--admin-token-file", &token_file)
+        .start();
     let http = s.addr_of("http");
     let admin = s.addr_of("admin");
     // A machine's token (the legacy store's, for pool worker) authenticates its report...
@@ -340,17 +323,10 @@ fn the_admin_token_guards_the_inventory_and_machine_tokens_do_not_open_it() {
 fn an_admin_listener_off_loopback_needs_a_token() {
     let t = TempDir::new("fleet-off-loopback");
     let src = source(&t);
-    let out = std::process::Command::new(AGENT)
-        .args([
-            "serve",
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-        ])
-        .args(["--admin-listen", "0.0.0.0:0", "--state-dir"])
-        .arg(t.path().join("state"))
-        .stdin(std::process::Stdio::null())
+    let out = serve_args(&src)
+        .arg("--admin-listen", "0.0.0.0:0")
+        .arg("--state-dir", t.path().join("state"))
+        .command()
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -375,16 +351,7 @@ fn agent_run_reports_land_in_the_inventory() {
         &src.join("pools/broken.ign"),
         r#"{"ignition":{"version":"3.1.0","timeouts":{"httpTotal":3}},"storage":{"files":[{"path":"/etc/app.conf","contents":{"source":"http://127.0.0.1:9/absent?token=querysecret"}}]}}"#,
     );
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-        ],
-        &[],
-    );
+    let s = serve_args(&src).quiet().start();
     let http = s.addr_of("http");
     let admin = s.addr_of("admin");
     let run = |pool: &str, uuid: &str| {
@@ -495,20 +462,12 @@ fn admin_metric(admin: std::net::SocketAddr, name: &str) -> Option<u64> {
 
 /// `agent serve` on `src` with the inventory on `cluster` (and `extra` flags).
 fn start_on_etcd(src: &std::path::Path, cluster: &etcd_cluster::Cluster, extra: &[&str]) -> Server {
-    let endpoints = cluster.clients.join(",");
-    let mut args = vec![
-        "--source",
-        src.to_str().unwrap(),
-        "--listen-http",
-        "127.0.0.1:0",
-        "--no-access-log",
-        "--inventory-store",
-        "etcd",
-        "--etcd-endpoints",
-        &endpoints,
-    ];
-    args.extend_from_slice(extra);
-    Server::start(&args, &[])
+    serve_args(src)
+        .quiet()
+        .arg("--inventory-store", "etcd")
+        .arg("--etcd-endpoints", cluster.clients.join(","))
+        .with(extra)
+        .start()
 }
 
 /// The store is called off the event loop (docs/reports.md, "The report queue"): with every
@@ -596,18 +555,10 @@ fn a_stalled_store_holds_the_report_not_the_event_loop() {
 fn the_report_body_limit_is_the_flag() {
     let t = TempDir::new("fleet-body-limit");
     let src = source(&t);
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-            "--max-body-bytes",
-            "400000",
-        ],
-        &[],
-    );
+    let s = serve_args(&src)
+        .quiet()
+        .arg("--max-body-bytes", "400000")
+        .start();
     let http = s.addr_of("http");
     let report_of = |id: &str, paths: usize| {
         let mut v: serde_json::Value = serde_json::from_str(&agent_report(
@@ -646,18 +597,7 @@ fn the_report_body_limit_is_the_flag() {
 fn the_machine_limit_is_the_flag_and_listings_page() {
     let t = TempDir::new("fleet-max-machines");
     let src = source(&t);
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-            "--max-machines",
-            "2",
-        ],
-        &[],
-    );
+    let s = serve_args(&src).quiet().arg("--max-machines", "2").start();
     let http = s.addr_of("http");
     let admin = s.addr_of("admin");
     for m in ["m-1", "m-2"] {
@@ -752,18 +692,10 @@ fn the_machine_limit_is_the_flag_and_listings_page() {
 fn the_admin_listener_answers_no_other_page_in_a_real_browser() {
     let t = TempDir::new("fleet-csrf");
     let src = source(&t);
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-            "--admin-host",
-            "inventory.example",
-        ],
-        &[],
-    );
+    let s = serve_args(&src)
+        .quiet()
+        .arg("--admin-host", "inventory.example")
+        .start();
     let (http, admin) = (s.addr_of("http"), s.addr_of("admin"));
     let machines = ["m-form", "m-fetch", "m-header", "m-raw", "m-cli"];
     for m in machines {
@@ -945,14 +877,12 @@ fn a_program_on_the_admin_port_gets_no_token_and_machines_are_still_served() {
     });
     let admin = squatter.addr;
     let log = t.path().join("serve.log");
-    let mut child = std::process::Command::new(AGENT)
-        .args(["serve", "--source", src.to_str().unwrap()])
-        .args(["--listen-http", "127.0.0.1:0", "--no-access-log"])
-        .args(["--admin-listen", &admin.to_string(), "--admin-token-file"])
-        .arg(&token_file)
-        .arg("--state-dir")
-        .arg(t.path().join("state"))
-        .stdin(std::process::Stdio::null())
+    let mut child = serve_args(&src)
+        .quiet()
+        .arg("--admin-listen", admin.to_string())
+        .arg("--admin-token-file", &token_file)
+        .arg("--state-dir", t.path().join("state"))
+        .command()
         .stdout(std::process::Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -1089,16 +1019,7 @@ fn a_program_on_the_admin_port_gets_no_token_and_machines_are_still_served() {
 fn report_pools_are_no_labels_on_the_machine_listener() {
     let t = TempDir::new("fleet-pool-labels");
     let src = source(&t);
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-        ],
-        &[],
-    );
+    let s = serve_args(&src).quiet().start();
     let (http, admin) = (s.addr_of("http"), s.addr_of("admin"));
     let before = get(http, "/metrics", None).body.len();
     for i in 0..500 {
@@ -1436,18 +1357,7 @@ fn the_embedded_store_recovers_from_a_full_disk_without_a_restart() {
     let src = source(&t);
     let state = t.path().join("state");
     let _tmpfs = Tmpfs::mount(&state, "8m");
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let s = serve_args(&src).quiet().arg("--state-dir", &state).start();
     let pid = s.child.id();
     let http = s.addr_of("http");
     let admin = s.addr_of("admin");
@@ -1589,17 +1499,11 @@ fn a_lost_inventory_file_is_refused_not_made_new() {
     let db = state.join("inventory.db");
     let log = t.path().join("serve.log");
     let start = |extra: &[&str]| {
-        let mut args = vec![
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-            "--state-dir",
-            state.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        Server::start_logged(&args, &[], Some(&log))
+        serve_args(&src)
+            .quiet()
+            .arg("--state-dir", &state)
+            .with(extra)
+            .start_logged(&[], Some(&log))
     };
     let m = |i: usize| format!("4c4c4544-0000-0000-0000-{i:012x}");
     let mut s = start(&[]);
@@ -1670,16 +1574,7 @@ fn a_lost_inventory_file_is_refused_not_made_new() {
     drop(s);
 
     // A new state directory: a new inventory, no flag needed.
-    let fresh = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--no-access-log",
-        ],
-        &[],
-    );
+    let fresh = serve_args(&src).quiet().start();
     assert_eq!(fresh.status()["inventory"]["ok"], true);
     let r = post(
         fresh.addr_of("http"),

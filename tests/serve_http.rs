@@ -37,17 +37,7 @@ fn plain_source(t: &TempDir) -> std::path::PathBuf {
 }
 
 fn start_plain(src: &Path, extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--source",
-        src.to_str().unwrap(),
-        "--listen-http",
-        "127.0.0.1:0",
-    ];
-    if !extra.contains(&"--poll-interval") {
-        args.extend_from_slice(&["--poll-interval", "1s"]);
-    }
-    args.extend_from_slice(extra);
-    Server::start(&args, &[])
+    serve_args(src).poll_1s().with(extra).start()
 }
 
 #[test]
@@ -754,16 +744,7 @@ fn access_log_lines() {
     let t = TempDir::new("accesslog");
     let src = plain_source(&t);
     let log = t.path().join("stderr.log");
-    let s = Server::start_logged(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-        ],
-        &[],
-        Some(&log),
-    );
+    let s = serve_args(&src).start_logged(&[], Some(&log));
     let secret = "SECRETtokenSECRETtokenSECRET";
     assert_eq!(
         s.get_h(

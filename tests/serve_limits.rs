@@ -71,26 +71,11 @@ fn start_plain(name: &str) -> (TempDir, Server, SocketAddr) {
 }
 
 fn start(src: &Path, tls: Option<&Tls>, extra: &[&str]) -> Server {
-    let mut args: Vec<String> = vec![
-        "--source".into(),
-        src.display().to_string(),
-        "--listen-http".into(),
-        "127.0.0.1:0".into(),
-        "--no-access-log".into(),
-    ];
+    let mut args = serve_args(src).quiet();
     if let Some(t) = tls {
-        args.extend([
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--tls-cert".into(),
-            t.cert.display().to_string(),
-            "--tls-key".into(),
-            t.key.display().to_string(),
-        ]);
+        args = args.tls(&t.cert, &t.key);
     }
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    Server::start(&refs, &[])
+    args.with(extra).start()
 }
 
 const GET_WORKER: &str = "GET /config/worker HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
@@ -895,11 +880,11 @@ fn listen_without_tls_is_an_error() {
     let t = TempDir::new("listen-no-tls");
     let src = source(&t);
     for extra in [&[][..], &["--listen-http", "127.0.0.1:0"][..]] {
-        let out = std::process::Command::new(AGENT)
-            .args(["serve", "--source", src.to_str().unwrap()])
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdin(std::process::Stdio::null())
+        let out = serve_args(&src)
+            .without("--listen-http")
+            .arg("--listen", "127.0.0.1:0")
+            .with(extra)
+            .command()
             .output()
             .unwrap();
         assert!(
@@ -1029,7 +1014,7 @@ fn big_source(t: &TempDir, kib: usize) -> PathBuf {
 /// limits"), whatever the response's size, plain or TLS, with or without `etcd_index`.
 const UNREAD: usize = 2_000;
 /// The documented bound per connection at the default --max-header-bytes (16 KiB), in KiB:
-/// 2 x 16 KiB + 48 KiB (docs/serve.md, README "Limits").
+/// 2 x 16 KiB + 48 KiB (docs/serve.md, docs/limits.md).
 const PER_CONNECTION_KIB: u64 = 80;
 
 #[test]

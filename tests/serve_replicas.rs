@@ -62,25 +62,14 @@ impl Env {
     /// Starts replica `i` (its own state dir and log); `extra` adds flags.
     fn start(&self, i: usize, extra: &[&str]) -> Server {
         let state = self.state(i);
-        let mut args = vec![
-            "--source",
-            self.src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--poll-interval",
-            "1s",
-            "--token-ttl",
-            TTL,
-            "--token-clock-skew",
-            "10s",
-            "--token-key",
-            self.key.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--soak",
-            "1s",
-        ];
-        args.extend_from_slice(extra);
+        let args = serve_args(&self.src)
+            .poll_1s()
+            .arg("--token-ttl", TTL)
+            .arg("--token-clock-skew", "10s")
+            .arg("--token-key", &self.key)
+            .arg("--state-dir", &state)
+            .arg("--soak", "1s")
+            .with(extra);
         // Each run logs to a file of its own, appended to the replica's log by keep_log.
         std::fs::OpenOptions::new()
             .create(true)
@@ -88,8 +77,7 @@ impl Env {
             .open(self.log(i))
             .unwrap();
         let tmp_log = self.t.path().join(format!("replica-{i}.cur.log"));
-        Server::start_logged(
-            &args,
+        args.start_logged(
             &[("AGENT_SERVE_TEST_CLOCK", self.clock.to_str().unwrap())],
             Some(&tmp_log),
         )

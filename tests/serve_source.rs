@@ -19,17 +19,7 @@ fn mkfifo(p: &Path) {
 }
 
 fn start(src: &Path, extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--source",
-        src.to_str().unwrap(),
-        "--listen-http",
-        "127.0.0.1:0",
-        "--poll-interval",
-        "1s",
-        "--no-access-log",
-    ];
-    args.extend_from_slice(extra);
-    Server::start(&args, &[])
+    serve_args(src).poll_1s().quiet().with(extra).start()
 }
 
 fn error(s: &Server) -> String {
@@ -230,25 +220,13 @@ fn a_slow_source_does_not_keep_the_server_from_listening() {
     let src = t.path().join("src");
     let state = t.path().join("state");
     write(&src.join("pools/worker.ign"), &worker_config("w1"));
-    let args = |state: &Path| -> Vec<String> {
-        [
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--shutdown-grace",
-            "1s",
-            "--no-access-log",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    let args = |state: &Path| {
+        serve_args(&src)
+            .arg("--state-dir", state)
+            .arg("--shutdown-grace", "1s")
+            .quiet()
     };
-    let a = args(&state);
-    let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    let mut s = Server::start(&a, &[]);
+    let mut s = args(&state).start();
     assert_eq!(s.get("/config/worker").status, 200);
     assert!(s.terminate());
 
@@ -261,8 +239,7 @@ fn a_slow_source_does_not_keep_the_server_from_listening() {
     for (with_checkpoint, ready) in [(true, 200), (false, 503)] {
         let other = t.path().join("empty-state");
         let a = args(if with_checkpoint { &state } else { &other });
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        let mut s = Server::start_listening(&a, &[]);
+        let mut s = a.start_listening(&[]);
         assert_eq!(
             s.get("/readyz").status,
             ready,
@@ -366,13 +343,10 @@ fn a_fifo_as_the_token_key_is_refused() {
     write(&src.join("pools/worker.ign"), &worker_config("w1"));
     let key = t.path().join("token.key");
     mkfifo(&key);
-    let mut child = std::process::Command::new(AGENT)
-        .args(["serve", "--source", src.to_str().unwrap()])
-        .args(["--listen-http", "127.0.0.1:0", "--token-key"])
-        .arg(&key)
-        .arg("--state-dir")
-        .arg(t.path().join("state"))
-        .stdin(std::process::Stdio::null())
+    let mut child = serve_args(&src)
+        .arg("--token-key", &key)
+        .arg("--state-dir", t.path().join("state"))
+        .command()
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -409,22 +383,12 @@ fn checkpoints_beside_the_source_do_not_wake_the_watcher() {
     // Derived tokens: the legacy token store (SOURCE/tokens) would write beside the pools.
     let key = t.path().join("token.key");
     write(&key, "a-key-of-at-least-32-bytes-for-the-test\n");
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--poll-interval",
-            "1h",
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--token-key",
-            key.to_str().unwrap(),
-            "--no-access-log",
-        ],
-        &[],
-    );
+    let s = serve_args(&src)
+        .arg("--poll-interval", "1h")
+        .arg("--state-dir", &state)
+        .arg("--token-key", &key)
+        .quiet()
+        .start();
     let pid = nix::unistd::Pid::from_raw(s.child.id() as i32);
     for n in 2..=4 {
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();

@@ -25,11 +25,7 @@ fn served_serial(addr: std::net::SocketAddr, dir: &Path) -> String {
     let pem = out.stdout;
     let p = dir.join("served.pem");
     std::fs::write(&p, &pem).unwrap();
-    let s = run(
-        "openssl",
-        &["x509", "-in", "served.pem", "-noout", "-serial"],
-        dir,
-    );
+    let s = support::pki::openssl_in(dir, &["x509", "-in", "served.pem", "-noout", "-serial"]);
     String::from_utf8(s).unwrap().trim().to_string()
 }
 
@@ -56,21 +52,11 @@ fn https_with_certificate_reload() {
     std::fs::copy(d.join("leaf1.key"), d.join("tls.key")).unwrap();
     let src = d.join("src");
     write(&src.join("pools/worker.ign"), &worker_config("tls"));
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--tls-cert",
-            d.join("tls.pem").to_str().unwrap(),
-            "--tls-key",
-            d.join("tls.key").to_str().unwrap(),
-            "--poll-interval",
-            "1s",
-        ],
-        &[],
-    );
+    let s = serve_args(&src)
+        .without("--listen-http")
+        .tls(d.join("tls.pem"), d.join("tls.key"))
+        .poll_1s()
+        .start();
     assert_eq!(s.scheme, "https");
     let ca = d.join("ca.pem");
     let url = format!("https://{}/config/worker", s.addr);

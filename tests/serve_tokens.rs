@@ -62,19 +62,10 @@ fn tokens_through_a_full_ttl() {
     write(&src.join("pools/worker.ign"), &worker_config("w"));
     write(&src.join("pools/master.ign"), &worker_config("m"));
     let envs = [("AGENT_SERVE_TEST_CLOCK", clock.to_str().unwrap())];
-    let s = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--poll-interval",
-            "1s",
-            "--token-ttl",
-            "100s",
-        ],
-        &envs,
-    );
+    let s = serve_args(&src)
+        .poll_1s()
+        .arg("--token-ttl", "100s")
+        .start_env(&envs);
     let t1 = current_token(&src, &clock, "worker").expect("a token is issued at start");
     assert_eq!(ign(&s, &t1), 200);
     let r = s.get_h("/ignition", &[("Authorization", &format!("Bearer {t1}"))]);
@@ -149,20 +140,11 @@ fn tokens_through_a_full_ttl() {
 
     // A second replica sharing the token directory accepts the same tokens; with
     // --require-token /config/<pool> needs the pool's own token.
-    let s2 = Server::start(
-        &[
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-            "--poll-interval",
-            "1s",
-            "--token-ttl",
-            "100s",
-            "--require-token",
-        ],
-        &envs,
-    );
+    let s2 = serve_args(&src)
+        .poll_1s()
+        .arg("--token-ttl", "100s")
+        .switch("--require-token")
+        .start_env(&envs);
     assert_eq!(ign(&s2, &t3), 200);
     let mt = current_token(&src, &clock, "master").unwrap();
     assert_eq!(s2.get("/config/master").status, 401);

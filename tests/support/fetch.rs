@@ -1,8 +1,9 @@
-//! Fetch test support: external daemons (tftpd), free ports, the test PKI.
+//! Fetch test support: external daemons (tftpd), free ports; the test PKI is `super::pki`'s.
 
 #![allow(dead_code)]
 
 pub use super::TempDir;
+pub use super::pki::{Pki, SelfSigned, make_pki, self_signed};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -74,87 +75,6 @@ pub fn resource(url: &str) -> agent::config::types::Resource {
     }
 }
 
-/// A CA and a leaf for 127.0.0.1 signed by it (rustls rejects a self-signed leaf).
-pub struct Pki {
-    _dir: TempDir,
-    pub ca: Vec<u8>,
-    pub chain: Vec<u8>,
-    pub key: Vec<u8>,
-}
-
-pub fn make_pki() -> Pki {
-    require("openssl", "openssl");
-    let d = TempDir::new("pki");
-    let p = |f: &str| d.join(f).to_string_lossy().into_owned();
-    let run = |args: &[&str]| {
-        let o = Command::new("openssl").args(args).output().unwrap();
-        assert!(
-            o.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        &p("ca.key"),
-        "-out",
-        &p("ca.pem"),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=agent test CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        &p("leaf.key"),
-        "-out",
-        &p("leaf.csr"),
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    std::fs::write(
-        d.join("ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        &p("leaf.csr"),
-        "-CA",
-        &p("ca.pem"),
-        "-CAkey",
-        &p("ca.key"),
-        "-CAcreateserial",
-        "-out",
-        &p("leaf.pem"),
-        "-days",
-        "2",
-        "-extfile",
-        &p("ext"),
-    ]);
-    Pki {
-        ca: std::fs::read(d.join("ca.pem")).unwrap(),
-        chain: std::fs::read(d.join("leaf.pem")).unwrap(),
-        key: std::fs::read(d.join("leaf.key")).unwrap(),
-        _dir: d,
-    }
-}
-
 /// tftpd-hpa on a free port serving a temp root; stopped on drop.
 pub struct Tftpd {
     _d: Daemon,
@@ -196,69 +116,6 @@ pub fn tftpd() -> Tftpd {
         port,
         root,
         _logdir: logdir,
-    }
-}
-
-/// Runs `openssl args`, failing the test with its stderr.
-pub fn openssl(args: &[&str]) {
-    require("openssl", "openssl");
-    super::sh("openssl", args, None);
-}
-
-/// A self-signed certificate made the way `openssl req -x509` makes them (CA:TRUE), for
-/// `san` (e.g. "IP:127.0.0.1"), and its key, as PEM.
-pub struct SelfSigned {
-    pub cert: Vec<u8>,
-    pub key: Vec<u8>,
-}
-
-/// Makes a [`SelfSigned`] in `dir` under `name`; `expired` makes one whose notAfter is a
-/// day before its notBefore (expired at any time after its creation).
-pub fn self_signed(dir: &Path, name: &str, san: &str, expired: bool) -> SelfSigned {
-    let p = |ext: &str| {
-        dir.join(format!("{name}.{ext}"))
-            .to_string_lossy()
-            .into_owned()
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        &p("key"),
-        "-out",
-        &p("pem"),
-        "-days",
-        "2",
-        "-subj",
-        &format!("/CN={name}"),
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        &format!("subjectAltName={san}"),
-    ]);
-    if expired {
-        // Re-sign with notAfter = notBefore - 1 day; the extensions stay.
-        openssl(&[
-            "x509",
-            "-in",
-            &p("pem"),
-            "-key",
-            &p("key"),
-            "-days",
-            "-1",
-            "-out",
-            &p("old.pem"),
-        ]);
-        std::fs::rename(p("old.pem"), p("pem")).unwrap();
-    }
-    SelfSigned {
-        cert: std::fs::read(p("pem")).unwrap(),
-        key: std::fs::read(p("key")).unwrap(),
     }
 }
 

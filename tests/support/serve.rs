@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub use super::TempDir;
+pub use super::pki::{make_ca, make_leaf};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -219,6 +220,148 @@ impl Server {
     }
 }
 
+/// Flags of `agent serve` that may be given more than once: [`ServeArgs::with`] adds to them
+/// instead of replacing them.
+const REPEATABLE: &[&str] = &["--admin-host"];
+
+/// The start-up arguments of `agent serve` in the tests, built in one place:
+/// `--source SRC --listen-http 127.0.0.1:0` ([`serve_args`]) and what a test adds. A flag
+/// given again replaces the one before (its value too), so a test overrides a default by
+/// naming it; [`ServeArgs::without`] drops one. [`Server::start`] adds a private
+/// `--state-dir` and an admin listener on a free port unless the arguments name them.
+#[derive(Clone, Debug)]
+pub struct ServeArgs {
+    /// Each flag with its value, as the command line has them (`["--soak", "1s"]`,
+    /// `["--require-token"]`, `["--soak=1s"]`).
+    flags: Vec<Vec<String>>,
+}
+
+/// `--source SRC --listen-http 127.0.0.1:0`: a plain listener on a free port of 127.0.0.1.
+pub fn serve_args(src: impl AsRef<std::ffi::OsStr>) -> ServeArgs {
+    ServeArgs { flags: Vec::new() }
+        .arg("--source", src)
+        .arg("--listen-http", "127.0.0.1:0")
+}
+
+fn flag_name(f: &[String]) -> &str {
+    f[0].split_once('=').map_or(f[0].as_str(), |(k, _)| k)
+}
+
+fn text(v: impl AsRef<std::ffi::OsStr>) -> String {
+    v.as_ref().to_str().expect("a UTF-8 argument").to_string()
+}
+
+impl ServeArgs {
+    fn put(mut self, flag: Vec<String>) -> Self {
+        let name = flag_name(&flag).to_string();
+        if !REPEATABLE.contains(&name.as_str()) {
+            self.flags.retain(|f| flag_name(f) != name);
+        }
+        self.flags.push(flag);
+        self
+    }
+
+    /// `flag value`, replacing `flag` if it is there.
+    pub fn arg(self, flag: &str, value: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.put(vec![flag.to_string(), text(value)])
+    }
+
+    /// A switch (`--require-token`, `--no-access-log`).
+    pub fn switch(self, flag: &str) -> Self {
+        self.put(vec![flag.to_string()])
+    }
+
+    /// `--no-access-log`.
+    pub fn quiet(self) -> Self {
+        self.switch("--no-access-log")
+    }
+
+    /// `--poll-interval 1s`.
+    pub fn poll_1s(self) -> Self {
+        self.arg("--poll-interval", "1s")
+    }
+
+    /// An HTTPS listener on a free port of 127.0.0.1 with `cert` and `key`.
+    pub fn tls(self, cert: impl AsRef<std::ffi::OsStr>, key: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.arg("--listen", "127.0.0.1:0")
+            .arg("--tls-cert", cert)
+            .arg("--tls-key", key)
+    }
+
+    /// Without `flag` (e.g. `--listen-http`, for a server with only its HTTPS listener).
+    pub fn without(mut self, flag: &str) -> Self {
+        self.flags.retain(|f| flag_name(f) != flag);
+        self
+    }
+
+    /// Adds `extra` as written on a command line: `--flag value`, `--flag=value` or a switch
+    /// (a flag not followed by a value); each replaces a flag of the same name.
+    pub fn with<S: AsRef<str>>(mut self, extra: &[S]) -> Self {
+        let mut i = 0;
+        while i < extra.len() {
+            let f = extra[i].as_ref();
+            assert!(
+                f.starts_with("--"),
+                "not a flag: {f:?} in {:?}",
+                self.to_vec()
+            );
+            let mut flag = vec![f.to_string()];
+            if !f.contains('=')
+                && let Some(v) = extra.get(i + 1).map(AsRef::as_ref)
+                && !v.starts_with("--")
+            {
+                flag.push(v.to_string());
+                i += 1;
+            }
+            self = self.put(flag);
+            i += 1;
+        }
+        self
+    }
+
+    /// Whether `flag` is given.
+    pub fn has(&self, flag: &str) -> bool {
+        self.flags.iter().any(|f| flag_name(f) == flag)
+    }
+
+    /// The arguments after `agent serve`.
+    pub fn to_vec(&self) -> Vec<String> {
+        self.flags.concat()
+    }
+
+    /// [`Server::start`] with these arguments.
+    pub fn start(&self) -> Server {
+        self.start_env(&[])
+    }
+
+    /// [`Server::start`] with these arguments and `envs`.
+    pub fn start_env(&self, envs: &[(&str, &str)]) -> Server {
+        self.start_logged(envs, None)
+    }
+
+    /// [`Server::start_logged`] with these arguments.
+    pub fn start_logged(&self, envs: &[(&str, &str)], log: Option<&Path>) -> Server {
+        let v = self.to_vec();
+        let refs: Vec<&str> = v.iter().map(String::as_str).collect();
+        Server::start_logged(&refs, envs, log)
+    }
+
+    /// [`Server::start_listening`] with these arguments.
+    pub fn start_listening(&self, envs: &[(&str, &str)]) -> Server {
+        let v = self.to_vec();
+        let refs: Vec<&str> = v.iter().map(String::as_str).collect();
+        Server::start_listening(&refs, envs)
+    }
+
+    /// `agent serve` with these arguments, for a test that runs it itself (standard input
+    /// null; nothing else set: no private state directory, no admin listener of its own).
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(AGENT);
+        c.arg("serve").args(self.to_vec()).stdin(Stdio::null());
+        c
+    }
+}
+
 /// A child process killed on drop unless taken out.
 struct KillOnDrop(Option<Child>);
 
@@ -363,104 +506,6 @@ fn v4(a: SocketAddr) -> std::net::SocketAddrV4 {
         SocketAddr::V4(a) => a,
         SocketAddr::V6(_) => panic!("IPv4 only: {a}"),
     }
-}
-
-/// Runs a command that must succeed (openssl for test certificates); returns its stdout.
-pub fn run(cmd: &str, args: &[&str], dir: &Path) -> Vec<u8> {
-    let out = Command::new(cmd)
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd} is required for this test (apt-get install {cmd}): {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-/// A test CA in `dir`/ca.pem + ca.key (rustls refuses a self-signed server certificate).
-pub fn make_ca(dir: &Path) {
-    run(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=agent test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign",
-        ],
-        dir,
-    );
-    write(
-        &dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    );
-}
-
-/// Issues a leaf for localhost/127.0.0.1 into `name`.key/.pem; returns its serial.
-pub fn make_leaf(dir: &Path, name: &str) -> String {
-    run(
-        "openssl",
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            "/CN=localhost",
-        ],
-        dir,
-    );
-    run(
-        "openssl",
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ],
-        dir,
-    );
-    let s = run(
-        "openssl",
-        &["x509", "-in", &format!("{name}.pem"), "-noout", "-serial"],
-        dir,
-    );
-    String::from_utf8(s).unwrap().trim().to_string()
 }
 
 /// A TLS client configuration trusting `ca` (PEM).
