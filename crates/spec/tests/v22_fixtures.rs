@@ -17,15 +17,27 @@ const NAMED: &[(&str, &str)] = &[
     ("HTTP proxies in Ignition.Proxy", "$.ignition.proxy"),
     ("MountOptions in Storage.Filesystems", ".mountOptions"),
     ("LUKS is not supported", "$.storage.luks"),
-    ("HTTPHeaders in Storage.Files.Contents", ".contents.httpHeaders"),
+    (
+        "HTTPHeaders in Storage.Files.Contents",
+        ".contents.httpHeaders",
+    ),
     ("HTTPHeaders in Storage.Files.Append", ".httpHeaders"),
-    ("HTTPHeaders in Ignition.Config.Merge", "$.ignition.config.merge."),
-    ("HTTPHeaders in Ignition.Config.Replace", "$.ignition.config.replace.httpHeaders"),
+    (
+        "HTTPHeaders in Ignition.Config.Merge",
+        "$.ignition.config.merge.",
+    ),
+    (
+        "HTTPHeaders in Ignition.Config.Replace",
+        "$.ignition.config.replace.httpHeaders",
+    ),
     (
         "HTTPHeaders in Ignition.Security.TLS",
         "$.ignition.security.tls.certificateAuthorities.",
     ),
-    ("Compression in Ignition.Config.Merge", "$.ignition.config.merge."),
+    (
+        "Compression in Ignition.Config.Merge",
+        "$.ignition.config.merge.",
+    ),
     (
         "Compression in Ignition.Config.Replace",
         "$.ignition.config.replace.compression",
@@ -100,6 +112,8 @@ fn same_as_the_machine_config_servers_converter() {
             _ => panic!("line {}: malformed fixture", n + 1),
         }
     }
-    eprintln!("{same} the same, {refused_both} refused by both, {refused_dropped} refused for what the converter drops");
+    eprintln!(
+        "{same} the same, {refused_both} refused by both, {refused_dropped} refused for what the converter drops"
+    );
     assert!(same >= 250 && refused_both >= 200, "{same} {refused_both}");
 }

@@ -147,6 +147,13 @@ fn refusals(c: &Config, why: &mut Vec<String>) {
     }
 }
 
+/// `s` as a JSON string the way Go's `encoding/json` writes it (HTML-safe).
+pub fn go_string(s: &str) -> String {
+    let mut d = Doc(Vec::new());
+    d.string(s);
+    String::from_utf8(d.0).unwrap_or_default()
+}
+
 /// The JSON text being written.
 struct Doc(Vec<u8>);
 
@@ -325,7 +332,12 @@ fn ignition(i: &Ignition, d: &mut Doc) {
     let mut o = Obj::open(d);
     o.nested("config", |d| {
         let mut o = Obj::open(d);
-        let merge: Vec<&Resource> = i.config.merge.iter().filter(|r| r.source.is_some()).collect();
+        let merge: Vec<&Resource> = i
+            .config
+            .merge
+            .iter()
+            .filter(|r| r.source.is_some())
+            .collect();
         o.nested("append", |d| list(d, &merge, |d, r| reference(r, false, d)));
         if i.config.replace.source.is_some() {
             o.key("replace").raw("");
@@ -400,7 +412,11 @@ fn node_place<'a>(path: &'a str, fss: &[&'a str]) -> (&'a str, &'a str) {
             rest = &path[f.len()..];
         }
     }
-    if fs.is_empty() { ("root", path) } else { (fs, rest) }
+    if fs.is_empty() {
+        ("root", path)
+    } else {
+        (fs, rest)
+    }
 }
 
 /// The common node members; records why when the node's 2.2 path is not absolute.
@@ -453,7 +469,16 @@ fn storage(s: &Storage, fss: &[&str], d: &mut Doc, why: &mut Vec<String>) {
         list(d, &items, |d, (i, x)| {
             let mut o = Obj::open(d);
             let at = st.key("directories").index(*i);
-            node(&mut o, at, &x.path, x.overwrite, &x.user, &x.group, fss, why);
+            node(
+                &mut o,
+                at,
+                &x.path,
+                x.overwrite,
+                &x.user,
+                &x.group,
+                fss,
+                why,
+            );
             o.opt_int("mode", x.mode);
             o.close();
         })
@@ -506,7 +531,16 @@ fn storage(s: &Storage, fss: &[&str], d: &mut Doc, why: &mut Vec<String>) {
         list(d, &items, |d, (i, x)| {
             let mut o = Obj::open(d);
             let at = st.key("links").index(*i);
-            node(&mut o, at, &x.path, x.overwrite, &x.user, &x.group, fss, why);
+            node(
+                &mut o,
+                at,
+                &x.path,
+                x.overwrite,
+                &x.user,
+                &x.group,
+                fss,
+                why,
+            );
             o.flag("hard", x.hard == Some(true));
             o.str("target", x.target.as_deref().unwrap_or(""));
             o.close();
@@ -554,7 +588,16 @@ fn files(s: &Storage, fss: &[&str], d: &mut Doc, why: &mut Vec<String>) {
             // Only the first entry of a file reports its path.
             let mut sink = Vec::new();
             let w = if k == 0 { &mut *why } else { &mut sink };
-            node(&mut o, at.clone(), &f.path, Some(ow), &f.user, &f.group, fss, w);
+            node(
+                &mut o,
+                at.clone(),
+                &f.path,
+                Some(ow),
+                &f.user,
+                &f.group,
+                fss,
+                w,
+            );
             o.flag("append", append);
             o.nested("contents", |d| reference(r, true, d));
             o.opt_int("mode", f.mode);
@@ -651,7 +694,10 @@ mod tests {
         ] {
             assert!(e.contains(want), "{want} in {e}");
         }
-        assert!(e.starts_with("config cannot be expressed as spec 2.2.0: "), "{e}");
+        assert!(
+            e.starts_with("config cannot be expressed as spec 2.2.0: "),
+            "{e}"
+        );
     }
 
     #[test]
