@@ -200,3 +200,36 @@ fn without_the_mode_nothing_changes() {
     );
     assert!(files.iter().all(|f| f["path"] != ANNOTATIONS));
 }
+
+/// The mode's flags without the mode, and a kubeconfig too large to serve, are start-up
+/// errors naming the flag.
+#[test]
+fn mode_flags_are_checked_at_start() {
+    let t = TempDir::new("openshift-flags");
+    let src = t.path().join("src");
+    write(&src.join("pools/worker.ign"), &worker_config("w"));
+    let kc = t.path().join("kubeconfig");
+    std::fs::write(&kc, vec![b'a'; (1 << 20) + 1]).unwrap();
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(AGENT)
+            .args([
+                "serve",
+                "--source",
+                src.to_str().unwrap(),
+                "--listen-http",
+                "127.0.0.1:0",
+            ])
+            .args(["--state-dir", t.path().join("state").to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run(&["--kubeconfig", kc.to_str().unwrap()]);
+    assert!(e.contains("need --openshift"), "{e}");
+    let e = run(&["--openshift", "--kubeconfig", kc.to_str().unwrap()]);
+    assert!(e.contains("--kubeconfig") && e.contains("1048576"), "{e}");
+    let e = run(&["--openshift", "--openshift-config-name", "worker=Bad_Name"]);
+    assert!(e.contains("Kubernetes object name"), "{e}");
+}
