@@ -176,6 +176,20 @@ pub struct ServeArgs {
     /// its config (/machine-config?token=); it is spent by that fetch.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub boot_token_ttl: Duration,
+    /// OpenShift mode: write the files the OpenShift Machine Config Server writes into every
+    /// config (the node annotations the Machine Config Daemon starts from, the kubeconfig)
+    /// instead of /etc/agent/node-config.json, and serve spec 2.2.0 to
+    /// `Accept: application/vnd.coreos.ignition+json;version=2.2.0` (old boot images).
+    #[arg(long)]
+    pub openshift: bool,
+    /// OpenShift mode: the kubeconfig new nodes join with, written to
+    /// /etc/kubernetes/kubeconfig in every config (read once, at most 1 MiB).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// OpenShift mode: the rendered MachineConfig a pool's nodes start from (repeatable),
+    /// as POOL=NAME [default: the pool's config name].
+    #[arg(long = "openshift-config-name", value_name = "POOL=NAME", value_parser = serve::openshift::parse_config_name)]
+    pub openshift_config_names: Vec<(String, String)>,
 }
 
 impl From<ServeArgs> for crate::serve::Options {
@@ -218,6 +232,9 @@ impl From<ServeArgs> for crate::serve::Options {
             public_url: a.public_url.map(|u| u.trim_end_matches('/').to_string()),
             discovery: a.discovery,
             boot_token_ttl: a.boot_token_ttl,
+            openshift: a.openshift,
+            kubeconfig: a.kubeconfig,
+            openshift_config_names: a.openshift_config_names,
         }
     }
 }

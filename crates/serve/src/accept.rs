@@ -4,6 +4,7 @@
 //! dropped). The first `application/vnd.coreos.ignition+json` entry carrying a `version`
 //! parameter decides:
 //! - `3.x.y` with a supported minor → that minor; a newer 3.x minor → the newest we support;
+//! - `2.x` → `Negotiated::Spec2` (2.2.0 for 2.2 and later in OpenShift mode, else 400);
 //! - any other major → `Negotiated::BadMajor` (the server answers 400);
 //! - a version that is not `N.N.N`/`N.N`/`N` is not usable and the entry is skipped.
 //!
@@ -20,8 +21,10 @@ pub enum Negotiated {
     Minor(u8),
     /// No usable Ignition entry: the server's default applies.
     Default,
-    /// The client asked for a major version other than 3.
+    /// The client asked for a major version other than 2 and 3.
     BadMajor(u64),
+    /// The client asked for spec 2.x (this minor): served as 2.2.0 in OpenShift mode.
+    Spec2(u64),
 }
 
 /// Parses an `Accept` header value (or its absence).
@@ -60,6 +63,9 @@ pub fn negotiate(accept: Option<&str>) -> Negotiated {
         let Some((major, minor)) = parse_version(v) else {
             continue;
         };
+        if major == 2 {
+            return Negotiated::Spec2(minor);
+        }
         if major != 3 {
             return Negotiated::BadMajor(major);
         }
@@ -127,7 +133,9 @@ mod tests {
             (Some(format!("{t};version=\"3.3.0\"")), Minor(3)),
             (Some(format!("{t};version=3.9.0")), Minor(6)),
             (Some(format!("{t};version=3.99999.0")), Minor(6)),
-            (Some(format!("{t};version=2.2.0")), BadMajor(2)),
+            (Some(format!("{t};version=2.2.0")), Spec2(2)),
+            (Some(format!("{t};version=2.4.0")), Spec2(4)),
+            (Some(format!("{t};version=2.1.0")), Spec2(1)),
             (Some(format!("{t};version=4.0.0")), BadMajor(4)),
             (Some(format!("{t};version=abc")), Default),
             (Some(format!("{t};version=3.x.0")), Default),

@@ -532,6 +532,7 @@ impl App {
                 out.set_pool(&pool.name);
                 return;
             }
+            Negotiated::Spec2(m) => return super::openshift::answer_v2(req, pool, m, out),
             Negotiated::Minor(m) => m,
             Negotiated::Default => pool.min_version.minor,
         };
@@ -716,7 +717,13 @@ impl http::Handler for App {
 
 /// A served document's answer: 304 when `If-None-Match` names its ETag, else 200 with the
 /// body; its header lines (Content-Type, ETag, Vary) either way.
-fn answer(req: &Request, out: &mut Response, etag: &str, lines: &str, body: impl FnOnce() -> Body) {
+pub(crate) fn answer(
+    req: &Request,
+    out: &mut Response,
+    etag: &str,
+    lines: &str,
+    body: impl FnOnce() -> Body,
+) {
     let hit = req
         .header("if-none-match")
         .is_some_and(|v| etag_matches(&v, etag));

@@ -38,6 +38,7 @@ pub mod inventory;
 pub mod jobs;
 pub mod machines;
 pub mod metrics;
+pub mod openshift;
 pub mod options;
 pub mod page;
 pub mod pipes;

@@ -85,6 +85,12 @@ pub struct Options {
     pub discovery: Discovery,
     /// How long a one-time boot token may fetch its config.
     pub boot_token_ttl: Duration,
+    /// OpenShift mode: the Machine Config Server's files and spec 2.2.0 (`openshift`).
+    pub openshift: bool,
+    /// OpenShift mode: the kubeconfig new nodes join with.
+    pub kubeconfig: Option<PathBuf>,
+    /// OpenShift mode: the rendered MachineConfig name of a pool.
+    pub openshift_config_names: Vec<(String, String)>,
 }
 
 /// `--discovery`: what a network-booted machine that no machine file selects gets.

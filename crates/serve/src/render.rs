@@ -170,7 +170,7 @@ impl Pool {
         let digest = Sha256::digest(&canonical);
         let config_name = format!("{name}-{}", hex(&digest[..8]));
         let config_hash = hex(&digest);
-        let served = with_node_file(&config, &config_name);
+        let served = with_node_file(&config, name, &config_name);
         let min_version = version::minimum(&served);
         let report_lines = report_lines(name, &config_name, &config_hash);
         let by_minor: Vec<_> = (0..=version::NEWEST_MINOR)
@@ -218,7 +218,7 @@ impl Pool {
         };
         let mut c = self.config.clone();
         fill_etcd_index(&mut c, idx);
-        let served = with_node_file(&c, &self.config_name);
+        let served = with_node_file(&c, &self.name, &self.config_name);
         let v = Version::new(minor);
         config::to_json(&served, v).map(|b| {
             let mut r = Rendered::new(b, v);
@@ -291,7 +291,7 @@ impl Pool {
             }
             let mut c = self.config.clone();
             fill_etcd_index_with(&mut c, &marker);
-            let served = with_node_file(&c, &self.config_name);
+            let served = with_node_file(&c, &self.name, &self.config_name);
             let doc = config::to_json(&served, v).ok()?;
             let segs: Vec<Box<[u8]>> = split(&doc, marker.as_bytes())
                 .into_iter()
@@ -371,8 +371,12 @@ pub fn node_file_json(config_name: &str) -> String {
     serde_json::json!({ "currentConfig": config_name, "desiredConfig": config_name }).to_string()
 }
 
-/// `c` with the node-agent file added (replacing any file of the same path).
-pub fn with_node_file(c: &Config, config_name: &str) -> Config {
+/// `c` with the node-agent file added (replacing any file of the same path); in OpenShift
+/// mode the Machine Config Server's files instead ([`super::openshift`]).
+pub fn with_node_file(c: &Config, pool: &str, config_name: &str) -> Config {
+    if let Some(o) = super::openshift::mode() {
+        return super::openshift::with_files(c, o, pool, config_name);
+    }
     let mut out = c.clone();
     let body = node_file_json(config_name);
     out.storage.files.retain(|f| f.path != NODE_CONFIG_PATH);

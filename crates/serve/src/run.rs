@@ -34,6 +34,7 @@ pub fn run(opts: &Options) -> Result<()> {
     if opts.token_ttl.as_secs() < 2 {
         bail!("--token-ttl must be at least 2s");
     }
+    crate::openshift::start(opts)?;
     // Signals go to a dedicated thread: block them before any other thread starts.
     use nix::sys::signal::{SigSet, Signal};
     let mut sigs = SigSet::empty();

@@ -45,6 +45,7 @@ mod linear;
 pub mod merge;
 mod spec;
 pub mod types;
+pub mod v22;
 pub mod validate;
 pub mod version;
 
