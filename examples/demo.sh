@@ -111,12 +111,12 @@ curl -s "http://127.0.0.1:$port/config/master?etcd_index=2" | python3 -c 'import
 echo "--- GET /config/nosuchpool"
 curl -s -o /dev/null -w '%{http_code} (body %{size_download} bytes)\n' "http://127.0.0.1:$port/config/nosuchpool"
 echo "--- the pointer config a worker boots with"
-"$agent" pointer --source "$work/source" --pool worker --url "http://127.0.0.1:$port/ignition"
+"$agent" pointer --state-dir "$work/serve-state" --pool worker --url "http://127.0.0.1:$port/ignition"
 echo "--- GET /status (the generation served, each pool's version, the limits)"
 curl -s "http://127.0.0.1:$port/status" | python3 -m json.tool
 
 step "a machine boots from the pointer config, reports each stage; the server's inventory"
-"$agent" pointer --source "$work/source" --pool worker --url "http://127.0.0.1:$port/ignition" > "$work/pointer.ign"
+"$agent" pointer --state-dir "$work/serve-state" --pool worker --url "http://127.0.0.1:$port/ignition" > "$work/pointer.ign"
 # A new root with its own (minimal) account databases, for the pool's user.
 mkdir -p "$work/root3/etc"
 printf 'root:x:0:0:root:/root:/bin/sh\n' > "$work/root3/etc/passwd"
@@ -134,7 +134,7 @@ cat > "$work/source/pools/broken.ign" <<'IGN'
 IGN
 # The server picks the new pool up and publishes its token within a moment.
 for i in $(seq 100); do
-    "$agent" pointer --source "$work/source" --pool broken --url "http://127.0.0.1:$port/ignition" \
+    "$agent" pointer --state-dir "$work/serve-state" --pool broken --url "http://127.0.0.1:$port/ignition" \
         > "$work/pointer-broken.ign" 2>/dev/null && break
     [ "$i" = 100 ] && { echo "the server did not take the pool 'broken' up" >&2; exit 1; }
     sleep 0.1

@@ -254,7 +254,7 @@ fn the_admin_token_guards_the_inventory_and_machine_tokens_do_not_open_it() {
     let http = s.addr_of("http");
     let admin = s.addr_of("admin");
     // A machine's token (the legacy store's, for pool worker) authenticates its report...
-    let machine_token = token_of(&src, "worker");
+    let machine_token = token_of(&s, "worker");
     let body = agent_report("r1", "m-1", "fetch", "ok", false, None)
         .replace("\"pool\":\"worker\"", "\"pool\":\"infra\"");
     let r = post(http, &body, Some(&format!("Bearer {machine_token}")));
@@ -355,7 +355,7 @@ fn agent_run_reports_land_in_the_inventory() {
     let http = s.addr_of("http");
     let admin = s.addr_of("admin");
     let run = |pool: &str, uuid: &str| {
-        let token = token_of(&src, pool);
+        let token = token_of(&s, pool);
         let dir = TempDir::new("fleet-e2e-run");
         let root = dir.path().join("root");
         let state = dir.path().join("state");
@@ -918,6 +918,7 @@ fn a_program_on_the_admin_port_gets_no_token_and_machines_are_still_served() {
         scheme: "http".into(),
         listeners: vec![("http".into(), http)],
         state: None,
+        state_dir: t.path().join("state"),
     };
     let loaded = line("source loaded");
     assert!(loaded.starts_with("source loaded"), "{loaded}");

@@ -828,8 +828,8 @@ fn require_token_does_not_reveal_pools() {
     let t = TempDir::new("oracle");
     let src = source(&t);
     let s = start(&src, None, &["--require-token"]);
-    let worker = token_of(&src, "worker");
-    let master = token_of(&src, "master");
+    let worker = token_of(&s, "worker");
+    let master = token_of(&s, "master");
     let ask = |method: &str, path: &str, auth: Option<&str>| {
         let mut raw = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
         if let Some(a) = auth {
@@ -1304,7 +1304,7 @@ fn ambiguous_heads_are_400() {
     let t = TempDir::new("ambiguous");
     let src = source(&t);
     let s = start(&src, None, &["--require-token"]);
-    let worker = format!("Bearer {}", token_of(&src, "worker"));
+    let worker = format!("Bearer {}", token_of(&s, "worker"));
     let ok = s.get_h("/config/worker", &[("Authorization", &worker)]);
     assert_eq!(ok.status, 200);
     for (what, headers) in [

@@ -157,7 +157,7 @@ stop_server() {
     server_pid=
 }
 
-pool_token() { # SOURCE_DIR POOL: the plaintext token the server published for the pool
+pool_token() { # STATE_DIR POOL: the plaintext token the server published for the pool
     local f i
     for i in $(seq 1 50); do
         for f in "$1/tokens/$2.token" "$1/tokens/..data/$2.token"; do
@@ -347,7 +347,7 @@ run_scenario() {
             start_server "$work/serve" "$work/server.log" "$work/serve-state" ||
                 { echo "config server did not start" >"$work/reason"; exit 1; }
             if [[ -n ${NEED_TOKEN:-} ]]; then
-                token=$(pool_token "$work/serve" "$POOL") ||
+                token=$(pool_token "$work/serve-state" "$POOL") ||
                     { echo "server published no token for pool $POOL" >"$work/reason"; exit 1; }
             fi
             CMDLINE=${CMDLINE//@SERVER@/$guest_server}

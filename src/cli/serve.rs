@@ -54,7 +54,7 @@ pub struct ServeArgs {
     /// Token lifetime; tokens rotate after half of it.
     #[arg(long, default_value = "11h", value_parser = parse_duration)]
     pub token_ttl: Duration,
-    /// Token state directory shared by replicas (default: SOURCE/tokens). Legacy: without
+    /// Token state directory shared by replicas (default: STATE_DIR/tokens). Legacy: without
     /// --token-key only.
     #[arg(long, conflicts_with = "token_key")]
     pub token_dir: Option<PathBuf>,

@@ -18,10 +18,17 @@ pub struct TokenArgs {
 
 #[derive(Debug, Args)]
 pub struct TokenStoreArgs {
-    /// Config source directory (the pools; legacy store: tokens in SOURCE/tokens).
-    #[arg(long, required_unless_present = "token_dir")]
+    /// Config source directory (the pools; with --token-key).
+    #[arg(long)]
     pub source: Option<PathBuf>,
-    /// Legacy token state directory (overrides SOURCE/tokens).
+    /// The server's --state-dir: its token store is STATE_DIR/tokens.
+    #[arg(
+        long,
+        default_value = "/var/lib/agent-serve",
+        conflicts_with = "token_dir"
+    )]
+    pub state_dir: PathBuf,
+    /// The server's --token-dir, where it was given (overrides STATE_DIR/tokens).
     #[arg(long, conflicts_with = "token_key")]
     pub token_dir: Option<PathBuf>,
     /// The servers' --token-key: tokens are computed from it and the source's configs.
@@ -41,11 +48,11 @@ impl TokenStoreArgs {
                 schedule: tokens::Schedule::new(self.token_ttl.as_secs(), 0),
                 source: s.clone(),
             }),
-            (_, Some(d), _) => Ok(tokens_cmd::Tokens::Store(tokens::Store::new(d))),
-            (None, None, Some(s)) => Ok(tokens_cmd::Tokens::Store(tokens::Store::new(
-                s.join("tokens"),
+            (Some(_), _, None) => bail!("--token-key needs --source (the configs it signs)"),
+            (None, Some(d), _) => Ok(tokens_cmd::Tokens::Store(tokens::Store::new(d))),
+            (None, None, _) => Ok(tokens_cmd::Tokens::Store(tokens::Store::new(
+                self.state_dir.join("tokens"),
             ))),
-            _ => bail!("give --source (with --token-key) or --token-dir"),
         }
     }
 }

@@ -7,7 +7,7 @@ pub use super::TempDir;
 pub use super::pki::{make_ca, make_leaf};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,8 @@ pub struct Server {
     /// A private checkpoint directory, when the test did not give --state-dir (never the
     /// default /var/lib/agent-serve, which tests running in parallel would share).
     pub state: Option<TempDir>,
+    /// The server's --state-dir (its token store is `tokens` in it).
+    pub state_dir: PathBuf,
 }
 
 impl Server {
@@ -64,8 +66,23 @@ impl Server {
             .iter()
             .any(|a| *a == "--state-dir" || a.starts_with("--state-dir="));
         let state = (!given).then(|| TempDir::new("serve-state"));
-        if let Some(d) = &state {
-            cmd.arg("--state-dir").arg(d.path().join("state"));
+        let state_dir = match &state {
+            Some(d) => d.path().join("state"),
+            None => {
+                let i = args.iter().position(|a| *a == "--state-dir");
+                let v = match i {
+                    Some(i) => args[i + 1].to_string(),
+                    None => args
+                        .iter()
+                        .find_map(|a| a.strip_prefix("--state-dir="))
+                        .unwrap()
+                        .to_string(),
+                };
+                PathBuf::from(v)
+            }
+        };
+        if state.is_some() {
+            cmd.arg("--state-dir").arg(&state_dir);
         }
         // The admin listener on a port of its own (the default, 22625, is one per host).
         let admin_given = args
@@ -134,6 +151,7 @@ impl Server {
             scheme: listeners[0].0.clone(),
             listeners,
             state,
+            state_dir,
         }
     }
 
@@ -608,14 +626,14 @@ pub fn raise_nofile(want: u64) -> u64 {
     getrlimit(Resource::RLIMIT_NOFILE).unwrap().0
 }
 
-/// The legacy store's token of `pool` (`agent token show --reveal`) for the source `src`.
-pub fn token_of(src: &Path, pool: &str) -> String {
+/// The token store's token of `pool` (`agent token show --reveal`) of the server `s`.
+pub fn token_of(s: &Server, pool: &str) -> String {
     let out = std::process::Command::new(AGENT)
         .args([
             "token",
             "show",
-            "--source",
-            src.to_str().unwrap(),
+            "--state-dir",
+            s.state_dir.to_str().unwrap(),
             "--reveal",
         ])
         .output()

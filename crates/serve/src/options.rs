@@ -23,7 +23,7 @@ pub struct Options {
     pub soak: Duration,
     /// Token lifetime; tokens rotate after half of it.
     pub token_ttl: Duration,
-    /// Token state directory shared by replicas (default: SOURCE/tokens); store mode only.
+    /// Token state directory shared by replicas (default: STATE_DIR/tokens); store mode only.
     pub token_dir: Option<PathBuf>,
     /// Key file tokens are derived from (per pool, config and epoch); when set, no token
     /// state is stored anywhere.
@@ -116,10 +116,20 @@ impl std::str::FromStr for Discovery {
 }
 
 impl Options {
-    /// The token state directory: [`Options::token_dir`], default `SOURCE/tokens`.
+    /// The token state directory: [`Options::token_dir`], default `STATE_DIR/tokens`, never
+    /// inside the source (a source kept in git would pick the plaintext tokens up). `agent
+    /// serve` always has a state directory; a library caller without one gets `SOURCE/tokens`.
     pub fn token_dir(&self) -> PathBuf {
-        self.token_dir
-            .clone()
-            .unwrap_or_else(|| self.source.join("tokens"))
+        self.token_dir.clone().unwrap_or_else(|| {
+            self.state_dir
+                .as_ref()
+                .map_or_else(|| self.source.join("tokens"), |d| d.join("tokens"))
+        })
+    }
+
+    /// Where servers before this one kept the token store by default: `SOURCE/tokens`.
+    pub fn legacy_token_dir(&self) -> Option<PathBuf> {
+        (self.token_dir.is_none() && self.token_key.is_none() && self.state_dir.is_some())
+            .then(|| self.source.join("tokens"))
     }
 }

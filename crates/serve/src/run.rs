@@ -70,6 +70,9 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     raise_open_files_limit(&limits, threads);
     let conns = Arc::new(http::ConnStats::default());
+    if let Some(old) = opts.legacy_token_dir() {
+        super::tokens::migrate(&old, &super::tokens::Store::new(opts.token_dir()))?;
+    }
     let app = Arc::new(App::new(opts, conns.clone(), &limits)?);
     App::set_shared(&app);
     // What the checkpoint kept is served from the start; the source is loaded by the

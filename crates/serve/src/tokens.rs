@@ -13,7 +13,7 @@
 //! next one is accepted `skew` early for replicas whose clocks run behind). See [`Schedule`].
 //!
 //! **Store** (legacy, without `--token-key`): one random token per pool, kept in a directory
-//! every replica sees (default `SOURCE/tokens`), written with the AtomicWriter protocol
+//! every replica sees (default `STATE_DIR/tokens`), written with the AtomicWriter protocol
 //! (`..data` → `..<stamp>` swapped by rename) under an flock: `state.json` holds only SHA-256
 //! hashes with creation and expiry times; `<pool>.token` (mode 0600) holds the plaintext of the
 //! pool's current token. Such a token names a pool, not a config.
@@ -518,6 +518,38 @@ pub fn parse_bearer(h: Option<&str>) -> Result<&str, AuthError> {
     } else {
         Err(AuthError::Malformed)
     }
+}
+
+/// Moves the token store an older server kept in the source (`from`, `SOURCE/tokens`) to
+/// `to`, once: only when `to` has no generation yet. The old directory is removed, so the
+/// plaintext tokens leave the source tree; a read-only source keeps it (logged). Returns
+/// whether a store was moved.
+pub fn migrate(from: &Path, to: &Store) -> Result<bool> {
+    if std::fs::symlink_metadata(from.join("..data")).is_err() {
+        return Ok(false);
+    }
+    let lock = to.lock()?;
+    if std::fs::symlink_metadata(to.dir.join("..data")).is_ok() {
+        return Ok(false);
+    }
+    let old = Store::new(from);
+    let stored = {
+        let _old_lock = old.lock()?;
+        old.read()?
+    };
+    to.write(&stored, &lock)?;
+    log::warn!(
+        "moved the token store from {} to {}: tokens are no longer kept in the source",
+        from.display(),
+        to.dir.display()
+    );
+    if let Err(e) = std::fs::remove_dir_all(from) {
+        log::warn!(
+            "could not remove the old token store {} ({e}): remove it by hand, it holds plaintext tokens",
+            from.display()
+        );
+    }
+    Ok(true)
 }
 
 /// The token directory, written with the AtomicWriter protocol.
