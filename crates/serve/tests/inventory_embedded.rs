@@ -9,9 +9,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use inventory_support::report;
+use inventory_support::{RecordsExt, report};
 use runtime::util::TestDir;
-use serve::inventory::{Embedded, Filter, Origin, Recorded, Refused, State, Store, limits, parse};
+use serve::inventory::{
+    BootTokens, Embedded, Filter, Origin, Recorded, Records, Refused, State, limits, parse,
+};
 
 fn token(pool: &str, at: u64) -> Origin {
     Origin {

@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use inventory_support::etcd::{Cluster, etcd_binary, free_port};
-use inventory_support::report;
-use serve::inventory::{Etcd, EtcdOptions, Filter, Machine, Origin, Recorded, State, Store};
+use inventory_support::{RecordsExt, report};
+use serve::inventory::{
+    BootTokens, Etcd, EtcdOptions, Filter, Machine, Origin, Recorded, Records, State,
+};
 
 const MACHINES: usize = 40;
 const BOOTS: usize = 3;

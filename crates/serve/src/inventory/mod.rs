@@ -2,15 +2,19 @@
 //!
 //! - `model`: the report ([`parse`], bounded by [`limits`]), the machine record and the rules
 //!   that fold a report into it ([`apply`]);
+//! - `store`: what every store implements: [`Records`] (machine records) and [`BootTokens`]
+//!   (network boot's token records), together with its health a [`Store`];
 //! - `embedded`: the default store, one redb file in `--state-dir` (`inventory.db`);
-//! - `store`: the [`Store`] trait both stores implement;
 //! - `etcd`: the shared store for replicas, over etcd's v3 JSON gateway;
+//! - `batch`: how the server's writers hand reports to a store ([`Batching`], the one
+//!   place that decides it);
 //! - `health`: whether the store works, for `/status` and `/metrics`.
 //!
-//! Both stores run the same [`apply`] inside their own atomic read-modify-write of one
+//! Every store runs the same [`apply`] inside its own atomic read-modify-write of one
 //! machine's record, so a retried report (same `id`) is recorded once and concurrent reports
 //! of one machine never overwrite each other.
 
+pub mod batch;
 pub mod embedded;
 pub mod etcd;
 pub mod health;
@@ -23,6 +27,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 
+pub use self::batch::{Batching, Commits};
 pub use self::embedded::Embedded;
 pub use self::etcd::{Etcd, EtcdOptions};
 pub use self::health::Health;
@@ -31,8 +36,8 @@ pub use self::model::{
     parse_within,
 };
 pub use self::store::{
-    BootToken, DEFAULT_MAX_MACHINES, Full, Recorded, Spend, Store, TokenKind, token_key,
-    well_formed_token,
+    BootToken, BootTokens, DEFAULT_MAX_MACHINES, Full, Recorded, Records, Spend, Store, TokenKind,
+    counts, machines, record, token_key, well_formed_token,
 };
 
 /// `--inventory-store`: which store.
