@@ -1584,3 +1584,59 @@ fn a_lost_inventory_file_is_refused_not_made_new() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// `--inventory-store=memory` (docs/serve.md, "The inventory, its stores and the page"): no
+/// state directory or cluster, reports recorded and served as with the other stores (a
+/// retry recognised, a new machine beyond `--max-machines` answered 507), the store up in
+/// /status; a restart forgets the inventory.
+#[test]
+fn the_memory_store_takes_reports_and_forgets_them_on_restart() {
+    let t = TempDir::new("fleet-memory");
+    let src = source(&t);
+    let args = [
+        "--source",
+        src.to_str().unwrap(),
+        "--listen-http",
+        "127.0.0.1:0",
+        "--no-access-log",
+        "--inventory-store",
+        "memory",
+        "--max-machines",
+        "1",
+    ];
+    let ids = |admin| -> Vec<String> {
+        let r = get(admin, "/machines", None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        v["machines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut s = Server::start(&args, &[]);
+    let (http, admin) = (s.addr_of("http"), s.addr_of("admin"));
+    let first = agent_report("m-1-a", "m-1", "fetch", "ok", false, None);
+    let r = post(http, &first, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("new"), "{}", r.text());
+    let r = post(http, &first, None);
+    assert!(r.text().contains("duplicate"), "{}", r.text());
+    let r = post(
+        http,
+        &agent_report("m-2-a", "m-2", "fetch", "ok", false, None),
+        None,
+    );
+    assert_eq!(r.status, 507, "{}", r.text());
+    assert!(r.text().contains("--max-machines"), "{}", r.text());
+    assert_eq!(ids(admin), ["m-1"]);
+    let r = get(admin, "/machines/m-1", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let st = s.status();
+    assert_eq!(st["inventory"]["ok"], true, "{st}");
+    assert!(s.terminate(), "the server stops");
+    drop(s);
+    let s = Server::start(&args, &[]);
+    assert!(ids(s.addr_of("admin")).is_empty(), "kept across a restart");
+}

@@ -121,8 +121,9 @@ pub struct ServeArgs {
     /// 503 with Retry-After).
     #[arg(long, default_value_t = 32 << 20)]
     pub max_body_total: usize,
-    /// Where machine reports are kept: `embedded` (one file, inventory.db, in --state-dir)
-    /// or `etcd` (the cluster at --etcd-endpoints: replicas then share one inventory).
+    /// Where machine reports are kept: `embedded` (one file, inventory.db, in --state-dir),
+    /// `etcd` (the cluster at --etcd-endpoints: replicas then share one inventory) or
+    /// `memory` (for tests and short-lived servers: lost when the server stops).
     #[arg(long, default_value = "embedded")]
     pub inventory_store: serve::inventory::StoreKind,
     /// With --inventory-store=etcd: the etcd client URLs, comma-separated

@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::http::{Body, Reply, Request, Response};
-use super::inventory::{self, Origin, Recorded, Refused, Report, Store};
+use super::inventory::{self, Batching, Origin, Recorded, Refused, Report, Store};
 
 /// What a report's request carried, as the event loop saw it (it reads no store).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,15 +80,15 @@ pub const REPORT_QUEUE_BYTES: usize = 32 << 20;
 
 /// The writers: threads that take reports from the queue and hand them to the store, so no
 /// event loop ever waits for the store (a slow one, etcd failing over, delays only reports).
-/// Their number and batch size are the store's (`Store::writers`): one thread committing
-/// whatever has queued in one transaction for the embedded store, many threads with one
-/// report each for etcd.
+/// Their number and batch size are the batching policy's ([`Batching`], made of what the
+/// store's commits take): one thread committing whatever has queued in one transaction for
+/// the embedded and in-memory stores, many threads with a transaction's worth each for etcd.
 struct Writers {
     store: Arc<dyn Store>,
     tallies: Arc<Tallies>,
     queue: Mutex<Queue>,
     more: Condvar,
-    batch: usize,
+    batching: Batching,
     /// The event loop's answer time-out: a report queued longer was answered 503 by the
     /// loop already, and is dropped unrecorded (its sender sends it again).
     stale_after: Duration,
@@ -123,16 +123,16 @@ struct Job {
 
 impl Writers {
     fn start(store: Arc<dyn Store>, tallies: Arc<Tallies>, stale_after: Duration) -> Arc<Writers> {
-        let (threads, batch) = store.writers();
+        let batching = Batching::for_commits(store.commits());
         let w = Arc::new(Writers {
             store,
             tallies,
             queue: Mutex::new(Queue::default()),
             more: Condvar::new(),
-            batch: batch.max(1),
+            batching,
             stale_after,
         });
-        for i in 0..threads.max(1) {
+        for i in 0..batching.writers.max(1) {
             let w = w.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("inventory-{i}"))
@@ -201,7 +201,7 @@ impl Writers {
                 while q.jobs.is_empty() {
                     q = self.more.wait(q).unwrap_or_else(PoisonError::into_inner);
                 }
-                let n = q.jobs.len().min(self.batch);
+                let n = self.batching.take(q.jobs.len());
                 let jobs: Vec<Job> = q.jobs.drain(..n).collect();
                 q.bytes -= jobs.iter().map(|j| j.bytes).sum::<usize>();
                 jobs
@@ -223,7 +223,7 @@ impl Writers {
             }
             let batch: Vec<(&Report, &Origin)> =
                 jobs.iter().map(|j| (&j.report, &j.origin)).collect();
-            let results = self.store.record_all(&batch);
+            let results = self.store.record_batch(&batch);
             drop(batch);
             let done = Instant::now();
             let mut results = results.into_iter();
@@ -397,7 +397,7 @@ impl Fleet {
             let spawned = std::thread::Builder::new()
                 .name("inventory-counts".into())
                 .spawn(move || {
-                    let got = store.counts();
+                    let got = inventory::counts(&*store);
                     let mut c = cell.lock().unwrap_or_else(PoisonError::into_inner);
                     match got {
                         Ok(n) => c.counts = Some(n),

@@ -1,6 +1,8 @@
-//! The inventory's report model and its embedded store (a real redb file): states, the boot
-//! history bound, retried reports, filters, counts, the report limits, and a writer killed
-//! with SIGKILL mid-loop that loses no acknowledged report.
+//! The inventory's report limits, and what only the embedded store does (a real redb file):
+//! a writer killed with SIGKILL mid-loop loses no acknowledged report, the count kept in the
+//! file, no details record for a report without details, the marker that refuses a lost
+//! file, and opening by flag. What every store does is in inventory_contract.rs; recovering
+//! from a full disk is in tests/serve_fleet.rs.
 
 mod inventory_support;
 
@@ -9,9 +11,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use inventory_support::report;
+use inventory_support::{RecordsExt, report};
 use runtime::util::TestDir;
-use serve::inventory::{Embedded, Filter, Origin, Recorded, Refused, State, Store, limits, parse};
+use serve::inventory::{Embedded, Filter, Origin, Recorded, Records, Refused, limits, parse};
 
 fn token(pool: &str, at: u64) -> Origin {
     Origin {
@@ -23,226 +25,6 @@ fn token(pool: &str, at: u64) -> Origin {
 
 fn open(dir: &TestDir) -> Embedded {
     Embedded::open(&dir.0.join("inventory.db")).expect("opening the store")
-}
-
-#[test]
-fn inventory_embedded_states_follow_the_newest_boot() {
-    let dir = TestDir::new("inv-states");
-    let s = open(&dir);
-    let m = "4c4c4544-0042-3510-8052-b4c04f4e4d32";
-    let steps: &[(&str, &str, &str, &str, bool, State)] = &[
-        ("r1", "b1", "fetch", "started", false, State::Fetching),
-        ("r2", "b1", "fetch", "ok", false, State::Provisioning),
-        ("r3", "b1", "disks", "ok", false, State::Provisioning),
-        ("r4", "b1", "files", "ok", true, State::Provisioned),
-        // A second boot: the state follows it.
-        ("r5", "b2", "fetch", "started", false, State::Fetching),
-        ("r6", "b2", "fetch", "ok", false, State::Provisioning),
-        ("r7", "b2", "disks", "failed", false, State::Failed),
-        // A late report of the first boot does not move the second boot's state.
-        ("r8", "b1", "files", "ok", true, State::Failed),
-        // A third boot moves it on.
-        ("r9", "b3", "fetch", "ok", false, State::Provisioning),
-    ];
-    for (i, (id, boot, stage, outcome, last, want)) in steps.iter().enumerate() {
-        let r = report(id, m, boot, stage, outcome, *last);
-        assert_eq!(
-            s.record(&r, &token("worker", 100 + i as u64))
-                .expect("recording"),
-            Recorded::New
-        );
-        let got = s.machine(m).expect("reading").expect("the machine");
-        assert_eq!(got.state, Some(*want), "after report {id}");
-    }
-    let got = s.machine(m).expect("reading").expect("the machine");
-    assert_eq!((got.first_seen, got.last_seen), (100, 108));
-    assert_eq!(got.reports, 9);
-    assert_eq!(got.boots.len(), 3);
-    // The fetch of boot 1 was reported twice (started, ok): one entry, the ok one.
-    let b1 = &got.boots[0];
-    assert_eq!(b1.boot_id, "b1");
-    let stages: Vec<_> = b1.stages.iter().map(|s| s.report_id.as_str()).collect();
-    assert_eq!(
-        stages,
-        ["r2", "r3", "r8"],
-        "one entry per stage, the later ok wins a tie"
-    );
-    // The failure keeps its error and log tail.
-    let fail = &got.boots[1].stages[1];
-    assert_eq!(
-        fail.error.as_deref(),
-        Some("mkfs.xfs /dev/vda4: exit status 1")
-    );
-    let d = fail.detail.as_ref().expect("the failure's details");
-    assert_eq!(d.log_tail.len(), 2);
-    assert_eq!(d.changes.partitions.created, ["/dev/vda4"]);
-    assert_eq!(got.identity.hostname.as_deref(), Some("node-1"));
-    assert_eq!(
-        got.config.as_ref().and_then(|c| c.hash.as_deref()),
-        Some("sha256-00")
-    );
-    assert!(got.authenticated);
-    // Listings carry no details.
-    let listed = s.machines(&Filter::default()).expect("listing");
-    assert_eq!(listed.len(), 1);
-    assert!(
-        listed[0]
-            .boots
-            .iter()
-            .flat_map(|b| &b.stages)
-            .all(|s| s.detail.is_none())
-    );
-}
-
-#[test]
-fn inventory_embedded_pool_comes_from_the_token() {
-    let dir = TestDir::new("inv-auth");
-    let s = open(&dir);
-    // The body says pool "worker"; the token says "infra": the token wins.
-    s.record(
-        &report("a1", "m-1", "b", "fetch", "ok", false),
-        &token("infra", 1),
-    )
-    .expect("recording");
-    let m = s.machine("m-1").expect("reading").expect("m-1");
-    assert_eq!((m.pool.as_deref(), m.authenticated), (Some("infra"), true));
-    // Without a token: history only, marked unauthenticated; the record keeps what the
-    // token proved (its pool, authenticated) and its state.
-    let anon = Origin {
-        token_pool: None,
-        received: 2,
-        machine_issued: None,
-    };
-    s.record(&report("a2", "m-1", "b", "disks", "failed", false), &anon)
-        .expect("recording");
-    let m = s.machine("m-1").expect("reading").expect("m-1");
-    assert_eq!(
-        (m.pool.as_deref(), m.authenticated, m.state),
-        (Some("infra"), true, Some(State::Provisioning))
-    );
-    assert!(m.boots[0].stages[0].authenticated && !m.boots[0].stages[1].authenticated);
-}
-
-#[test]
-fn inventory_embedded_keeps_the_last_ten_boots() {
-    let dir = TestDir::new("inv-history");
-    let s = open(&dir);
-    for b in 0..12 {
-        for (stage, last) in [("fetch", false), ("disks", false), ("files", true)] {
-            let id = format!("r{b}-{stage}");
-            s.record(
-                &report(&id, "m-h", &format!("boot-{b}"), stage, "ok", last),
-                &token("worker", b),
-            )
-            .expect("recording");
-        }
-    }
-    let m = s.machine("m-h").expect("reading").expect("m-h");
-    assert_eq!(m.boots.len(), limits::BOOTS);
-    let boots: Vec<_> = m.boots.iter().map(|b| b.boot_id.clone()).collect();
-    let want: Vec<_> = (2..12).map(|b| format!("boot-{b}")).collect();
-    assert_eq!(boots, want, "the two oldest boots are dropped");
-    assert!(
-        m.boots
-            .iter()
-            .flat_map(|b| &b.stages)
-            .all(|s| s.detail.is_some()),
-        "every kept stage has its details"
-    );
-    assert_eq!(m.reports, 36);
-    assert_eq!(m.recent_ids.len(), 36.min(limits::RECENT_IDS));
-}
-
-#[test]
-fn inventory_embedded_a_retried_report_is_stored_once() {
-    let dir = TestDir::new("inv-idem");
-    let s = open(&dir);
-    let r = report("same-id", "m-i", "b", "disks", "ok", false);
-    assert_eq!(
-        s.record(&r, &token("worker", 1)).expect("recording"),
-        Recorded::New
-    );
-    assert_eq!(
-        s.record(&r, &token("worker", 2)).expect("recording"),
-        Recorded::Duplicate
-    );
-    drop(s);
-    // Still known after the store is reopened.
-    let s = open(&dir);
-    assert_eq!(
-        s.record(&r, &token("worker", 3)).expect("recording"),
-        Recorded::Duplicate
-    );
-    let m = s.machine("m-i").expect("reading").expect("m-i");
-    assert_eq!(m.reports, 1);
-    assert_eq!(m.last_seen, 1, "a duplicate does not touch the record");
-}
-
-#[test]
-fn inventory_embedded_filters_and_counts() {
-    let dir = TestDir::new("inv-filter");
-    let s = open(&dir);
-    let cases = [
-        ("m-a", "worker", "files", "ok", true),
-        ("m-b", "worker", "disks", "failed", false),
-        ("m-c", "infra", "files", "ok", true),
-        ("m-d", "infra", "fetch", "started", false),
-        ("m-e", "worker", "files", "ok", true),
-    ];
-    for (m, pool, stage, outcome, last) in cases {
-        s.record(
-            &report(&format!("{m}-r"), m, "b", stage, outcome, last),
-            &token(pool, 1),
-        )
-        .expect("recording");
-    }
-    let ids = |f: Filter| -> Vec<String> {
-        s.machines(&f)
-            .expect("listing")
-            .into_iter()
-            .map(|m| m.id)
-            .collect()
-    };
-    assert_eq!(ids(Filter::default()), ["m-a", "m-b", "m-c", "m-d", "m-e"]);
-    let worker = Some("worker".to_string());
-    assert_eq!(
-        ids(Filter {
-            pool: worker.clone(),
-            state: None
-        }),
-        ["m-a", "m-b", "m-e"]
-    );
-    assert_eq!(
-        ids(Filter {
-            pool: worker,
-            state: Some(State::Provisioned)
-        }),
-        ["m-a", "m-e"]
-    );
-    assert_eq!(
-        ids(Filter {
-            pool: None,
-            state: Some(State::Fetching)
-        }),
-        ["m-d"]
-    );
-    assert!(
-        ids(Filter {
-            pool: Some("none".into()),
-            state: None
-        })
-        .is_empty()
-    );
-    let counts = s.counts().expect("counting");
-    assert_eq!(
-        counts,
-        [
-            ((State::Fetching, "infra".to_string()), 1),
-            ((State::Provisioned, "infra".to_string()), 1),
-            ((State::Provisioned, "worker".to_string()), 2),
-            ((State::Failed, "worker".to_string()), 1),
-        ]
-    );
 }
 
 /// A valid body to break one field of at a time.
@@ -343,10 +125,9 @@ fn inventory_report_limits_are_named() {
     parse(&bytes).expect("a report at the limits");
 }
 
-/// `--max-machines`: at the limit a new machine's report (alone or in a batch) and its
-/// registration (`update`) are refused, naming the limit; a known machine's still go
-/// through; the count survives a restart, a larger limit makes room, and a file written
-/// before the count was kept is counted when opened.
+/// `--max-machines` in the embedded file (what every store does at the limit is in
+/// inventory_contract.rs): the count survives a restart, a larger limit makes room, and a
+/// file written before the count was kept is counted when opened.
 #[test]
 fn inventory_embedded_max_machines() {
     use serve::inventory::{Full, Machine};
@@ -367,51 +148,6 @@ fn inventory_embedded_max_machines() {
             assert_eq!(s.record(&r, &Origin::default()).unwrap(), Recorded::New);
         }
         assert_eq!(s.machine_count().unwrap(), 3);
-        let r = report("r-3", "m-3", "b", "fetch", "ok", false);
-        assert_eq!(s.record(&r, &Origin::default()).unwrap(), full);
-        assert!(s.machine("m-3").unwrap().is_none());
-        // In one batch: the new machine refused, the known one recorded.
-        let (a, b) = (
-            report("r-4", "m-4", "b", "fetch", "ok", false),
-            report("r-1b", "m-1", "b", "disks", "ok", false),
-        );
-        let o = Origin::default();
-        let got: Vec<_> = s
-            .record_all(&[(&a, &o), (&b, &o)])
-            .into_iter()
-            .map(|r| r.unwrap())
-            .collect();
-        assert_eq!(got, [full, Recorded::New]);
-        assert_eq!(s.machine("m-1").unwrap().unwrap().reports, 2);
-        // A registration of a new machine: refused; a change of a known one: done.
-        let err = s
-            .update("m-5", &mut |_| {
-                Some(Machine {
-                    id: "m-5".into(),
-                    ..Machine::default()
-                })
-            })
-            .expect_err("full");
-        assert_eq!(err.downcast_ref::<Full>(), Some(&Full { max: 3 }));
-        assert!(err.to_string().contains("--max-machines"), "{err}");
-        let m = s
-            .update("m-2", &mut |m| {
-                m.map(|m| Machine {
-                    reprovision: Some(7),
-                    ..m
-                })
-            })
-            .unwrap();
-        assert_eq!(m.unwrap().reprovision, Some(7));
-        assert_eq!(s.machine_count().unwrap(), 3);
-        // A page of the listing: after an id, by id, as many as asked for.
-        let mut page = Vec::new();
-        s.each_machine(&Filter::default(), Some("m-0"), &mut |m| {
-            page.push(m.id);
-            page.is_empty()
-        })
-        .unwrap();
-        assert_eq!(page, ["m-1"]);
     }
     // Restarted: the count is the same; with a limit of 4 one more machine fits.
     {
@@ -567,58 +303,23 @@ fn inventory_embedded_survives_sigkill_mid_write() {
 }
 
 #[test]
-fn inventory_embedded_concurrent_reports_each_once() {
-    // 8 threads; every report is sent by two of them (a retry racing its original), so
-    // reports of one machine and copies of one report meet in the same commit batches.
-    let dir = TestDir::new("inv-herd");
-    let s = std::sync::Arc::new(open(&dir));
-    let threads: Vec<_> = (0..8)
-        .map(|t| {
-            let s = s.clone();
-            std::thread::spawn(move || {
-                let mut new = 0;
-                for k in 0..150 {
-                    // Thread t sends reports of pair t/2; both threads of a pair send each.
-                    let n = (t / 2) * 150 + if t % 2 == 0 { k } else { 149 - k };
-                    let (m, b, st) = (n % 20, n / 60, ["fetch", "disks", "files"][(n / 20) % 3]);
-                    let r = report(
-                        &format!("h-{n}"),
-                        &format!("m-{m}"),
-                        &format!("boot-{b}"),
-                        st,
-                        "ok",
-                        st == "files",
-                    );
-                    if s.record(&r, &token("worker", n as u64)).expect("recording") == Recorded::New
-                    {
-                        new += 1;
-                    }
-                }
-                new
-            })
-        })
-        .collect();
-    let new: usize = threads
-        .into_iter()
-        .map(|t| t.join().expect("a thread"))
-        .sum();
-    assert_eq!(new, 600, "each of the 600 reports recorded once");
-    let all = s.machines(&Filter::default()).expect("listing");
-    assert_eq!(all.len(), 20);
-    for m in &all {
-        assert_eq!(m.reports, 30, "{}", m.id);
-        let stages: usize = m.boots.iter().map(|b| b.stages.len()).sum();
-        assert_eq!(stages, 30, "{}: every report has its entry", m.id);
-        assert_eq!(m.state, Some(State::Provisioned), "{}", m.id);
-    }
-}
-
-#[test]
 fn inventory_open_by_flag() {
     use serve::inventory::{StoreKind, open as open_store};
     assert_eq!("embedded".parse(), Ok(StoreKind::Embedded));
     assert_eq!("etcd".parse(), Ok(StoreKind::Etcd));
-    assert!("sqlite".parse::<StoreKind>().is_err());
+    assert_eq!("memory".parse(), Ok(StoreKind::Memory));
+    let err = "sqlite".parse::<StoreKind>().expect_err("unknown");
+    assert!(err.contains("embedded, etcd, memory"), "{err}");
+    // In memory: no state directory needed, and nothing kept from one open to the next.
+    let m = open_store(StoreKind::Memory, None, &[], 10).expect("the in-memory store");
+    m.record(
+        &report("o0", "m-o", "b", "fetch", "ok", false),
+        &token("worker", 1),
+    )
+    .expect("recording");
+    assert_eq!(m.machine_count().unwrap(), 1);
+    let again = open_store(StoreKind::Memory, None, &[], 10).expect("the in-memory store");
+    assert_eq!(again.machine_count().unwrap(), 0);
     let dir = TestDir::new("inv-open");
     let state = dir.0.join("state");
     let s = open_store(StoreKind::Embedded, Some(&state), &[], 10).expect("the embedded store");
@@ -642,62 +343,6 @@ fn inventory_open_by_flag() {
         .err()
         .expect("no endpoints");
     assert!(err.to_string().contains("--etcd-endpoints"), "{err}");
-}
-
-/// A one-time boot token spent by eight threads at once: one redb write transaction wins,
-/// the others find it spent; an expired one is refused; records past their time are
-/// forgotten when the next token is put; it survives a reopen.
-#[test]
-fn inventory_embedded_boot_token_is_spent_once() {
-    use serve::inventory::{BootToken, Spend};
-    let dir = TestDir::new("inv-boot-token");
-    let s = std::sync::Arc::new(open(&dir));
-    let t = BootToken {
-        machine: "mac-52:54:00:12:34:01".into(),
-        file: Some("node-1".into()),
-        pool: "worker".into(),
-        expires: 1_000,
-        spent: None,
-        reports_until: 2_000,
-        kind: Default::default(),
-        issued: 900,
-    };
-    s.put_boot_token("k1", &t, 900).unwrap();
-    let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
-    let spent: Vec<Spend> = (0..8)
-        .map(|_| {
-            let s = s.clone();
-            let b = barrier.clone();
-            std::thread::spawn(move || {
-                b.wait();
-                s.spend_boot_token("k1", 950).unwrap()
-            })
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .collect();
-    assert_eq!(
-        spent
-            .iter()
-            .filter(|x| matches!(x, Spend::Spent(_)))
-            .count(),
-        1,
-        "{spent:?}"
-    );
-    assert_eq!(s.boot_token("k1").unwrap().unwrap().spent, Some(950));
-    s.put_boot_token("k2", &t, 950).unwrap();
-    assert_eq!(
-        s.spend_boot_token("k2", 1_000).unwrap(),
-        Spend::Refused("token expired")
-    );
-    // Past reports_until: forgotten when the next token is put.
-    s.put_boot_token("k3", &t, 2_001).unwrap();
-    assert!(s.boot_token("k1").unwrap().is_none());
-    assert!(s.boot_token("k3").unwrap().is_some());
-    drop(s);
-    let s = open(&dir);
-    assert!(s.boot_token("k3").unwrap().is_some(), "durable");
 }
 
 /// A stage that changed nothing and logged nothing gets no details record (one redb key fewer
@@ -745,63 +390,6 @@ fn inventory_embedded_writes_no_details_record_for_a_report_without_details() {
         Some(&busy.changes)
     );
     assert!(!busy.changes.paths.is_empty());
-}
-
-/// The writer keeps the records it wrote decoded (`inventory::recent`): a change made
-/// between two reports (`update`, as `agent machines reprovision` makes) is not lost by the
-/// next report, and a record read back after a restart is the one written. A report's
-/// details are stored as they were before (`detail_json` is `detail`'s JSON).
-#[test]
-fn inventory_embedded_a_change_between_reports_is_kept() {
-    use serve::inventory::Machine;
-    use serve::inventory::model::{detail, detail_json};
-    let dir = TestDir::new("inv-recent");
-    let m = "m-recent";
-    {
-        let s = open(&dir);
-        let r = report("r1", m, "b1", "fetch", "ok", false);
-        assert_eq!(s.record(&r, &token("worker", 1)).unwrap(), Recorded::New);
-        s.update(m, &mut |x| {
-            x.map(|x| Machine {
-                reprovision: Some(5),
-                ..x
-            })
-        })
-        .unwrap();
-        let r = report("r2", m, "b1", "disks", "failed", false);
-        assert_eq!(s.record(&r, &token("worker", 2)).unwrap(), Recorded::New);
-        assert_eq!(
-            serde_json::from_slice::<serde_json::Value>(&detail_json(&r).unwrap()).unwrap(),
-            serde_json::to_value(detail(&r)).unwrap()
-        );
-        assert_eq!(
-            detail_json(&r).unwrap(),
-            serde_json::to_vec(&detail(&r)).unwrap()
-        );
-        let got = s.machine(m).unwrap().unwrap();
-        assert_eq!(got.reprovision, Some(5));
-        assert_eq!(got.reports, 2);
-        // A retry is known from the kept record.
-        assert_eq!(
-            s.record(&r, &token("worker", 3)).unwrap(),
-            Recorded::Duplicate
-        );
-    }
-    let s = open(&dir);
-    let got = s.machine(m).unwrap().unwrap();
-    assert_eq!(
-        (got.reprovision, got.reports, got.state),
-        (Some(5), 2, Some(State::Failed))
-    );
-    assert_eq!(
-        got.boots[0].stages[1]
-            .detail
-            .as_ref()
-            .unwrap()
-            .log_tail
-            .len(),
-        2
-    );
 }
 
 /// A store file that is missing or empty (0 bytes) where its marker (`inventory.id`) says an

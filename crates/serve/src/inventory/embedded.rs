@@ -4,12 +4,12 @@
 //! id>` → the report's changes and log tail as JSON; none for a report that changed nothing
 //! and logged nothing, read back as the empty details), `boot_tokens`, and `meta` (the
 //! number of machine records, changed in the transaction that adds one: `--max-machines`;
-//! and the inventory's id). Reports are recorded in
-//! write transactions (redb runs one at a time; reports that arrive while one commits go
-//! together into the next), committed with redb's default durability: the commit returns
-//! after fsync, and redb's copy-on-write pages with a checksummed commit slot mean a crash at
-//! any point leaves the last committed transaction intact. `record` returns after its
-//! report's transaction committed.
+//! and the inventory's id). A batch of reports is recorded in one write transaction (redb
+//! runs one at a time; the server's one writer hands it whatever queued meanwhile,
+//! `super::batch`), committed with redb's default durability: the commit returns after
+//! fsync, and redb's copy-on-write pages with a checksummed commit slot mean a crash at any
+//! point leaves the last committed transaction intact. `record_batch` returns after its
+//! batch's transaction committed.
 //!
 //! **After a failure** (a write that fails, the disk full): redb fails every later
 //! operation until the database is closed, so the store closes it and opens it again (redb
@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -36,10 +36,13 @@ use redb::{
     TableDefinition, WriteTransaction,
 };
 
+use super::batch::Commits;
 use super::health::Health;
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
 use super::recent::Recent;
-use super::store::{BootToken, Full, Recorded, Spend, Store};
+use super::store::{
+    BootToken, BootTokens, Full, Recorded, Records, Spend, Store, TOKEN_PRUNE_EVERY,
+};
 
 const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
 const DETAILS: TableDefinition<&str, &[u8]> = TableDefinition::new("details");
@@ -67,32 +70,8 @@ pub struct Embedded {
     /// The records written last, decoded (`commit_batch`); its lock is held across every
     /// write transaction that changes a record.
     recent: Mutex<Recent<Machine>>,
-    queue: Mutex<Queue>,
-    /// Signalled when a batch is committed.
-    ready: Condvar,
     /// When boot tokens past their time were last forgotten (seconds; see `put_boot_token`).
     tokens_pruned: std::sync::atomic::AtomicU64,
-}
-
-/// How often `put_boot_token` looks for boot tokens to forget (a scan of the table).
-const PRUNE_EVERY: u64 = 60;
-
-/// Reports committed in one transaction at most.
-const BATCH: usize = 512;
-
-/// Reports waiting for a commit, and the results of committed ones not yet collected.
-#[derive(Default)]
-struct Queue {
-    next: u64,
-    pending: Vec<Queued>,
-    committing: bool,
-    done: HashMap<u64, std::result::Result<Recorded, String>>,
-}
-
-struct Queued {
-    ticket: u64,
-    report: Report,
-    origin: Origin,
 }
 
 fn detail_key(machine: &str, report: &str) -> String {
@@ -611,8 +590,6 @@ impl Embedded {
             path: path.to_path_buf(),
             max_machines,
             recent: Mutex::default(),
-            queue: Mutex::new(Queue::default()),
-            ready: Condvar::new(),
             tokens_pruned: Default::default(),
         })
     }
@@ -723,57 +700,11 @@ impl Embedded {
     }
 }
 
-impl Store for Embedded {
-    /// Group commit: a caller queues its report; whoever finds no commit under way commits
-    /// everything queued (at most [`BATCH`]) in one transaction and one fsync, and hands each
-    /// caller its result. A herd of reports costs a few fsyncs, not one each.
-    fn record(&self, r: &Report, origin: &Origin) -> Result<Recorded> {
-        let lock = || self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut q = lock();
-        let ticket = q.next;
-        q.next += 1;
-        q.pending.push(Queued {
-            ticket,
-            report: r.clone(),
-            origin: origin.clone(),
-        });
-        loop {
-            if let Some(res) = q.done.remove(&ticket) {
-                return res.map_err(|e| anyhow!(e));
-            }
-            if q.committing {
-                q = self.ready.wait(q).unwrap_or_else(PoisonError::into_inner);
-                continue;
-            }
-            q.committing = true;
-            let take = q.pending.len().min(BATCH);
-            let batch: Vec<Queued> = q.pending.drain(..take).collect();
-            drop(q);
-            let pairs: Vec<(&Report, &Origin)> =
-                batch.iter().map(|b| (&b.report, &b.origin)).collect();
-            let results = self.commit_batch(&pairs);
-            q = lock();
-            q.committing = false;
-            match results {
-                Ok(rs) => {
-                    for (b, r) in batch.iter().zip(rs) {
-                        q.done.insert(b.ticket, Ok(r));
-                    }
-                }
-                Err(e) => {
-                    let msg = format!("{e:#}");
-                    for b in &batch {
-                        q.done.insert(b.ticket, Err(msg.clone()));
-                    }
-                }
-            }
-            self.ready.notify_all();
-        }
-    }
-
-    /// One transaction for the whole batch (one fsync); when it fails, every report of it
-    /// fails.
-    fn record_all(&self, batch: &[(&Report, &Origin)]) -> Vec<Result<Recorded>> {
+impl Records for Embedded {
+    /// One write transaction for the whole batch (one fsync); when it fails, every report
+    /// of it fails. Callers' batches commit one after the other (redb runs one write
+    /// transaction at a time).
+    fn record_batch(&self, batch: &[(&Report, &Origin)]) -> Vec<Result<Recorded>> {
         match self.commit_batch(batch) {
             Ok(rs) => rs.into_iter().map(Ok).collect(),
             Err(e) => {
@@ -783,22 +714,11 @@ impl Store for Embedded {
         }
     }
 
-    /// One writer taking what has queued, [`BATCH`] at most: the group commit without
-    /// threads waiting on each other.
-    fn writers(&self) -> (usize, usize) {
-        (1, BATCH)
-    }
-
-    fn health(&self) -> &Health {
-        &self.db.health
-    }
-
-    /// Opens the file again when it failed (at most every [`REOPEN_EVERY`]), so a listing
-    /// works again after a failure without waiting for a write; the store is up again only
-    /// once a write commits (a read works on a full disk too).
-    fn probe(&self) {
-        if self.db.broken.load(Ordering::Acquire) {
-            drop(self.db.lock());
+    /// One write transaction at a time, of any number of reports.
+    fn commits(&self) -> Commits {
+        Commits {
+            concurrent: false,
+            max_reports: None,
         }
     }
 
@@ -902,6 +822,39 @@ impl Store for Embedded {
         })())
     }
 
+    fn each_machine(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        visit: &mut dyn FnMut(Machine) -> bool,
+    ) -> Result<()> {
+        self.db.seen((|| {
+            let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
+            let machines = tx
+                .open_table(MACHINES)
+                .with_context(|| self.what("opening"))?;
+            let entries = match after {
+                Some(a) => machines.range(a..),
+                None => machines.range::<&str>(..),
+            }
+            .with_context(|| self.what("reading"))?;
+            for e in entries {
+                let (k, v) = e.with_context(|| self.what("reading"))?;
+                if Some(k.value()) == after {
+                    continue;
+                }
+                let m: Machine = serde_json::from_slice(v.value())
+                    .with_context(|| format!("reading machine {} from the inventory", k.value()))?;
+                if filter.matches(&m) && !visit(m) {
+                    break;
+                }
+            }
+            Ok(())
+        })())
+    }
+}
+
+impl BootTokens for Embedded {
     fn put_boot_token(&self, key: &str, t: &BootToken, now: u64) -> Result<()> {
         let tx = self
             .db
@@ -915,7 +868,7 @@ impl Store for Embedded {
             // machines does not scan the table once each.
             use std::sync::atomic::Ordering;
             let last = self.tokens_pruned.load(Ordering::Relaxed);
-            if now >= last + PRUNE_EVERY
+            if now >= last + TOKEN_PRUNE_EVERY
                 && self
                     .tokens_pruned
                     .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
@@ -1000,35 +953,19 @@ impl Store for Embedded {
             serde_json::from_slice(v.value()).context("reading a boot token from the inventory")?,
         ))
     }
+}
 
-    fn each_machine(
-        &self,
-        filter: &Filter,
-        after: Option<&str>,
-        visit: &mut dyn FnMut(Machine) -> bool,
-    ) -> Result<()> {
-        self.db.seen((|| {
-            let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
-            let machines = tx
-                .open_table(MACHINES)
-                .with_context(|| self.what("opening"))?;
-            let entries = match after {
-                Some(a) => machines.range(a..),
-                None => machines.range::<&str>(..),
-            }
-            .with_context(|| self.what("reading"))?;
-            for e in entries {
-                let (k, v) = e.with_context(|| self.what("reading"))?;
-                if Some(k.value()) == after {
-                    continue;
-                }
-                let m: Machine = serde_json::from_slice(v.value())
-                    .with_context(|| format!("reading machine {} from the inventory", k.value()))?;
-                if filter.matches(&m) && !visit(m) {
-                    break;
-                }
-            }
-            Ok(())
-        })())
+impl Store for Embedded {
+    fn health(&self) -> &Health {
+        &self.db.health
+    }
+
+    /// Opens the file again when it failed (at most every [`REOPEN_EVERY`]), so a listing
+    /// works again after a failure without waiting for a write; the store is up again only
+    /// once a write commits (a read works on a full disk too).
+    fn probe(&self) {
+        if self.db.broken.load(Ordering::Acquire) {
+            drop(self.db.lock());
+        }
     }
 }

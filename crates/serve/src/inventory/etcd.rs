@@ -46,10 +46,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use spec::encoding::data_url::{base64_decode, base64_encode};
 
+use super::batch::{CONCURRENT_WRITERS, Commits};
 use super::health::Health;
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
 use super::recent::Recent;
-use super::store::{BootToken, Full, Recorded, Spend, Store};
+use super::store::{BootToken, BootTokens, Full, Recorded, Records, Spend, Store};
 
 /// Time to connect to a member.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -63,10 +64,9 @@ pub const ROUNDS: u32 = 4;
 pub const ROUND_PAUSE: Duration = Duration::from_millis(250);
 /// Read-modify-write attempts of one report when other writers keep changing the record.
 pub const CONFLICT_TRIES: u32 = 32;
-/// Writer threads of the server, each with one batch in flight to the cluster.
-pub const WRITERS: usize = 16;
 /// Reports written in one transaction at most (etcd's `--max-txn-ops` is 128 by default: a
-/// report is two or three operations).
+/// report is two or three operations): what a commit takes (`Records::commits`); a larger
+/// batch is written in transactions of this many.
 pub const BATCH: usize = 32;
 /// Bytes of records and details written in one transaction at most (etcd's
 /// `--max-request-bytes` is 1.5 MiB by default; base64 adds a third).
@@ -327,8 +327,8 @@ impl Etcd {
             // A connection kept for each writer (ureq keeps 3 per host by default: the
             // other writers opened a new connection per request; measured with one report
             // per request, 32 writers: 922 -> 553 us of server CPU per report).
-            .max_idle_connections(WRITERS * 2)
-            .max_idle_connections_per_host(WRITERS)
+            .max_idle_connections(CONCURRENT_WRITERS * 2)
+            .max_idle_connections_per_host(CONCURRENT_WRITERS)
             .build()
             .into();
         let probe_agent: ureq::Agent = ureq::Agent::config_builder()
@@ -781,7 +781,7 @@ fn backoff(attempt: u32) {
 
 impl Etcd {
     /// Records reports of distinct machines in one read and one transaction (see
-    /// `record_all`). Ok(None): not done, record them one by one (a record changed meanwhile,
+    /// `record_batch`). Ok(None): not done, record them one by one (a record changed meanwhile,
     /// or they do not fit one transaction).
     fn record_together(&self, batch: &[(&Report, &Origin)]) -> Result<Option<Vec<Recorded>>> {
         let mkey = |r: &Report| self.key(&format!("machines/{}", r.machine.id));
@@ -909,8 +909,10 @@ impl Etcd {
     }
 }
 
-impl Store for Etcd {
-    fn record(&self, r: &Report, origin: &Origin) -> Result<Recorded> {
+impl Etcd {
+    /// Records one report: read, apply, a transaction that writes it only if the record is
+    /// unchanged; a lost race reads again ([`CONFLICT_TRIES`] times).
+    fn record_one(&self, r: &Report, origin: &Origin) -> Result<Recorded> {
         let _ = self.recent().take(&r.machine.id);
         let mkey = self.key(&format!("machines/{}", r.machine.id));
         let dkey = |id: &str| self.key(&format!("details/{}/{id}", r.machine.id));
@@ -962,13 +964,15 @@ impl Store for Etcd {
             r.id
         )
     }
+}
 
+impl Records for Etcd {
     /// Reports of different machines in one read and one transaction each batch: the
     /// records read together (a txn of ranges), the reports applied, then one txn that
     /// writes them all only if none of the records changed meanwhile. When one did (another
     /// replica wrote it), or the batch does not fit one transaction, the reports of it are
-    /// recorded one by one ([`Store::record`]).
-    fn record_all(&self, batch: &[(&Report, &Origin)]) -> Vec<Result<Recorded>> {
+    /// recorded one by one.
+    fn record_batch(&self, batch: &[(&Report, &Origin)]) -> Vec<Result<Recorded>> {
         let mut out: Vec<Option<Result<Recorded>>> = batch.iter().map(|_| None).collect();
         let mut left: Vec<usize> = (0..batch.len()).collect();
         while !left.is_empty() {
@@ -988,7 +992,7 @@ impl Store for Etcd {
                     }
                     Ok(None) => {
                         for &i in part {
-                            out[i] = Some(self.record(batch[i].0, batch[i].1));
+                            out[i] = Some(self.record_one(batch[i].0, batch[i].1));
                         }
                     }
                     Err(e) => {
@@ -1005,21 +1009,16 @@ impl Store for Etcd {
             .collect()
     }
 
+    /// Transactions of different writers run at once; one takes [`BATCH`] reports.
+    fn commits(&self) -> Commits {
+        Commits {
+            concurrent: true,
+            max_reports: Some(BATCH),
+        }
+    }
+
     fn machine_count(&self) -> Result<u64> {
         Ok(self.read_with_count(&[])?.1.total)
-    }
-
-    /// [`BATCH`] reports of one machine each in flight per writer.
-    fn writers(&self) -> (usize, usize) {
-        (WRITERS, BATCH)
-    }
-
-    fn health(&self) -> &Health {
-        &self.health
-    }
-
-    fn probe(&self) {
-        self.probe_members()
     }
 
     fn machine(&self, id: &str) -> Result<Option<Machine>> {
@@ -1082,6 +1081,23 @@ impl Store for Etcd {
         bail!("etcd: machine {id}'s record kept changing ({CONFLICT_TRIES} tries)")
     }
 
+    fn each_machine(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        visit: &mut dyn FnMut(Machine) -> bool,
+    ) -> Result<()> {
+        let prefix = self.key("machines/");
+        let from = after.map(|a| format!("{prefix}{a}"));
+        self.scan_each(&prefix, from.as_deref(), &mut |k, v| {
+            let m: Machine =
+                serde_json::from_slice(&v).with_context(|| format!("etcd: reading {k}"))?;
+            Ok(!filter.matches(&m) || visit(m))
+        })
+    }
+}
+
+impl BootTokens for Etcd {
     /// Put under a lease that ends when the record may be forgotten: etcd removes it.
     fn put_boot_token(&self, key: &str, t: &BootToken, now: u64) -> Result<()> {
         let ttl = t.forget_after().saturating_sub(now).max(1);
@@ -1140,19 +1156,14 @@ impl Store for Etcd {
             )),
         }
     }
+}
 
-    fn each_machine(
-        &self,
-        filter: &Filter,
-        after: Option<&str>,
-        visit: &mut dyn FnMut(Machine) -> bool,
-    ) -> Result<()> {
-        let prefix = self.key("machines/");
-        let from = after.map(|a| format!("{prefix}{a}"));
-        self.scan_each(&prefix, from.as_deref(), &mut |k, v| {
-            let m: Machine =
-                serde_json::from_slice(&v).with_context(|| format!("etcd: reading {k}"))?;
-            Ok(!filter.matches(&m) || visit(m))
-        })
+impl Store for Etcd {
+    fn health(&self) -> &Health {
+        &self.health
+    }
+
+    fn probe(&self) {
+        self.probe_members()
     }
 }

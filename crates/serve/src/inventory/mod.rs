@@ -2,18 +2,25 @@
 //!
 //! - `model`: the report ([`parse`], bounded by [`limits`]), the machine record and the rules
 //!   that fold a report into it ([`apply`]);
+//! - `store`: what every store implements: [`Records`] (machine records) and [`BootTokens`]
+//!   (network boot's token records), together with its health a [`Store`];
 //! - `embedded`: the default store, one redb file in `--state-dir` (`inventory.db`);
-//! - `store`: the [`Store`] trait both stores implement;
 //! - `etcd`: the shared store for replicas, over etcd's v3 JSON gateway;
+//! - `memory`: the in-memory store, for tests and short-lived servers (lost on restart);
+//! - `batch`: how the server's writers hand reports to a store ([`Batching`], the one
+//!   place that decides it);
 //! - `health`: whether the store works, for `/status` and `/metrics`.
 //!
-//! Both stores run the same [`apply`] inside their own atomic read-modify-write of one
+//! Every store runs the same [`apply`] inside its own atomic read-modify-write of one
 //! machine's record, so a retried report (same `id`) is recorded once and concurrent reports
-//! of one machine never overwrite each other.
+//! of one machine never overwrite each other. One contract test suite
+//! (`crates/serve/tests/inventory_contract.rs`) runs the same cases against each.
 
+pub mod batch;
 pub mod embedded;
 pub mod etcd;
 pub mod health;
+pub mod memory;
 pub mod model;
 pub mod recent;
 pub mod store;
@@ -23,16 +30,18 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 
+pub use self::batch::{Batching, Commits};
 pub use self::embedded::Embedded;
 pub use self::etcd::{Etcd, EtcdOptions};
 pub use self::health::Health;
+pub use self::memory::Memory;
 pub use self::model::{
     Applied, Counts, Filter, Machine, Origin, Refused, Report, State, apply, limits, parse,
     parse_within,
 };
 pub use self::store::{
-    BootToken, DEFAULT_MAX_MACHINES, Full, Recorded, Spend, Store, TokenKind, token_key,
-    well_formed_token,
+    BootToken, BootTokens, DEFAULT_MAX_MACHINES, Full, Recorded, Records, Spend, Store, TokenKind,
+    counts, machines, record, token_key, well_formed_token,
 };
 
 /// `--inventory-store`: which store.
@@ -43,6 +52,8 @@ pub enum StoreKind {
     Embedded,
     /// `etcd`: the cluster at `--etcd-endpoints`.
     Etcd,
+    /// `memory`: the server's memory, lost when it stops (tests, short-lived servers).
+    Memory,
 }
 
 impl std::str::FromStr for StoreKind {
@@ -51,7 +62,10 @@ impl std::str::FromStr for StoreKind {
         match s {
             "embedded" => Ok(StoreKind::Embedded),
             "etcd" => Ok(StoreKind::Etcd),
-            _ => Err(format!("unknown inventory store {s:?} (embedded, etcd)")),
+            "memory" => Ok(StoreKind::Memory),
+            _ => Err(format!(
+                "unknown inventory store {s:?} (embedded, etcd, memory)"
+            )),
         }
     }
 }
@@ -60,7 +74,7 @@ impl std::str::FromStr for StoreKind {
 pub const EMBEDDED_FILE: &str = "inventory.db";
 
 /// Opens the store `agent serve` was asked for: `kind` with `--state-dir` (embedded) or
-/// `--etcd-endpoints` (etcd), holding `max_machines` machine records at most
+/// `--etcd-endpoints` (etcd), or in memory, holding `max_machines` machine records at most
 /// (`--max-machines`).
 pub fn open(
     kind: StoreKind,
@@ -99,5 +113,12 @@ pub fn open_checked(
             max_machines,
             ..EtcdOptions::new(etcd_endpoints.to_vec())
         })?),
+        StoreKind::Memory => {
+            log::warn!(
+                "the inventory is kept in memory (--inventory-store=memory): every machine \
+                 record and boot token is lost when the server stops"
+            );
+            Arc::new(Memory::new(max_machines))
+        }
     })
 }

@@ -210,7 +210,7 @@ impl TokenKeys {
 }
 
 /// The server's record of one machine. Listings carry it without [`StageRecord::detail`];
-/// [`Store::machine`](super::store::Store::machine) fills that in.
+/// [`Records::machine`](super::store::Records::machine) fills that in.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
     pub id: String,
@@ -342,7 +342,7 @@ pub struct StageRecord {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub detail_bytes: u64,
     /// What the stage changed and its log tail: stored beside the record (one entry per
-    /// report), read by [`Store::machine`](super::store::Store::machine), absent from listings.
+    /// report), read by [`Records::machine`](super::store::Records::machine), absent from listings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<Detail>,
 }

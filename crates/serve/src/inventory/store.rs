@@ -1,8 +1,11 @@
-//! What every inventory store offers (the embedded and the etcd store implement it).
+//! What every inventory store offers (the embedded, etcd and in-memory stores implement it):
+//! [`Records`], the machine records, and [`BootTokens`], network boot's token records, each
+//! with required methods only; [`Store`] is both, with the backend's health.
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow};
 use serde::{Deserialize, Serialize};
 
+use super::batch::Commits;
 use super::health::Health;
 use super::model::{self, Counts, Filter, Machine, Origin, Report};
 
@@ -22,7 +25,7 @@ pub enum Recorded {
 pub const DEFAULT_MAX_MACHINES: u64 = 100_000;
 
 /// The inventory holds `max` machines (`--max-machines`): a new one is not recorded. Known
-/// machines still are. What [`Store::update`] fails with when it would add one.
+/// machines still are. What [`Records::update`] fails with when it would add one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full {
     pub max: u64,
@@ -86,6 +89,10 @@ impl BootToken {
     }
 }
 
+/// How often a store that forgets token records when the next is put (`put_boot_token`)
+/// looks for records past their time at most, in seconds (a scan of all of them).
+pub const TOKEN_PRUNE_EVERY: u64 = 60;
+
 /// The key a token's record is kept under: its SHA-256 (hex). The token itself is never
 /// stored.
 pub fn token_key(token: &str) -> String {
@@ -110,7 +117,7 @@ pub enum Spend {
 }
 
 impl Spend {
-    /// The rule both stores apply to a token's record at `now`.
+    /// The rule every store applies to a token's record at `now`.
     pub fn decide(t: Option<BootToken>, now: u64) -> (Spend, Option<BootToken>) {
         match t {
             None => (Spend::Refused("unknown token"), None),
@@ -125,32 +132,23 @@ impl Spend {
     }
 }
 
-/// Where the inventory lives. Every method is safe to call from many threads at once.
-pub trait Store: Send + Sync {
-    /// Records a report (parsed by [`model::parse`]) atomically: reads the machine's record,
-    /// [`model::apply`]s the report, writes the record and the report's details, or, when the
-    /// report's id is already known, changes nothing and says [`Recorded::Duplicate`]. A
-    /// report of a machine not known yet when the store holds `--max-machines` records
-    /// changes nothing and says [`Recorded::Full`]; the count is exact (both stores keep it
-    /// in the transaction that adds a record).
-    /// On `Ok` the report is durable.
-    fn record(&self, report: &Report, origin: &Origin) -> Result<Recorded>;
-    /// Records several reports, in order (a later one sees what an earlier one did); one
-    /// result each. By default one [`Store::record`] after the other; the embedded store
-    /// commits them in one transaction.
-    fn record_all(&self, batch: &[(&Report, &Origin)]) -> Vec<Result<Recorded>> {
-        batch.iter().map(|(r, o)| self.record(r, o)).collect()
-    }
-    /// Whether the store works, as its operations (and probes) found (`super::health`).
-    fn health(&self) -> &Health;
-    /// Asks the store whether it works now, for [`Store::health`] (`super::health::check`
-    /// calls it on a thread of its own: it may take seconds).
-    fn probe(&self) {}
-    /// How the server's writers call it (`crate::fleet`): (threads calling
-    /// [`Store::record_all`] at once, reports per call at most).
-    fn writers(&self) -> (usize, usize) {
-        (1, 1)
-    }
+/// A store's machine records: what reports and operators change, what listings read. Every
+/// method is safe to call from many threads at once.
+pub trait Records: Send + Sync {
+    /// Records reports (parsed by [`model::parse`]) in order, a later one seeing what an
+    /// earlier one did; one result each, in the batch's order. For each report: reads the
+    /// machine's record, [`model::apply`]s the report, writes the record and the report's
+    /// details atomically, or, when the report's id is already known, changes nothing and
+    /// says [`Recorded::Duplicate`]. A report of a machine not known yet when the store
+    /// holds `--max-machines` records changes nothing and says [`Recorded::Full`]; the count
+    /// is exact (every store keeps it in the commit that adds a record). On `Ok` the report
+    /// is as durable as the store keeps anything. How many reports a batch holds and how
+    /// many batches are in flight at once is the writers' policy ([`super::batch`]), from
+    /// what [`Records::commits`] says.
+    fn record_batch(&self, batch: &[(&Report, &Origin)]) -> Vec<Result<Recorded>>;
+    /// What the store's commits can take (a fact of the backend the writers' policy reads;
+    /// the store chooses no thread count).
+    fn commits(&self) -> Commits;
     /// One machine, with each stage's details (changes, log tail).
     fn machine(&self, id: &str) -> Result<Option<Machine>>;
     /// Hands `visit` the machines matching `filter` whose id sorts after `after` (None:
@@ -162,56 +160,74 @@ pub trait Store: Send + Sync {
         after: Option<&str>,
         visit: &mut dyn FnMut(Machine) -> bool,
     ) -> Result<()>;
-    /// The machines matching `filter`, by id, without stage details (all of them: at
-    /// `--max-machines` that is the whole inventory; listings page with
-    /// [`Store::each_machine`]).
-    fn machines(&self, filter: &Filter) -> Result<Vec<Machine>> {
-        let mut out = Vec::new();
-        self.each_machine(filter, None, &mut |m| {
-            out.push(m);
-            true
-        })?;
-        Ok(out)
-    }
     /// How many machine records the store holds (the count `--max-machines` is checked
     /// against).
     fn machine_count(&self) -> Result<u64>;
-    /// Machines by state and pool (for metrics), counted one record at a time.
-    fn counts(&self) -> Result<Counts> {
-        // Machines with no state yet are not counted.
-        let mut map = std::collections::BTreeMap::<(model::State, String), u64>::new();
-        self.each_machine(&Filter::default(), None, &mut |m| {
-            if let Some(s) = m.state {
-                *map.entry((s, m.pool.unwrap_or_default())).or_insert(0) += 1;
-            }
-            true
-        })?;
-        Ok(map.into_iter().collect())
-    }
     /// Changes one machine's record atomically: `f` gets the record (None: not known) and
     /// returns the new one (None: leave it as it is). Returns what is stored afterwards.
     /// A new record counts against `--max-machines`: at the limit it fails with [`Full`].
     fn update(
         &self,
-        _id: &str,
-        _f: &mut dyn FnMut(Option<Machine>) -> Option<Machine>,
-    ) -> Result<Option<Machine>> {
-        bail!("this inventory store cannot change a machine's record")
-    }
-    /// Keeps a new boot token's record under `key` (the token's SHA-256, hex); forgets
-    /// records past their [`BootToken::forget_after`].
-    fn put_boot_token(&self, _key: &str, _t: &BootToken, _now: u64) -> Result<()> {
-        bail!("this inventory store keeps no boot tokens")
-    }
+        id: &str,
+        f: &mut dyn FnMut(Option<Machine>) -> Option<Machine>,
+    ) -> Result<Option<Machine>>;
+}
+
+/// A store's network-boot token records (docs/serve.md, "One-time tokens"): one-time boot
+/// tokens and the report credentials a config fetch hands out, each kept under the token's
+/// SHA-256 ([`token_key`]). Every method is safe to call from many threads at once.
+pub trait BootTokens: Send + Sync {
+    /// Keeps a new token's record under `key` (the token's SHA-256, hex); forgets records
+    /// past their [`BootToken::forget_after`].
+    fn put_boot_token(&self, key: &str, t: &BootToken, now: u64) -> Result<()>;
     /// Spends the boot token `key` atomically (one caller of all replicas gets
     /// [`Spend::Spent`]; see [`Spend::decide`]).
-    fn spend_boot_token(&self, _key: &str, _now: u64) -> Result<Spend> {
-        bail!("this inventory store keeps no boot tokens")
-    }
-    /// A boot token's record, spent or not.
-    fn boot_token(&self, _key: &str) -> Result<Option<BootToken>> {
-        bail!("this inventory store keeps no boot tokens")
-    }
+    fn spend_boot_token(&self, key: &str, now: u64) -> Result<Spend>;
+    /// A token's record, spent or not.
+    fn boot_token(&self, key: &str) -> Result<Option<BootToken>>;
     /// Forgets a token's record (one replaced by a newer of the same machine).
     fn forget_boot_token(&self, key: &str) -> Result<()>;
+}
+
+/// Where the inventory lives (`--inventory-store`): the machine records and the token
+/// records of one backend, and whether that backend works.
+pub trait Store: Records + BootTokens {
+    /// Whether the store works, as its operations (and probes) found (`super::health`).
+    fn health(&self) -> &Health;
+    /// Asks the store whether it works now, for [`Store::health`] (`super::health::check`
+    /// calls it on a thread of its own: it may take seconds).
+    fn probe(&self);
+}
+
+/// Records one report: a batch of one ([`Records::record_batch`]).
+pub fn record(store: &(impl Records + ?Sized), r: &Report, origin: &Origin) -> Result<Recorded> {
+    store
+        .record_batch(&[(r, origin)])
+        .pop()
+        .unwrap_or_else(|| Err(anyhow!("the store gave no answer")))
+}
+
+/// The machines matching `filter`, by id, without stage details (all of them: at
+/// `--max-machines` that is the whole inventory; listings page with
+/// [`Records::each_machine`]).
+pub fn machines(store: &(impl Records + ?Sized), filter: &Filter) -> Result<Vec<Machine>> {
+    let mut out = Vec::new();
+    store.each_machine(filter, None, &mut |m| {
+        out.push(m);
+        true
+    })?;
+    Ok(out)
+}
+
+/// Machines by state and pool (for metrics), counted one record at a time; machines with no
+/// state yet are not counted.
+pub fn counts(store: &(impl Records + ?Sized)) -> Result<Counts> {
+    let mut map = std::collections::BTreeMap::<(model::State, String), u64>::new();
+    store.each_machine(&Filter::default(), None, &mut |m| {
+        if let Some(s) = m.state {
+            *map.entry((s, m.pool.unwrap_or_default())).or_insert(0) += 1;
+        }
+        true
+    })?;
+    Ok(map.into_iter().collect())
 }

@@ -4,7 +4,32 @@
 
 pub mod etcd;
 
-use serve::inventory::{Report, parse};
+use serve::inventory::{Counts, Filter, Machine, Origin, Recorded, Records, Report, parse};
+
+/// The library's helpers over [`Records`] as methods, for the tests: `s.record(&r, &o)`.
+pub trait RecordsExt {
+    /// One report: a batch of one (`serve::inventory::record`).
+    fn record(&self, r: &Report, o: &Origin) -> anyhow::Result<Recorded>;
+    /// `Records::record_batch`.
+    fn record_all(&self, batch: &[(&Report, &Origin)]) -> Vec<anyhow::Result<Recorded>>;
+    fn machines(&self, f: &Filter) -> anyhow::Result<Vec<Machine>>;
+    fn counts(&self) -> anyhow::Result<Counts>;
+}
+
+impl<T: Records + ?Sized> RecordsExt for T {
+    fn record(&self, r: &Report, o: &Origin) -> anyhow::Result<Recorded> {
+        serve::inventory::record(self, r, o)
+    }
+    fn record_all(&self, batch: &[(&Report, &Origin)]) -> Vec<anyhow::Result<Recorded>> {
+        self.record_batch(batch)
+    }
+    fn machines(&self, f: &Filter) -> anyhow::Result<Vec<Machine>> {
+        serve::inventory::machines(self, f)
+    }
+    fn counts(&self) -> anyhow::Result<Counts> {
+        serve::inventory::counts(self)
+    }
+}
 
 /// A report of `stage` (`fetch`, `disks`, `files`) with `outcome` for `machine`'s boot `boot`;
 /// `id` names the report.
