@@ -214,3 +214,45 @@ fn the_demo_runs_honestly_in_a_pipe() {
         "a loop device on {work} left"
     );
 }
+
+/// A closed port on 127.0.0.1 (bound, then released).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// `agent machines` that cannot reach its server: stdout stays empty (never a table header or
+/// half a JSON document), the reason goes to stderr, the exit is 1; AGENT_SERVER names the
+/// server as --server does.
+#[test]
+fn a_failed_listing_prints_nothing_on_stdout() {
+    let port = closed_port();
+    let server = format!("http://127.0.0.1:{port}");
+    for json in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent"));
+        cmd.args(["machines", "list", "--server", &server]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            out.stdout.is_empty(),
+            "stdout: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains(&server));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["machines", "list"])
+        .env("AGENT_SERVER", &server)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&server),
+        "AGENT_SERVER is the server: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -16,10 +16,15 @@ use crate::fetch::clients::Agents;
 #[derive(Debug, Args)]
 pub struct MachinesArgs {
     /// The server's admin listener.
-    #[arg(long, default_value = "http://127.0.0.1:22625", global = true)]
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:22625",
+        global = true,
+        env = "AGENT_SERVER"
+    )]
     pub server: String,
     /// The admin token's file (`agent serve --admin-token-file`).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, env = "AGENT_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
     /// Print the server's JSON as it is.
     #[arg(long, global = true)]
@@ -246,6 +251,64 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
+/// A file for output that must not reach stdout before it is whole: created private in the
+/// temporary directory and unlinked at once (nothing is left behind, whatever happens).
+fn unlinked_tempfile() -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::temp_dir();
+    for i in 0..100u32 {
+        let p = dir.join(format!(".agent-machines-{}-{i}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&p)
+        {
+            Ok(f) => {
+                std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+                return Ok(f);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", p.display())),
+        }
+    }
+    bail!("no temporary file in {}", dir.display())
+}
+
+/// Rows under a header: on a terminal, columns padded to their widest cell (two spaces
+/// between); otherwise tab-separated, one line per row, for `cut` and `awk`.
+fn table<const N: usize>(header: &[String; N], rows: &[[String; N]], terminal: bool) -> String {
+    let mut out = String::new();
+    if !terminal {
+        for r in std::iter::once(header).chain(rows) {
+            out.push_str(&r.join("\t"));
+            out.push('\n');
+        }
+        return out;
+    }
+    let width = |s: &str| s.chars().count();
+    let mut w = [0usize; N];
+    for r in std::iter::once(header).chain(rows) {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(width(c));
+        }
+    }
+    for r in std::iter::once(header).chain(rows) {
+        let mut line = String::new();
+        for (i, c) in r.iter().enumerate() {
+            line.push_str(c);
+            if i + 1 < N {
+                line.push_str(&" ".repeat(w[i] - width(c) + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 /// A value of the server's JSON as one field of text output (escaped: [`visible`]).
 fn text(v: &serde_json::Value) -> String {
     match v {
@@ -269,15 +332,19 @@ pub fn run(a: MachinesArgs) -> Result<()> {
             if let Some(s) = state {
                 q.push(format!("state={}", enc(s)));
             }
-            // The server answers a page at a time (`next`: the `after` of the next one); each
-            // page is printed as it comes, so the listing holds one page in memory, whatever
-            // the inventory's size.
-            let mut out = std::io::stdout().lock();
-            if a.json {
-                write!(out, "{{\n  \"machines\": [")?;
+            // The server answers a page at a time (`next`: the `after` of the next one). The
+            // listing goes to stdout only once every page has come: a failure leaves stdout
+            // empty, never half a document. JSON is held in an unlinked temporary file, so the
+            // listing holds one page in memory whatever the inventory's size; the table's
+            // rows (a line each) are kept to align its columns.
+            let mut json = if a.json {
+                let mut f = unlinked_tempfile()?;
+                write!(f, "{{\n  \"machines\": [")?;
+                Some(std::io::BufWriter::new(f))
             } else {
-                writeln!(out, "ID\tSTATE\tPOOL\tCONFIG\tLAST SEEN\tHOSTNAME")?;
-            }
+                None
+            };
+            let mut rows: Vec<[String; 6]> = Vec::new();
             let mut first = true;
             let mut after: Option<String> = None;
             loop {
@@ -287,21 +354,19 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                 }
                 let v = get(&a, &format!("/machines?{}", q.join("&")))?;
                 for m in v["machines"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-                    if a.json {
+                    if let Some(out) = json.as_mut() {
                         // As `serde_json::to_string_pretty` of the whole document would.
                         let item = json_text(m)?.replace('\n', "\n    ");
                         write!(out, "{}\n    {item}", if first { "" } else { "," })?;
                     } else {
-                        writeln!(
-                            out,
-                            "{}\t{}\t{}\t{}\t{}\t{}",
+                        rows.push([
                             text(&m["id"]),
                             text(&m["state"]),
                             text(&m["pool"]),
                             text(&m["config"]["name"]),
                             m["last_seen"].as_u64().map_or("-".into(), utc),
                             text(&m["identity"]["hostname"]),
-                        )?;
+                        ]);
                     }
                     first = false;
                 }
@@ -313,8 +378,22 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                     _ => break,
                 }
             }
-            if a.json {
-                writeln!(out, "{}]\n}}", if first { "" } else { "\n  " })?;
+            let mut out = std::io::stdout().lock();
+            match json {
+                Some(mut j) => {
+                    writeln!(j, "{}]\n}}", if first { "" } else { "\n  " })?;
+                    let mut f = j.into_inner().map_err(|e| e.into_error())?;
+                    use std::io::Seek;
+                    f.rewind()?;
+                    std::io::copy(&mut f, &mut out)?;
+                }
+                None => {
+                    let header = ["ID", "STATE", "POOL", "CONFIG", "LAST SEEN", "HOSTNAME"]
+                        .map(str::to_string);
+                    use std::io::IsTerminal;
+                    let table = table(&header, &rows, std::io::stdout().is_terminal());
+                    out.write_all(table.as_bytes())?;
+                }
             }
         }
         MachinesAction::Reprovision { id } => {
@@ -393,6 +472,23 @@ fn utc(secs: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tables_align_on_a_terminal_and_are_tab_separated_otherwise() {
+        let h = ["ID", "STATE"].map(str::to_string);
+        let rows = [
+            ["machine-1", "provisioned"].map(str::to_string),
+            ["m2", "failed"].map(str::to_string),
+        ];
+        assert_eq!(
+            super::table(&h, &rows, false),
+            "ID\tSTATE\nmachine-1\tprovisioned\nm2\tfailed\n"
+        );
+        assert_eq!(
+            super::table(&h, &rows, true),
+            "ID         STATE\nmachine-1  provisioned\nm2         failed\n"
+        );
+    }
+
     use super::*;
 
     #[test]

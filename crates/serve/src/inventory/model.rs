@@ -114,7 +114,8 @@ impl std::str::FromStr for State {
             .into_iter()
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown state {s:?} (fetching, provisioning, provisioned, failed)")
+                let all: Vec<&str> = State::ALL.iter().map(|st| st.as_str()).collect();
+                format!("unknown state {s:?} ({})", all.join(", "))
             })
     }
 }
