@@ -256,3 +256,52 @@ fn a_failed_listing_prints_nothing_on_stdout() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `agent serve --help` in groups (listeners, TLS, source, tokens, inventory, network boot,
+/// limits), each flag under its own; `--log-kmsg` only where it means something.
+#[test]
+fn serve_help_is_grouped_and_log_kmsg_is_for_provisioning() {
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let mut group = "";
+    let mut seen = std::collections::BTreeMap::new();
+    for l in help.lines() {
+        if !l.starts_with(' ') && l.ends_with(':') {
+            group = l.trim_end_matches(':');
+        } else if let Some(flag) = l.trim_start().strip_prefix("--") {
+            let flag = flag.split([' ', '=', '<']).next().unwrap();
+            seen.insert(flag.to_string(), group.to_string());
+        } else if let Some((_, flag)) = l.trim_start().split_once(", --") {
+            let flag = flag.split([' ', '=', '<']).next().unwrap();
+            seen.insert(flag.to_string(), group.to_string());
+        }
+    }
+    for (flag, want) in [
+        ("listen-http", "Listeners"),
+        ("admin-listen", "Listeners"),
+        ("tls-cert", "TLS"),
+        ("source", "Source"),
+        ("token-key", "Tokens"),
+        ("inventory-store", "Inventory"),
+        ("max-body-bytes", "Limits"),
+        ("discovery", "Network boot"),
+    ] {
+        assert_eq!(
+            seen.get(flag).map(String::as_str),
+            Some(want),
+            "--{flag}:\n{help}"
+        );
+    }
+    assert!(!seen.contains_key("log-kmsg"), "{help}");
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["--log-kmsg", "machines", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--log-kmsg is for"));
+    assert!(out.stdout.is_empty());
+}

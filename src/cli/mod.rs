@@ -52,8 +52,9 @@ pub struct Cli {
     /// Only errors.
     #[arg(short, long, global = true)]
     pub quiet: bool,
-    /// Also write log lines to /dev/kmsg (in the initramfs).
-    #[arg(long, global = true)]
+    /// Also write log lines to /dev/kmsg (in the initramfs: `agent --log-kmsg run ...`; for
+    /// run, fetch and report only).
+    #[arg(long)]
     pub log_kmsg: bool,
     /// Log lines as `text` (agent[stage] level: message) or `json` (one object per line:
     /// time, level, stage, message). Under systemd each line carries its priority.
@@ -112,6 +113,17 @@ pub fn dispatch(cli: Cli) -> i32 {
     } else {
         cli.verbose.min(3) as i8
     };
+    if cli.log_kmsg
+        && !matches!(
+            cli.command,
+            Command::Run(_) | Command::Fetch(_) | Command::Report(_)
+        )
+    {
+        eprintln!(
+            "error: --log-kmsg is for the provisioning commands (run, fetch, report), which run in the initramfs"
+        );
+        return 2;
+    }
     runtime::logging::init_with(verbosity, cli.log_kmsg, cli.log_format);
     // The agent's log lines never carry a secret (URL userinfo and queries, password hashes,
     // credentials: `report::redact`), whoever logs them. The config server keeps its own.

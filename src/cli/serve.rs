@@ -33,107 +33,107 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub struct ServeArgs {
     /// Config source directory: pools/<pool>.ign or pools/<pool>/*.ign, or Butane
     /// (.bu) for either (plain tree, AtomicWriter volume or git-sync link).
-    #[arg(long)]
+    #[arg(help_heading = "Source", long)]
     pub source: PathBuf,
     /// HTTPS listen address [default: 0.0.0.0:22623 when --tls-cert is given]. HTTPS only:
     /// needs --tls-cert and --tls-key (plain HTTP is --listen-http).
-    #[arg(long)]
+    #[arg(help_heading = "Listeners", long)]
     pub listen: Option<SocketAddr>,
     /// TLS certificate chain (PEM); reloaded when the file changes.
-    #[arg(long, requires = "tls_key")]
+    #[arg(help_heading = "TLS", long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// TLS private key (PEM); reloaded when the file changes.
-    #[arg(long, requires = "tls_cert")]
+    #[arg(help_heading = "TLS", long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Also serve plain HTTP on this address (only when asked).
-    #[arg(long)]
+    #[arg(help_heading = "Listeners", long)]
     pub listen_http: Option<SocketAddr>,
     /// How long a generation must stay active before it becomes lastKnownGood.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(help_heading = "Source", long, default_value = "10m", value_parser = parse_duration)]
     pub soak: Duration,
     /// Token lifetime; tokens rotate after half of it.
-    #[arg(long, default_value = "11h", value_parser = parse_duration)]
+    #[arg(help_heading = "Tokens", long, default_value = "11h", value_parser = parse_duration)]
     pub token_ttl: Duration,
     /// Token state directory shared by replicas (default: STATE_DIR/tokens). Legacy: without
     /// --token-key only.
-    #[arg(long, conflicts_with = "token_key")]
+    #[arg(help_heading = "Tokens", long, conflicts_with = "token_key")]
     pub token_dir: Option<PathBuf>,
     /// Derive every token from this secret key file (at least 32 bytes; e.g. a Kubernetes
     /// Secret volume): tokens per pool, config and rotation epoch, the same on every replica
     /// with the same key and source, nothing stored.
-    #[arg(long)]
+    #[arg(help_heading = "Tokens", long)]
     pub token_key: Option<PathBuf>,
     /// With --token-key: how early the next rotation's token is accepted, for clocks that
     /// differ between hosts (at most TTL/2).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(help_heading = "Tokens", long, default_value = "5m", value_parser = parse_duration)]
     pub token_clock_skew: Duration,
     /// Checkpoint directory (lastKnownGood, active, payloads that valid tokens still name):
     /// private to this server.
-    #[arg(long, default_value = "/var/lib/agent-serve")]
+    #[arg(help_heading = "Source", long, default_value = "/var/lib/agent-serve")]
     pub state_dir: PathBuf,
     /// Require a pool's bearer token on /config/<pool> too; /status then names no pool
     /// (only ready, the generation served and whether there are errors).
-    #[arg(long)]
+    #[arg(help_heading = "Tokens", long)]
     pub require_token: bool,
     /// Fallback polling interval for source, token and certificate changes (at least 250ms
     /// in effect).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(help_heading = "Source", long, default_value = "5s", value_parser = parse_duration)]
     pub poll_interval: Duration,
     /// Time from accept (TLS handshake included) until the whole first request head is read,
     /// and from the first byte of each later head; a silent connection is closed then.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(help_heading = "Limits", long, default_value = "10s", value_parser = parse_duration)]
     pub header_timeout: Duration,
     /// Idle time between requests before a keep-alive connection is closed.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(help_heading = "Limits", long, default_value = "60s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// Minimum send rate in bytes per second (0: none): a response in progress whose client
     /// accepts less than this times --send-rate-window in any such window is dropped.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(help_heading = "Limits", long, default_value_t = 4096)]
     pub min_send_rate: usize,
     /// The window over which --min-send-rate is measured.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(help_heading = "Limits", long, default_value = "10s", value_parser = parse_duration)]
     pub send_rate_window: Duration,
     /// Most open connections. At the limit the connection that has waited longest without
     /// sending a whole request head is closed to make room; when every connection is busy
     /// with a request, new ones are answered 503 (over TLS after the handshake).
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = "Limits", long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: u64,
     /// Most open connections from one client address (0: no cap). Off by default: behind a
     /// load balancer every client has the balancer's address.
-    #[arg(long, default_value_t = 0)]
+    #[arg(help_heading = "Limits", long, default_value_t = 0)]
     pub max_connections_per_address: usize,
     /// Seconds the kernel holds a new connection that has sent nothing before the server
     /// accepts it (TCP_DEFER_ACCEPT, as nginx's `listen … deferred`): a connection is
     /// accepted with its request already there, one wake-up instead of two. 0: accept at once.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=60))]
+    #[arg(help_heading = "Listeners", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=60))]
     pub defer_accept: u32,
     /// Event-loop threads (default: one per CPU).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    #[arg(help_heading = "Listeners", long, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub threads: Option<u64>,
     /// Largest request head in bytes.
-    #[arg(long, default_value_t = 16 * 1024)]
+    #[arg(help_heading = "Limits", long, default_value_t = 16 * 1024)]
     pub max_header_bytes: usize,
     /// Largest request body in bytes (a machine's report, sent with Content-Length; larger
     /// is answered 413).
-    #[arg(long, default_value_t = 256 * 1024)]
+    #[arg(help_heading = "Limits", long, default_value_t = 256 * 1024)]
     pub max_body_bytes: usize,
     /// Request bodies being read at one time, all connections together, in bytes (beyond:
     /// 503 with Retry-After).
-    #[arg(long, default_value_t = 32 << 20)]
+    #[arg(help_heading = "Limits", long, default_value_t = 32 << 20)]
     pub max_body_total: usize,
     /// Where machine reports are kept: `embedded` (one file, inventory.db, in --state-dir),
     /// `etcd` (the cluster at --etcd-endpoints: replicas then share one inventory) or
     /// `memory` (for tests and short-lived servers: lost when the server stops).
-    #[arg(long, default_value = "embedded")]
+    #[arg(help_heading = "Inventory", long, default_value = "embedded")]
     pub inventory_store: serve::inventory::StoreKind,
     /// With --inventory-store=etcd: the etcd client URLs, comma-separated
     /// (http://10.0.0.1:2379,http://10.0.0.2:2379).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(help_heading = "Inventory", long, value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,
     /// Machine records the inventory holds at most, all replicas together: a report or a
     /// network-boot registration of a machine not known yet is refused beyond it (507), one of
     /// a known machine is still recorded.
-    #[arg(long, default_value_t = serve::inventory::DEFAULT_MAX_MACHINES,
+    #[arg(help_heading = "Inventory", long, default_value_t = serve::inventory::DEFAULT_MAX_MACHINES,
         value_parser = clap::value_parser!(u64).range(1..))]
     pub max_machines: u64,
     /// The embedded inventory: begin a new, empty one when inventory.db is missing or empty
@@ -141,55 +141,55 @@ pub struct ServeArgs {
     /// that holds another inventory than the one named there). Without it such a start
     /// keeps the inventory closed and says so (/status, the log): every machine it knew
     /// would install again. For one start: an intact inventory is kept either way.
-    #[arg(long)]
+    #[arg(help_heading = "Inventory", long)]
     pub inventory_reset: bool,
     /// The admin listener (the inventory: /machines, /ui/, its metrics), plain HTTP; `off`
     /// for none. Off loopback it needs --admin-token-file.
-    #[arg(long, default_value = "127.0.0.1:22625", value_parser = parse_admin_listen)]
+    #[arg(help_heading = "Listeners", long, default_value = "127.0.0.1:22625", value_parser = parse_admin_listen)]
     pub admin_listen: AdminListen,
     /// A file holding the admin token (its first line, at least 16 bytes): every admin
     /// request must carry it (Authorization: Bearer, or Basic with it as the password), or
     /// prove it without sending it (`agent machines` does; docs/reports.md).
-    #[arg(long)]
+    #[arg(help_heading = "Listeners", long)]
     pub admin_token_file: Option<PathBuf>,
     /// Another name the admin listener answers to (repeatable): `NAME` (any port) or
     /// `NAME:PORT`. Requests whose Host names anything else but the bound address and
     /// localhost:PORT are refused (421), so a web page on another name reads nothing.
-    #[arg(long = "admin-host", value_name = "NAME", value_parser = serve::admin_auth::parse_admin_host)]
+    #[arg(help_heading = "Listeners", long = "admin-host", value_name = "NAME", value_parser = serve::admin_auth::parse_admin_host)]
     pub admin_hosts: Vec<String>,
     /// Time in-flight requests get to finish on SIGTERM (the process exits at most 1 s
     /// after it, whatever the source watcher is doing).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(help_heading = "Listeners", long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
     /// Do not write a JSON access-log line per request.
-    #[arg(long)]
+    #[arg(help_heading = "Source", long)]
     pub no_access_log: bool,
     /// The URL machines reach this server at (e.g. http://10.0.0.1:8080), used in the iPXE
     /// scripts' URLs [default: http:// and the request's Host header].
-    #[arg(long)]
+    #[arg(help_heading = "Listeners", long)]
     pub public_url: Option<String>,
     /// What /ipxe gives a machine no machine file selects: `register` (recorded as
     /// unassigned in the inventory; its script waits and asks again) or `pool:<name>`
     /// (installs that pool's config).
-    #[arg(long, default_value = "register")]
+    #[arg(help_heading = "Network boot", long, default_value = "register")]
     pub discovery: serve::options::Discovery,
     /// How long the one-time token /ipxe puts on a machine's kernel command line may fetch
     /// its config (/machine-config?token=); it is spent by that fetch.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(help_heading = "Network boot", long, default_value = "10m", value_parser = parse_duration)]
     pub boot_token_ttl: Duration,
     /// OpenShift mode: write the files the OpenShift Machine Config Server writes into every
     /// config (the node annotations the Machine Config Daemon starts from, the kubeconfig)
     /// instead of /etc/agent/node-config.json, and serve spec 2.2.0 to
     /// `Accept: application/vnd.coreos.ignition+json;version=2.2.0` (old boot images).
-    #[arg(long)]
+    #[arg(help_heading = "Source", long)]
     pub openshift: bool,
     /// OpenShift mode: the kubeconfig new nodes join with, written to
     /// /etc/kubernetes/kubeconfig in every config (read once, at most 1 MiB).
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Source", long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// OpenShift mode: the rendered MachineConfig a pool's nodes start from (repeatable),
     /// as POOL=NAME [default: the pool's config name].
-    #[arg(long = "openshift-config-name", value_name = "POOL=NAME", value_parser = serve::openshift::parse_config_name)]
+    #[arg(help_heading = "Source", long = "openshift-config-name", value_name = "POOL=NAME", value_parser = serve::openshift::parse_config_name)]
     pub openshift_config_names: Vec<(String, String)>,
 }
 
