@@ -305,3 +305,99 @@ fn serve_help_is_grouped_and_log_kmsg_is_for_provisioning() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--log-kmsg is for"));
     assert!(out.stdout.is_empty());
 }
+
+fn agent_out(args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    use std::io::Write;
+    let mut c = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut i = c.stdin.take().unwrap();
+    if let Some(b) = stdin {
+        i.write_all(b).unwrap();
+    }
+    drop(i);
+    c.wait_with_output().unwrap()
+}
+
+/// `--json` on validate, info and token show: one document on stdout, the exit code as
+/// without it, times in RFC 3339.
+#[test]
+fn json_output_of_validate_info_and_token_show() {
+    // An invalid Ignition config: every diagnostic with its path, line and column.
+    let bad =
+        br#"{"ignition": {"version": "3.2.0"}, "storage": {"files": [{"path": "relative"}]}}"#;
+    let out = agent_out(&["validate", "--json"], Some(bad));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], false);
+    assert_eq!(v["format"], "ignition");
+    let d = &v["diagnostics"][0];
+    assert_eq!(d["severity"], "error");
+    assert_eq!(d["path"], "$.storage.files.0.path");
+    assert_eq!(d["line"], 1);
+    assert!(d["column"].as_u64().unwrap() > 1);
+    assert!(d["message"].as_str().unwrap().contains("absolute"), "{d}");
+    // A valid Butane config.
+    let bu = b"variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /etc/motd\n";
+    let out = agent_out(&["validate", "--json"], Some(bu));
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["valid"].clone(), v["format"].clone()),
+        (true.into(), "butane".into())
+    );
+    // A read error: stdout empty.
+    let out = agent_out(&["validate", "--json", "/nonexistent/config.ign"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+
+    let out = agent_out(&["info", "--json"], None);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["agent"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(v["specVersions"]["min"], "3.0.0");
+    assert!(v["selinux"]["kernelSupport"].is_string());
+
+    let d = TempDir::new("cli-token-json");
+    let store = d.path().join("tokens");
+    let store = store.to_str().unwrap();
+    let out = agent_out(
+        &["token", "rotate", "--token-dir", store, "--pool", "worker"],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = agent_out(
+        &["token", "show", "--token-dir", store, "--json", "--reveal"],
+        None,
+    );
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &v["tokens"][0];
+    assert_eq!(
+        (t["pool"].as_str(), t["role"].as_str()),
+        (Some("worker"), Some("current"))
+    );
+    assert!(t["hash"].as_str().unwrap().starts_with("sha256:"));
+    let created = t["created"].as_str().unwrap();
+    assert!(created.len() == 20 && created.ends_with('Z'), "{created}");
+    assert_eq!(t["state"], "valid");
+    let tok = v["revealed"]["worker"].as_str().unwrap();
+    // The text form: the same token, RFC 3339 times.
+    let out = agent_out(&["token", "show", "--token-dir", store, "--reveal"], None);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains(&format!("worker\ttoken\t{tok}")), "{text}");
+    assert!(text.contains(&format!("created={created}")), "{text}");
+}

@@ -80,7 +80,7 @@ pub enum Command {
     /// agent-report.service runs in the provisioned system).
     Report(ReportArgs),
     /// Print the versions of the agent and of the libraries it is built with.
-    Info,
+    Info(InfoArgs),
     /// Fetch one resource (URL) to a file, verified, with the provisioning fetcher.
     Fetch(FetchArgs),
     /// After provisioning, delete the config from a platform that keeps handing it to the
@@ -141,7 +141,7 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Run(a) => crate::signals::install().and_then(|()| run::run(a)),
         Command::Plan(a) => plan::plan(a),
         Command::Report(a) => report::run(a),
-        Command::Info => info(),
+        Command::Info(a) => info(a),
         Command::Fetch(a) => crate::signals::install().and_then(|()| fetch::run(a)),
         Command::DeleteConfig(a) => delete_config::run(a),
         #[cfg(feature = "serve")]
@@ -167,22 +167,45 @@ pub fn dispatch(cli: Cli) -> i32 {
     }
 }
 
-fn info() -> anyhow::Result<()> {
+#[derive(Debug, clap::Args)]
+pub struct InfoArgs {
+    /// One JSON object: agent, specVersions {min, max}, libblkid {version, date},
+    /// selinux {kernelSupport: unsupported | selinux | mls}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn info(a: InfoArgs) -> anyhow::Result<()> {
+    let newest = spec::config::Version::NEWEST.to_string();
+    let blkid = libblkid_rs::get_library_version();
+    let (support, said) = match selinux::kernel_support() {
+        selinux::KernelSupport::Unsupported => {
+            ("unsupported", "not supported by the running kernel")
+        }
+        selinux::KernelSupport::SELinux => ("selinux", "supported by the running kernel"),
+        _ => ("mls", "supported by the running kernel (MLS)"),
+    };
+    if a.json {
+        let (version, date) = match &blkid {
+            Ok((_, v, d)) => (Some(v.to_string()), Some(d.to_string())),
+            Err(_) => (None, None),
+        };
+        let doc = serde_json::json!({
+            "agent": env!("CARGO_PKG_VERSION"),
+            "specVersions": {"min": "3.0.0", "max": newest},
+            "libblkid": {"version": version, "date": date},
+            "selinux": {"kernelSupport": support},
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
     println!("agent {}", env!("CARGO_PKG_VERSION"));
-    println!(
-        "config spec versions: 3.0.0 - {}",
-        crate::config::Version::NEWEST
-    );
-    match libblkid_rs::get_library_version() {
+    println!("config spec versions: 3.0.0 - {newest}");
+    match blkid {
         Ok((_, version, date)) => println!("libblkid {version} ({date})"),
         Err(e) => println!("libblkid: version unknown ({e})"),
     }
-    let selinux = match selinux::kernel_support() {
-        selinux::KernelSupport::Unsupported => "not supported by the running kernel",
-        selinux::KernelSupport::SELinux => "supported by the running kernel",
-        _ => "supported by the running kernel (MLS)",
-    };
-    println!("libselinux: SELinux {selinux}");
+    println!("libselinux: SELinux {said}");
     Ok(())
 }
 

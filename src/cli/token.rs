@@ -69,6 +69,10 @@ pub enum TokenAction {
         /// Print each pool's current token in clear.
         #[arg(long)]
         reveal: bool,
+        /// One JSON document: {"tokens": [{pool, role, hash, config, created, expires,
+        /// state}], "revealed": {pool: token}} (times in RFC 3339).
+        #[arg(long)]
+        json: bool,
     },
     /// Issue a new current token for a pool (the previous one stays valid until its TTL).
     Rotate {
@@ -111,7 +115,8 @@ pub fn token_main(a: TokenArgs) -> Result<()> {
             store,
             pool,
             reveal,
-        } => tokens_cmd::show_tokens(&store.tokens()?, pool.as_deref(), reveal),
+            json,
+        } => tokens_cmd::show_tokens(&store.tokens()?, pool.as_deref(), reveal, json),
         TokenAction::Rotate { store, pool, ttl } => {
             let t = store.tokens()?;
             tokens_cmd::rotate(tokens_cmd::store_only(&t, "rotate")?, &pool, ttl)

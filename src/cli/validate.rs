@@ -14,6 +14,44 @@ pub struct ValidateArgs {
     /// For a Butane config: the directory its local file references are relative to.
     #[arg(short = 'd', long, value_name = "DIR")]
     pub files_dir: Option<std::path::PathBuf>,
+    /// Print the verdict and every diagnostic as one JSON document on stdout
+    /// (`{"valid", "format", "diagnostics": [{"severity", "path", "line", "column",
+    /// "message"}]}`) instead of lines on stderr; the exit code is the same.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One diagnostic of `--json`.
+fn diag_json(
+    error: bool,
+    path: String,
+    pos: Option<(usize, usize)>,
+    message: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "severity": if error { "error" } else { "warning" },
+        "path": path,
+        "line": pos.map(|p| p.0),
+        "column": pos.map(|p| p.1),
+        "message": message,
+    })
+}
+
+/// The `--json` document on stdout; `code` returned.
+fn print_json(code: i32, format: &str, diagnostics: Vec<serde_json::Value>) -> i32 {
+    let doc = serde_json::json!({
+        "valid": code == 0,
+        "format": format,
+        "diagnostics": diagnostics,
+    });
+    match serde_json::to_string_pretty(&doc) {
+        Ok(t) => println!("{t}"),
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    }
+    code
 }
 
 pub fn validate(a: ValidateArgs) -> i32 {
@@ -37,16 +75,45 @@ pub fn validate(a: ValidateArgs) -> i32 {
             agent_checks: true,
             ..Default::default()
         };
-        return match butane::translate(&bytes, &opts) {
-            Ok(out) => {
-                eprint!("{}", out.report);
-                0
-            }
-            Err(report) => {
-                eprint!("{report}");
-                1
-            }
+        let (code, report) = match butane::translate(&bytes, &opts) {
+            Ok(out) => (0, out.report),
+            Err(report) => (1, report),
         };
+        if a.json {
+            let d = report
+                .diags
+                .iter()
+                .map(|d| {
+                    diag_json(
+                        d.error,
+                        d.path.clone(),
+                        d.pos.map(|p| (p.line, p.col)),
+                        &d.message,
+                    )
+                })
+                .collect();
+            return print_json(code, "butane", d);
+        }
+        eprint!("{report}");
+        return code;
+    }
+    if a.json {
+        let (code, diags) = match crate::config::parse(&bytes) {
+            Ok(p) => (0, p.warnings.diagnostics),
+            Err(report) => (1, report.diagnostics),
+        };
+        let d = diags
+            .iter()
+            .map(|d| {
+                diag_json(
+                    d.severity == spec::config::Severity::Error,
+                    d.path.to_string(),
+                    d.line_col,
+                    &d.message,
+                )
+            })
+            .collect();
+        return print_json(code, "ignition", d);
     }
     match crate::config::parse(&bytes) {
         Ok(p) => {

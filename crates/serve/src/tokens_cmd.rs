@@ -3,6 +3,7 @@
 //! with the legacy token store ([`super::tokens::Store`]) they are read from it, and `rotate`
 //! and `revoke` change it (the servers sharing the store pick the change up).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -88,17 +89,62 @@ impl Tokens {
     }
 }
 
-/// `agent token show`.
-pub fn show_tokens(t: &Tokens, pool: Option<&str>, reveal: bool) -> Result<()> {
+/// One token of `agent token show`.
+struct Shown {
+    pool: String,
+    role: &'static str,
+    hash: String,
+    config: Option<String>,
+    created: u64,
+    expires: u64,
+    valid: bool,
+}
+
+/// RFC 3339 in UTC, seconds.
+fn rfc3339(secs: u64) -> String {
+    let t = runtime::util::utc(secs);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
+    )
+}
+
+/// `agent token show`: every pool's tokens (or only `pool`'s), a line each (pool,
+/// current/previous, hash prefix, config, created, expires, valid/expired), or with `json`
+/// one document (`{"tokens": [...], "revealed": {pool: token}}`, times in RFC 3339); with
+/// `reveal`, each pool's current token in clear.
+pub fn show_tokens(t: &Tokens, pool: Option<&str>, reveal: bool, json: bool) -> Result<()> {
+    let now = tokens::default_clock().now();
+    let mut shown = Vec::new();
+    let mut revealed = BTreeMap::new();
     match t {
-        Tokens::Store(s) => show(s, pool, reveal),
+        Tokens::Store(store) => {
+            let s = store.read()?;
+            for (p, list) in &s.state.pools {
+                if pool.is_some_and(|x| x != p) {
+                    continue;
+                }
+                for (i, e) in list.iter().enumerate() {
+                    shown.push(Shown {
+                        pool: p.clone(),
+                        role: if i == 0 { "current" } else { "previous" },
+                        hash: e.hash.get(..12).unwrap_or(&e.hash).to_string(),
+                        config: None,
+                        created: e.created,
+                        expires: e.expires,
+                        valid: e.expires > now,
+                    });
+                }
+                if reveal && let Some(t) = s.plaintext.get(p) {
+                    revealed.insert(p.clone(), t.clone());
+                }
+            }
+        }
         Tokens::Derived {
             key,
             schedule,
             source,
         } => {
-            let now = tokens::default_clock().now();
-            let mut out = std::io::stdout().lock();
             for p in derived(key, schedule, source, now)? {
                 if pool.is_some_and(|x| x != p.pool) {
                     continue;
@@ -106,48 +152,82 @@ pub fn show_tokens(t: &Tokens, pool: Option<&str>, reveal: bool) -> Result<()> {
                 for (role, e) in &p.epochs {
                     let tok = key.token(&p.pool, &p.config_hash, schedule.period(), *e);
                     let h = spec::encoding::hex(&tokens::hash_token(&tok));
-                    writeln!(
-                        out,
-                        "{}\t{role}\tsha256:{}\tconfig={}\tcreated={}\texpires={}\tvalid",
-                        p.pool,
-                        &h[..12],
-                        p.config_name,
-                        schedule.issued(*e),
-                        schedule.expires(*e)
-                    )?;
+                    shown.push(Shown {
+                        pool: p.pool.clone(),
+                        role,
+                        hash: h[..12].to_string(),
+                        config: Some(p.config_name.clone()),
+                        created: schedule.issued(*e),
+                        expires: schedule.expires(*e),
+                        valid: true,
+                    });
                 }
                 if reveal {
-                    writeln!(out, "{}\ttoken\t{}", p.pool, p.current)?;
+                    revealed.insert(p.pool.clone(), p.current.clone());
                 }
             }
-            Ok(())
         }
     }
-}
-
-/// Lists the tokens of every pool (or only `pool`): pool, current/previous, hash prefix,
-/// created, expires, valid/expired; with `reveal`, each pool's current token in clear.
-pub fn show(store: &Store, pool: Option<&str>, reveal: bool) -> Result<()> {
-    let now = tokens::default_clock().now();
-    let s = store.read()?;
     let mut out = std::io::stdout().lock();
-    for (p, list) in &s.state.pools {
-        if pool.is_some_and(|x| x != p) {
-            continue;
+    if json {
+        let list: Vec<serde_json::Value> = shown
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "pool": t.pool,
+                    "role": t.role,
+                    "hash": format!("sha256:{}", t.hash),
+                    "config": t.config,
+                    "created": rfc3339(t.created),
+                    "expires": rfc3339(t.expires),
+                    "state": if t.valid { "valid" } else { "expired" },
+                })
+            })
+            .collect();
+        let mut doc = serde_json::json!({ "tokens": list });
+        if reveal {
+            doc["revealed"] = serde_json::json!(revealed);
         }
-        for (i, e) in list.iter().enumerate() {
-            let role = if i == 0 { "current" } else { "previous" };
-            let state = if e.expires <= now { "expired" } else { "valid" };
-            writeln!(
-                out,
-                "{p}\t{role}\tsha256:{}\tcreated={}\texpires={}\t{state}",
-                e.hash.get(..12).unwrap_or(&e.hash),
-                e.created,
-                e.expires
-            )?;
-        }
-        if reveal && let Some(t) = s.plaintext.get(p) {
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(());
+    }
+    let mut last: Option<&str> = None;
+    let print_revealed = |out: &mut std::io::StdoutLock, p: &str| -> Result<()> {
+        if let Some(t) = revealed.get(p) {
             writeln!(out, "{p}\ttoken\t{t}")?;
+        }
+        Ok(())
+    };
+    for t in &shown {
+        if let Some(l) = last
+            && l != t.pool
+        {
+            print_revealed(&mut out, l)?;
+        }
+        last = Some(&t.pool);
+        let config = t
+            .config
+            .as_ref()
+            .map(|c| format!("\tconfig={c}"))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "{}\t{}\tsha256:{}{config}\tcreated={}\texpires={}\t{}",
+            t.pool,
+            t.role,
+            t.hash,
+            rfc3339(t.created),
+            rfc3339(t.expires),
+            if t.valid { "valid" } else { "expired" }
+        )?;
+    }
+    if let Some(l) = last {
+        print_revealed(&mut out, l)?;
+    }
+    // A pool revealed without a listed token (none can be: every stored pool has one).
+    for p in revealed.keys() {
+        if !shown.iter().any(|t| &t.pool == p) {
+            print_revealed(&mut out, p)?;
         }
     }
     Ok(())
