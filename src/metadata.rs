@@ -398,7 +398,7 @@ fn read_body(r: Reply, limit: u64) -> Result<Vec<u8>, Failure> {
         .read_to_end(&mut v)
         .map_err(|e| Failure::retry(anyhow!("{}: reading the body: {e}", r.url)))?;
     if n as u64 > limit {
-        return Err(Failure::fatal(crate::limits::TooLarge {
+        return Err(Failure::fatal(runtime::limits::TooLarge {
             what: format!("answer of {}", r.url),
             limit,
         }));
@@ -429,7 +429,7 @@ pub fn base64_lenient(raw: &[u8]) -> Result<Vec<u8>> {
             _ => {}
         }
     }
-    crate::encoding::data_url::base64_decode(&s).context("decoding base64")
+    spec::encoding::data_url::base64_decode(&s).context("decoding base64")
 }
 
 /// `data` gunzipped when it starts with gzip's magic bytes, else as it is.
@@ -438,7 +438,8 @@ pub fn maybe_gunzip(data: Vec<u8>, limit: u64) -> Result<Vec<u8>> {
         return Ok(data);
     }
     let r = flate2::read::MultiGzDecoder::new(&data[..]);
-    crate::limits::read_bounded(r, limit, "gzip-compressed user data").context("decompressing gzip")
+    runtime::limits::read_bounded(r, limit, "gzip-compressed user data")
+        .context("decompressing gzip")
 }
 
 #[cfg(test)]
@@ -462,7 +463,7 @@ mod tests {
     #[test]
     fn base64_padded_or_not() {
         let plain = br#"{"ignition":{"version":"3.4.0"}}"#;
-        let padded = crate::encoding::data_url::base64_encode(plain);
+        let padded = spec::encoding::data_url::base64_encode(plain);
         assert!(padded.ends_with('='), "{padded}");
         assert_eq!(base64_lenient(padded.as_bytes()).unwrap(), plain);
         let bare = padded.trim_end_matches('=');
@@ -483,7 +484,7 @@ mod tests {
         assert_eq!(maybe_gunzip(z.clone(), 1000).unwrap(), vec![b'x'; 1000]);
         let e = maybe_gunzip(z.clone(), 999).unwrap_err();
         assert!(format!("{e:#}").contains("limit"), "{e:#}");
-        let b64 = crate::encoding::data_url::base64_encode(&z);
+        let b64 = spec::encoding::data_url::base64_encode(&z);
         assert_eq!(
             decode(b64.as_bytes(), Encoding::Base64MaybeGzip, 1000).unwrap(),
             vec![b'x'; 1000]

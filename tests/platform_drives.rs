@@ -418,7 +418,7 @@ fn the_size_limit_applies_to_drives() {
         .err()
         .unwrap();
     assert!(
-        e.downcast_ref::<agent::limits::TooLarge>().is_some(),
+        e.downcast_ref::<runtime::limits::TooLarge>().is_some(),
         "{e:#}"
     );
     assert!(!mounted(seed.dev()), "unmounted after the error");
@@ -539,7 +539,7 @@ fn ovf_env(custom_data_b64: &str) -> Vec<u8> {
 #[test]
 #[ignore = "needs root: make test-root"]
 fn azure_takes_imds_user_data_first_then_the_cd() {
-    let b64 = agent::encoding::base64_encode(CONFIG.as_bytes());
+    let b64 = spec::encoding::base64_encode(CONFIG.as_bytes());
     let not_ovf = drive("x", &[("CustomData.bin", b"not this one")]);
     let cd = drive("y", &[("ovf-env.xml", &ovf_env(&b64))]);
     let r = roots(&[&not_ovf, &cd], &[]);
@@ -719,7 +719,7 @@ fn kubevirt_reads_a_nocloud_seed_or_a_config_drive() {
 fn azure_imds_answering_410_for_a_while_is_waited_for() {
     // IMDS answers 410 Gone while it starts (up to 70 s on Azure): retried, with the usual
     // back-off, past the wait for a service that never answers (here 1 s), until userData.
-    let b64 = agent::encoding::base64_encode(CONFIG.as_bytes());
+    let b64 = spec::encoding::base64_encode(CONFIG.as_bytes());
     let path = azure::IMDS_USER_DATA;
     let s = Server::start();
     let mut script = vec![Behavior::Status(410); 5];

@@ -45,7 +45,7 @@ pub struct ButaneArgs {
     pub max_config_size: Option<u64>,
 }
 
-pub use crate::butane_files::DirFiles;
+pub use runtime::butane_files::DirFiles;
 
 /// A config file read by hand (`agent plan --config-file`, `agent run --config-file`): a
 /// Butane config (told by its content, as `agent validate` does) is translated to Ignition
@@ -94,18 +94,18 @@ pub fn config_file_as_ignition(
 /// nothing; at most `limit` bytes.
 pub(super) fn read_input(file: Option<&std::path::Path>, limit: u64) -> Result<Vec<u8>, String> {
     match file {
-        None => crate::limits::read_bounded(
+        None => runtime::limits::read_bounded(
             std::io::stdin().lock(),
             limit,
             "config from standard input",
         ),
-        Some(p) if p.as_os_str() == "-" => crate::limits::read_bounded(
+        Some(p) if p.as_os_str() == "-" => runtime::limits::read_bounded(
             std::io::stdin().lock(),
             limit,
             "config from standard input",
         ),
         Some(p) => {
-            crate::limits::read_file_bounded(p, limit, &format!("config file {}", p.display()))
+            runtime::limits::read_file_bounded(p, limit, &format!("config file {}", p.display()))
         }
     }
     .map_err(|e| format!("{e:#}"))
@@ -121,7 +121,7 @@ pub fn butane(a: ButaneArgs) -> i32 {
     }
     let limit = a
         .max_config_size
-        .unwrap_or(crate::limits::DEFAULT_MAX_CONFIG_SIZE);
+        .unwrap_or(runtime::limits::DEFAULT_MAX_CONFIG_SIZE);
     let bytes = match read_input(a.file.as_deref(), limit) {
         Ok(b) => b,
         Err(e) => {
@@ -164,7 +164,7 @@ pub fn butane(a: ButaneArgs) -> i32 {
         Ok(out) => {
             show(&out.report);
             let written = match &a.output {
-                Some(p) => crate::util::write_atomic(p, &out.json, 0o644)
+                Some(p) => runtime::util::write_atomic(p, &out.json, 0o644)
                     .map_err(|e| format!("writing {}: {e:#}", p.display())),
                 None => std::io::stdout()
                     .lock()

@@ -108,7 +108,7 @@ pub fn dispatch(cli: Cli) -> i32 {
     } else {
         cli.verbose.min(3) as i8
     };
-    crate::logging::init(verbosity, cli.log_kmsg);
+    runtime::logging::init(verbosity, cli.log_kmsg);
     // The agent's log lines never carry a secret (URL userinfo and queries, password hashes,
     // credentials: `report::redact`), whoever logs them. The config server keeps its own.
     #[cfg(feature = "serve")]
@@ -116,17 +116,17 @@ pub fn dispatch(cli: Cli) -> i32 {
     #[cfg(not(feature = "serve"))]
     let serving = false;
     if !serving {
-        crate::logging::set_redactor(crate::report::redact::text);
+        runtime::logging::set_redactor(crate::report::redact::text);
     }
     let result = match cli.command {
         Command::Validate(a) => return validate::validate(a),
         Command::Butane(a) => return butane::butane(a),
         // SIGINT, SIGTERM and SIGHUP remove temporary files and exit 128+signal.
-        Command::Run(a) => crate::signals::install().and_then(|()| run::run(a)),
+        Command::Run(a) => runtime::signals::install().and_then(|()| run::run(a)),
         Command::Plan(a) => plan::plan(a),
         Command::Report(a) => report::run(a),
         Command::Info => info(),
-        Command::Fetch(a) => crate::signals::install().and_then(|()| fetch::run(a)),
+        Command::Fetch(a) => runtime::signals::install().and_then(|()| fetch::run(a)),
         Command::DeleteConfig(a) => delete_config::run(a),
         #[cfg(feature = "serve")]
         Command::Serve(a) => serve::run(*a),
@@ -155,7 +155,7 @@ fn info() -> anyhow::Result<()> {
     println!("agent {}", env!("CARGO_PKG_VERSION"));
     println!(
         "config spec versions: 3.0.0 - {}",
-        crate::config::Version::NEWEST
+        spec::config::Version::NEWEST
     );
     match libblkid_rs::get_library_version() {
         Ok((_, version, date)) => println!("libblkid {version} ({date})"),

@@ -96,7 +96,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     if let Some(t) = a.device_timeout {
         endpoints.device_timeout = t;
     }
-    let mut limits = crate::limits::Limits::BUILTIN.with_cmdline(&cmdline)?;
+    let mut limits = runtime::limits::Limits::BUILTIN.with_cmdline(&cmdline)?;
     if let Some(n) = a.max_config_size {
         limits.max_config_size = n;
     }
@@ -187,9 +187,9 @@ pub(super) fn parse_seconds_arg(s: &str) -> Result<Duration, String> {
     crate::endpoints::parse_seconds(s).map_err(|e| format!("{e:#}"))
 }
 
-/// [`crate::limits::parse_size`] (`--max-config-size`).
+/// [`runtime::limits::parse_size`] (`--max-config-size`).
 pub(super) fn parse_size_arg(s: &str) -> Result<u64, String> {
-    crate::limits::parse_size(s).map_err(|e| format!("{e:#}"))
+    runtime::limits::parse_size(s).map_err(|e| format!("{e:#}"))
 }
 
 /// `--platform`'s value parser: a name from [`crate::platform::PLATFORMS`], else the table's

@@ -19,7 +19,7 @@ pub struct ValidateArgs {
 pub fn validate(a: ValidateArgs) -> i32 {
     let limit = a
         .max_config_size
-        .unwrap_or(crate::limits::DEFAULT_MAX_CONFIG_SIZE);
+        .unwrap_or(runtime::limits::DEFAULT_MAX_CONFIG_SIZE);
     let bytes = match super::butane::read_input(a.file.as_deref(), limit) {
         Ok(b) => b,
         Err(e) => {
@@ -48,7 +48,7 @@ pub fn validate(a: ValidateArgs) -> i32 {
             }
         };
     }
-    match crate::config::parse(&bytes) {
+    match spec::config::parse(&bytes) {
         Ok(p) => {
             for w in &p.warnings.diagnostics {
                 eprintln!("{w}");

@@ -27,10 +27,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::Digest;
 
-use crate::config::types::{Config, Resource};
-use crate::limits::TooLarge;
 use fetcher::{CHUNK, Chunks, HASH_QUEUE};
 use retry::Failure;
+use runtime::limits::TooLarge;
+use spec::config::types::{Config, Resource};
 
 pub use fetcher::{AgentHeaders, Fetcher, Scheme, check_tls_downgrade, short};
 pub use options::{CaCache, DEFAULT_HEADER_TIMEOUT, Options};
@@ -66,7 +66,7 @@ pub fn fetch_cas(c: &Config, opts: &Options) -> Result<Vec<Vec<u8>>> {
             continue;
         }
         let pem = f.fetch_bytes_as(ca, "certificate authority").map_err(|e| {
-            crate::limits::context_unless_too_large(e, || {
+            runtime::limits::context_unless_too_large(e, || {
                 format!("fetching certificate authority {}", short(src))
             })
         })?;
@@ -95,7 +95,7 @@ pub fn inline_cas(c: &mut Config, opts: &Options) -> Result<()> {
     for (mut ca, pem) in cas.into_iter().zip(pems) {
         let url = format!(
             "data:;base64,{}",
-            crate::encoding::data_url::base64_encode(&pem)
+            spec::encoding::data_url::base64_encode(&pem)
         );
         if out
             .iter()
@@ -128,7 +128,7 @@ impl Scheme for DataScheme {
         _: &Resource,
         _: Option<Duration>,
     ) -> Result<Box<dyn Read + 'u>, Failure> {
-        use crate::encoding::data_url::{Payload, payload};
+        use spec::encoding::data_url::{Payload, payload};
         match payload(url)
             .context("decoding data URL")
             .map_err(Failure::Fatal)?
@@ -149,7 +149,7 @@ impl Scheme for DataScheme {
 
 /// A base64 data URL's contents, decoded as they are read.
 struct Base64Body<'u> {
-    d: crate::encoding::data_url::Base64Decoder<'u>,
+    d: spec::encoding::data_url::Base64Decoder<'u>,
     /// One decoded group for reads of fewer than 3 bytes; `carry_at` is where its unread
     /// bytes start (3: none).
     carry: [u8; 3],
@@ -237,7 +237,7 @@ impl Fetcher {
             .with_context(|| format!("{} has no file name", dest.display()))?
             .to_string_lossy();
         let tmp = dir.join(format!(".{name}.agent-tmp{}", std::process::id()));
-        let (file, temp) = crate::signals::Temp::create(&tmp, |p| {
+        let (file, temp) = runtime::signals::Temp::create(&tmp, |p| {
             std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -307,7 +307,7 @@ impl Fetcher {
             let body = scheme.open(self, url, r, left)?;
             copy_verified(&self.chunks, url, r, body, out)
         })
-        .map_err(|e| crate::limits::context_unless_too_large(e, || format!("fetching {what}")))
+        .map_err(|e| runtime::limits::context_unless_too_large(e, || format!("fetching {what}")))
     }
 }
 
@@ -315,7 +315,7 @@ impl Fetcher {
 /// is removed when the download is dropped uncommitted, or on SIGINT/SIGTERM/SIGHUP.
 pub struct Download {
     file: Option<File>,
-    temp: crate::signals::Temp,
+    temp: runtime::signals::Temp,
     dest: PathBuf,
     size: u64,
 }
@@ -699,7 +699,7 @@ pub fn verify(r: &Resource, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-pub use crate::encoding::hex;
+pub use spec::encoding::hex;
 
 /// SHA-512 of `data` as hex, for logs.
 pub fn sha512_hex(data: &[u8]) -> String {
@@ -709,7 +709,7 @@ pub fn sha512_hex(data: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::Limits;
+    use runtime::limits::Limits;
 
     fn res(src: &str) -> Resource {
         Resource {

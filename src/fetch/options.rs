@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::types::{Config, Proxy, Resource};
-use crate::limits::Limits;
+use runtime::limits::Limits;
+use spec::config::types::{Config, Proxy, Resource};
 
 /// Default wait for response headers on each try (`timeouts.httpResponseHeaders`).
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -24,7 +24,7 @@ pub struct Options {
     /// values; `agent run` passes its own down, see [`crate::endpoints`]).
     pub endpoints: crate::endpoints::Endpoints,
     /// Size limit of what is fetched into memory, TLS downgrade policy (default: the built-in
-    /// ones; `agent run` passes its own down, see [`crate::limits`]).
+    /// ones; `agent run` passes its own down, see [`runtime::limits`]).
     pub limits: Limits,
     /// The CAs fetched so far, by source: shared by every clone of these options (and
     /// [`Options::with_base`]), so that a CA is fetched once per run ([`super::fetch_cas`]).

@@ -199,7 +199,7 @@ pub fn custom_data(xml: &[u8]) -> Result<Option<Vec<u8>>> {
         if compact.is_empty() {
             return Ok(None);
         }
-        let bytes = crate::encoding::base64_decode(compact.as_bytes())
+        let bytes = spec::encoding::base64_decode(compact.as_bytes())
             .context("ovf-env.xml: CustomData is not base64")?;
         return Ok(Some(bytes));
     }

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::config::Config;
 use crate::endpoints::Endpoints;
 use crate::files::passwd::SshKeysFile;
-use crate::limits::Limits;
 use crate::state::StateDir;
+use runtime::limits::Limits;
+use spec::config::Config;
 
 /// Everything a stage needs besides the config.
 #[derive(Debug, Clone)]

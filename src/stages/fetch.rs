@@ -20,9 +20,9 @@ use anyhow::{Context as _, Result, bail};
 use log::{info, warn};
 
 use super::context::Context;
-use crate::config::{self, Config};
 use crate::fetch::{self, Fetcher, NeedsNetwork, short};
-use crate::limits::{self, REFS_HINT};
+use runtime::limits::{self, REFS_HINT};
+use spec::config::{self, Config};
 
 /// References deeper than this are refused (a chain this long is a mistake or a loop).
 pub const MAX_DEPTH: usize = 10;

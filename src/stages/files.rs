@@ -12,12 +12,12 @@ use log::info;
 use super::context::Context;
 
 mod report_root;
-use crate::config::Config;
 use crate::fetch::Fetcher;
 use crate::files::mounts::{MountGuard, mountable};
 use crate::files::nodes::{Attrs, Contents};
 use crate::files::resolve::Root;
 use crate::files::{Writer, kargs, result, selinux};
+use spec::config::Config;
 
 pub use super::context::FilesOptions as Options;
 

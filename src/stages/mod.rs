@@ -23,14 +23,14 @@ use crate::report::{self, Changes, Delivered, Outcome, ReportStage, StageOutcome
 pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
     let state = ctx.state();
     if state.create().is_ok()
-        && let Err(e) = crate::logging::tee_to(&state.log_path())
+        && let Err(e) = runtime::logging::tee_to(&state.log_path())
     {
         log::warn!("keeping the log in {}: {e}", state.log_path().display());
     }
     let cmdline = runtime::cmdline::read(&ctx.endpoints.kernel_cmdline).unwrap_or_default();
     let target = || report::target(&state, &cmdline, &ctx.endpoints, ctx.limits);
     for (i, &stage) in stages.iter().enumerate() {
-        crate::logging::set_stage(stage.name());
+        runtime::logging::set_stage(stage.name());
         // The initramfs runs one stage per unit: a run of fetch or disks alone is a part of
         // the boot, not its end; the files stage, or the last of several, ends it.
         let final_ = i + 1 == stages.len() && (stage == Stage::Files || stages.len() > 1);
@@ -130,7 +130,7 @@ pub fn run(stages: &[Stage], ctx: &Context) -> Result<()> {
                     None => "none (no report URL: agent.report.url= or the config server's)".into(),
                 };
                 let lines = report::summary::lines(stage.name(), e, &state.log_path(), &sent);
-                report::summary::print(&lines, crate::logging::kmsg());
+                report::summary::print(&lines, runtime::logging::kmsg());
             }
         }
         r?;

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::context::Context;
-use crate::config::Config;
 use crate::fetch::Fetcher;
+use spec::config::Config;
 
 pub use crate::blockdev::filesystem::FsWork;
 pub use crate::blockdev::luks::LuksWork;
