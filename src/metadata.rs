@@ -30,9 +30,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 
+use crate::fetch::Fetcher;
 use crate::fetch::http::{self, Reply};
 use crate::fetch::retry::{self, Failure};
-use crate::fetch::{Fetcher, NeedsNetwork};
 // The handshakes and the small client live below the fetcher (S3 uses them too).
 pub use crate::fetch::metadata_client::{
     AKAMAI_TOKEN, AWS_IMDSV2, Client, MAX_TOKEN_LEN, TIMEOUT, TokenHandshake, check_token,
@@ -158,14 +158,15 @@ impl std::fmt::Display for ServiceError {
 impl std::error::Error for ServiceError {}
 
 /// The user data of `svc` (None: the service says there is none), decoded, through `f`'s
-/// HTTP client and retry policy. Offline, [`NeedsNetwork`].
+/// HTTP client and retry policy. Offline, refused ([`crate::fetch::Options::needs_network`]).
 pub fn fetch_user_data(f: &Fetcher, svc: &Service) -> Result<Option<Vec<u8>>> {
     let base = f.opts.endpoints.metadata_base(svc.platform, svc.base);
     fetch_user_data_at(f, svc, &base, Bounds::default()).map_err(|e| e.error)
 }
 
 /// [`fetch_user_data`] from the service at `base` (instead of `svc.base` and its test
-/// override: a DHCP server, a test's server), within `bounds`. Offline, [`NeedsNetwork`].
+/// override: a DHCP server, a test's server), within `bounds`. Offline, refused
+/// ([`crate::fetch::Options::needs_network`]).
 pub fn fetch_user_data_at(
     f: &Fetcher,
     svc: &Service,
@@ -175,7 +176,7 @@ pub fn fetch_user_data_at(
     let base = base.trim_end_matches('/');
     if f.opts.offline {
         return Err(ServiceError {
-            error: NeedsNetwork(format!("{base}{}", svc.user_data)).into(),
+            error: f.opts.needs_network(format!("{base}{}", svc.user_data)),
             answered: false,
         });
     }
@@ -203,7 +204,9 @@ pub fn fetch_user_data_any(
 ) -> Result<(Option<Vec<u8>>, Base), ServiceError> {
     if f.opts.offline {
         return Err(ServiceError {
-            error: NeedsNetwork(format!("{}{}", bases[0].url, svc.user_data)).into(),
+            error: f
+                .opts
+                .needs_network(format!("{}{}", bases[0].url, svc.user_data)),
             answered: false,
         });
     }

@@ -31,7 +31,7 @@ fn record(state: &Path, name: &str, uuid: &str, key: Option<&[u8]>, discard: boo
 }
 
 fn run_in(root: &Path, state: &Path) -> anyhow::Result<()> {
-    agent::stages::files::run_with(&empty(), &ctx(root, state), &Default::default())
+    run_ctx(&empty(), &ctx(root, state))
 }
 
 fn owner(p: &Path) -> (u32, u32) {

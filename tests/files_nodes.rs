@@ -346,9 +346,8 @@ fn a_second_run_nests_the_previous_report() {
     .unwrap();
     let c = cfg(r#"{"files":[{"path":"/f"}]}"#);
     let ctx = ctx(root.path(), state.path());
-    let opts = agent::stages::files::Options::default();
-    agent::stages::files::run_with(&c, &ctx, &opts).unwrap();
-    agent::stages::files::run_with(&c, &ctx, &opts).unwrap();
+    run_ctx(&c, &ctx).unwrap();
+    run_ctx(&c, &ctx).unwrap();
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(root.join("/etc/.ignition-result.json")).unwrap())
             .unwrap();

@@ -9,7 +9,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use agent::fetch::{Fetcher, NeedsNetwork, Options};
+use agent::fetch::{Fetcher, Options};
 use agent::platform::drive::{self, Absent, Drive, Roots};
 use agent::platform::{azure, cloudstack, ionoscloud, kubevirt, openstack, proxmoxve};
 use support::TempDir;
@@ -201,9 +201,10 @@ fn a_broken_config_names_platform_device_and_path() {
 #[test]
 fn openstack_offline_without_a_drive_needs_the_network() {
     let r = roots(&[], &[]);
+    let f = fetcher(true);
     let e = openstack::fetch(
         "openstack",
-        &fetcher(true),
+        &f,
         &r.roots,
         "http://127.0.0.1:9",
         None,
@@ -211,14 +212,16 @@ fn openstack_offline_without_a_drive_needs_the_network() {
     )
     .err()
     .unwrap();
-    assert!(e.downcast_ref::<NeedsNetwork>().is_some(), "{e:#}");
     assert!(
         format!("{e:#}").contains("no config drive labelled config-2 or CONFIG-2 within 0.5s"),
         "{e:#}"
     );
-    // The fetch stage adds its context and still sees the request for the network (exit 3).
-    let e = e.context("fetching config from platform openstack");
-    assert!(e.downcast_ref::<NeedsNetwork>().is_some(), "{e:#}");
+    // The refusal is recorded where the fetch stage asks for it (exit 3).
+    let refused = f.opts.refused.first().unwrap_or_default();
+    assert!(
+        refused.starts_with("the config of platform openstack (no config drive"),
+        "{refused}"
+    );
 }
 
 #[test]
@@ -330,15 +333,15 @@ fn cloudstack_asks_the_dhcp_server() {
         )
     );
     // Offline, without a drive: the network.
-    let e = cloudstack::fetch(
-        &fetcher(true),
-        &r.roots,
-        leases.path(),
-        [short(0.3), short(10.0)],
-    )
-    .err()
-    .unwrap();
-    assert!(e.downcast_ref::<NeedsNetwork>().is_some(), "{e:#}");
+    let f = fetcher(true);
+    let e = cloudstack::fetch(&f, &r.roots, leases.path(), [short(0.3), short(10.0)])
+        .err()
+        .unwrap();
+    assert!(
+        format!("{e:#}").contains("needs the network (offline mode)"),
+        "{e:#}"
+    );
+    assert!(f.opts.refused.first().is_some(), "{e:#}");
 }
 
 #[test]

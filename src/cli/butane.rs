@@ -47,49 +47,6 @@ pub struct ButaneArgs {
 
 pub use runtime::butane_files::DirFiles;
 
-/// A config file read by hand (`agent plan --config-file`, `agent run --config-file`): a
-/// Butane config (told by its content, as `agent validate` does) is translated to Ignition
-/// (openshift as `butane --raw`), with the file's directory as its files dir; anything else
-/// is returned as it is, for the Ignition parser. `limit`: `--max-config-size`.
-pub fn config_file_as_ignition(
-    bytes: Vec<u8>,
-    path: &std::path::Path,
-    limit: u64,
-) -> Result<Vec<u8>, String> {
-    if !butane::looks_like_butane(&bytes) {
-        return Ok(bytes);
-    }
-    let dir = (path.as_os_str() != "-")
-        .then(|| {
-            path.parent().map(|d| {
-                if d.as_os_str().is_empty() {
-                    std::path::Path::new(".")
-                } else {
-                    d
-                }
-            })
-        })
-        .flatten()
-        .map(DirFiles::new);
-    let opts = butane::Options {
-        files_dir: dir.as_ref().map(|f| f as &dyn butane::FilesDir),
-        max_size: usize::try_from(limit).unwrap_or(usize::MAX),
-        ..Default::default()
-    };
-    match butane::translate(&bytes, &opts) {
-        Ok(out) => {
-            for d in &out.report.diags {
-                log::warn!("{}: {d}", path.display());
-            }
-            Ok(out.json)
-        }
-        Err(r) => Err(format!(
-            "Butane config {} does not translate:\n{r}",
-            path.display()
-        )),
-    }
-}
-
 /// The input of `agent butane` and `agent validate`: FILE, or standard input for "-" or
 /// nothing; at most `limit` bytes.
 pub(super) fn read_input(file: Option<&std::path::Path>, limit: u64) -> Result<Vec<u8>, String> {

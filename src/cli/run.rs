@@ -75,7 +75,8 @@ pub struct RunArgs {
     pub test: TestArgs,
 }
 
-pub fn run(a: RunArgs) -> anyhow::Result<()> {
+/// Runs the stages; [`stages::Outcome::NeedsNetwork`] when an offline pass needs the network.
+pub fn run(a: RunArgs) -> anyhow::Result<stages::Outcome> {
     let stages = if a.stages.is_empty() {
         vec![Stage::Fetch, Stage::Disks, Stage::Files]
     } else {
@@ -110,9 +111,6 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         root: a.root,
         state_dir: a.state_dir,
         platform: a.platform,
-        config_file: a.config_file,
-        config_url: a.config_url,
-        system_config_dir: a.system_config_dir,
         offline: a.offline,
         limits,
         endpoints,
@@ -122,7 +120,12 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
     };
-    stages::run(&stages, &ctx)
+    let sources = stages::fetch::Sources {
+        config_file: a.config_file,
+        config_url: a.config_url,
+        system_config_dir: a.system_config_dir,
+    };
+    stages::run(&stages, &sources, &ctx)
 }
 
 /// Hidden flags of test builds (feature `test-hooks`) that point the binary at test doubles

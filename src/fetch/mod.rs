@@ -33,7 +33,7 @@ use runtime::limits::TooLarge;
 use spec::config::types::{Config, Resource};
 
 pub use fetcher::{AgentHeaders, Fetcher, Scheme, check_tls_downgrade, short};
-pub use options::{CaCache, DEFAULT_HEADER_TIMEOUT, Options};
+pub use options::{CaCache, DEFAULT_HEADER_TIMEOUT, Options, Refused};
 
 impl Options {
     /// Like [`Options::from_config`], with `security.tls.certificateAuthorities` fetched
@@ -112,8 +112,9 @@ pub fn inline_cas(c: &mut Config, opts: &Options) -> Result<()> {
     Ok(())
 }
 
-/// A fetch refused because it needs the network and the fetcher is offline. The fetch
-/// stage turns it into a marker file and a distinct exit code.
+/// A fetch refused because it needs the network and the fetcher is offline (made by
+/// [`Options::needs_network`], which records it in [`Options::refused`]: the fetch stage
+/// turns that into a marker file and a distinct exit code).
 #[derive(Debug, thiserror::Error)]
 #[error("fetching {0} needs the network (offline mode)")]
 pub struct NeedsNetwork(pub String);
@@ -290,7 +291,7 @@ impl Fetcher {
         };
         let scheme = scheme_for(url)?;
         if self.opts.offline && scheme.needs_network() {
-            return Err(NeedsNetwork(short(url)).into());
+            return Err(self.opts.needs_network(short(url)));
         }
         let what = short(url);
         let total = if scheme.needs_network() {
@@ -867,8 +868,16 @@ mod tests {
             offline: true,
             ..Default::default()
         });
+        assert_eq!(f.opts.refused.first(), None);
         let e = f.fetch_bytes(&res("http://example.com/x")).unwrap_err();
-        assert!(e.downcast_ref::<NeedsNetwork>().is_some());
+        assert_eq!(
+            format!("{e:#}"),
+            "fetching http://example.com/x needs the network (offline mode)"
+        );
+        assert_eq!(
+            f.opts.refused.first().as_deref(),
+            Some("http://example.com/x")
+        );
         assert_eq!(f.fetch_bytes(&res("data:,x")).unwrap(), b"x");
         assert!(f.fetch_bytes(&res("ftp://x/y")).is_err());
     }

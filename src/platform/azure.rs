@@ -29,7 +29,7 @@ use anyhow::{Context, Result, bail};
 use super::drive::{self, Drive, Mounted, Roots};
 use super::metadata::{self, Bounds, Encoding, Service};
 use super::{Found, Provider};
-use crate::fetch::{Fetcher, NeedsNetwork};
+use crate::fetch::Fetcher;
 
 /// The instance metadata service.
 pub const IMDS: &str = "http://169.254.169.254";
@@ -111,7 +111,8 @@ pub fn fetch(
         Ok(_) => log::info!(
             "azure: no userData in the instance metadata service: reading the custom data"
         ),
-        Err(e) if e.error.downcast_ref::<NeedsNetwork>().is_some() => return Err(e.error),
+        // Offline, the service was not asked: the fetch stage asks for the network.
+        Err(e) if f.opts.offline => return Err(e.error),
         Err(e) if !e.answered => log::warn!(
             "azure: the instance metadata service did not answer ({e}): reading the custom data of the provisioning CD"
         ),

@@ -78,9 +78,6 @@ pub fn ctx(root: &Path, state: &Path) -> Context {
         root: root.to_path_buf(),
         state_dir: state.to_path_buf(),
         platform: None,
-        config_file: None,
-        config_url: None,
-        system_config_dir: state.join("no-system-config"),
         offline: false,
         limits: Default::default(),
         endpoints: Default::default(),
@@ -95,7 +92,18 @@ pub fn run(cfg: &Config, root: &Path) -> anyhow::Result<()> {
 
 pub fn run_opts(cfg: &Config, root: &Path, opts: &Options) -> anyhow::Result<()> {
     let state = TempDir::new("state");
-    agent::stages::files::run_with(cfg, &ctx(root, state.path()), opts)
+    let ctx = Context {
+        files: opts.clone(),
+        ..ctx(root, state.path())
+    };
+    run_ctx(cfg, &ctx)
+}
+
+/// Runs the files stage in `ctx`, without reports.
+pub fn run_ctx(cfg: &Config, ctx: &Context) -> anyhow::Result<()> {
+    let outcome = agent::stages::files::run(cfg, ctx, &mut agent::stages::NoReports)?;
+    assert_eq!(outcome, agent::stages::Outcome::Done);
+    Ok(())
 }
 
 pub fn mode(p: &Path) -> u32 {
