@@ -50,21 +50,21 @@ fn time<F: FnMut()>(rounds: usize, mut f: F) -> Duration {
 fn main() {
     let text = generate(10_000, 1_000);
     let bytes = text.as_bytes();
-    let base = agent::config::Config::default();
+    let base = spec::config::Config::default();
     let rounds = 21;
     let reference = time(rounds, || {
         let v: serde_json::Value = serde_json::from_slice(black_box(bytes)).unwrap();
         black_box(v);
     });
     let ours = time(rounds, || {
-        let parsed = agent::config::parse(black_box(bytes)).unwrap();
-        let merged = agent::config::merge(&base, &parsed.config);
+        let parsed = spec::config::parse(black_box(bytes)).unwrap();
+        let merged = spec::config::merge(&base, &parsed.config);
         black_box(merged);
     });
     // The same config merged onto itself: 10,000 keyed file matches.
-    let parsed = agent::config::parse(bytes).unwrap().config;
+    let parsed = spec::config::parse(bytes).unwrap().config;
     let self_merge = time(rounds, || {
-        black_box(agent::config::merge(&parsed, &parsed));
+        black_box(spec::config::merge(&parsed, &parsed));
     });
     println!(
         "config bench: {} bytes, 10000 files, 1000 units, median of {rounds}",

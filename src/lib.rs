@@ -4,11 +4,6 @@
 // Outside tests a failure carries context (anyhow) instead of a panic; see clippy.toml.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-pub use runtime::{butane_files, cmdline, limits, logging, signals, util};
-#[cfg(feature = "serve")]
-pub use serve;
-pub use spec::{config, encoding, json};
-
 pub mod blockdev;
 pub mod cli;
 pub mod endpoints;

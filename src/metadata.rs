@@ -30,9 +30,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 
+use crate::fetch::Fetcher;
 use crate::fetch::http::{self, Reply};
 use crate::fetch::retry::{self, Failure};
-use crate::fetch::{Fetcher, NeedsNetwork};
 // The handshakes and the small client live below the fetcher (S3 uses them too).
 pub use crate::fetch::metadata_client::{
     AKAMAI_TOKEN, AWS_IMDSV2, Client, MAX_TOKEN_LEN, TIMEOUT, TokenHandshake, check_token,
@@ -158,14 +158,15 @@ impl std::fmt::Display for ServiceError {
 impl std::error::Error for ServiceError {}
 
 /// The user data of `svc` (None: the service says there is none), decoded, through `f`'s
-/// HTTP client and retry policy. Offline, [`NeedsNetwork`].
+/// HTTP client and retry policy. Offline, refused ([`crate::fetch::Options::needs_network`]).
 pub fn fetch_user_data(f: &Fetcher, svc: &Service) -> Result<Option<Vec<u8>>> {
     let base = f.opts.endpoints.metadata_base(svc.platform, svc.base);
     fetch_user_data_at(f, svc, &base, Bounds::default()).map_err(|e| e.error)
 }
 
 /// [`fetch_user_data`] from the service at `base` (instead of `svc.base` and its test
-/// override: a DHCP server, a test's server), within `bounds`. Offline, [`NeedsNetwork`].
+/// override: a DHCP server, a test's server), within `bounds`. Offline, refused
+/// ([`crate::fetch::Options::needs_network`]).
 pub fn fetch_user_data_at(
     f: &Fetcher,
     svc: &Service,
@@ -175,7 +176,7 @@ pub fn fetch_user_data_at(
     let base = base.trim_end_matches('/');
     if f.opts.offline {
         return Err(ServiceError {
-            error: NeedsNetwork(format!("{base}{}", svc.user_data)).into(),
+            error: f.opts.needs_network(format!("{base}{}", svc.user_data)),
             answered: false,
         });
     }
@@ -203,7 +204,9 @@ pub fn fetch_user_data_any(
 ) -> Result<(Option<Vec<u8>>, Base), ServiceError> {
     if f.opts.offline {
         return Err(ServiceError {
-            error: NeedsNetwork(format!("{}{}", bases[0].url, svc.user_data)).into(),
+            error: f
+                .opts
+                .needs_network(format!("{}{}", bases[0].url, svc.user_data)),
             answered: false,
         });
     }
@@ -398,7 +401,7 @@ fn read_body(r: Reply, limit: u64) -> Result<Vec<u8>, Failure> {
         .read_to_end(&mut v)
         .map_err(|e| Failure::retry(anyhow!("{}: reading the body: {e}", r.url)))?;
     if n as u64 > limit {
-        return Err(Failure::fatal(crate::limits::TooLarge {
+        return Err(Failure::fatal(runtime::limits::TooLarge {
             what: format!("answer of {}", r.url),
             limit,
         }));
@@ -429,7 +432,7 @@ pub fn base64_lenient(raw: &[u8]) -> Result<Vec<u8>> {
             _ => {}
         }
     }
-    crate::encoding::data_url::base64_decode(&s).context("decoding base64")
+    spec::encoding::data_url::base64_decode(&s).context("decoding base64")
 }
 
 /// `data` gunzipped when it starts with gzip's magic bytes, else as it is.
@@ -438,7 +441,8 @@ pub fn maybe_gunzip(data: Vec<u8>, limit: u64) -> Result<Vec<u8>> {
         return Ok(data);
     }
     let r = flate2::read::MultiGzDecoder::new(&data[..]);
-    crate::limits::read_bounded(r, limit, "gzip-compressed user data").context("decompressing gzip")
+    runtime::limits::read_bounded(r, limit, "gzip-compressed user data")
+        .context("decompressing gzip")
 }
 
 #[cfg(test)]
@@ -462,7 +466,7 @@ mod tests {
     #[test]
     fn base64_padded_or_not() {
         let plain = br#"{"ignition":{"version":"3.4.0"}}"#;
-        let padded = crate::encoding::data_url::base64_encode(plain);
+        let padded = spec::encoding::data_url::base64_encode(plain);
         assert!(padded.ends_with('='), "{padded}");
         assert_eq!(base64_lenient(padded.as_bytes()).unwrap(), plain);
         let bare = padded.trim_end_matches('=');
@@ -483,7 +487,7 @@ mod tests {
         assert_eq!(maybe_gunzip(z.clone(), 1000).unwrap(), vec![b'x'; 1000]);
         let e = maybe_gunzip(z.clone(), 999).unwrap_err();
         assert!(format!("{e:#}").contains("limit"), "{e:#}");
-        let b64 = crate::encoding::data_url::base64_encode(&z);
+        let b64 = spec::encoding::data_url::base64_encode(&z);
         assert_eq!(
             decode(b64.as_bytes(), Encoding::Base64MaybeGzip, 1000).unwrap(),
             vec![b'x'; 1000]

@@ -87,7 +87,7 @@ impl Mounts {
             // A probe (blkid) or a child forked elsewhere can hold it busy for a moment.
             // (nix's flag: sys-mount's `UnmountFlags::NOFOLLOW` is O_NOFOLLOW, which umount2
             // refuses.)
-            let r = crate::util::retry_while_errno(nix::libc::EBUSY, || {
+            let r = runtime::util::retry_while_errno(nix::libc::EBUSY, || {
                 match &by_fd {
                     Some(f) => nix::mount::umount2(f, MntFlags::empty()),
                     None => nix::mount::umount2(&p, MntFlags::UMOUNT_NOFOLLOW),

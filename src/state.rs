@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{self, Config, Version};
+use spec::config::{self, Config, Version};
 
 /// The rendered config.
 pub const RENDERED_FILE: &str = "config.json";
@@ -91,12 +91,12 @@ mod base64_bytes {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&crate::encoding::base64_encode(b))
+        s.serialize_str(&spec::encoding::base64_encode(b))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let text = String::deserialize(d)?;
-        crate::encoding::base64_decode(text.as_bytes()).map_err(serde::de::Error::custom)
+        spec::encoding::base64_decode(text.as_bytes()).map_err(serde::de::Error::custom)
     }
 }
 
@@ -224,7 +224,7 @@ impl<'a> StateDir<'a> {
     pub fn write_rendered(&self, c: &Config) -> Result<PathBuf> {
         let bytes = config::to_json_pretty(c, Version::NEWEST).map_err(anyhow::Error::msg)?;
         let path = self.rendered_path();
-        crate::util::write_atomic(&path, &bytes, 0o600)?;
+        runtime::util::write_atomic(&path, &bytes, 0o600)?;
         Ok(path)
     }
 
@@ -265,7 +265,7 @@ impl<'a> StateDir<'a> {
             s.report_url = s.report_url.as_deref().map(shown_url);
         }
         let rec = serde_json::to_vec_pretty(&r).context("serializing fetch record")?;
-        crate::util::write_atomic(&self.dir.join(RECORD_FILE), &rec, 0o644)
+        runtime::util::write_atomic(&self.dir.join(RECORD_FILE), &rec, 0o644)
     }
 
     /// Reads the fetch record.
@@ -301,7 +301,7 @@ impl<'a> StateDir<'a> {
     fn write_private(&self, name: &str, value: Option<&str>) -> Result<()> {
         let p = self.dir.join(name);
         match value {
-            Some(a) => crate::util::write_atomic(&p, a.as_bytes(), 0o600),
+            Some(a) => runtime::util::write_atomic(&p, a.as_bytes(), 0o600),
             None => match std::fs::remove_file(&p) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     Err(e).with_context(|| format!("removing {}", p.display()))
@@ -337,7 +337,7 @@ impl<'a> StateDir<'a> {
     /// Writes the neednet marker; returns its path.
     pub fn set_neednet(&self) -> Result<PathBuf> {
         let marker = self.neednet_path();
-        crate::util::write_atomic(&marker, b"", 0o644)?;
+        runtime::util::write_atomic(&marker, b"", 0o644)?;
         Ok(marker)
     }
 
@@ -361,10 +361,10 @@ impl<'a> StateDir<'a> {
         let dir = self.luks_dir();
         runtime::util::mkdir_private(&dir)?;
         if let Some(k) = key {
-            crate::util::write_atomic(&dir.join(format!("{}.key", r.name)), k, 0o600)?;
+            runtime::util::write_atomic(&dir.join(format!("{}.key", r.name)), k, 0o600)?;
         }
         let json = serde_json::to_vec_pretty(r).context("encoding a LUKS record")?;
-        crate::util::write_atomic(&dir.join(format!("{}.json", r.name)), &json, 0o600)
+        runtime::util::write_atomic(&dir.join(format!("{}.json", r.name)), &json, 0o600)
     }
 
     /// Every recorded LUKS volume, sorted by name, with its key read (nothing recorded, or
@@ -421,7 +421,7 @@ impl StateDir<'_> {
             };
         }
         let json = serde_json::to_vec_pretty(files).context("encoding the provider's files")?;
-        crate::util::write_atomic(&path, &json, 0o600)
+        runtime::util::write_atomic(&path, &json, 0o600)
     }
 
     /// The files the provider left (none recorded: none).
@@ -458,7 +458,7 @@ impl StateDir<'_> {
     pub fn write_provider_answer(&self, a: &ProviderAnswer) -> Result<PathBuf> {
         let path = self.provider_answer_path();
         let json = serde_json::to_vec_pretty(a).context("encoding the provider's answer")?;
-        crate::util::write_atomic(&path, &json, 0o600)?;
+        runtime::util::write_atomic(&path, &json, 0o600)?;
         Ok(path)
     }
 
@@ -539,7 +539,7 @@ impl Drop for Mapped {
 mod tests {
     use super::*;
 
-    use crate::util::TestDir as Tmp;
+    use runtime::util::TestDir as Tmp;
     use std::os::unix::fs::PermissionsExt;
 
     fn mode(p: &Path) -> u32 {

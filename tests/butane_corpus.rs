@@ -44,20 +44,20 @@ fn normalize(v: &mut Value) {
                 && src.starts_with("data:")
                 && gz
             {
-                let raw = agent::encoding::data_url::decode(src).expect("data URL");
+                let raw = spec::encoding::data_url::decode(src).expect("data URL");
                 let mut out = Vec::new();
                 flate2::read::GzDecoder::new(&raw[..])
                     .read_to_end(&mut out)
                     .expect("gzip");
-                let text = format!("decoded:{}", agent::encoding::hex(&out));
+                let text = format!("decoded:{}", spec::encoding::hex(&out));
                 m.insert("source".into(), Value::String(text));
                 m.insert("compression".into(), Value::String(String::new()));
             } else if let Some(Value::String(src)) = m.get("source")
                 && src.starts_with("data:")
                 && m.get("compression").and_then(Value::as_str) == Some("")
             {
-                let raw = agent::encoding::data_url::decode(src).expect("data URL");
-                let text = format!("decoded:{}", agent::encoding::hex(&raw));
+                let raw = spec::encoding::data_url::decode(src).expect("data URL");
+                let text = format!("decoded:{}", spec::encoding::hex(&raw));
                 m.insert("source".into(), Value::String(text));
             }
             for (_, v) in m.iter_mut() {

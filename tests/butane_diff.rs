@@ -53,7 +53,7 @@ fn agrees_with_butane_v0_29() {
             (id, f.next().unwrap().to_string())
         })
         .collect();
-    let files = agent::butane_files::DirFiles::new(dir.join("files"));
+    let files = runtime::butane_files::DirFiles::new(dir.join("files"));
     let raw = butane::Options {
         files_dir: Some(&files),
         ..Default::default()

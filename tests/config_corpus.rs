@@ -6,7 +6,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use agent::config::{self, Version};
+use spec::config::{self, Version};
 use support::run_agent;
 
 fn corpus(dir: &str) -> Vec<PathBuf> {
@@ -198,7 +198,7 @@ fn run_fetch_renders_data_url_chain_and_refuses_deep_chains() {
     let child = r#"{"ignition":{"version":"3.0.0"},"storage":{"files":[{"path":"/etc/child","mode":384}]}}"#;
     let child_url = format!(
         "data:;base64,{}",
-        agent::encoding::data_url::base64_encode(child.as_bytes())
+        spec::encoding::data_url::base64_encode(child.as_bytes())
     );
     let parent = format!(
         r#"{{"ignition":{{"version":"3.4.0","config":{{"merge":[{{"source":"{child_url}"}}]}}}},"storage":{{"files":[{{"path":"/etc/parent"}}]}}}}"#
@@ -241,7 +241,7 @@ fn run_fetch_renders_data_url_chain_and_refuses_deep_chains() {
     for _ in 0..12 {
         let url = format!(
             "data:;base64,{}",
-            agent::encoding::data_url::base64_encode(doc.as_bytes())
+            spec::encoding::data_url::base64_encode(doc.as_bytes())
         );
         doc = format!(
             r#"{{"ignition":{{"version":"3.0.0","config":{{"merge":[{{"source":"{url}"}}]}}}}}}"#

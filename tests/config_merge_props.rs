@@ -3,8 +3,8 @@
 //! empty config gives the child, merging a config into itself changes nothing but its
 //! appended argument lists, and a child's scalars always win.
 
-use agent::config::merge;
-use agent::config::types::*;
+use spec::config::merge;
+use spec::config::types::*;
 
 struct Rng(u64);
 

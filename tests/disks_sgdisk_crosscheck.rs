@@ -220,7 +220,7 @@ fn ignition_order_replayed_with_sgdisk_gives_the_plan() {
         let text = format!(
             r#"{{"ignition": {{"version": "3.2.0"}}, "storage": {{"disks": [{{"device": "/dev/vdb", "partitions": {partitions}}}]}}}}"#
         );
-        let cfg = agent::config::parse(text.as_bytes())
+        let cfg = spec::config::parse(text.as_bytes())
             .unwrap_or_else(|r| panic!("{name}: {r:?}"))
             .config;
         let mut specs: Vec<Spec> = cfg.storage.disks[0]

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent::config::types::{HttpHeader, Proxy};
 use agent::fetch::{Fetcher, Options};
+use spec::config::types::{HttpHeader, Proxy};
 use support::TempDir;
 use support::faulty_http::{Behavior, Request, Server};
 use support::fetch::{data_url, resource, self_signed};

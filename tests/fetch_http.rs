@@ -5,8 +5,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use agent::config::types::HttpHeader;
 use agent::fetch::{Fetcher, Options};
+use spec::config::types::HttpHeader;
 use support::TempDir;
 use support::faulty_http::{Behavior, Server, generated};
 use support::fetch::resource;

@@ -6,9 +6,9 @@ mod support;
 
 use std::time::Duration;
 
-use agent::config::types::Proxy;
 use agent::fetch::{Fetcher, Options};
 use agent::platform::Endpoints;
+use spec::config::types::Proxy;
 use support::TempDir;
 use support::faulty_http::{Behavior, Server, generated};
 use support::fetch::{free_tcp_port, make_pki, require, resource, spawn, tftpd, wait_tcp};
@@ -56,7 +56,7 @@ fn config_ca_resource_is_fetched_and_used_for_references() {
         http.url("/ca.pem"),
         https.url("/child.ign")
     );
-    let parsed = agent::config::parse(cfg.as_bytes()).unwrap().config;
+    let parsed = spec::config::parse(cfg.as_bytes()).unwrap().config;
     let out = agent::stages::fetch::render(parsed, "test").unwrap();
     assert_eq!(out.storage.files[0].path, "/etc/tls-child");
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use support::files::*;
 
-fn empty() -> agent::config::Config {
+fn empty() -> spec::config::Config {
     config(r#"{"ignition":{"version":"3.4.0"}}"#)
 }
 
@@ -31,7 +31,7 @@ fn record(state: &Path, name: &str, uuid: &str, key: Option<&[u8]>, discard: boo
 }
 
 fn run_in(root: &Path, state: &Path) -> anyhow::Result<()> {
-    agent::stages::files::run_with(&empty(), &ctx(root, state), &Default::default())
+    run_ctx(&empty(), &ctx(root, state))
 }
 
 fn owner(p: &Path) -> (u32, u32) {
@@ -218,7 +218,7 @@ fn links_and_directories_in_place_of_the_files_are_refused() {
 const POLICY: &str = "/etc/selinux/default/contexts/files";
 
 fn label(p: &Path) -> Option<String> {
-    agent::util::run(
+    runtime::util::run(
         "getfattr",
         &[
             "--only-values",

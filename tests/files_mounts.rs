@@ -7,7 +7,7 @@ use std::os::unix::fs::symlink;
 
 use support::files::*;
 
-fn fs_cfg(dev: &str, path: &str, opts: &str, storage_rest: &str) -> agent::config::Config {
+fn fs_cfg(dev: &str, path: &str, opts: &str, storage_rest: &str) -> spec::config::Config {
     config(&format!(
         r#"{{"ignition":{{"version":"3.6.0"}},"storage":{{
             "filesystems":[{{"device":"{dev}","format":"ext4","path":"{path}","mountOptions":[{opts}]}}]
@@ -138,14 +138,14 @@ fn unmounting_follows_no_link_swapped_in_after_mounting() {
     let outside = TempDir::new("mswap-outside");
     std::fs::create_dir_all(outside.join("/m")).unwrap();
     let outside_m = outside.join("/m");
-    agent::util::run(
+    runtime::util::run(
         "mount",
         &["-t", "tmpfs", "tmpfs", outside_m.to_str().unwrap()],
     )
     .unwrap();
     let _outside_mount = TestMount(outside_m.clone());
     let mut r = agent::files::resolve::Root::open(root.path(), &["/a/m".into()]).unwrap();
-    let fs = agent::config::types::Filesystem {
+    let fs = spec::config::types::Filesystem {
         device: "tmpfs".into(),
         format: Some("tmpfs".into()),
         path: Some("/a/m".into()),
@@ -174,7 +174,7 @@ fn writes_after_mounting_on_the_root_land_in_that_filesystem() {
     must_be_root();
     let root = TempDir::new("mroot");
     let mut r = agent::files::resolve::Root::open(root.path(), &["/".into()]).unwrap();
-    let fs = agent::config::types::Filesystem {
+    let fs = spec::config::types::Filesystem {
         device: "tmpfs".into(),
         format: Some("tmpfs".into()),
         path: Some("/".into()),

@@ -6,7 +6,7 @@ use std::os::unix::fs::{MetadataExt, symlink};
 
 use support::files::*;
 
-fn cfg(storage: &str) -> agent::config::Config {
+fn cfg(storage: &str) -> spec::config::Config {
     config(&format!(
         r#"{{"ignition":{{"version":"3.6.0"}},"storage":{storage}}}"#
     ))
@@ -346,9 +346,8 @@ fn a_second_run_nests_the_previous_report() {
     .unwrap();
     let c = cfg(r#"{"files":[{"path":"/f"}]}"#);
     let ctx = ctx(root.path(), state.path());
-    let opts = agent::stages::files::Options::default();
-    agent::stages::files::run_with(&c, &ctx, &opts).unwrap();
-    agent::stages::files::run_with(&c, &ctx, &opts).unwrap();
+    run_ctx(&c, &ctx).unwrap();
+    run_ctx(&c, &ctx).unwrap();
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(root.join("/etc/.ignition-result.json")).unwrap())
             .unwrap();
@@ -389,7 +388,7 @@ fn a_report_of_an_earlier_release_becomes_the_previous_report() {
 }
 
 /// The uid/gid a config owner means in a root whose databases are `passwd`/`group` text.
-fn expected_id(owner: &agent::config::types::NodeUser, db: &str) -> Option<u32> {
+fn expected_id(owner: &spec::config::types::NodeUser, db: &str) -> Option<u32> {
     if let Some(id) = owner.id {
         return Some(id as u32);
     }
@@ -487,7 +486,7 @@ fn an_owner_id_chown_would_read_as_minus_one_is_refused() {
     let base = cfg(r#"{"files":[{"path":"/f","contents":{"source":"data:,x"}}],
             "directories":[{"path":"/d"}],
             "links":[{"path":"/l","target":"f"}]}"#);
-    type Set = fn(&mut agent::config::Config, agent::config::types::NodeUser);
+    type Set = fn(&mut spec::config::Config, spec::config::types::NodeUser);
     let setters: [(&str, Set); 6] = [
         ("/f", |c, o| c.storage.files[0].user = o),
         ("/f", |c, o| c.storage.files[0].group = o),
@@ -497,11 +496,11 @@ fn an_owner_id_chown_would_read_as_minus_one_is_refused() {
         ("/l", |c, o| c.storage.links[0].group = o),
     ];
     let owners = [
-        agent::config::types::NodeUser {
+        spec::config::types::NodeUser {
             id: Some(4_294_967_295),
             name: None,
         },
-        agent::config::types::NodeUser {
+        spec::config::types::NodeUser {
             id: None,
             name: Some("minus-agent-test".into()),
         },

@@ -55,7 +55,8 @@ fn line<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 fn groups_then_users_created_modified_deleted_with_keys() {
     must_be_root();
     assert!(
-        agent::util::have_program("useradd") || std::path::Path::new("/usr/sbin/useradd").exists(),
+        runtime::util::have_program("useradd")
+            || std::path::Path::new("/usr/sbin/useradd").exists(),
         "useradd missing: install the passwd package"
     );
     let root = skeleton("passwd");

@@ -80,7 +80,7 @@ const CLEAR_ERRORS: [&str; 2] = [
 fn race(
     tag: &str,
     dir: &str,
-    cfg: &agent::config::Config,
+    cfg: &spec::config::Config,
     opts: &agent::stages::files::Options,
     runs: usize,
     expected: usize,
@@ -138,7 +138,7 @@ fn race(
 
 /// `n` files in `/d` (and, when `mixed`, files in a subdirectory, directories, symbolic
 /// and hard links).
-fn storage_config(n: usize, mixed: bool) -> agent::config::Config {
+fn storage_config(n: usize, mixed: bool) -> spec::config::Config {
     let mut files = Vec::new();
     let mut dirs = Vec::new();
     let mut links = Vec::new();
@@ -168,7 +168,7 @@ fn storage_config(n: usize, mixed: bool) -> agent::config::Config {
     ))
 }
 
-fn units_config(n: usize) -> agent::config::Config {
+fn units_config(n: usize) -> spec::config::Config {
     let units: Vec<String> = (0..n)
         .map(|i| {
             format!(

@@ -11,7 +11,7 @@ use support::files::*;
 const POLICY: &str = "/etc/selinux/default/contexts/files";
 
 fn label(p: &Path) -> String {
-    let out = agent::util::run(
+    let out = runtime::util::run(
         "getfattr",
         &[
             "--only-values",
@@ -48,7 +48,7 @@ fn relabels_what_the_stage_wrote_with_the_target_policy() {
         "{POLICY}/file_contexts missing: install selinux-policy-default"
     );
     assert!(
-        agent::util::have_program("setfiles") || Path::new("/usr/sbin/setfiles").exists(),
+        runtime::util::have_program("setfiles") || Path::new("/usr/sbin/setfiles").exists(),
         "setfiles missing: install policycoreutils"
     );
     let lo = Loop::ext4(32, None);
@@ -84,7 +84,7 @@ fn relabels_what_the_stage_wrote_with_the_target_policy() {
         .expect("a label");
     assert!(String::from_utf8_lossy(ctx.as_bytes()).contains("net_conf_t"));
     // Paths the stage did not touch keep no label.
-    let out = agent::util::run(
+    let out = runtime::util::run(
         "getfattr",
         &[
             "-n",
@@ -106,7 +106,7 @@ fn a_target_without_selinux_is_relabelled_nothing() {
         r#"{"ignition":{"version":"3.6.0"},"storage":{"files":[{"path":"/etc/hostname","contents":{"source":"data:,box"}}]}}"#,
     );
     run(&c, root.path()).unwrap();
-    let out = agent::util::run(
+    let out = runtime::util::run(
         "getfattr",
         &[
             "-n",

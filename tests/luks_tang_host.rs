@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agent::blockdev::luks::{self, LuksAction};
-use agent::config::types::{Luks, Resource, Tang};
 use agent::fetch::{self, Fetcher};
+use spec::config::types::{Luks, Resource, Tang};
 use support::root::{Loop, must_be_root};
 
 const TANGD: &str = "/usr/libexec/tangd";

@@ -133,8 +133,7 @@ fn the_files_stage_writes_the_providers_files() {
     std::fs::create_dir_all(root.join("/var/lib/hyperv")).unwrap();
     std::fs::write(root.join("/var/lib/hyperv/.kvp_pool_0"), b"stale").unwrap();
     let c = config(r#"{"ignition":{"version":"3.4.0"}}"#);
-    agent::stages::files::run_with(&c, &ctx(root.path(), state.path()), &Default::default())
-        .unwrap();
+    run_ctx(&c, &ctx(root.path(), state.path())).unwrap();
     for f in &files {
         let p = root.join(&f.path);
         assert_eq!(std::fs::read(&p).unwrap(), f.contents, "{}", f.path);
@@ -154,7 +153,6 @@ fn no_recorded_files_write_nothing() {
     let root = TempDir::new("provider-files-none");
     let state = TempDir::new("provider-files-none-state");
     let c = config(r#"{"ignition":{"version":"3.4.0"}}"#);
-    agent::stages::files::run_with(&c, &ctx(root.path(), state.path()), &Default::default())
-        .unwrap();
+    run_ctx(&c, &ctx(root.path(), state.path())).unwrap();
     assert!(!root.join("/var/lib/hyperv").exists());
 }

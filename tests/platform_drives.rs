@@ -9,7 +9,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use agent::fetch::{Fetcher, NeedsNetwork, Options};
+use agent::fetch::{Fetcher, Options};
 use agent::platform::drive::{self, Absent, Drive, Roots};
 use agent::platform::{azure, cloudstack, ionoscloud, kubevirt, openstack, proxmoxve};
 use support::TempDir;
@@ -201,9 +201,10 @@ fn a_broken_config_names_platform_device_and_path() {
 #[test]
 fn openstack_offline_without_a_drive_needs_the_network() {
     let r = roots(&[], &[]);
+    let f = fetcher(true);
     let e = openstack::fetch(
         "openstack",
-        &fetcher(true),
+        &f,
         &r.roots,
         "http://127.0.0.1:9",
         None,
@@ -211,14 +212,16 @@ fn openstack_offline_without_a_drive_needs_the_network() {
     )
     .err()
     .unwrap();
-    assert!(e.downcast_ref::<NeedsNetwork>().is_some(), "{e:#}");
     assert!(
         format!("{e:#}").contains("no config drive labelled config-2 or CONFIG-2 within 0.5s"),
         "{e:#}"
     );
-    // The fetch stage adds its context and still sees the request for the network (exit 3).
-    let e = e.context("fetching config from platform openstack");
-    assert!(e.downcast_ref::<NeedsNetwork>().is_some(), "{e:#}");
+    // The refusal is recorded where the fetch stage asks for it (exit 3).
+    let refused = f.opts.refused.first().unwrap_or_default();
+    assert!(
+        refused.starts_with("the config of platform openstack (no config drive"),
+        "{refused}"
+    );
 }
 
 #[test]
@@ -330,15 +333,15 @@ fn cloudstack_asks_the_dhcp_server() {
         )
     );
     // Offline, without a drive: the network.
-    let e = cloudstack::fetch(
-        &fetcher(true),
-        &r.roots,
-        leases.path(),
-        [short(0.3), short(10.0)],
-    )
-    .err()
-    .unwrap();
-    assert!(e.downcast_ref::<NeedsNetwork>().is_some(), "{e:#}");
+    let f = fetcher(true);
+    let e = cloudstack::fetch(&f, &r.roots, leases.path(), [short(0.3), short(10.0)])
+        .err()
+        .unwrap();
+    assert!(
+        format!("{e:#}").contains("needs the network (offline mode)"),
+        "{e:#}"
+    );
+    assert!(f.opts.refused.first().is_some(), "{e:#}");
 }
 
 #[test]
@@ -418,7 +421,7 @@ fn the_size_limit_applies_to_drives() {
         .err()
         .unwrap();
     assert!(
-        e.downcast_ref::<agent::limits::TooLarge>().is_some(),
+        e.downcast_ref::<runtime::limits::TooLarge>().is_some(),
         "{e:#}"
     );
     assert!(!mounted(seed.dev()), "unmounted after the error");
@@ -539,7 +542,7 @@ fn ovf_env(custom_data_b64: &str) -> Vec<u8> {
 #[test]
 #[ignore = "needs root: make test-root"]
 fn azure_takes_imds_user_data_first_then_the_cd() {
-    let b64 = agent::encoding::base64_encode(CONFIG.as_bytes());
+    let b64 = spec::encoding::base64_encode(CONFIG.as_bytes());
     let not_ovf = drive("x", &[("CustomData.bin", b"not this one")]);
     let cd = drive("y", &[("ovf-env.xml", &ovf_env(&b64))]);
     let r = roots(&[&not_ovf, &cd], &[]);
@@ -719,7 +722,7 @@ fn kubevirt_reads_a_nocloud_seed_or_a_config_drive() {
 fn azure_imds_answering_410_for_a_while_is_waited_for() {
     // IMDS answers 410 Gone while it starts (up to 70 s on Azure): retried, with the usual
     // back-off, past the wait for a service that never answers (here 1 s), until userData.
-    let b64 = agent::encoding::base64_encode(CONFIG.as_bytes());
+    let b64 = spec::encoding::base64_encode(CONFIG.as_bytes());
     let path = azure::IMDS_USER_DATA;
     let s = Server::start();
     let mut script = vec![Behavior::Status(410); 5];

@@ -116,7 +116,7 @@ fn ok(body: impl Into<Vec<u8>>) -> Vec<Behavior> {
 }
 
 fn b64(data: &[u8]) -> String {
-    agent::encoding::data_url::base64_encode(data)
+    spec::encoding::data_url::base64_encode(data)
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {

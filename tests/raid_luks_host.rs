@@ -237,7 +237,7 @@ fn raid_spares_refused_for_raid0() {
 fn luks_wipe_volume_formats_with_label_uuid_and_options() {
     must_be_root();
     use agent::blockdev::luks::{self, LuksAction};
-    use agent::config::types::{Luks, Resource};
+    use spec::config::types::{Luks, Resource};
     need("cryptsetup");
     need("wipefs");
     let l = Loop::new(32);

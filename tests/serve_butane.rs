@@ -106,7 +106,7 @@ fn butane_pools_are_served_as_their_translation() {
             ra.body, rb.body,
             "{pool}: a .bu pool is served as its translation"
         );
-        let parsed = agent::config::parse(&ra.body)
+        let parsed = spec::config::parse(&ra.body)
             .unwrap_or_else(|r| panic!("{pool}: served config does not validate: {r:?}"));
         if pool == "worker" {
             let c = &parsed.config;

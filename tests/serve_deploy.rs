@@ -322,7 +322,7 @@ fn deploy_manifests_render_and_validate() {
     assert_eq!(items.len(), keys.len());
     // Every pool in the ConfigMap is a valid config.
     for (k, v) in cm[0]["data"].as_object().unwrap() {
-        agent::config::parse(v.as_str().unwrap().as_bytes())
+        spec::config::parse(v.as_str().unwrap().as_bytes())
             .unwrap_or_else(|e| panic!("ConfigMap {k}: {e:?}"));
     }
 

@@ -301,7 +301,7 @@ fn the_admin_token_guards_the_inventory_and_machine_tokens_do_not_open_it() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("m-1\tprovisioning\tworker"));
     // A browser's Basic prompt: any user, the token as password.
-    let basic = agent::encoding::data_url::base64_encode(format!("ops:{admin_token}").as_bytes());
+    let basic = spec::encoding::data_url::base64_encode(format!("ops:{admin_token}").as_bytes());
     assert_eq!(
         get(admin, "/ui/", Some(&format!("Basic {basic}"))).status,
         200
@@ -973,8 +973,8 @@ fn a_program_on_the_admin_port_gets_no_token_and_machines_are_still_served() {
     );
     for secret in [
         admin_token.to_string(),
-        agent::encoding::data_url::base64_encode(admin_token.as_bytes()),
-        agent::encoding::data_url::base64_encode(format!(":{admin_token}").as_bytes()),
+        spec::encoding::data_url::base64_encode(admin_token.as_bytes()),
+        spec::encoding::data_url::base64_encode(format!(":{admin_token}").as_bytes()),
     ] {
         assert!(
             !text.contains(&secret),

@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use agent::config;
+use spec::config;
 use support::serve::*;
 
 const IGN: &str = "application/vnd.coreos.ignition+json";
@@ -88,7 +88,7 @@ fn endpoints_and_statuses() {
         .iter()
         .find(|f| f.path == "/etc/agent/node-config.json")
         .expect("node-agent file");
-    let data = agent::encoding::data_url::decode(nf.contents.source.as_deref().unwrap()).unwrap();
+    let data = spec::encoding::data_url::decode(nf.contents.source.as_deref().unwrap()).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&data).unwrap();
     assert!(v["currentConfig"].as_str().unwrap().starts_with("worker-"));
     assert_eq!(v["currentConfig"], v["desiredConfig"]);
@@ -815,7 +815,7 @@ fn large_config_to_a_slow_reader() {
         .collect();
     let cfg = serde_json::json!({"ignition": {"version": "3.0.0"}, "storage": {"files": [
         {"path": "/etc/large", "contents": {"source":
-            format!("data:;base64,{}", agent::encoding::data_url::base64_encode(&data))}}]}});
+            format!("data:;base64,{}", spec::encoding::data_url::base64_encode(&data))}}]}});
     write(&src.join("pools/worker.ign"), &cfg.to_string());
     let s = start_plain(&src, &["--no-access-log"]);
 
@@ -859,7 +859,7 @@ fn large_config_to_a_slow_reader() {
         .iter()
         .find(|f| f.path == "/etc/large")
         .unwrap();
-    let got = agent::encoding::data_url::decode(f.contents.source.as_deref().unwrap()).unwrap();
+    let got = spec::encoding::data_url::decode(f.contents.source.as_deref().unwrap()).unwrap();
     assert!(got == data, "the file's bytes came through unchanged");
 
     // Clients that reset the connection in the middle of the body: the server carries on.

@@ -230,7 +230,7 @@ fn three_replicas_agree_on_tokens_through_a_ttl() {
         TTL,
     ]);
     assert!(ok, "agent pointer: {err}");
-    let p = agent::config::parse(ptr.as_bytes()).unwrap();
+    let p = spec::config::parse(ptr.as_bytes()).unwrap();
     assert_eq!(
         p.config.ignition.config.merge[0].http_headers[0].value,
         Some(format!("Bearer {w1}"))

@@ -198,7 +198,7 @@ fn tokens_through_a_full_ttl() {
         ],
         &clock,
     );
-    let p = agent::config::parse(ptr.as_bytes()).unwrap();
+    let p = spec::config::parse(ptr.as_bytes()).unwrap();
     let m = &p.config.ignition.config.merge[0];
     assert_eq!(m.source.as_deref(), Some(url.as_str()));
     let auth = m.http_headers[0].value.clone().unwrap();

@@ -113,7 +113,7 @@ fn fetch_in(ns: &Netns, url: &str, limit: Duration) -> String {
 /// Whether podman can start a container from the image here (some sandboxes refuse the
 /// runtime's set-up, e.g. its resource limits).
 fn podman_runs(image: &str) -> Result<(), String> {
-    if !agent::util::have_program("podman") {
+    if !runtime::util::have_program("podman") {
         return Err("podman is not installed".into());
     }
     let out = Command::new("podman")

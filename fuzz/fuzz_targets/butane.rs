@@ -15,6 +15,6 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(out) = butane::translate(data, &opts)
         && !out.ign_version.ends_with("-experimental")
     {
-        agent::config::parse(&out.json).expect("translated config validates");
+        spec::config::parse(&out.json).expect("translated config validates");
     }
 });

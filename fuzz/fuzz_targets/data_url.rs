@@ -3,7 +3,7 @@
 //! decoder (`payload`, as the fetcher reads it, in odd step sizes) gives the same bytes.
 #![no_main]
 
-use agent::encoding::data_url::{Payload, check, decode, payload};
+use spec::encoding::data_url::{Payload, check, decode, payload};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,8 +5,8 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(parsed) = agent::config::parse(data) {
-        let out = agent::config::to_json(&parsed.config, parsed.version).expect("re-serialize");
-        agent::config::parse(&out).expect("round trip");
+    if let Ok(parsed) = spec::config::parse(data) {
+        let out = spec::config::to_json(&parsed.config, parsed.version).expect("re-serialize");
+        spec::config::parse(&out).expect("round trip");
     }
 });

@@ -22,7 +22,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use super::devices::Devices;
 use super::probe::{Found, probe};
 use super::{failpoint, inuse, kernel};
-use crate::config::types::Filesystem;
+use spec::config::types::Filesystem;
 
 /// What happens to one filesystem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,7 +160,7 @@ fn fstype(f: &Option<Found>) -> &str {
 
 fn timed(tools: &Mutex<Duration>, program: &str, args: &[String]) -> Result<()> {
     let t = Instant::now();
-    let r = crate::util::run(program, args);
+    let r = runtime::util::run(program, args);
     *tools.lock().unwrap_or_else(|e| e.into_inner()) += t.elapsed();
     r.map(|_| ())
 }

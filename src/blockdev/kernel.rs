@@ -286,8 +286,8 @@ pub fn wait_for(paths: &[PathBuf], timeout: Duration) -> Result<()> {
 /// Runs `udevadm settle` only when a udev daemon is running (its control socket exists).
 pub fn udev_settle() {
     if Path::new("/run/udev/control").exists()
-        && crate::util::have_program("udevadm")
-        && let Err(e) = crate::util::run("udevadm", &["settle", "--timeout=10"])
+        && runtime::util::have_program("udevadm")
+        && let Err(e) = runtime::util::run("udevadm", &["settle", "--timeout=10"])
     {
         log::warn!("{e:#}");
     }
@@ -296,10 +296,10 @@ pub fn udev_settle() {
 /// Loads a kernel module (best effort) unless it is loaded or built in: an initramfs may not
 /// load md/dm-crypt on demand. A failure is only logged; the tool that needs it reports it.
 pub fn load_module(name: &str) {
-    if Path::new("/sys/module").join(name).exists() || !crate::util::have_program("modprobe") {
+    if Path::new("/sys/module").join(name).exists() || !runtime::util::have_program("modprobe") {
         return;
     }
-    if let Err(e) = crate::util::run("modprobe", &["-q", name]) {
+    if let Err(e) = runtime::util::run("modprobe", &["-q", name]) {
         log::warn!("{e:#}");
     }
 }

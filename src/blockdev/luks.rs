@@ -25,9 +25,9 @@ use anyhow::{Context as _, Result, bail};
 
 use super::devices::{Devices, block_device};
 use super::{inuse, kernel, probe};
-use crate::config::types::Luks;
 use crate::fetch::Fetcher;
 use crate::state::{LuksRecord, StateDir};
+use spec::config::types::Luks;
 
 /// Where an open volume named `name` appears.
 pub fn mapper_path(name: &str) -> PathBuf {
@@ -131,7 +131,7 @@ pub fn examine(dev: &Path) -> Result<Option<Existing>> {
     };
     if e.fstype == "crypto_LUKS" {
         let d = dev.display().to_string();
-        let out = crate::util::run("cryptsetup", &["luksDump", "--dump-json-metadata", &d]);
+        let out = runtime::util::run("cryptsetup", &["luksDump", "--dump-json-metadata", &d]);
         // LUKS1 has no JSON metadata (and no tokens): not bound through tokens.
         if let Ok(out) = out {
             e.clevis = has_clevis_token(&out.stdout);
@@ -156,7 +156,7 @@ pub fn open_backing(name: &str) -> Result<Option<PathBuf>> {
     if !mapper_path(name).exists() {
         return Ok(None);
     }
-    let out = crate::util::run("cryptsetup", &["status", name])
+    let out = runtime::util::run("cryptsetup", &["status", name])
         .with_context(|| format!("reading the state of {}", mapper_path(name).display()))?;
     let text = String::from_utf8_lossy(&out.stdout);
     Ok(text
@@ -305,7 +305,7 @@ pub fn generate_key() -> Result<Key> {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut k))
         .context("reading a key from /dev/urandom")?;
-    Ok(Key(crate::encoding::hex(&k).into_bytes()))
+    Ok(Key(spec::encoding::hex(&k).into_bytes()))
 }
 
 /// The volume's key: the fetched keyFile, or a generated one (only for a new volume).
@@ -328,7 +328,7 @@ pub fn key_for(l: &Luks, fetcher: &Fetcher, create: bool) -> Result<Key> {
 /// Checks, writing nothing, that `key` opens the volume on `dev`.
 pub fn test_key(l: &Luks, dev: &Path, key: &Key) -> Result<()> {
     let d = dev.display().to_string();
-    crate::util::run_with_stdin(
+    runtime::util::run_with_stdin(
         "cryptsetup",
         &["open", "--test-passphrase", "--key-file=-", &d],
         Some(key.bytes()),
@@ -345,7 +345,7 @@ pub fn test_key(l: &Luks, dev: &Path, key: &Key) -> Result<()> {
 /// The UUID of the LUKS header on `dev`.
 pub fn luks_uuid(dev: &Path) -> Result<String> {
     let d = dev.display().to_string();
-    let out = crate::util::run("cryptsetup", &["luksUUID", &d])
+    let out = runtime::util::run("cryptsetup", &["luksUUID", &d])
         .with_context(|| format!("reading the LUKS UUID of {d}"))?;
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
@@ -406,14 +406,14 @@ pub fn format_and_bind(l: &Luks, p: &Prepared) -> Result<()> {
     inuse::ensure_free(&name, &format!("format {d} as LUKS"))?;
     if let Some(t) = wipe {
         log::info!("wiping the {t} signatures on {d} (wipeVolume)");
-        crate::util::run("wipefs", &["-a", &d]).with_context(|| format!("wiping {d}"))?;
+        runtime::util::run("wipefs", &["-a", &d]).with_context(|| format!("wiping {d}"))?;
     }
     log::info!("creating LUKS2 volume {} on {d}", l.name);
-    crate::util::run_with_stdin("cryptsetup", &format_args(l, &d), Some(k.bytes()))
+    runtime::util::run_with_stdin("cryptsetup", &format_args(l, &d), Some(k.bytes()))
         .with_context(|| format!("formatting {d} as LUKS2"))?;
     if let Some((pin, cfg)) = clevis_pin(l) {
         log::info!("binding {d} to clevis pin {pin}");
-        crate::util::run_with_stdin(
+        runtime::util::run_with_stdin(
             "clevis",
             &["luks", "bind", "-y", "-d", &d, "-k", "-", &pin, &cfg],
             Some(k.bytes()),
@@ -444,7 +444,7 @@ pub fn apply<'p>(
                 // Nothing is written before or by a failed unlock: a volume whose pins no
                 // longer release the key (another TPM, a TPM whose state was reset, tang
                 // unreachable or rotated away) stays as it is.
-                crate::util::run("clevis", &["luks", "unlock", "-d", &d, "-n", &l.name])
+                runtime::util::run("clevis", &["luks", "unlock", "-d", &d, "-n", &l.name])
                     .with_context(|| {
                         let tpm = if l.clevis.tpm2 == Some(true) {
                             " (a tpm2 pin opens only on the TPM it was bound to, with the \
@@ -462,14 +462,14 @@ pub fn apply<'p>(
                     })?;
             } else {
                 let k = p.key.as_ref().context("internal: no key")?;
-                crate::util::run_with_stdin("cryptsetup", &open_args(l, &d), Some(k.bytes()))
+                runtime::util::run_with_stdin("cryptsetup", &open_args(l, &d), Some(k.bytes()))
                     .with_context(|| format!("opening {d} as {}", l.name))?;
             }
         }
         LuksAction::Create { .. } => {
             let k = p.key.as_ref().context("internal: no key")?;
             format_and_bind(l, p)?;
-            crate::util::run_with_stdin("cryptsetup", &open_args(l, &d), Some(k.bytes()))
+            runtime::util::run_with_stdin("cryptsetup", &open_args(l, &d), Some(k.bytes()))
                 .with_context(|| format!("opening {d} as {}", l.name))?;
         }
         LuksAction::AfterPartitioning => bail!("internal: undecided luks volume {}", l.name),
@@ -592,7 +592,7 @@ pub fn describe(l: &Luks, action: &LuksAction) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::types::{Resource, Tang};
+    use spec::config::types::{Resource, Tang};
 
     fn luks(key: bool, wipe: bool) -> Luks {
         Luks {

@@ -13,7 +13,7 @@ use super::devices::{Devices, resolve};
 use super::gpt::{self, OnDisk, Table};
 use super::plan::{DiskPlan, Spec};
 use super::{failpoint, inuse, kernel};
-use crate::config::types::Disk;
+use spec::config::types::Disk;
 
 /// One disk of the plan.
 #[derive(Debug)]

@@ -30,7 +30,7 @@ use anyhow::{Result, anyhow, bail};
 use uuid::Uuid;
 
 use super::gpt::{Entry, Geometry, LINUX_FS_TYPE, Table};
-use crate::config::types::Partition;
+use spec::config::types::Partition;
 
 /// The highest partition number the agent's tables hold.
 pub const MAX_ENTRIES: u32 = 128;

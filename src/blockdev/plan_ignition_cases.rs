@@ -161,7 +161,7 @@ fn run_case(c: &Case) {
         r#"{{"ignition": {{"version": "3.2.0"}}, "storage": {{"disks": [{{"device": "/dev/vdb", {}}}]}}}}"#,
         c.disk
     );
-    let parsed = crate::config::parse(text.as_bytes())
+    let parsed = spec::config::parse(text.as_bytes())
         .unwrap_or_else(|r| panic!("{}: config rejected: {r:?}", c.name))
         .config;
     let d = &parsed.storage.disks[0];
@@ -672,7 +672,7 @@ fn unspecified_start_with_wipe_compares_against_the_pretend_layout() {
 fn ignition_validation_rules_for_partitions_and_filesystems() {
     let check = |storage: &str| {
         let text = format!(r#"{{"ignition": {{"version": "3.4.0"}}, "storage": {storage}}}"#);
-        crate::config::parse(text.as_bytes())
+        spec::config::parse(text.as_bytes())
             .map(|_| ())
             .map_err(|r| format!("{r:?}"))
     };

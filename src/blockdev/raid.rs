@@ -20,7 +20,7 @@ use anyhow::{Context as _, Result, bail};
 
 use super::devices::{Devices, block_device};
 use super::{inuse, kernel, probe};
-use crate::config::types::Raid;
+use spec::config::types::Raid;
 
 /// Where an array named `name` appears.
 pub fn array_path(name: &str) -> PathBuf {
@@ -268,7 +268,7 @@ pub fn examine(dev: &Path) -> Result<Member> {
                 "--export".into(),
                 dev.display().to_string(),
             ];
-            let out = crate::util::run("mdadm", &args)
+            let out = runtime::util::run("mdadm", &args)
                 .with_context(|| format!("examining the md superblock of {}", dev.display()))?;
             Member::Md(parse_export(&String::from_utf8_lossy(&out.stdout)))
         }
@@ -282,7 +282,7 @@ pub fn active(name: &str) -> Result<Option<MdInfo>> {
     if !p.exists() {
         return Ok(None);
     }
-    let out = crate::util::run("mdadm", &["--detail", "--export", &p.display().to_string()])
+    let out = runtime::util::run("mdadm", &["--detail", "--export", &p.display().to_string()])
         .with_context(|| format!("reading the state of {}", p.display()))?;
     Ok(Some(parse_export(&String::from_utf8_lossy(&out.stdout))))
 }
@@ -318,7 +318,7 @@ pub fn apply(r: &Raid, action: &RaidAction, timeout: Duration) -> Result<()> {
         RaidAction::AfterPartitioning => bail!("internal: undecided array {}", r.name),
         RaidAction::Assemble(uuid) => {
             log::info!("assembling the existing array {} ({uuid})", path.display());
-            crate::util::run("mdadm", &assemble_args(r, uuid))
+            runtime::util::run("mdadm", &assemble_args(r, uuid))
                 .with_context(|| format!("assembling {}", path.display()))?;
         }
         RaidAction::Create => {
@@ -333,7 +333,7 @@ pub fn apply(r: &Raid, action: &RaidAction, timeout: Duration) -> Result<()> {
                 path.display(),
                 r.devices.join(", ")
             );
-            crate::util::run("mdadm", &create_args(r)?)
+            runtime::util::run("mdadm", &create_args(r)?)
                 .with_context(|| format!("creating {}", path.display()))?;
         }
     }

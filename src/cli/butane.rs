@@ -45,67 +45,24 @@ pub struct ButaneArgs {
     pub max_config_size: Option<u64>,
 }
 
-pub use crate::butane_files::DirFiles;
-
-/// A config file read by hand (`agent plan --config-file`, `agent run --config-file`): a
-/// Butane config (told by its content, as `agent validate` does) is translated to Ignition
-/// (openshift as `butane --raw`), with the file's directory as its files dir; anything else
-/// is returned as it is, for the Ignition parser. `limit`: `--max-config-size`.
-pub fn config_file_as_ignition(
-    bytes: Vec<u8>,
-    path: &std::path::Path,
-    limit: u64,
-) -> Result<Vec<u8>, String> {
-    if !butane::looks_like_butane(&bytes) {
-        return Ok(bytes);
-    }
-    let dir = (path.as_os_str() != "-")
-        .then(|| {
-            path.parent().map(|d| {
-                if d.as_os_str().is_empty() {
-                    std::path::Path::new(".")
-                } else {
-                    d
-                }
-            })
-        })
-        .flatten()
-        .map(DirFiles::new);
-    let opts = butane::Options {
-        files_dir: dir.as_ref().map(|f| f as &dyn butane::FilesDir),
-        max_size: usize::try_from(limit).unwrap_or(usize::MAX),
-        ..Default::default()
-    };
-    match butane::translate(&bytes, &opts) {
-        Ok(out) => {
-            for d in &out.report.diags {
-                log::warn!("{}: {d}", path.display());
-            }
-            Ok(out.json)
-        }
-        Err(r) => Err(format!(
-            "Butane config {} does not translate:\n{r}",
-            path.display()
-        )),
-    }
-}
+pub use runtime::butane_files::DirFiles;
 
 /// The input of `agent butane` and `agent validate`: FILE, or standard input for "-" or
 /// nothing; at most `limit` bytes.
 pub(super) fn read_input(file: Option<&std::path::Path>, limit: u64) -> Result<Vec<u8>, String> {
     match file {
-        None => crate::limits::read_bounded(
+        None => runtime::limits::read_bounded(
             std::io::stdin().lock(),
             limit,
             "config from standard input",
         ),
-        Some(p) if p.as_os_str() == "-" => crate::limits::read_bounded(
+        Some(p) if p.as_os_str() == "-" => runtime::limits::read_bounded(
             std::io::stdin().lock(),
             limit,
             "config from standard input",
         ),
         Some(p) => {
-            crate::limits::read_file_bounded(p, limit, &format!("config file {}", p.display()))
+            runtime::limits::read_file_bounded(p, limit, &format!("config file {}", p.display()))
         }
     }
     .map_err(|e| format!("{e:#}"))
@@ -121,7 +78,7 @@ pub fn butane(a: ButaneArgs) -> i32 {
     }
     let limit = a
         .max_config_size
-        .unwrap_or(crate::limits::DEFAULT_MAX_CONFIG_SIZE);
+        .unwrap_or(runtime::limits::DEFAULT_MAX_CONFIG_SIZE);
     let bytes = match read_input(a.file.as_deref(), limit) {
         Ok(b) => b,
         Err(e) => {
@@ -164,7 +121,7 @@ pub fn butane(a: ButaneArgs) -> i32 {
         Ok(out) => {
             show(&out.report);
             let written = match &a.output {
-                Some(p) => crate::util::write_atomic(p, &out.json, 0o644)
+                Some(p) => runtime::util::write_atomic(p, &out.json, 0o644)
                     .map_err(|e| format!("writing {}: {e:#}", p.display())),
                 None => std::io::stdout()
                     .lock()

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
-use crate::config::types::{HttpHeader, Resource};
 use crate::fetch::Options;
+use spec::config::types::{HttpHeader, Resource};
 
 #[derive(Debug, clap::Args)]
 pub struct FetchArgs {

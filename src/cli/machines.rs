@@ -463,7 +463,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
 }
 
 fn utc(secs: u64) -> String {
-    let u = crate::util::utc(secs);
+    let u = runtime::util::utc(secs);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
         u.year, u.month, u.day, u.hour, u.minute, u.second

@@ -22,7 +22,7 @@ mod validate;
 
 use clap::{Parser, Subcommand};
 
-pub use self::butane::{ButaneArgs, DirFiles, config_file_as_ignition};
+pub use self::butane::{ButaneArgs, DirFiles};
 pub use self::delete_config::DeleteConfigArgs;
 pub use self::fetch::FetchArgs;
 #[cfg(feature = "docs")]
@@ -38,6 +38,7 @@ pub use self::serve::ServeArgs;
 pub use self::token::{PointerArgs, TokenAction, TokenArgs, TokenStoreArgs};
 pub use self::validate::ValidateArgs;
 use crate::stages;
+pub use crate::stages::fetch::config_file_as_ignition;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -132,17 +133,24 @@ pub fn dispatch(cli: Cli) -> i32 {
     #[cfg(not(feature = "serve"))]
     let serving = false;
     if !serving {
-        crate::logging::set_redactor(crate::report::redact::text);
+        runtime::logging::set_redactor(crate::report::redact::text);
     }
     let result = match cli.command {
         Command::Validate(a) => return validate::validate(a),
         Command::Butane(a) => return butane::butane(a),
         // SIGINT, SIGTERM and SIGHUP remove temporary files and exit 128+signal.
-        Command::Run(a) => crate::signals::install().and_then(|()| run::run(a)),
+        Command::Run(a) => match runtime::signals::install().and_then(|()| run::run(a)) {
+            // The offline pass asks for the network with its exit code (dracut/30agent).
+            Ok(stages::Outcome::NeedsNetwork(why)) => {
+                log::error!("{why}");
+                return stages::fetch::EXIT_NEEDS_NETWORK;
+            }
+            r => r.map(|_| ()),
+        },
         Command::Plan(a) => plan::plan(a),
         Command::Report(a) => report::run(a),
         Command::Info(a) => info(a),
-        Command::Fetch(a) => crate::signals::install().and_then(|()| fetch::run(a)),
+        Command::Fetch(a) => runtime::signals::install().and_then(|()| fetch::run(a)),
         Command::DeleteConfig(a) => delete_config::run(a),
         #[cfg(feature = "serve")]
         Command::Serve(a) => serve::run(*a),
@@ -159,9 +167,6 @@ pub fn dispatch(cli: Cli) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             log::error!("{e:#}");
-            if e.downcast_ref::<crate::fetch::NeedsNetwork>().is_some() {
-                return stages::fetch::EXIT_NEEDS_NETWORK;
-            }
             1
         }
     }

@@ -40,10 +40,13 @@ pub fn plan(a: PlanArgs) -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
             };
             // A Butane config is translated first, as `agent validate` takes it.
-            let bytes =
-                super::config_file_as_ignition(bytes, path, crate::limits::DEFAULT_MAX_CONFIG_SIZE)
-                    .map_err(anyhow::Error::msg)?;
-            crate::config::parse(&bytes)
+            let bytes = super::config_file_as_ignition(
+                bytes,
+                path,
+                runtime::limits::DEFAULT_MAX_CONFIG_SIZE,
+            )
+            .map_err(anyhow::Error::msg)?;
+            spec::config::parse(&bytes)
                 .map(|p| p.config)
                 .map_err(|r| anyhow::anyhow!("config {} is invalid:\n{r}", path.display()))?
         }
@@ -51,7 +54,7 @@ pub fn plan(a: PlanArgs) -> anyhow::Result<()> {
     let timeout = a
         .device_timeout
         .unwrap_or(crate::endpoints::DEFAULT_DEVICE_TIMEOUT);
-    crate::logging::set_stage("disks");
+    runtime::logging::set_stage("disks");
     let p = stages::disks::plan(&config, timeout)?;
     print!("{p}");
     Ok(())

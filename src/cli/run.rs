@@ -75,7 +75,8 @@ pub struct RunArgs {
     pub test: TestArgs,
 }
 
-pub fn run(a: RunArgs) -> anyhow::Result<()> {
+/// Runs the stages; [`stages::Outcome::NeedsNetwork`] when an offline pass needs the network.
+pub fn run(a: RunArgs) -> anyhow::Result<stages::Outcome> {
     let stages = if a.stages.is_empty() {
         vec![Stage::Fetch, Stage::Disks, Stage::Files]
     } else {
@@ -96,7 +97,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     if let Some(t) = a.device_timeout {
         endpoints.device_timeout = t;
     }
-    let mut limits = crate::limits::Limits::BUILTIN.with_cmdline(&cmdline)?;
+    let mut limits = runtime::limits::Limits::BUILTIN.with_cmdline(&cmdline)?;
     if let Some(n) = a.max_config_size {
         limits.max_config_size = n;
     }
@@ -110,9 +111,6 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         root: a.root,
         state_dir: a.state_dir,
         platform: a.platform,
-        config_file: a.config_file,
-        config_url: a.config_url,
-        system_config_dir: a.system_config_dir,
         offline: a.offline,
         limits,
         endpoints,
@@ -122,7 +120,12 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
     };
-    stages::run(&stages, &ctx)
+    let sources = stages::fetch::Sources {
+        config_file: a.config_file,
+        config_url: a.config_url,
+        system_config_dir: a.system_config_dir,
+    };
+    stages::run(&stages, &sources, &ctx)
 }
 
 /// Hidden flags of test builds (feature `test-hooks`) that point the binary at test doubles
@@ -187,9 +190,9 @@ pub(super) fn parse_seconds_arg(s: &str) -> Result<Duration, String> {
     crate::endpoints::parse_seconds(s).map_err(|e| format!("{e:#}"))
 }
 
-/// [`crate::limits::parse_size`] (`--max-config-size`).
+/// [`runtime::limits::parse_size`] (`--max-config-size`).
 pub(super) fn parse_size_arg(s: &str) -> Result<u64, String> {
-    crate::limits::parse_size(s).map_err(|e| format!("{e:#}"))
+    runtime::limits::parse_size(s).map_err(|e| format!("{e:#}"))
 }
 
 /// `--platform`'s value parser: a name from [`crate::platform::PLATFORMS`], else the table's

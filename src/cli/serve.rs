@@ -1,4 +1,4 @@
-//! `agent serve`: its flags, turned into [`crate::serve::Options`].
+//! `agent serve`: its flags, turned into [`serve::Options`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -193,9 +193,9 @@ pub struct ServeArgs {
     pub openshift_config_names: Vec<(String, String)>,
 }
 
-impl From<ServeArgs> for crate::serve::Options {
+impl From<ServeArgs> for serve::Options {
     fn from(a: ServeArgs) -> Self {
-        crate::serve::Options {
+        serve::Options {
             source: a.source,
             listen: a.listen,
             tls_cert: a.tls_cert,
@@ -241,7 +241,7 @@ impl From<ServeArgs> for crate::serve::Options {
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
-    crate::serve::run(&a.into())
+    serve::run(&a.into())
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ fn print_json(code: i32, format: &str, diagnostics: Vec<serde_json::Value>) -> i
 pub fn validate(a: ValidateArgs) -> i32 {
     let limit = a
         .max_config_size
-        .unwrap_or(crate::limits::DEFAULT_MAX_CONFIG_SIZE);
+        .unwrap_or(runtime::limits::DEFAULT_MAX_CONFIG_SIZE);
     let bytes = match super::butane::read_input(a.file.as_deref(), limit) {
         Ok(b) => b,
         Err(e) => {
@@ -98,7 +98,7 @@ pub fn validate(a: ValidateArgs) -> i32 {
         return code;
     }
     if a.json {
-        let (code, diags) = match crate::config::parse(&bytes) {
+        let (code, diags) = match spec::config::parse(&bytes) {
             Ok(p) => (0, p.warnings.diagnostics),
             Err(report) => (1, report.diagnostics),
         };
@@ -115,7 +115,7 @@ pub fn validate(a: ValidateArgs) -> i32 {
             .collect();
         return print_json(code, "ignition", d);
     }
-    match crate::config::parse(&bytes) {
+    match spec::config::parse(&bytes) {
         Ok(p) => {
             for w in &p.warnings.diagnostics {
                 eprintln!("{w}");

@@ -10,7 +10,7 @@ use ureq::unversioned::transport::{ConnectProxyConnector, Connector, TcpConnecto
 use super::options::Options;
 use super::proxy::{AbsoluteFormConnector, ProxyResolver};
 use super::tls::{self, TlsConnector};
-use crate::config::Version;
+use spec::config::Version;
 
 /// The Ignition release whose fetch behaviour (headers, retries) the agent follows.
 pub const IGNITION_COMPAT_VERSION: &str = "2.26.0";

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::fetcher::Fetcher;
 use super::options::Options;
-use crate::config::types::Resource;
+use spec::config::types::Resource;
 
 /// Fetches `r` to the file `output` ("-": standard output), created with `mode`. The CA
 /// bundles in `ca_files` (each read whole, at most `opts.limits.max_config_size`) are trusted
@@ -21,7 +21,7 @@ pub fn run(
     mode: u32,
 ) -> Result<()> {
     for f in ca_files {
-        opts.ca_pems.push(crate::limits::read_file_bounded(
+        opts.ca_pems.push(runtime::limits::read_file_bounded(
             f,
             opts.limits.max_config_size,
             &format!("CA file {}", f.display()),

@@ -14,7 +14,7 @@ use super::clients::Agents;
 use super::metadata_client::Credentials;
 use super::options::Options;
 use super::retry::{Clock, Failure, SystemClock};
-use crate::config::types::Resource;
+use spec::config::types::Resource;
 
 /// One fetcher per URL scheme. `open` is one attempt: it returns the raw body (before
 /// decompression) or says whether another attempt may help.

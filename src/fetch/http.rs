@@ -14,7 +14,7 @@ use super::clients::Agents;
 use super::fetcher::{Fetcher, Scheme, check_tls_downgrade, short};
 use super::retry::Failure;
 use super::tls;
-use crate::config::types::{HttpHeader, Resource};
+use spec::config::types::{HttpHeader, Resource};
 
 const MAX_REDIRECTS: usize = 10;
 

@@ -27,13 +27,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::Digest;
 
-use crate::config::types::{Config, Resource};
-use crate::limits::TooLarge;
 use fetcher::{CHUNK, Chunks, HASH_QUEUE};
 use retry::Failure;
+use runtime::limits::TooLarge;
+use spec::config::types::{Config, Resource};
 
 pub use fetcher::{AgentHeaders, Fetcher, Scheme, check_tls_downgrade, short};
-pub use options::{CaCache, DEFAULT_HEADER_TIMEOUT, Options};
+pub use options::{CaCache, DEFAULT_HEADER_TIMEOUT, Options, Refused};
 
 impl Options {
     /// Like [`Options::from_config`], with `security.tls.certificateAuthorities` fetched
@@ -66,7 +66,7 @@ pub fn fetch_cas(c: &Config, opts: &Options) -> Result<Vec<Vec<u8>>> {
             continue;
         }
         let pem = f.fetch_bytes_as(ca, "certificate authority").map_err(|e| {
-            crate::limits::context_unless_too_large(e, || {
+            runtime::limits::context_unless_too_large(e, || {
                 format!("fetching certificate authority {}", short(src))
             })
         })?;
@@ -95,7 +95,7 @@ pub fn inline_cas(c: &mut Config, opts: &Options) -> Result<()> {
     for (mut ca, pem) in cas.into_iter().zip(pems) {
         let url = format!(
             "data:;base64,{}",
-            crate::encoding::data_url::base64_encode(&pem)
+            spec::encoding::data_url::base64_encode(&pem)
         );
         if out
             .iter()
@@ -112,8 +112,9 @@ pub fn inline_cas(c: &mut Config, opts: &Options) -> Result<()> {
     Ok(())
 }
 
-/// A fetch refused because it needs the network and the fetcher is offline. The fetch
-/// stage turns it into a marker file and a distinct exit code.
+/// A fetch refused because it needs the network and the fetcher is offline (made by
+/// [`Options::needs_network`], which records it in [`Options::refused`]: the fetch stage
+/// turns that into a marker file and a distinct exit code).
 #[derive(Debug, thiserror::Error)]
 #[error("fetching {0} needs the network (offline mode)")]
 pub struct NeedsNetwork(pub String);
@@ -128,7 +129,7 @@ impl Scheme for DataScheme {
         _: &Resource,
         _: Option<Duration>,
     ) -> Result<Box<dyn Read + 'u>, Failure> {
-        use crate::encoding::data_url::{Payload, payload};
+        use spec::encoding::data_url::{Payload, payload};
         match payload(url)
             .context("decoding data URL")
             .map_err(Failure::Fatal)?
@@ -149,7 +150,7 @@ impl Scheme for DataScheme {
 
 /// A base64 data URL's contents, decoded as they are read.
 struct Base64Body<'u> {
-    d: crate::encoding::data_url::Base64Decoder<'u>,
+    d: spec::encoding::data_url::Base64Decoder<'u>,
     /// One decoded group for reads of fewer than 3 bytes; `carry_at` is where its unread
     /// bytes start (3: none).
     carry: [u8; 3],
@@ -237,7 +238,7 @@ impl Fetcher {
             .with_context(|| format!("{} has no file name", dest.display()))?
             .to_string_lossy();
         let tmp = dir.join(format!(".{name}.agent-tmp{}", std::process::id()));
-        let (file, temp) = crate::signals::Temp::create(&tmp, |p| {
+        let (file, temp) = runtime::signals::Temp::create(&tmp, |p| {
             std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -290,7 +291,7 @@ impl Fetcher {
         };
         let scheme = scheme_for(url)?;
         if self.opts.offline && scheme.needs_network() {
-            return Err(NeedsNetwork(short(url)).into());
+            return Err(self.opts.needs_network(short(url)));
         }
         let what = short(url);
         let total = if scheme.needs_network() {
@@ -307,7 +308,7 @@ impl Fetcher {
             let body = scheme.open(self, url, r, left)?;
             copy_verified(&self.chunks, url, r, body, out)
         })
-        .map_err(|e| crate::limits::context_unless_too_large(e, || format!("fetching {what}")))
+        .map_err(|e| runtime::limits::context_unless_too_large(e, || format!("fetching {what}")))
     }
 }
 
@@ -315,7 +316,7 @@ impl Fetcher {
 /// is removed when the download is dropped uncommitted, or on SIGINT/SIGTERM/SIGHUP.
 pub struct Download {
     file: Option<File>,
-    temp: crate::signals::Temp,
+    temp: runtime::signals::Temp,
     dest: PathBuf,
     size: u64,
 }
@@ -699,7 +700,7 @@ pub fn verify(r: &Resource, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-pub use crate::encoding::hex;
+pub use spec::encoding::hex;
 
 /// SHA-512 of `data` as hex, for logs.
 pub fn sha512_hex(data: &[u8]) -> String {
@@ -709,7 +710,7 @@ pub fn sha512_hex(data: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::Limits;
+    use runtime::limits::Limits;
 
     fn res(src: &str) -> Resource {
         Resource {
@@ -867,8 +868,16 @@ mod tests {
             offline: true,
             ..Default::default()
         });
+        assert_eq!(f.opts.refused.first(), None);
         let e = f.fetch_bytes(&res("http://example.com/x")).unwrap_err();
-        assert!(e.downcast_ref::<NeedsNetwork>().is_some());
+        assert_eq!(
+            format!("{e:#}"),
+            "fetching http://example.com/x needs the network (offline mode)"
+        );
+        assert_eq!(
+            f.opts.refused.first().as_deref(),
+            Some("http://example.com/x")
+        );
         assert_eq!(f.fetch_bytes(&res("data:,x")).unwrap(), b"x");
         assert!(f.fetch_bytes(&res("ftp://x/y")).is_err());
     }

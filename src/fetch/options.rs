@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::types::{Config, Proxy, Resource};
-use crate::limits::Limits;
+use runtime::limits::Limits;
+use spec::config::types::{Config, Proxy, Resource};
 
 /// Default wait for response headers on each try (`timeouts.httpResponseHeaders`).
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -18,13 +18,18 @@ pub struct Options {
     /// Extra trusted CAs (PEM bundles), added to the system roots for https.
     pub ca_pems: Vec<Vec<u8>>,
     pub proxy: Proxy,
-    /// Refuse any fetch that needs the network (fails with [`NeedsNetwork`]).
+    /// Refuse any fetch that needs the network (fails with [`super::NeedsNetwork`], recorded
+    /// in [`Options::refused`]).
     pub offline: bool,
+    /// What was refused for needing the network ([`Options::offline`]): shared by every
+    /// clone of these options (and [`Options::with_base`]), so that whoever made them learns
+    /// that a pass needs the network without looking into its error.
+    pub refused: Refused,
     /// Where the services are (S3, GCS, the AWS metadata service, …; default: the built-in
     /// values; `agent run` passes its own down, see [`crate::endpoints`]).
     pub endpoints: crate::endpoints::Endpoints,
     /// Size limit of what is fetched into memory, TLS downgrade policy (default: the built-in
-    /// ones; `agent run` passes its own down, see [`crate::limits`]).
+    /// ones; `agent run` passes its own down, see [`runtime::limits`]).
     pub limits: Limits,
     /// The CAs fetched so far, by source: shared by every clone of these options (and
     /// [`Options::with_base`]), so that a CA is fetched once per run ([`super::fetch_cas`]).
@@ -35,6 +40,23 @@ pub struct Options {
 /// keeps such a cache, by source, in its fetcher).
 #[derive(Debug, Clone, Default)]
 pub struct CaCache(Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>>);
+
+/// The first fetch refused offline, kept by [`Options::needs_network`] for whoever made the
+/// options (the fetch stage: the offline pass then asks for the network).
+#[derive(Debug, Clone, Default)]
+pub struct Refused(Arc<std::sync::Mutex<Option<String>>>);
+
+impl Refused {
+    /// What the first refused fetch would have fetched; None: nothing was refused.
+    pub fn first(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn record(&self, what: &str) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get_or_insert_with(|| what.to_string());
+    }
+}
 
 impl CaCache {
     fn key(r: &Resource) -> String {
@@ -66,14 +88,24 @@ impl Options {
         }
     }
 
-    /// These options with `base`'s offline mode, endpoints, limits, CAs and CA cache.
+    /// These options with `base`'s offline mode (and its record of refusals), endpoints,
+    /// limits, CAs and CA cache.
     pub fn with_base(mut self, base: &Options) -> Self {
         self.offline = base.offline;
         self.endpoints.clone_from(&base.endpoints);
         self.ca_pems.clone_from(&base.ca_pems);
         self.limits = base.limits;
         self.ca_cache = base.ca_cache.clone();
+        self.refused = base.refused.clone();
         self
+    }
+
+    /// Refuses fetching `what` (a URL, "the config of platform P") because it needs the
+    /// network: recorded in [`Options::refused`], and the error to fail with.
+    pub fn needs_network(&self, what: impl Into<String>) -> anyhow::Error {
+        let what = what.into();
+        self.refused.record(&what);
+        super::NeedsNetwork(what).into()
     }
 
     /// The per-try wait for response headers; None = no limit.

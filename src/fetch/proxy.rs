@@ -18,7 +18,7 @@ use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, Either, NextTimeout, Transport,
 };
 
-use crate::config::types::Proxy;
+use spec::config::types::Proxy;
 
 /// Scheme and host of a URL (`[v6]` brackets and port stripped, lower-case).
 pub fn scheme_host(url: &str) -> Option<(String, String)> {
@@ -119,7 +119,7 @@ impl AbsoluteFormConnector {
     pub fn new(username: Option<&str>, password: Option<&str>) -> Self {
         let auth = (username.is_some() || password.is_some()).then(|| {
             let raw = format!("{}:{}", username.unwrap_or(""), password.unwrap_or(""));
-            format!("Basic {}", crate::encoding::base64_encode(raw.as_bytes()))
+            format!("Basic {}", spec::encoding::base64_encode(raw.as_bytes()))
         });
         AbsoluteFormConnector { auth }
     }

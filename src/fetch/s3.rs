@@ -15,8 +15,8 @@ use super::fetcher::{Fetcher, Scheme};
 use super::metadata_client::Credentials;
 use super::metadata_client::{AWS_IMDSV2, Client};
 use super::retry::Failure;
-use crate::config::types::Resource;
-use crate::encoding::hex;
+use spec::config::types::Resource;
+use spec::encoding::hex;
 
 const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
@@ -259,7 +259,7 @@ fn hmac(key: &[u8], msg: &[u8]) -> Vec<u8> {
 
 /// `YYYYMMDDTHHMMSSZ` for a Unix time.
 fn amz_date(secs: u64) -> String {
-    let t = crate::util::utc(secs);
+    let t = runtime::util::utc(secs);
     format!(
         "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
         t.year, t.month, t.day, t.hour, t.minute, t.second

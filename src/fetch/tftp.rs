@@ -9,7 +9,7 @@ use anyhow::{Context, anyhow};
 
 use super::fetcher::{Fetcher, Scheme, short};
 use super::retry::Failure;
-use crate::config::types::Resource;
+use spec::config::types::Resource;
 
 const OP_RRQ: u16 = 1;
 const OP_DATA: u16 = 3;

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use log::info;
 
-use crate::config::types::KernelArguments;
+use spec::config::types::KernelArguments;
 
 /// Runs the helper when the config asks for kernel argument changes.
 pub fn apply(k: &KernelArguments, root: &Path, helper: Option<&Path>) -> Result<()> {
@@ -23,7 +23,7 @@ pub fn apply(k: &KernelArguments, root: &Path, helper: Option<&Path>) -> Result<
         );
     };
     let args = helper_args(k, root);
-    crate::util::run(&helper.to_string_lossy(), &args)?;
+    runtime::util::run(&helper.to_string_lossy(), &args)?;
     info!(
         "kernel arguments: {} to add, {} to remove, handed to {}",
         k.should_exist.len(),

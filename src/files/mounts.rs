@@ -11,8 +11,8 @@ use log::info;
 use sys_mount::{Mount, MountFlags};
 
 use super::resolve::{Root, elements};
-use crate::config::types::Filesystem;
 use crate::mounts::Mounts;
+use spec::config::types::Filesystem;
 
 /// Filesystems mounted by the stage; unmounts them (deepest first) on close or drop.
 pub struct MountGuard {

@@ -22,8 +22,8 @@ use super::Writer;
 use super::resolve::{
     Changed, Place, kind, logical, mkdir_at, open_regular_at, stat_at, stat_kind_name,
 };
-use crate::config::types::{Directory, File, Link, NodeUser, Resource, Storage};
-use crate::signals::Temp;
+use runtime::signals::Temp;
+use spec::config::types::{Directory, File, Link, NodeUser, Resource, Storage};
 
 /// Threads writing regular files at most.
 const MAX_WORKERS: usize = 4;
@@ -78,7 +78,7 @@ fn tmp_name(name: &str) -> String {
 }
 
 /// Removes a temporary node unless disarmed (also on SIGINT/SIGTERM/SIGHUP: see
-/// [`crate::signals`]).
+/// [`runtime::signals`]).
 struct TmpGuard(Option<Temp>);
 
 impl TmpGuard {

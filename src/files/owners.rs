@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use anyhow::{Context, Result, bail};
 
 use super::resolve::Root;
-use crate::config::types::NodeUser;
+use spec::config::types::NodeUser;
 
 /// One `/etc/passwd` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,8 +26,8 @@ use super::Writer;
 use super::nodes::{Attrs, Contents};
 use super::owners::{PasswdEntry, parse_group, parse_passwd};
 use super::resolve::{Root, elements, kind, logical};
-use crate::config::types::{Group, Passwd, User};
 use nix::sys::stat::SFlag;
+use spec::config::types::{Group, Passwd, User};
 
 /// Where SSH keys go inside `~/.ssh`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,12 +72,12 @@ fn run_tool(root: &Path, name: &str, args: &[String]) -> Result<()> {
         Tool::Host(p) => {
             let mut a: Vec<String> = vec!["--root".into(), root.to_string_lossy().into_owned()];
             a.extend_from_slice(args);
-            crate::util::run(&p.to_string_lossy(), &a)?;
+            runtime::util::run(&p.to_string_lossy(), &a)?;
         }
         Tool::Chroot(p) => {
             let mut a: Vec<String> = vec![root.to_string_lossy().into_owned(), p];
             a.extend_from_slice(args);
-            crate::util::run("chroot", &a)?;
+            runtime::util::run("chroot", &a)?;
         }
     }
     Ok(())

@@ -32,7 +32,7 @@ pub fn boot_id() -> Option<String> {
 
 /// RFC 3339 UTC time for `secs` since the epoch.
 pub fn rfc3339(secs: u64) -> String {
-    let t = crate::util::utc(secs);
+    let t = runtime::util::utc(secs);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
         t.year, t.month, t.day, t.hour, t.minute, t.second

@@ -130,7 +130,7 @@ pub fn relabel(troot: &Root, logical: &[String]) -> Result<usize> {
     let root_s = root.to_string_lossy().into_owned();
     let fc = policy.file_contexts.to_string_lossy().into_owned();
     let args = ["-F", "-0", "-r", root_s.as_str(), "-f", "-", fc.as_str()];
-    crate::util::run_with_stdin("setfiles", &args, Some(&input)).with_context(|| {
+    runtime::util::run_with_stdin("setfiles", &args, Some(&input)).with_context(|| {
         format!(
             "relabelling {} paths with policy {}",
             paths.len(),

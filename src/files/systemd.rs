@@ -28,7 +28,7 @@ use nix::unistd::{UnlinkatFlags, unlinkat};
 use super::Writer;
 use super::nodes::{Attrs, Contents};
 use super::resolve::{kind, logical, stat_at};
-use crate::config::types::Systemd;
+use spec::config::types::Systemd;
 
 pub const UNIT_DIR: &str = "/etc/systemd/system";
 /// The preset file Ignition writes.

@@ -24,7 +24,7 @@ use ureq::unversioned::transport::{ConnectionDetails, Connector, NextTimeout, Tr
 use super::{Found, Provider};
 use crate::fetch::Fetcher;
 use crate::fetch::stream::{Socket, StreamTransport, TimedStream};
-use crate::limits::{TooLarge, read_bounded};
+use runtime::limits::{TooLarge, read_bounded};
 
 /// The host's context id (`VMADDR_CID_HOST`).
 pub const HOST_CID: u32 = 2;
@@ -205,7 +205,7 @@ pub struct Applehv;
 
 impl Provider for Applehv {
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
-        crate::util::run("modprobe", &["vsock"]).context("loading the vsock kernel module (needed for the host channel of Apple Hypervisor VMs)")?;
+        runtime::util::run("modprobe", &["vsock"]).context("loading the vsock kernel module (needed for the host channel of Apple Hypervisor VMs)")?;
         let stream = connect(HOST_CID, PORT)?;
         let source = format!("applehv vsock {HOST_CID}:{PORT}");
         let bytes = http_get(stream, f.opts.limits.max_config_size)

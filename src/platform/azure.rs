@@ -29,7 +29,7 @@ use anyhow::{Context, Result, bail};
 use super::drive::{self, Drive, Mounted, Roots};
 use super::metadata::{self, Bounds, Encoding, Service};
 use super::{Found, Provider};
-use crate::fetch::{Fetcher, NeedsNetwork};
+use crate::fetch::Fetcher;
 
 /// The instance metadata service.
 pub const IMDS: &str = "http://169.254.169.254";
@@ -111,7 +111,8 @@ pub fn fetch(
         Ok(_) => log::info!(
             "azure: no userData in the instance metadata service: reading the custom data"
         ),
-        Err(e) if e.error.downcast_ref::<NeedsNetwork>().is_some() => return Err(e.error),
+        // Offline, the service was not asked: the fetch stage asks for the network.
+        Err(e) if f.opts.offline => return Err(e.error),
         Err(e) if !e.answered => log::warn!(
             "azure: the instance metadata service did not answer ({e}): reading the custom data of the provisioning CD"
         ),
@@ -199,7 +200,7 @@ pub fn custom_data(xml: &[u8]) -> Result<Option<Vec<u8>>> {
         if compact.is_empty() {
             return Ok(None);
         }
-        let bytes = crate::encoding::base64_decode(compact.as_bytes())
+        let bytes = spec::encoding::base64_decode(compact.as_bytes())
             .context("ovf-env.xml: CustomData is not base64")?;
         return Ok(Some(bytes));
     }

@@ -17,7 +17,7 @@ use super::drive::{self, Drive, Outcome, Roots};
 use super::metadata::{self, Bounds, Service};
 use super::openstack::{OFFLINE_WAIT, ONLINE_WAIT};
 use super::{Found, Provider};
-use crate::fetch::{Fetcher, NeedsNetwork};
+use crate::fetch::Fetcher;
 
 /// The file on the config drive.
 pub const USER_DATA: &str = "cloudstack/userdata/user_data.txt";
@@ -82,12 +82,11 @@ pub fn fetch(f: &Fetcher, roots: &Roots, leases: &Path, waits: [Duration; 2]) ->
         let d = config_drive(offline_wait);
         return match drive::read(&d, roots, USER_DATA, limit, &AtomicBool::new(false))? {
             Outcome::Read(found) => Ok(found),
-            Outcome::NoDrive => Err(NeedsNetwork(format!(
+            Outcome::NoDrive => Err(f.opts.needs_network(format!(
                 "the config of platform cloudstack (no {} within {}s: asking its metadata service)",
                 d.describe(),
                 offline_wait.as_secs_f64()
-            ))
-            .into()),
+            ))),
         };
     }
     let d = config_drive(wait);

@@ -341,7 +341,7 @@ impl Mounted {
     /// drive has no such file. `what` names it in errors.
     pub fn read(&self, rel: &str, limit: u64, what: &str) -> Result<Option<Vec<u8>>> {
         let p = self.dir.join(rel.trim_start_matches('/'));
-        crate::limits::read_optional_file_bounded(&p, limit, what)
+        runtime::limits::read_optional_file_bounded(&p, limit, what)
     }
 
     /// Whether the drive has the file `rel`.

@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use super::{Found, Provider};
 use crate::fetch::Fetcher;
-use crate::limits::read_optional_file_bounded;
+use runtime::limits::read_optional_file_bounded;
 
 pub const DEFAULT_PATH: &str = "/config.ign";
 

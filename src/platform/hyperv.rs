@@ -197,7 +197,7 @@ pub fn config(items: &[Item]) -> String {
 /// waiting a little for the device after).
 fn open_device(path: &Path) -> Result<OwnedFd> {
     if !path.exists() {
-        crate::util::run("modprobe", &["hv_utils"]).context("loading the hv_utils kernel module (is this a Hyper-V VM?)")?;
+        runtime::util::run("modprobe", &["hv_utils"]).context("loading the hv_utils kernel module (is this a Hyper-V VM?)")?;
         let until = Instant::now() + Duration::from_secs(5);
         while !path.exists() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(100));
@@ -236,7 +236,7 @@ impl Provider for Hyperv {
             return Ok((None, files));
         }
         if cfg.len() as u64 > f.opts.limits.max_config_size {
-            return Err(crate::limits::TooLarge {
+            return Err(runtime::limits::TooLarge {
                 what: format!("config from Hyper-V KVP {KEY}"),
                 limit: f.opts.limits.max_config_size,
             }

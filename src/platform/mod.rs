@@ -50,15 +50,16 @@ pub trait Provider {
 
     /// For a provider that needs the network only when an offline source (a config drive)
     /// has nothing: offline, the fetch stage calls `fetch_config` anyway, and the provider
-    /// returns [`crate::fetch::NeedsNetwork`] itself when it must go online. Default: no.
+    /// refuses itself when it must go online ([`crate::fetch::Options::needs_network`]).
+    /// Default: no.
     fn tries_offline(&self) -> bool {
         false
     }
 
     /// Prepares what every fetch of the run uses, before any stage fetches anything (e.g.
     /// the S3 region on AWS). Called once per stage; must give the same result each time.
-    /// Offline, a provider that would need the network for this returns
-    /// [`crate::fetch::NeedsNetwork`].
+    /// Offline (`offline`), a provider that would need the network for this prepares
+    /// nothing: the online pass prepares again.
     /// Default: nothing.
     fn prepare_fetcher(&self, _endpoints: &mut Endpoints, _offline: bool) -> Result<()> {
         Ok(())

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 
 use super::{Found, Provider, userdata};
 use crate::fetch::Fetcher;
-use crate::limits::{TooLarge, read_optional_file_bounded};
+use runtime::limits::{TooLarge, read_optional_file_bounded};
 
 /// Where the driver exposes the boot FIFO.
 pub const BOOTFIFOS: &[&str] = &["/sys/bus/platform/devices/MLNXBF04:00/bootfifo"];
@@ -44,7 +44,7 @@ pub struct NvidiaBluefield;
 
 impl Provider for NvidiaBluefield {
     fn fetch_config(&self, f: &Fetcher) -> Result<Option<Found>> {
-        crate::util::run("modprobe", &["mlxbf_bootctl"])
+        runtime::util::run("modprobe", &["mlxbf_bootctl"])
             .context("loading the mlxbf_bootctl kernel module (is this an NVIDIA BlueField DPU?)")?;
         let paths: Vec<&Path> = BOOTFIFOS.iter().map(Path::new).collect();
         match from_bootfifos(&paths, f.opts.limits.max_config_size)? {

@@ -20,7 +20,7 @@ use anyhow::Result;
 use super::drive::{self, Drive, Outcome, Roots};
 use super::metadata::{self, Base, Bounds, Service};
 use super::{Found, Provider};
-use crate::fetch::{Fetcher, NeedsNetwork};
+use crate::fetch::Fetcher;
 
 /// The file on the config drive.
 pub const USER_DATA: &str = drive::OPENSTACK_USER_DATA;
@@ -112,12 +112,11 @@ pub fn fetch(
         let d = config_drive(platform, offline_wait);
         return match drive::read(&d, roots, USER_DATA, limit, &Default::default())? {
             Outcome::Read(found) => Ok(found),
-            Outcome::NoDrive => Err(NeedsNetwork(format!(
+            Outcome::NoDrive => Err(f.opts.needs_network(format!(
                 "the config of platform {platform} (no {} within {}s: asking its metadata service)",
                 d.describe(),
                 offline_wait.as_secs_f64()
-            ))
-            .into()),
+            ))),
         };
     }
     let d = config_drive(platform, wait);

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 
 use super::{Found, Provider};
 use crate::fetch::Fetcher;
-use crate::limits::read_optional_file_bounded;
+use runtime::limits::read_optional_file_bounded;
 
 pub const FW_CFG_NAME: &str = "opt/com.coreos/config";
 
@@ -20,7 +20,7 @@ impl Provider for Qemu {
         // As Ignition: without the fw_cfg directory the module is loaded, and a failure to
         // load it is an error (not "no config": the config may well be there).
         if !dir.exists() {
-            crate::util::run("modprobe", &["qemu_fw_cfg"])
+            runtime::util::run("modprobe", &["qemu_fw_cfg"])
                 .context("qemu: loading the QEMU firmware config module (qemu_fw_cfg)")?;
         }
         let raw = dir.join("by_name").join(FW_CFG_NAME).join("raw");

@@ -4,12 +4,12 @@
 //! config (z/VM's reader, NVIDIA BlueField's bootfifo, VirtualBox guest properties).
 //!
 //! Everything decoded here is bounded by the config size limit after decompression
-//! ([`crate::limits::Limits::max_config_size`]).
+//! ([`runtime::limits::Limits::max_config_size`]).
 
 use anyhow::{Context, Result, bail};
 
-use crate::encoding::base64_decode;
-use crate::limits::read_bounded;
+use runtime::limits::read_bounded;
+use spec::encoding::base64_decode;
 
 /// The encodings [`decode`] accepts, as Ignition's VMware provider names them.
 pub const ENCODINGS: &str =
@@ -31,7 +31,7 @@ pub fn decode(data: &[u8], encoding: &str, limit: u64, what: &str) -> Result<Vec
         ),
     };
     if out.len() as u64 > limit {
-        return Err(crate::limits::TooLarge {
+        return Err(runtime::limits::TooLarge {
             what: what.to_string(),
             limit,
         }
@@ -78,7 +78,7 @@ pub(crate) fn gzip(data: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encoding::base64_encode;
+    use spec::encoding::base64_encode;
 
     const CONFIG: &[u8] = br#"{"ignition":{"version":"3.4.0"}}"#;
     const LIMIT: u64 = 1 << 20;
@@ -145,11 +145,11 @@ mod tests {
         let bomb = gzip(&vec![b' '; 4096]);
         let e = decode(&bomb, "gzip", 1000, "guestinfo test").unwrap_err();
         assert!(
-            e.chain().any(|c| c.is::<crate::limits::TooLarge>()),
+            e.chain().any(|c| c.is::<runtime::limits::TooLarge>()),
             "{e:#}"
         );
         let e = decode(&[b'x'; 2000], "", 1000, "guestinfo test").unwrap_err();
-        assert!(e.is::<crate::limits::TooLarge>(), "{e:#}");
+        assert!(e.is::<runtime::limits::TooLarge>(), "{e:#}");
     }
 
     #[test]

@@ -26,7 +26,7 @@ use anyhow::{Context, Result, bail};
 
 use super::{Found, Provider};
 use crate::fetch::Fetcher;
-use crate::limits::TooLarge;
+use runtime::limits::TooLarge;
 
 /// The guest driver's device.
 pub const DEVICE: &str = "/dev/vboxguest";
@@ -469,8 +469,8 @@ pub fn delete(drv: &mut dyn Driver) -> Result<()> {
 /// Opens the guest driver at `path`, loading the module first when `path` does not exist.
 fn open_device(path: &Path) -> Result<Device> {
     if !path.exists()
-        && crate::util::have_program("modprobe")
-        && let Err(e) = crate::util::run("modprobe", &["vboxguest"])
+        && runtime::util::have_program("modprobe")
+        && let Err(e) = runtime::util::run("modprobe", &["vboxguest"])
     {
         log::warn!("loading vboxguest: {e:#}");
     }

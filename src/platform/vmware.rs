@@ -242,7 +242,7 @@ impl Provider for Vmware {
 
     /// See the module documentation.
     fn delete_config(&self) -> Result<()> {
-        Self::with_guestinfo(crate::limits::DEFAULT_MAX_CONFIG_SIZE * 2, delete)
+        Self::with_guestinfo(runtime::limits::DEFAULT_MAX_CONFIG_SIZE * 2, delete)
     }
 }
 
@@ -250,7 +250,7 @@ impl Provider for Vmware {
 mod tests {
     use super::backdoor::sim::Host;
     use super::*;
-    use crate::encoding::base64_encode;
+    use spec::encoding::base64_encode;
 
     const CONFIG: &str = r#"{"ignition":{"version":"3.4.0"}}"#;
     const LIMIT: u64 = 1 << 20;

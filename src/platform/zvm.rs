@@ -21,8 +21,8 @@ use anyhow::{Context, Result};
 
 use super::{Found, Provider, userdata};
 use crate::fetch::Fetcher;
-use crate::limits::read_file_bounded;
-use crate::util::{have_program, run};
+use runtime::limits::read_file_bounded;
+use runtime::util::{have_program, run};
 
 /// The reader's device number.
 pub const READER: &str = "000c";
@@ -93,7 +93,7 @@ fn receive(s: &SpoolFile, dir: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
     let what = format!("config from z/VM spool file {}", s.id);
     match read_file_bounded(&file, limit, &what) {
         Ok(raw) => Ok(Some(userdata::trim_nul(&raw).to_vec())),
-        Err(e) if e.is::<crate::limits::TooLarge>() => Err(e),
+        Err(e) if e.is::<runtime::limits::TooLarge>() => Err(e),
         Err(e) => {
             log::error!("zvm: {e:#}");
             Ok(None)

@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::endpoints::Endpoints;
-use crate::limits::Limits;
 use crate::state::StateDir;
+use runtime::limits::Limits;
 
 pub use identity::Machine;
 pub use model::{

@@ -3,7 +3,7 @@
 
 use super::redact;
 use crate::endpoints::Endpoints;
-use crate::limits::Limits;
+use runtime::limits::Limits;
 
 /// The report's wire types, one definition shared with the server (crates/report-format).
 pub use report_format::{

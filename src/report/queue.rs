@@ -142,23 +142,23 @@ pub fn push(dir: &Path, t: &Target, r: &Report) -> Result<PathBuf> {
 }
 
 fn push_bytes(dir: &Path, t: &Target, body: &[u8], id: &str) -> Result<PathBuf> {
-    crate::util::mkdir_private(dir)?;
-    crate::util::write_atomic(&dir.join(URL_FILE), t.url.as_bytes(), 0o600)?;
+    runtime::util::mkdir_private(dir)?;
+    runtime::util::write_atomic(&dir.join(URL_FILE), t.url.as_bytes(), 0o600)?;
     match &t.auth {
-        Some(a) => crate::util::write_atomic(&dir.join(AUTH_FILE), a.as_bytes(), 0o600)?,
+        Some(a) => runtime::util::write_atomic(&dir.join(AUTH_FILE), a.as_bytes(), 0o600)?,
         None => {
             let _ = std::fs::remove_file(dir.join(AUTH_FILE));
         }
     }
     if !t.cas.is_empty() {
-        crate::util::write_atomic(&dir.join(CA_FILE), &t.cas.concat(), 0o600)?;
+        runtime::util::write_atomic(&dir.join(CA_FILE), &t.cas.concat(), 0o600)?;
     }
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let path = dir.join(format!("{nanos:020}-{id}.json"));
-    crate::util::write_atomic(&path, body, 0o600)?;
+    runtime::util::write_atomic(&path, body, 0o600)?;
     let all = list(dir)?;
     if all.len() > MAX_QUEUED {
         for old in &all[..all.len() - MAX_QUEUED] {

@@ -1,27 +1,26 @@
-//! What every stage is given besides the config: the [`Context`] (root, state directory,
-//! platform, limits, endpoints, the files stage's command-line settings) and the list of
-//! [`Stage`]s. Below the stages, which all read it.
+//! What every stage is given besides its input: the [`Context`] (root, state directory,
+//! platform, limits, endpoints, the files stage's command-line settings) and a [`Reporter`];
+//! what every stage returns, its [`Outcome`]; and the list of [`Stage`]s. Below the stages,
+//! which all use it.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::config::Config;
 use crate::endpoints::Endpoints;
 use crate::files::passwd::SshKeysFile;
-use crate::limits::Limits;
+use crate::report::{Changes, Delivered};
 use crate::state::StateDir;
+use runtime::limits::Limits;
+use spec::config::Config;
 
-/// Everything a stage needs besides the config.
+/// Everything a stage needs besides its input (the fetch stage's config sources, the
+/// rendered config of the others).
 #[derive(Debug, Clone)]
 pub struct Context {
     pub root: PathBuf,
     pub state_dir: PathBuf,
     pub platform: Option<String>,
-    pub config_file: Option<PathBuf>,
-    pub config_url: Option<String>,
-    /// System base configs (`base.d/`, `base.platform.d/<platform>/`).
-    pub system_config_dir: PathBuf,
     /// Fail (with the neednet marker) instead of fetching anything over the network.
     pub offline: bool,
     /// Memory limits and redirect policy of every fetch (flags and kernel arguments).
@@ -81,13 +80,36 @@ impl Stage {
     }
 }
 
-/// The files stage's report: where it goes, whether it is the run's last, when the stage
-/// began.
-#[derive(Debug, Clone)]
-pub struct ReportStep {
-    pub target: crate::report::Target,
-    pub final_: bool,
-    pub started: std::time::Instant,
+/// How a stage ended when it did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum Outcome {
+    /// The stage did its work (and told its [`Reporter`]).
+    Done,
+    /// Offline (`--offline`), the config needs the network: the stage changed nothing but
+    /// the state directory's `neednet` marker, and is to run again once the network is up.
+    /// The text says what needs it (as the log shows it).
+    NeedsNetwork(String),
+}
+
+/// Where a stage's report goes (docs/reports.md). The runner ([`crate::stages::run`])
+/// hands each stage one; the stage calls [`Reporter::done`] once its work is done and
+/// before it lets go of what it worked on (the files stage: while the new root is still
+/// mounted). A failure is reported by the runner.
+pub trait Reporter {
+    /// The stage's work is done, having changed `changes`: its report is sent (or queued)
+    /// now. None: no report goes anywhere this boot.
+    fn done(&mut self, changes: Changes) -> Option<Delivered>;
+}
+
+/// No reports (a stage run on its own, as tests do).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoReports;
+
+impl Reporter for NoReports {
+    fn done(&mut self, _: Changes) -> Option<Delivered> {
+        None
+    }
 }
 
 /// Settings of the files stage that come from the command line (carried in
@@ -98,9 +120,6 @@ pub struct FilesOptions {
     pub kargs_helper: Option<PathBuf>,
     /// Where SSH keys are written in each home.
     pub ssh_keys_file: SshKeysFile,
-    /// Set by [`crate::stages::run`] when reports go somewhere: the files stage sends its own
-    /// report before it unmounts, and installs what sends the queued ones from the new root.
-    pub report: Option<ReportStep>,
     /// Test builds only: open directories element by element with `O_NOFOLLOW`, as on a
     /// kernel without `openat2` (see `files::resolve`).
     #[cfg(feature = "test-hooks")]

@@ -8,8 +8,9 @@
 //! `--platform` provider (which also prepares the fetcher). No config at all, or a zero-length
 //! one, is an empty config ("no user config provided"); the base configs still apply.
 //!
-//! Offline mode (`--offline`): any fetch that needs the network fails, the marker
-//! `<state-dir>/neednet` is written and the process exits with [`EXIT_NEEDS_NETWORK`], so
+//! Offline mode (`--offline`): any fetch that needs the network is refused, the marker
+//! `<state-dir>/neednet` is written, the stage ends with [`Outcome::NeedsNetwork`] and the
+//! process exits with [`EXIT_NEEDS_NETWORK`], so
 //! the initramfs brings the network up and runs the stage again only when needed. What the
 //! platform's provider answered is kept in `<state-dir>/provider-answer.json` and taken by
 //! the later passes of the same boot instead of asking the provider again.
@@ -19,10 +20,11 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result, bail};
 use log::{info, warn};
 
-use super::context::Context;
-use crate::config::{self, Config};
-use crate::fetch::{self, Fetcher, NeedsNetwork, short};
-use crate::limits::{self, REFS_HINT};
+use super::context::{Context, Outcome, Reporter};
+use crate::fetch::{self, Fetcher, short};
+use crate::report::Changes;
+use runtime::limits::{self, REFS_HINT};
+use spec::config::{self, Config};
 
 /// References deeper than this are refused (a chain this long is a mistake or a loop).
 pub const MAX_DEPTH: usize = 10;
@@ -36,28 +38,43 @@ pub const CMDLINE_KEYS: &[&str] = &["agent.config.url", "ignition.config.url"];
 /// The record of what was fetched (its format belongs to the state directory).
 pub use crate::state::{FetchRecord as Record, Fetched};
 
-pub fn run(ctx: &Context) -> Result<()> {
+/// Where the user config and the base configs are (command-line settings; the kernel
+/// command line and the platform are asked too, see the module's text).
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    pub config_file: Option<PathBuf>,
+    pub config_url: Option<String>,
+    /// System base configs (`base.d/`, `base.platform.d/<platform>/`).
+    pub system_config_dir: PathBuf,
+}
+
+/// Runs the stage: the rendered config and the record of what was fetched are left in the
+/// state directory. Offline, a config that needs the network is [`Outcome::NeedsNetwork`].
+pub fn run(sources: &Sources, ctx: &Context, reporter: &mut dyn Reporter) -> Result<Outcome> {
     let state = ctx.state();
     state.create()?;
-    match run_inner(ctx) {
-        Err(e) if e.downcast_ref::<NeedsNetwork>().is_some() => {
+    // Every fetch of the stage refuses the network offline, and records it here.
+    let refused = fetch::Refused::default();
+    match run_inner(sources, ctx, &refused) {
+        Ok(()) => {
+            state.clear_neednet()?;
+            reporter.done(Changes::default());
+            Ok(Outcome::Done)
+        }
+        Err(e) if refused.first().is_some() => {
             let marker = state.set_neednet()?;
             info!("config needs the network: wrote {}", marker.display());
-            Err(e)
+            Ok(Outcome::NeedsNetwork(format!("{e:#}")))
         }
-        r => {
-            if r.is_ok() {
-                state.clear_neednet()?;
-            }
-            r
-        }
+        Err(e) => Err(e),
     }
 }
 
-fn run_inner(ctx: &Context) -> Result<()> {
+fn run_inner(sources: &Sources, ctx: &Context, refused: &fetch::Refused) -> Result<()> {
     let ctx = &ctx.prepared()?;
     let base_opts = fetch::Options {
         offline: ctx.offline,
+        refused: refused.clone(),
         limits: ctx.limits,
         endpoints: ctx.endpoints.clone(),
         ..Default::default()
@@ -67,10 +84,10 @@ fn run_inner(ctx: &Context) -> Result<()> {
         ..Default::default()
     };
     let mut provider_files = Vec::new();
-    let (user, source) = acquire(ctx, &base_opts, &mut record, &mut provider_files)?;
+    let (user, source) = acquire(sources, ctx, &base_opts, &mut record, &mut provider_files)?;
     let user = render_with(user, &source, &base_opts, &mut record)?;
     let mut merged = Config::default();
-    for (path, bytes) in base_configs(ctx, base_opts.limits.max_config_size)? {
+    for (path, bytes) in base_configs(sources, ctx, base_opts.limits.max_config_size)? {
         let src = format!("base config {}", path.display());
         let cfg = parse_logged(&bytes, &src)?;
         record.configs.push(fetched("base", &src, &bytes));
@@ -81,7 +98,7 @@ fn run_inner(ctx: &Context) -> Result<()> {
     if ctx.offline
         && let Some(why) = later_stages_need_network(&rendered)
     {
-        return Err(NeedsNetwork(why).into());
+        return Err(base_opts.needs_network(why));
     }
     // The CAs are fetched once, here, with the rendered config's timeouts and proxy, and
     // kept in it as data URLs: the later stages trust them for every fetch without fetching
@@ -173,29 +190,29 @@ fn shown(source: &str) -> String {
 /// Finds and parses the user config (unrendered). No config at all is an empty config. The
 /// files the platform's provider leaves for the target root go to `provider_files`.
 fn acquire(
+    sources: &Sources,
     ctx: &Context,
     opts: &fetch::Options,
     rec: &mut Record,
     provider_files: &mut Vec<crate::state::ProviderFile>,
 ) -> Result<(Config, String)> {
     let limit = opts.limits.max_config_size;
-    let found: Option<(Vec<u8>, String)> = if let Some(path) = &ctx.config_file {
+    let found: Option<(Vec<u8>, String)> = if let Some(path) = &sources.config_file {
         let bytes = if path.as_os_str() == "-" {
             limits::read_bounded(std::io::stdin().lock(), limit, "config from standard input")?
         } else {
             limits::read_file_bounded(path, limit, &format!("config file {}", path.display()))?
         };
         // A Butane config is translated to Ignition first (as `agent validate` reads it).
-        let bytes =
-            crate::cli::config_file_as_ignition(bytes, path, limit).map_err(anyhow::Error::msg)?;
+        let bytes = config_file_as_ignition(bytes, path, limit).map_err(anyhow::Error::msg)?;
         Some((bytes, format!("file {}", path.display())))
-    } else if let Some(url) = &ctx.config_url {
+    } else if let Some(url) = &sources.config_url {
         Some((fetch_url(url, opts, rec)?, url.clone()))
     } else if let Some(url) = cmdline_url(&runtime::cmdline::read(&opts.endpoints.kernel_cmdline)?)
     {
         info!("config URL from the kernel command line: {}", short(&url));
         Some((fetch_url(&url, opts, rec)?, url))
-    } else if let Some(found) = system_user_config(ctx, limit)? {
+    } else if let Some(found) = system_user_config(sources, limit)? {
         Some(found)
     } else if let Some(p) = &ctx.platform {
         let answer = ask_platform(ctx, p, opts)?;
@@ -229,6 +246,49 @@ fn acquire(
     }
 }
 
+/// A config file read by hand (`agent plan --config-file`, `agent run --config-file`): a
+/// Butane config (told by its content, as `agent validate` does) is translated to Ignition
+/// (openshift as `butane --raw`), with the file's directory as its files dir; anything else
+/// is returned as it is, for the Ignition parser. `limit`: `--max-config-size`.
+pub fn config_file_as_ignition(
+    bytes: Vec<u8>,
+    path: &std::path::Path,
+    limit: u64,
+) -> Result<Vec<u8>, String> {
+    if !butane::looks_like_butane(&bytes) {
+        return Ok(bytes);
+    }
+    let dir = (path.as_os_str() != "-")
+        .then(|| {
+            path.parent().map(|d| {
+                if d.as_os_str().is_empty() {
+                    std::path::Path::new(".")
+                } else {
+                    d
+                }
+            })
+        })
+        .flatten()
+        .map(runtime::butane_files::DirFiles::new);
+    let opts = butane::Options {
+        files_dir: dir.as_ref().map(|f| f as &dyn butane::FilesDir),
+        max_size: usize::try_from(limit).unwrap_or(usize::MAX),
+        ..Default::default()
+    };
+    match butane::translate(&bytes, &opts) {
+        Ok(out) => {
+            for d in &out.report.diags {
+                log::warn!("{}: {d}", path.display());
+            }
+            Ok(out.json)
+        }
+        Err(r) => Err(format!(
+            "Butane config {} does not translate:\n{r}",
+            path.display()
+        )),
+    }
+}
+
 /// The platform's config and files: the answer an earlier pass of this boot kept in the
 /// state directory, else the provider's, which is then kept (config, "no config" and files
 /// alike) so that the online pass after an offline one that needed the network does not ask
@@ -253,7 +313,7 @@ fn ask_platform(
     }
     let provider = crate::platform::provider(p)?;
     if opts.offline && provider.needs_network() && !provider.tries_offline() {
-        return Err(NeedsNetwork(format!("the config of platform {p}")).into());
+        return Err(opts.needs_network(format!("the config of platform {p}")));
     }
     let (found, files) = provider
         .fetch_config_with_files(&Fetcher::new(opts.clone()))
@@ -277,8 +337,8 @@ fn ask_platform(
 
 /// `<system-config-dir>/user.ign`: a user config installed with the system, which preempts
 /// the platform's (as in Ignition).
-fn system_user_config(ctx: &Context, limit: u64) -> Result<Option<(Vec<u8>, String)>> {
-    let path = ctx.system_config_dir.join(USER_CONFIG_FILE);
+fn system_user_config(sources: &Sources, limit: u64) -> Result<Option<(Vec<u8>, String)>> {
+    let path = sources.system_config_dir.join(USER_CONFIG_FILE);
     let source = format!("file {}", path.display());
     let found = limits::read_optional_file_bounded(&path, limit, &format!("config {source}"))?;
     if found.is_some() {
@@ -359,10 +419,11 @@ pub fn cmdline_url(cmdline: &str) -> Option<String> {
 
 /// System base configs: `base.d/*.ign` in name order, then
 /// `base.platform.d/<platform>/*.ign`; each at most `limit` bytes.
-fn base_configs(ctx: &Context, limit: u64) -> Result<Vec<(PathBuf, Vec<u8>)>> {
-    let mut dirs = vec![ctx.system_config_dir.join("base.d")];
+fn base_configs(sources: &Sources, ctx: &Context, limit: u64) -> Result<Vec<(PathBuf, Vec<u8>)>> {
+    let dir = &sources.system_config_dir;
+    let mut dirs = vec![dir.join("base.d")];
     if let Some(p) = &ctx.platform {
-        dirs.push(ctx.system_config_dir.join("base.platform.d").join(p));
+        dirs.push(dir.join("base.platform.d").join(p));
     }
     let mut out = Vec::new();
     for dir in dirs {
@@ -495,7 +556,60 @@ fn fetch_child(
 
 #[cfg(test)]
 mod tests {
-    use super::cmdline_url;
+    use super::{Outcome, Sources, cmdline_url, run};
+    use crate::report::{Changes, Delivered};
+    use crate::stages::{Context, Reporter};
+
+    /// Counts the reports a stage makes.
+    #[derive(Default)]
+    struct Count(usize);
+
+    impl Reporter for Count {
+        fn done(&mut self, changes: Changes) -> Option<Delivered> {
+            assert_eq!(changes, Changes::default());
+            self.0 += 1;
+            None
+        }
+    }
+
+    #[test]
+    fn needing_the_network_offline_is_an_outcome_not_a_failure() {
+        let dir = std::env::temp_dir().join(format!("agent-fetch-outcome-{}", std::process::id()));
+        let ctx = Context {
+            root: dir.join("root"),
+            state_dir: dir.join("state"),
+            platform: None,
+            offline: true,
+            limits: Default::default(),
+            endpoints: Default::default(),
+            files: Default::default(),
+        };
+        let sources = |url: &str| Sources {
+            config_url: Some(url.into()),
+            system_config_dir: dir.join("none"),
+            ..Default::default()
+        };
+        let mut reports = Count::default();
+        let o = run(&sources("http://127.0.0.1:9/c.ign"), &ctx, &mut reports).unwrap();
+        assert_eq!(
+            o,
+            Outcome::NeedsNetwork(
+                "fetching http://127.0.0.1:9/c.ign needs the network (offline mode)".into()
+            )
+        );
+        assert_eq!(reports.0, 0, "no report of a pass that needs the network");
+        assert!(ctx.state().neednet_path().exists());
+        // A config of data URLs only needs no network: done, reported once, marker gone.
+        let o = run(&sources("data:,"), &ctx, &mut reports).unwrap();
+        assert_eq!(o, Outcome::Done);
+        assert_eq!(reports.0, 1);
+        assert!(!ctx.state().neednet_path().exists());
+        // Any other failure stays an error.
+        let e = run(&sources("data:,%7B"), &ctx, &mut reports).unwrap_err();
+        assert!(format!("{e:#}").contains("is invalid"), "{e:#}");
+        assert!(!ctx.state().neednet_path().exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn cmdline_keys() {

@@ -9,25 +9,24 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 use log::info;
 
-use super::context::Context;
+use super::context::{Context, Outcome, Reporter};
 
 mod report_root;
-use crate::config::Config;
 use crate::fetch::Fetcher;
 use crate::files::mounts::{MountGuard, mountable};
 use crate::files::nodes::{Attrs, Contents};
 use crate::files::resolve::Root;
 use crate::files::{Writer, kargs, result, selinux};
+use crate::report::{Changes, Delivered};
+use spec::config::Config;
 
 pub use super::context::FilesOptions as Options;
 
-/// Runs the stage with the options of the context ([`Context::files`]).
-pub fn run(config: &Config, ctx: &Context) -> Result<()> {
-    run_with(config, ctx, &ctx.files)
-}
-
-/// Runs the stage with `opts` in place of [`Context::files`].
-pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
+/// Runs the stage with the options of the context ([`Context::files`]). Its report goes out
+/// before the root is unmounted: when reports stay queued, the queue and what sends it are
+/// written into the root.
+pub fn run(config: &Config, ctx: &Context, reporter: &mut dyn Reporter) -> Result<Outcome> {
+    let opts = &ctx.files;
     // Tools get the root with --root: make it absolute.
     let root_path = std::fs::canonicalize(&ctx.root)
         .with_context(|| format!("opening target root {}", ctx.root.display()))?;
@@ -62,8 +61,10 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
         }
     }
     r?;
-    if let Some(step) = &opts.report {
-        report_root::report(&w, ctx, step);
+    if let Some(Delivered::Queued(dir)) = reporter.done(Changes::of_paths(w.touched()))
+        && let Err(e) = report_root::install(&w, &dir)
+    {
+        log::warn!("installing the report queue in the root: {e:#}");
     }
     if let Err(e) = report_root::keep_log(&w, ctx, None) {
         log::warn!("{e:#}");
@@ -76,7 +77,8 @@ pub fn run_with(config: &Config, ctx: &Context, opts: &Options) -> Result<()> {
         sync_fs(m)?;
     }
     drop(w);
-    mounts.close()
+    mounts.close()?;
+    Ok(Outcome::Done)
 }
 
 fn write_all(config: &Config, ctx: &Context, opts: &Options, w: &mut Writer) -> Result<()> {

@@ -21,7 +21,7 @@ impl Drop for Daemon {
 /// Fails with a clear message when a tool the test needs is missing.
 pub fn require(program: &str, package: &str) {
     assert!(
-        agent::util::have_program(program),
+        runtime::util::have_program(program),
         "{program} is missing: install the Debian/PyPI package {package} (listed in .ci/packages/fetch.*)"
     );
 }
@@ -68,8 +68,8 @@ pub fn wait_tcp(port: u16, limit: Duration) {
     panic!("nothing listening on 127.0.0.1:{port} after {limit:?}");
 }
 
-pub fn resource(url: &str) -> agent::config::types::Resource {
-    agent::config::types::Resource {
+pub fn resource(url: &str) -> spec::config::types::Resource {
+    spec::config::types::Resource {
         source: Some(url.into()),
         ..Default::default()
     }

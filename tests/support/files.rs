@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 
 pub use super::root::{Loop, must_be_root};
 pub use super::{TempDir, mounted_under};
-use agent::config::Config;
 use agent::stages::Context;
 use agent::stages::files::Options;
 use sha2::Digest;
+use spec::config::Config;
 
 impl Loop {
     /// An ext4 filesystem of `mib` MiB, populated from `from` if given (mkfs.ext4 -d).
@@ -22,7 +22,7 @@ impl Loop {
                 args.push(d.to_string_lossy().into());
             }
             args.push(img.to_string_lossy().into());
-            agent::util::run("mkfs.ext4", &args).expect("mkfs.ext4 (install e2fsprogs)");
+            runtime::util::run("mkfs.ext4", &args).expect("mkfs.ext4 (install e2fsprogs)");
         })
     }
 }
@@ -32,19 +32,19 @@ pub struct TestMount(pub PathBuf);
 
 impl TestMount {
     pub fn new(dev: &str, at: &Path) -> TestMount {
-        agent::util::run("mount", &[dev, at.to_str().unwrap()]).expect("mount");
+        runtime::util::run("mount", &[dev, at.to_str().unwrap()]).expect("mount");
         TestMount(at.to_path_buf())
     }
 }
 
 impl Drop for TestMount {
     fn drop(&mut self) {
-        let _ = agent::util::run("umount", &[self.0.to_str().unwrap()]);
+        let _ = runtime::util::run("umount", &[self.0.to_str().unwrap()]);
     }
 }
 
 pub fn base64(data: &[u8]) -> String {
-    agent::encoding::base64_encode(data)
+    spec::encoding::base64_encode(data)
 }
 
 pub fn data_url(data: &[u8]) -> String {
@@ -67,7 +67,7 @@ pub fn sha256(data: &[u8]) -> String {
 
 /// Parses a config (spec version added if the JSON has no "ignition").
 pub fn config(json: &str) -> Config {
-    match agent::config::parse(json.as_bytes()) {
+    match spec::config::parse(json.as_bytes()) {
         Ok(p) => p.config,
         Err(r) => panic!("test config invalid:\n{r}"),
     }
@@ -78,9 +78,6 @@ pub fn ctx(root: &Path, state: &Path) -> Context {
         root: root.to_path_buf(),
         state_dir: state.to_path_buf(),
         platform: None,
-        config_file: None,
-        config_url: None,
-        system_config_dir: state.join("no-system-config"),
         offline: false,
         limits: Default::default(),
         endpoints: Default::default(),
@@ -95,7 +92,18 @@ pub fn run(cfg: &Config, root: &Path) -> anyhow::Result<()> {
 
 pub fn run_opts(cfg: &Config, root: &Path, opts: &Options) -> anyhow::Result<()> {
     let state = TempDir::new("state");
-    agent::stages::files::run_with(cfg, &ctx(root, state.path()), opts)
+    let ctx = Context {
+        files: opts.clone(),
+        ..ctx(root, state.path())
+    };
+    run_ctx(cfg, &ctx)
+}
+
+/// Runs the files stage in `ctx`, without reports.
+pub fn run_ctx(cfg: &Config, ctx: &Context) -> anyhow::Result<()> {
+    let outcome = agent::stages::files::run(cfg, ctx, &mut agent::stages::NoReports)?;
+    assert_eq!(outcome, agent::stages::Outcome::Done);
+    Ok(())
 }
 
 pub fn mode(p: &Path) -> u32 {

@@ -38,7 +38,7 @@ pub use tmp::{TempDir, mounted_under};
 /// `list` is the `.ci/packages/` file that installs it.
 pub fn need(tool: &str, list: &str) {
     assert!(
-        (tool.starts_with('/') && Path::new(tool).exists()) || agent::util::have_program(tool),
+        (tool.starts_with('/') && Path::new(tool).exists()) || runtime::util::have_program(tool),
         "{tool} is missing: install the packages in .ci/packages/{list}"
     );
 }

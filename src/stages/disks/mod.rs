@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::context::Context;
-use crate::config::Config;
+use super::context::{Context, Outcome, Reporter};
 use crate::fetch::Fetcher;
+use spec::config::Config;
 
 pub use crate::blockdev::filesystem::FsWork;
 pub use crate::blockdev::luks::LuksWork;
@@ -40,9 +40,16 @@ pub use apply::{apply, apply_with};
 pub use plan::{StagePlan, plan};
 pub use report::Report;
 
-/// Runs the stage: plans, logs the plan, carries it out. Returns the times of the run (all zero
-/// when there is nothing to do).
-pub fn run(config: &Config, ctx: &Context) -> Result<Report> {
+/// Runs the stage: plans, logs the plan, carries it out, and reports what it changed.
+pub fn run(config: &Config, ctx: &Context, reporter: &mut dyn Reporter) -> Result<Outcome> {
+    let r = run_timed(config, ctx)?;
+    reporter.done(r.changes);
+    Ok(Outcome::Done)
+}
+
+/// [`run`] without the report: the times of the run (all zero when there is nothing to do)
+/// and what it changed.
+fn run_timed(config: &Config, ctx: &Context) -> Result<Report> {
     let t0 = Instant::now();
     // The config's CAs first (for LUKS key files over https): one that cannot be had fails
     // the stage before any disk is touched.

@@ -14,7 +14,7 @@ use crate::blockdev::filesystem::{self, FsWork};
 use crate::blockdev::luks::{self, LuksWork};
 use crate::blockdev::partitions::{self, DiskWork};
 use crate::blockdev::raid::{self, RaidWork};
-use crate::config::Config;
+use spec::config::Config;
 
 /// The whole plan of the stage.
 #[derive(Debug)]

@@ -1,16 +1,15 @@
-//! The files stage's part in reporting (docs/reports.md): its own report, sent while the new
-//! root is mounted; when reports are still queued after it, the queue, the agent binary and
+//! The files stage's part in reporting (docs/reports.md): its own report is sent while the new
+//! root is mounted (the stage's [`crate::stages::Reporter`]); when reports are still queued
+//! after it, the queue, the agent binary and
 //! `agent-report.service` written into the root (through the root-confined writer) to send
 //! them from the booted system; and the log copied to `/var/log/agent/agent.log`.
-
-use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 
 use crate::files::Writer;
 use crate::files::nodes::{Attrs, Contents};
-use crate::report::{self, Changes, Delivered, Outcome, ReportStage, StageOutcome};
-use crate::stages::context::{Context, ReportStep};
+use crate::report;
+use crate::stages::context::Context;
 
 /// Where the queue goes in the root.
 pub const ROOT_QUEUE: &str = "/var/lib/agent/reports";
@@ -77,30 +76,9 @@ pub fn keep_log(w: &Writer, ctx: &Context, error: Option<&anyhow::Error>) -> Res
         })
 }
 
-/// Sends the stage's report (the reports queued before it first); when some stay queued,
-/// installs them with the binary and the unit in the root. Never fails the stage: what goes
-/// wrong is logged.
-pub fn report(w: &Writer, ctx: &Context, step: &ReportStep) {
-    let state = ctx.state();
-    let o = Outcome {
-        stage: ReportStage::Files,
-        outcome: StageOutcome::Ok,
-        final_: step.final_,
-        duration: Instant::now().duration_since(step.started),
-        changes: Changes::of_paths(w.touched()),
-        error: None,
-        platform: ctx.platform.as_deref(),
-    };
-    let r = report::build(&step.target, o);
-    if let Delivered::Queued(dir) = report::deliver(&step.target, &state, &r)
-        && let Err(e) = install(w, &dir)
-    {
-        log::warn!("installing the report queue in the root: {e:#}");
-    }
-}
-
-/// Writes the queue in `dir`, the running binary and the unit into the root.
-fn install(w: &Writer, dir: &std::path::Path) -> Result<()> {
+/// Writes the queue in `dir` (what stayed queued after the stage's report), the running
+/// binary and the unit into the root.
+pub fn install(w: &Writer, dir: &std::path::Path) -> Result<()> {
     w.put_dir("/var/lib/agent", root_only(0o700), false)?;
     w.put_dir(ROOT_QUEUE, root_only(0o700), false)?;
     let mut n = 0;
