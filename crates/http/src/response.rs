@@ -487,16 +487,28 @@ pub fn http_date(secs: u64) -> String {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let t = runtime::util::utc(secs);
+    // The civil date of a day count (Howard Hinnant's `civil_from_days`).
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
     format!(
         "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
-        DAYS[t.weekday as usize],
-        t.day,
-        MONTHS[t.month as usize - 1],
-        t.year,
-        t.hour,
-        t.minute,
-        t.second
+        // 1970-01-01 was a Thursday.
+        DAYS[((days + 4) % 7) as usize],
+        day,
+        MONTHS[month as usize - 1],
+        year,
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
     )
 }
 

@@ -1,4 +1,5 @@
-//! A small, strict HTTP/1.1 server on epoll, with rustls for TLS.
+//! A small, strict HTTP/1.1 server on epoll, with rustls for TLS. It knows nothing of the
+//! application it serves: that is the [`Handler`].
 //!
 //! A few event-loop threads (`threads`, one per CPU by default) own every connection; every
 //! socket is non-blocking, so no thread ever waits on one client. A connection that has not
@@ -17,7 +18,8 @@
 //! - `event_loop`: the [`Server`], its epoll loops, accepting and handing connections over,
 //!   each connection's state machine, and what each loop owns (no thread-local state: a loop
 //!   makes its own buffers, caches, pipes and the [`Handler`]'s per-loop value and passes
-//!   them down).
+//!   them down);
+//! - `pipes`: hot responses sent from per-loop pipes; `tls`: rustls with certificate reload.
 //!
 //! Limits (documented in docs/serve.md):
 //! - `header_timeout` runs from accept (TLS handshake included) until the whole first head is
@@ -52,7 +54,9 @@
 mod admission;
 mod event_loop;
 mod head;
+mod pipes;
 mod response;
+pub mod tls;
 
 pub use admission::{ConnStats, Limits};
 pub use event_loop::{Handler, LOOP_FDS, Listener, Server, bind, stop_listener};
