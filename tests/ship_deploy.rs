@@ -456,12 +456,16 @@ fn inventory_answers(args: &[String]) {
     assert_eq!(r.status, 401, "the admin listener without its token");
     let r = request(
         admin,
-        &format!("GET /machines HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer an-admin-token-for-the-test\r\nConnection: close\r\n\r\n"),
+        &format!(
+            "GET /machines HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer an-admin-token-for-the-test\r\nConnection: close\r\n\r\n"
+        ),
     );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let r = request(
         admin,
-        &format!("GET /ui/ HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer an-admin-token-for-the-test\r\nConnection: close\r\n\r\n"),
+        &format!(
+            "GET /ui/ HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer an-admin-token-for-the-test\r\nConnection: close\r\n\r\n"
+        ),
     );
     assert_eq!(r.status, 200, "/ui/: {}", String::from_utf8_lossy(&r.body));
 }

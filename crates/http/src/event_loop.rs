@@ -18,7 +18,8 @@ use super::admission::{
 };
 use super::head::{REQUEST_KEPT, Request, Scan, ScanState, scan_head};
 use super::response::{
-    Answer, Body, Reply, Response, WHOLES_KEPT, Whole, Wholes, http_date, response_head, sendfile,
+    Answer, Body, Labels, Reply, Response, WHOLES_KEPT, Whole, Wholes, http_date, response_head,
+    sendfile,
 };
 use crate::pipes;
 
@@ -49,17 +50,20 @@ const LINGER_BYTES: usize = 256 * 1024;
 pub trait Handler: Send + Sync + 'static {
     /// What one event loop keeps for the handler from one request to the next.
     type Local;
+    /// What the handler labels its responses with (kept with each response and given back
+    /// to [`Handler::done`]).
+    type Labels: Labels;
     /// The value event loop number `index` (0, 1, ...) keeps.
     fn local(&self, index: usize) -> Self::Local;
     /// Answers `req` in `out`, which comes as `Response::new(200)` would (with buffers kept
     /// from earlier answers).
-    fn handle(&self, local: &mut Self::Local, req: &Request, out: &mut Response);
+    fn handle(&self, local: &mut Self::Local, req: &Request, out: &mut Response<Self::Labels>);
     /// Called after each response is written (metrics, access log).
     fn done(
         &self,
         local: &mut Self::Local,
         req: Option<&Request>,
-        resp: &Response,
+        resp: &Response<Self::Labels>,
         bytes: usize,
         took: Duration,
         peer: SocketAddr,
@@ -207,7 +211,7 @@ impl<H: Handler> Server<H> {
                 .context("creating an event fd")?,
             });
         }
-        let links: Arc<[Link]> = links.into();
+        let links: Arc<[Link<H::Labels>]> = links.into();
         let loads: Arc<[AtomicUsize]> = (0..threads).map(|_| AtomicUsize::new(0)).collect();
         if self.adm.stats.loops.set(loads.clone()).is_err() {
             anyhow::bail!("the server's loops were started before");
@@ -281,7 +285,7 @@ struct Finished {
     started: Instant,
 }
 
-struct Conn {
+struct Conn<L> {
     sock: TcpStream,
     peer: SocketAddr,
     tls: Option<Box<rustls::ServerConnection>>,
@@ -334,7 +338,7 @@ struct Conn {
     finished: Option<Finished>,
     /// The current request and its response, in buffers kept from one to the next.
     req: Request,
-    resp: Response,
+    resp: Response<L>,
     interest: Option<EpollFlags>,
     lingered: usize,
     /// Its event token (slot and epoch), which a [`Reply`] names.
@@ -346,9 +350,9 @@ struct Conn {
     deferred: Option<Instant>,
 }
 
-struct Slot {
+struct Slot<L> {
     epoch: u32,
-    conn: Option<Box<Conn>>,
+    conn: Option<Box<Conn<L>>>,
 }
 
 /// A connection one event loop accepted and hands to another.
@@ -358,40 +362,49 @@ type Handoff = (TcpStream, SocketAddr, Option<Arc<rustls::ServerConfig>>);
 /// wakes for the listener accepts, so one loop could end up with most of a burst of new
 /// connections (measured: a 90/10 split of wrk's 100 keep-alive connections cut throughput
 /// by a fifth) while the other idles.
-struct Link {
-    inbox: Mutex<Inbox>,
+struct Link<L> {
+    inbox: Mutex<Inbox<L>>,
     /// Written after a push to the inbox; watched by the loop.
     wake: nix::sys::eventfd::EventFd,
 }
 
-#[derive(Default)]
-struct Inbox {
+struct Inbox<L> {
     handed: Vec<Handoff>,
     /// Answers of deferred requests: (connection token, ticket, response).
-    replies: Vec<(u64, u64, Response)>,
+    replies: Vec<(u64, u64, Response<L>)>,
     /// The loop has returned (shutdown): nothing more may be handed to it.
     closed: bool,
 }
 
+impl<L> Default for Inbox<L> {
+    fn default() -> Self {
+        Inbox {
+            handed: Vec::new(),
+            replies: Vec::new(),
+            closed: false,
+        }
+    }
+}
+
 /// The loop's side of a [`Reply`]: the connection it answers, by the loop's inbox and
 /// event fd. Dropped unsent, it answers 500.
-struct LoopReply {
-    links: Arc<[Link]>,
+struct LoopReply<L: Labels> {
+    links: Arc<[Link<L>]>,
     to: usize,
     token: u64,
     ticket: u64,
     sent: bool,
 }
 
-impl Answer for LoopReply {
-    fn send_boxed(mut self: Box<Self>, resp: Response) {
+impl<L: Labels> Answer<L> for LoopReply<L> {
+    fn send_boxed(mut self: Box<Self>, resp: Response<L>) {
         self.sent = true;
         self.push(resp);
     }
 }
 
-impl LoopReply {
-    fn push(&self, resp: Response) {
+impl<L: Labels> LoopReply<L> {
+    fn push(&self, resp: Response<L>) {
         let link = &self.links[self.to];
         {
             let mut inbox = lock(&link.inbox);
@@ -413,7 +426,7 @@ impl LoopReply {
     }
 }
 
-impl Drop for LoopReply {
+impl<L: Labels> Drop for LoopReply<L> {
     fn drop(&mut self) {
         if !self.sent {
             self.push(Response::text(
@@ -442,7 +455,7 @@ struct Local<L> {
 struct Shard<H: Handler> {
     srv: Arc<Server<H>>,
     /// Every loop's link and connection count (`ConnStats::loops`), and which is this loop's.
-    links: Arc<[Link]>,
+    links: Arc<[Link<H::Labels>]>,
     loads: Arc<[AtomicUsize]>,
     me: usize,
     /// When the current batch of events arrived, and its `Date` (see `tick`).
@@ -457,7 +470,7 @@ struct Shard<H: Handler> {
     /// (`Shard::poll`).
     spin_skip: u32,
     spin_backoff: u32,
-    slots: Vec<Slot>,
+    slots: Vec<Slot<H::Labels>>,
     free: Vec<usize>,
     live: usize,
     draining: bool,
@@ -764,7 +777,13 @@ impl<H: Handler> Shard<H> {
     }
 
     /// Writes the answer of a deferred request, if its connection still waits for it.
-    fn resume(&mut self, l: &mut Local<H::Local>, token: u64, ticket: u64, resp: Response) {
+    fn resume(
+        &mut self,
+        l: &mut Local<H::Local>,
+        token: u64,
+        ticket: u64,
+        resp: Response<H::Labels>,
+    ) {
         let (idx, epoch) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
         let Some(slot) = self.slots.get_mut(idx) else {
             return;
@@ -1068,7 +1087,13 @@ impl<H: Handler> Shard<H> {
 
     /// Answers connection `idx` with `resp` (a 408) and closes it after; closes it at once
     /// when it was evicted meanwhile.
-    fn time_out(&mut self, l: &mut Local<H::Local>, idx: usize, resp: Response, started: Instant) {
+    fn time_out(
+        &mut self,
+        l: &mut Local<H::Local>,
+        idx: usize,
+        resp: Response<H::Labels>,
+        started: Instant,
+    ) {
         let Some(mut c) = self.slots[idx].conn.take() else {
             return;
         };
@@ -1086,14 +1111,12 @@ impl<H: Handler> Shard<H> {
     }
 
     /// Hands the parsed request (with its body, if any) to the handler and queues its answer.
-    fn answer(&self, l: &mut Local<H::Local>, c: &mut Conn, started: Instant) {
+    fn answer(&self, l: &mut Local<H::Local>, c: &mut Conn<H::Labels>, started: Instant) {
         let srv = &self.srv;
         c.resp.reset(200);
         c.req.peer = Some(c.peer.ip().to_canonical());
         srv.handler.handle(&mut l.handler, &c.req, &mut c.resp);
-        if let Body::Later(later) = &mut c.resp.body
-            && let Some(f) = later.0.take()
-        {
+        if let Some(f) = c.resp.later.0.take() {
             c.ticket += 1;
             c.phase = Phase::Deferred;
             c.deferred = Some(started);
@@ -1122,7 +1145,7 @@ impl<H: Handler> Shard<H> {
     }
 
     /// Leaves the waiting set; false when the connection was evicted meanwhile.
-    fn leave_waiting(&self, c: &mut Conn) -> bool {
+    fn leave_waiting(&self, c: &mut Conn<H::Labels>) -> bool {
         match c.waiting.take() {
             Some(k) if !self.srv.adm.wait_leave(k) => {
                 c.counted = false;
@@ -1132,7 +1155,7 @@ impl<H: Handler> Shard<H> {
         }
     }
 
-    fn queue_reject(&self, l: &mut Local<H::Local>, c: &mut Conn) {
+    fn queue_reject(&self, l: &mut Local<H::Local>, c: &mut Conn<H::Labels>) {
         c.resp = Response::text(503, "the server is at its connection limit; retry shortly")
             .header("Retry-After", "1");
         self.queue(l, c, false, false, false, self.now);
@@ -1144,7 +1167,7 @@ impl<H: Handler> Shard<H> {
     fn queue(
         &self,
         l: &mut Local<H::Local>,
-        c: &mut Conn,
+        c: &mut Conn<H::Labels>,
         has_req: bool,
         keep: bool,
         head_only: bool,
@@ -1199,12 +1222,12 @@ impl<H: Handler> Shard<H> {
     }
 
     /// Reads what the socket has (up to the head size limit). Err: the connection is broken.
-    fn fill(&self, l: &mut Local<H::Local>, c: &mut Conn) -> Result<(), ()> {
+    fn fill(&self, l: &mut Local<H::Local>, c: &mut Conn<H::Labels>) -> Result<(), ()> {
         let cap = self.srv.adm.limits.max_header_bytes + 4 + c.scan.start.unwrap_or(0);
         self.fill_with(c, cap, &mut l.scratch)
     }
 
-    fn fill_with(&self, c: &mut Conn, cap: usize, tmp: &mut [u8]) -> Result<(), ()> {
+    fn fill_with(&self, c: &mut Conn<H::Labels>, cap: usize, tmp: &mut [u8]) -> Result<(), ()> {
         let before = c.buf.len();
         let chunk = tmp.len();
         while c.buf.len() < cap && !c.eof {
@@ -1277,7 +1300,7 @@ impl<H: Handler> Shard<H> {
     fn drive(
         &self,
         l: &mut Local<H::Local>,
-        c: &mut Conn,
+        c: &mut Conn<H::Labels>,
         mut readable: bool,
     ) -> Option<EpollFlags> {
         let srv = &self.srv;
@@ -1529,7 +1552,7 @@ impl<H: Handler> Shard<H> {
     }
 
     /// Joins the waiting set (eviction candidates) unless already in it.
-    fn enter_waiting(&self, c: &mut Conn) {
+    fn enter_waiting(&self, c: &mut Conn<H::Labels>) {
         if c.waiting.is_none() && c.counted {
             c.waiting = Some(
                 self.srv
@@ -1545,7 +1568,7 @@ impl<H: Handler> Shard<H> {
 /// When the connection is closed at once after it (see `closes_at_once`), its end is sent
 /// with MSG_MORE / SPLICE_F_MORE: the kernel holds the last segment back and the close
 /// sends it together with the FIN, one segment (and the client's processing of it) fewer.
-fn flush_plain(c: &mut Conn, pipes: &mut pipes::Loop) -> std::io::Result<bool> {
+fn flush_plain<L>(c: &mut Conn<L>, pipes: &mut pipes::Loop) -> std::io::Result<bool> {
     if c.out_pos == 0 && !c.drained && closes_at_once_if_drained(c) {
         // The last read did not find the socket empty, or is old (a deferred answer's client
         // had time to send more): one more read, before the answer, decides. Closing with
@@ -1633,12 +1656,12 @@ fn flush_plain(c: &mut Conn, pipes: &mut pipes::Loop) -> std::io::Result<bool> {
 /// body unread), plain, nothing read after it and the socket found empty. Otherwise it
 /// lingers: closing with unread data would make the kernel answer it with a reset, which
 /// can cost the client the end of its answer.
-fn closes_at_once(c: &Conn) -> bool {
+fn closes_at_once<L>(c: &Conn<L>) -> bool {
     (c.drained || c.eof) && closes_at_once_if_drained(c)
 }
 
 /// [`closes_at_once`] but for whether the socket is known to be empty.
-fn closes_at_once_if_drained(c: &Conn) -> bool {
+fn closes_at_once_if_drained<L>(c: &Conn<L>) -> bool {
     c.close_after
         && c.tls.is_none()
         && c.lingered == 0
@@ -1654,7 +1677,7 @@ const TLS_CHUNK: usize = 16 * 1024;
 /// Writes the TLS response: encrypts the next [`TLS_CHUNK`] of it only once the socket has
 /// taken everything before. Ok(true): all written (and the close_notify of a closing
 /// response); Ok(false): the socket is full.
-fn flush_tls_response(c: &mut Conn) -> std::io::Result<bool> {
+fn flush_tls_response<L>(c: &mut Conn<L>) -> std::io::Result<bool> {
     let Conn {
         tls,
         sock,

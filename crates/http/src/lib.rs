@@ -61,4 +61,4 @@ pub mod tls;
 pub use admission::{ConnStats, Limits};
 pub use event_loop::{Handler, LOOP_FDS, Listener, Server, bind, stop_listener};
 pub use head::{Request, parse_head};
-pub use response::{Answer, Body, Deferred, FileBody, Reply, Response, http_date, reason};
+pub use response::{Answer, Body, Deferred, FileBody, Labels, Reply, Response, http_date, reason};

@@ -2,7 +2,6 @@
 //! memfds ([`FileBody`]) and each event loop's cache of whole responses ([`Wholes`]), sent
 //! with sendfile(2).
 
-use std::borrow::Cow;
 use std::io::{IoSlice, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -29,16 +28,13 @@ pub enum Body {
         start: usize,
         end: usize,
     },
-    /// No answer yet: it comes later, from another thread ([`Response::later`]). Never
-    /// written: the event loop takes it out of the response the handler gave.
-    Later(Later),
 }
 
 impl Body {
     /// The body's length in bytes.
     pub fn len(&self) -> usize {
         match self {
-            Body::Empty | Body::Later(_) => 0,
+            Body::Empty => 0,
             Body::Shared(b) => b.len(),
             Body::File(f) => f.bytes.len(),
             Body::Owned(b) => b.len(),
@@ -57,7 +53,7 @@ impl Body {
     /// Its bytes in order, as the contiguous pieces it holds.
     pub fn pieces(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let one: &[u8] = match self {
-            Body::Empty | Body::Spliced { .. } | Body::Later(_) => &[],
+            Body::Empty | Body::Spliced { .. } => &[],
             Body::Shared(b) => b,
             Body::File(f) => &f.bytes,
             Body::Owned(b) => b,
@@ -195,10 +191,10 @@ impl Wholes {
     /// most twice a second per body and `keep` (a head that changes more often, which the
     /// server's own responses never do, is sent apart). None also for a body over the
     /// cache's budget.
-    pub(super) fn get(
+    pub(super) fn get<L>(
         &mut self,
         body: &Arc<FileBody>,
-        r: &Response,
+        r: &Response<L>,
         keep: bool,
         (date_secs, date): (u64, &str),
         now: Instant,
@@ -252,71 +248,90 @@ impl Wholes {
     }
 }
 
-/// A response. An event loop answers each of a connection's requests into the same
-/// `Response`, which keeps its buffers (see [`Request`]).
+/// What the application labels its responses with (for its metrics and access log, say):
+/// its own type, which the server only keeps with the response and hands back to
+/// [`Handler::done`](crate::Handler::done). `()` for none.
+pub trait Labels: Default + Clone + std::fmt::Debug + Send + 'static {
+    /// Back to the default, keeping what buffers it has (a response's labels are cleared
+    /// for each request of a connection).
+    fn clear(&mut self) {
+        *self = Self::default();
+    }
+}
+
+impl Labels for () {}
+
+/// A response, labelled by the application with an `L` ([`Labels`]). An event loop answers
+/// each of a connection's requests into the same `Response`, which keeps its buffers (see
+/// [`Request`]).
 #[derive(Debug, Clone)]
-pub struct Response {
+pub struct Response<L = ()> {
     pub status: u16,
     /// The header lines, each `Name: value` and CRLF.
     pub(super) lines: String,
     pub body: Body,
-    /// Labels for metrics and the access log: the pool ("-" when none, kept as empty) and
-    /// the spec version.
-    pool: String,
-    pub version: Cow<'static, str>,
+    /// The application's labels.
+    pub labels: L,
+    /// No answer yet: it comes later, from another thread ([`Response::later`]). Never
+    /// written: the event loop takes it out of the response the handler gave.
+    pub(super) later: Later<L>,
 }
 
 /// Where the answer to a deferred request goes: the event loop that owns the connection
 /// (its reply, made by the loop). Sent once, from any thread.
-pub trait Answer: Send {
-    fn send_boxed(self: Box<Self>, resp: Response);
+pub trait Answer<L>: Send {
+    fn send_boxed(self: Box<Self>, resp: Response<L>);
 }
 
 /// The answer to a request its handler deferred ([`Response::later`]), which any thread
 /// may send: it goes to the event loop that owns the connection (through that loop's inbox
 /// and event fd) and is written from there. Dropped unsent, it answers 500. A reply whose
 /// connection is gone (closed, or answered 503 at the answer time-out) is dropped.
-pub struct Reply(Box<dyn Answer>);
+pub struct Reply<L = ()>(Box<dyn Answer<L>>);
 
-impl Reply {
-    pub fn new(a: impl Answer + 'static) -> Reply {
+impl<L> Reply<L> {
+    pub fn new(a: impl Answer<L> + 'static) -> Reply<L> {
         Reply(Box::new(a))
     }
 
-    pub fn send(self, resp: Response) {
+    pub fn send(self, resp: Response<L>) {
         self.0.send_boxed(resp)
     }
 }
 
 /// What a handler that answers later gives the event loop: called once, on the loop, with
 /// the [`Reply`] that answers the request from any thread.
-pub type Deferred = Box<dyn FnOnce(Reply) + Send>;
+pub type Deferred<L = ()> = Box<dyn FnOnce(Reply<L>) + Send>;
 
-/// A [`Deferred`] held by a response's body ([`Body::Later`]): taken once; a clone holds
-/// none. Boxed again to be one pointer, so a body is no larger for it.
-#[derive(Default)]
-pub struct Later(pub(super) Option<Box<Deferred>>);
+/// A response's [`Deferred`], if it has one: taken once; a clone holds none.
+pub(super) struct Later<L>(pub(super) Option<Deferred<L>>);
 
-impl Clone for Later {
+impl<L> Default for Later<L> {
+    fn default() -> Self {
+        Later(None)
+    }
+}
+
+impl<L> Clone for Later<L> {
     fn clone(&self) -> Self {
         Later(None)
     }
 }
 
-impl std::fmt::Debug for Later {
+impl<L> std::fmt::Debug for Later<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(if self.0.is_some() { "Later(..)" } else { "Now" })
     }
 }
 
-impl Response {
+impl<L: Labels> Response<L> {
     pub fn new(status: u16) -> Self {
         Response {
             status,
             lines: String::new(),
             body: Body::Empty,
-            pool: String::new(),
-            version: Cow::Borrowed("-"),
+            labels: L::default(),
+            later: Later::default(),
         }
     }
 
@@ -325,10 +340,9 @@ impl Response {
     /// nothing more from it, and it keeps its connection slot), and writes whatever
     /// `Reply::send` gives it. The connection's deadline meanwhile is the answer time-out
     /// ([`Limits::answer_timeout`](super::Limits::answer_timeout)), after which it is
-    /// answered 503 and a late reply is dropped. The rest of this response is ignored; its
-    /// body is [`Body::Later`] until then.
-    pub fn later(&mut self, f: impl FnOnce(Reply) + Send + 'static) {
-        self.body = Body::Later(Later(Some(Box::new(Box::new(f)))));
+    /// answered 503 and a late reply is dropped. The rest of this response is ignored.
+    pub fn later(&mut self, f: impl FnOnce(Reply<L>) + Send + 'static) {
+        self.later = Later(Some(Box::new(f)));
     }
 
     pub fn text(status: u16, msg: impl Into<String>) -> Self {
@@ -363,8 +377,8 @@ impl Response {
         self.status = status;
         self.lines.clear();
         self.body = Body::Empty;
-        self.pool.clear();
-        self.version = Cow::Borrowed("-");
+        self.labels.clear();
+        self.later = Later::default();
     }
 
     /// Replaces the header line `from` (with its CRLF) by `to` (with its CRLF), if there is one.
@@ -380,19 +394,6 @@ impl Response {
             let (n, v) = l.split_once(": ")?;
             n.eq_ignore_ascii_case(k).then_some(v)
         })
-    }
-
-    pub fn pool(&self) -> &str {
-        if self.pool.is_empty() {
-            "-"
-        } else {
-            &self.pool
-        }
-    }
-
-    pub fn set_pool(&mut self, pool: &str) {
-        self.pool.clear();
-        self.pool.push_str(pool);
     }
 }
 
@@ -422,8 +423,8 @@ pub fn reason(status: u16) -> &'static str {
 
 /// Writes the response head for `r` into `h`; `content_length` is the body's whole length
 /// (sent for HEAD too; none for 304).
-pub(super) fn response_head(
-    r: &Response,
+pub(super) fn response_head<L>(
+    r: &Response<L>,
     keep: bool,
     content_length: usize,
     date: &str,
@@ -532,17 +533,30 @@ mod tests {
         assert_eq!(http_date(1709251200), "Fri, 01 Mar 2024 00:00:00 GMT");
     }
 
+    /// An application's labels: cleared by `reset` with what they hold.
+    #[derive(Debug, Clone, Default)]
+    struct Pool(String);
+
+    impl Labels for Pool {
+        fn clear(&mut self) {
+            self.0.clear();
+        }
+    }
+
     #[test]
     fn response_reset_and_headers() {
-        let mut r = Response::text(503, "busy").header("Retry-After", "1");
-        r.set_pool("worker");
+        let mut r = Response::<Pool>::text(503, "busy").header("Retry-After", "1");
+        r.labels.0.push_str("worker");
+        r.later(|_| {});
         assert_eq!(r.header_value("retry-after"), Some("1"));
-        assert_eq!(r.pool(), "worker");
+        assert_eq!(r.labels.0, "worker");
+        assert!(r.later.0.is_some() && r.clone().later.0.is_none());
         r.reset(404);
         assert_eq!(
-            (r.status, r.pool(), r.header_value("retry-after")),
-            (404, "-", None)
+            (r.status, &r.labels.0[..], r.header_value("retry-after")),
+            (404, "", None)
         );
+        assert!(r.later.0.is_none());
         assert!(r.body.is_empty());
         let mut h = Vec::new();
         response_head(&r.header("ETag", "\"e\""), false, 7, "D", &mut h);
@@ -560,7 +574,7 @@ mod tests {
     fn whole_responses_follow_their_head() {
         let f = Arc::new(FileBody::new(Arc::from(&b"the body"[..])).unwrap());
         let mut ws = Wholes::default();
-        let mut r = Response::new(200);
+        let mut r = Response::<()>::new(200);
         r.add_header("ETag", "\"a\"");
         let t0 = Instant::now();
         let ms = Duration::from_millis;

@@ -529,7 +529,7 @@ impl App {
                         Version::NEWEST
                     ),
                 );
-                out.set_pool(&pool.name);
+                out.labels.set_pool(&pool.name);
                 return;
             }
             Negotiated::Minor(m) => m,
@@ -541,7 +541,7 @@ impl App {
         {
             if v.is_empty() || v.len() > 6 || !v.bytes().all(|b| b.is_ascii_digit()) {
                 *out = Response::text(400, "etcd_index must be a small non-negative integer");
-                out.set_pool(&pool.name);
+                out.labels.set_pool(&pool.name);
                 return;
             }
             etcd = v.parse().ok();
@@ -552,16 +552,16 @@ impl App {
                 Ok(doc) => answer(req, out, &doc.etag, &doc.header_lines, || doc.body),
                 Err(e) => *out = Response::text(406, e),
             }
-            out.set_pool(&pool.name);
-            out.version = version_label(minor);
+            out.labels.set_pool(&pool.name);
+            out.labels.version = version_label(minor);
             return;
         }
         match pool.rendered(minor) {
             Ok(doc) => answer(req, out, &doc.etag, doc.header_lines(), || doc.http_body()),
             Err(e) => *out = Response::text(406, e),
         }
-        out.set_pool(&pool.name);
-        out.version = version_label(minor);
+        out.labels.set_pool(&pool.name);
+        out.labels.version = version_label(minor);
     }
 
     fn access_log(
@@ -582,9 +582,9 @@ impl App {
             "remote": peer.to_string(),
             "method": req.map(|r| r.method()),
             "path": req.map(|r| r.path()),
-            "pool": resp.pool(),
+            "pool": resp.labels.pool(),
             "status": resp.status,
-            "version": resp.version,
+            "version": resp.labels.version,
             "bytes": bytes,
             "durationMs": (took.as_secs_f64() * 1e6).round() / 1e3,
         });
@@ -596,6 +596,7 @@ impl App {
 
 impl http::Handler for App {
     type Local = Local;
+    type Labels = http::Labels;
 
     fn local(&self, index: usize) -> Local {
         Local {
@@ -706,8 +707,13 @@ impl http::Handler for App {
         took: Duration,
         peer: SocketAddr,
     ) {
-        self.metrics
-            .request(local.part, resp.pool(), resp.status, &resp.version, took);
+        self.metrics.request(
+            local.part,
+            resp.labels.pool(),
+            resp.status,
+            &resp.labels.version,
+            took,
+        );
         if self.access_log {
             self.access_log(req, resp, bytes, took, peer);
         }
