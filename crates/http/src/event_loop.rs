@@ -1,8 +1,8 @@
 //! The event loops: epoll, accepting and handing connections between loops, and each
 //! connection's state machine (read a head, answer it, write the response, linger).
 
-use std::io::{IoSlice, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,15 +13,15 @@ use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::admission::{
-    AddressHold, Admission, ConnStats, Limits, SlowKey, WaitKey, abort_on_close, lock,
-    set_socket_option, unacked,
+    Admission, Admitted, BodyBudget, ConnStats, Limits, abort_on_close, lock, set_socket_option,
+    unacked,
 };
 use super::head::{REQUEST_KEPT, Request, Scan, ScanState, scan_head};
+use super::pipes;
 use super::response::{
-    Answer, Body, Labels, Reply, Response, WHOLES_KEPT, Whole, Wholes, http_date, response_head,
-    sendfile,
+    Answer, Body, Labels, Reply, Response, WHOLES_KEPT, Wholes, http_date, response_head,
 };
-use crate::pipes;
+use super::transport::{Finished, Input, Out, Transport, would_block};
 
 /// How often each event loop checks its connections' deadlines.
 const SWEEP: Duration = Duration::from_millis(100);
@@ -167,7 +167,7 @@ pub fn stop_listener(l: &TcpListener) {
 pub struct Server<H: Handler> {
     handler: Arc<H>,
     shutdown: Arc<AtomicBool>,
-    adm: Admission,
+    adm: Arc<Admission>,
 }
 
 impl<H: Handler> Server<H> {
@@ -180,7 +180,7 @@ impl<H: Handler> Server<H> {
         Arc::new(Server {
             handler,
             shutdown,
-            adm: Admission::new(limits, stats),
+            adm: Arc::new(Admission::new(limits, stats)),
         })
     }
 
@@ -262,92 +262,78 @@ impl<H: Handler> Server<H> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a connection is: reading a request, waiting for its answer, or writing a response,
+/// each with what it needs.
 enum Phase {
+    Reading(Reading),
+    /// The handler answers later (`Response::later`): the connection is out of the epoll set
+    /// until its [`Reply`] arrives or the answer time-out passes. When the request started.
+    Deferred {
+        started: Instant,
+    },
+    Writing(Writing),
+}
+
+/// Reading a request.
+enum Reading {
     /// Waiting for (the rest of) a request head, or for the TLS handshake.
     Head,
-    /// The head is parsed: waiting for the rest of its body (`Conn::body`).
-    Body,
+    /// The head is parsed: waiting for the rest of its body, `len` bytes (reserved in the
+    /// server's body budget), of a request that started at `started`.
+    Body {
+        len: usize,
+        started: Instant,
+        _budget: BodyBudget,
+    },
+}
+
+/// Writing.
+enum Writing {
     /// A response is being written.
-    Writing,
+    Response(Out),
     /// The last response is written and the write side shut: draining until the peer closes.
     Linger,
-    /// The handler answers later (`Response::later`): the connection is out of the epoll set
-    /// until its [`Reply`] arrives or the answer time-out passes.
-    Deferred,
 }
 
-/// What to report to the handler once a response is written.
-struct Finished {
-    /// The response answers the connection's `req` (not a malformed or refused one).
-    has_req: bool,
-    bytes: usize,
-    started: Instant,
-}
-
+/// One connection. `adm` comes first: it leaves the server's eviction sets (when the
+/// connection is dropped) before `io` closes the socket.
 struct Conn<L> {
-    sock: TcpStream,
+    adm: Admitted,
+    io: Transport,
     peer: SocketAddr,
-    tls: Option<Box<rustls::ServerConnection>>,
-    /// Received plaintext not yet consumed.
-    buf: Vec<u8>,
-    scan: ScanState,
+    input: Input,
     phase: Phase,
     deadline: Instant,
-    /// When the first byte of the current head arrived.
-    head_start: Option<Instant>,
     /// Requests answered on this connection.
     served: u64,
-    /// Key in the server's waiting set while waiting for a head.
-    waiting: Option<WaitKey>,
-    /// Holds a slot of max_connections.
-    counted: bool,
-    /// In `Phase::Body`: the body's length (reserved in the server's body budget) and when
-    /// its request started.
-    body: Option<(usize, Instant)>,
-    /// What it counts for in the per-address map.
-    address: AddressHold,
-    /// A refused connection: answered 503 and closed.
-    reject: bool,
-    eof: bool,
-    /// The last read found the socket empty (it took less than it asked for): nothing the
-    /// client sent was left unread then (plain connections; nginx's `read->ready`).
-    drained: bool,
-    close_after: bool,
-    /// Plain output: response head and body, and how much of both is written.
-    out_head: Vec<u8>,
-    out_body: Body,
-    /// Plain output of a shared body: head and body in one memfd (see [`FileBody`]).
-    out_whole: Option<Arc<Whole>>,
-    /// How much of head and body is written (TLS: handed to rustls).
-    out_pos: usize,
-    /// TLS: bytes of the current response the socket took (plain: `out_pos`).
-    sent: usize,
-    /// Bytes of the current response the client had acknowledged when the current window of
-    /// the minimum send rate began.
-    delivered: usize,
-    /// TLS: the close_notify of a closing response is queued.
-    notified: bool,
-    /// Key in the server's set of responses waiting for their client, while in it.
-    slow: Option<SlowKey>,
-    /// When the current response was queued.
-    queued: Instant,
-    /// The socket bytes of the current response, for the evicting thread (see
-    /// `Admission::evict_slowest`); made when a response first waits for its client.
-    shared_sent: Option<Arc<AtomicUsize>>,
-    finished: Option<Finished>,
     /// The current request and its response, in buffers kept from one to the next.
     req: Request,
     resp: Response<L>,
+    /// The response head's buffer while no response is being written.
+    spare_head: Vec<u8>,
     interest: Option<EpollFlags>,
-    lingered: usize,
     /// Its event token (slot and epoch), which a [`Reply`] names.
     token: u64,
     /// Requests deferred so far: a reply names the one it answers, so a late reply (after
     /// the answer time-out) is not taken for the answer of a later request.
     ticket: u64,
-    /// In `Phase::Deferred`: when the request started.
-    deferred: Option<Instant>,
+}
+
+impl<L> Conn<L> {
+    /// The response being written.
+    fn out(&mut self) -> Option<&mut Out> {
+        match &mut self.phase {
+            Phase::Writing(Writing::Response(out)) => Some(out),
+            _ => None,
+        }
+    }
+}
+
+/// What [`Shard::drive`]'s steps tell it: go on with the connection's new phase, or wait for
+/// these events.
+enum Step {
+    Again,
+    Wait(EpollFlags),
 }
 
 struct Slot<L> {
@@ -479,32 +465,6 @@ struct Shard<H: Handler> {
 
 fn token(idx: usize, epoch: u32) -> u64 {
     ((epoch as u64) << 32) | idx as u64
-}
-
-/// Writes rustls's pending records. Ok(true): all written; Ok(false): the socket is full.
-fn flush_tls(t: &mut rustls::ServerConnection, sock: &mut TcpStream) -> std::io::Result<bool> {
-    flush_tls_counted(t, sock, &mut 0)
-}
-
-/// [`flush_tls`], adding the bytes the socket took to `sent`.
-fn flush_tls_counted(
-    t: &mut rustls::ServerConnection,
-    sock: &mut TcpStream,
-    sent: &mut usize,
-) -> std::io::Result<bool> {
-    while t.wants_write() {
-        match t.write_tls(sock) {
-            Ok(n) => *sent += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(true)
-}
-
-fn would_block(e: &std::io::Error) -> bool {
-    e.kind() == std::io::ErrorKind::WouldBlock
 }
 
 impl<H: Handler> Shard<H> {
@@ -657,7 +617,10 @@ impl<H: Handler> Shard<H> {
         let _ = self.listen(false);
         for idx in 0..self.slots.len() {
             let idle = self.slots[idx].conn.as_ref().is_some_and(|c| {
-                !matches!(c.phase, Phase::Writing | Phase::Deferred) && c.head_start.is_none()
+                !matches!(
+                    c.phase,
+                    Phase::Writing(Writing::Response(_)) | Phase::Deferred { .. }
+                ) && c.input.head_start.is_none()
             });
             if idle {
                 self.close(l, idx);
@@ -794,11 +757,12 @@ impl<H: Handler> Shard<H> {
         let Some(mut c) = slot.conn.take() else {
             return;
         };
-        if c.phase == Phase::Deferred && c.ticket == ticket {
-            let started = c.deferred.take().unwrap_or(self.now);
+        if let Phase::Deferred { started } = c.phase
+            && c.ticket == ticket
+        {
             c.resp = resp;
             // Not read while it waited: whatever the last read found is old news.
-            c.drained = false;
+            c.input.drained = false;
             let keep = !c.req.close && !self.srv.shutdown.load(Ordering::Relaxed);
             let head_only = c.req.method() == "HEAD";
             self.queue(l, &mut c, true, keep, head_only, started);
@@ -819,80 +783,33 @@ impl<H: Handler> Shard<H> {
     ) {
         let srv = self.srv.clone();
         let ip = peer.ip().to_canonical();
-        let address_ok = srv.adm.address_acquire(ip);
-        let slot = address_ok && srv.adm.acquire_slot();
-        let capped = srv.adm.limits.max_connections_per_address > 0;
-        if address_ok && !slot && capped {
-            srv.adm.address_release(ip, AddressHold::Active);
-        }
-        if !slot {
-            srv.adm.stats.rejected.fetch_add(1, Ordering::Relaxed);
-            if srv.adm.rejecting.fetch_add(1, Ordering::SeqCst) >= srv.adm.limits.reject_budget() {
-                srv.adm.rejecting.fetch_sub(1, Ordering::SeqCst);
-                return;
-            }
-        }
-        let tls = match tls.map(rustls::ServerConnection::new) {
-            None => None,
-            // rustls's own buffer limit (64 KiB) stays: a response is handed to it one
-            // record at a time (`flush_tls_response`).
-            Some(Ok(t)) => Some(Box::new(t)),
-            Some(Err(e)) => {
+        let Some(adm) = srv.adm.admit(self.me, sock.as_raw_fd(), ip) else {
+            return;
+        };
+        let io = match Transport::new(sock, tls) {
+            Ok(io) => io,
+            Err(e) => {
                 log::error!("starting a TLS session: {e}");
-                if slot {
-                    srv.adm.stats.open.fetch_sub(1, Ordering::SeqCst);
-                    if capped {
-                        srv.adm.address_release(ip, AddressHold::Active);
-                    }
-                } else {
-                    srv.adm.rejecting.fetch_sub(1, Ordering::SeqCst);
-                }
                 return;
             }
         };
         let now = self.now;
         let mut c = Box::new(Conn {
-            sock,
+            adm,
+            io,
             peer,
-            tls,
-            buf: Vec::new(),
-            scan: ScanState::default(),
-            phase: Phase::Head,
+            input: Input::default(),
+            phase: Phase::Reading(Reading::Head),
             deadline: now + srv.adm.limits.header_timeout,
-            head_start: None,
-            body: None,
             served: 0,
-            waiting: None,
-            counted: slot,
-            address: if slot && capped {
-                AddressHold::Active
-            } else {
-                AddressHold::None
-            },
-            reject: !slot,
-            eof: false,
-            drained: false,
-            close_after: false,
-            out_head: Vec::new(),
-            out_body: Body::Empty,
-            out_whole: None,
-            out_pos: 0,
-            sent: 0,
-            delivered: 0,
-            notified: false,
-            slow: None,
-            queued: now,
-            shared_sent: None,
-            finished: None,
             req: Request::default(),
             resp: Response::new(200),
+            spare_head: Vec::new(),
             interest: None,
-            lingered: 0,
             token: 0,
             ticket: 0,
-            deferred: None,
         });
-        if c.reject && c.tls.is_none() {
+        if c.adm.refused() && c.io.is_plain() {
             self.queue_reject(l, &mut c);
         }
         // Not in the waiting set yet: the read below comes first, and a connection whose
@@ -924,7 +841,7 @@ impl<H: Handler> Shard<H> {
             Some(want) if want.is_empty() => {
                 // Deferred: no events until the answer comes.
                 if c.interest.take().is_some() {
-                    let _ = self.epoll.delete(&c.sock);
+                    let _ = self.epoll.delete(c.io.sock());
                 }
                 self.slots[idx].conn = Some(c);
             }
@@ -932,9 +849,9 @@ impl<H: Handler> Shard<H> {
                 if c.interest != Some(want) {
                     let mut ev = EpollEvent::new(want, token(idx, self.slots[idx].epoch));
                     let res = if c.interest.is_some() {
-                        self.epoll.modify(&c.sock, &mut ev)
+                        self.epoll.modify(c.io.sock(), &mut ev)
                     } else {
-                        self.epoll.add(&c.sock, ev)
+                        self.epoll.add(c.io.sock(), ev)
                     };
                     if let Err(e) = res {
                         log::error!("watching a connection: {e}");
@@ -953,6 +870,8 @@ impl<H: Handler> Shard<H> {
         }
     }
 
+    /// Closes connection `idx`: what it holds of the server's admission is given back
+    /// (before its socket is closed), and a response it could not write is reported.
     fn close(&mut self, l: &mut Local<H::Local>, idx: usize) {
         let Some(mut c) = self.slots[idx].conn.take() else {
             return;
@@ -961,128 +880,116 @@ impl<H: Handler> Shard<H> {
         self.free.push(idx);
         self.live -= 1;
         self.load(self.me).fetch_sub(1, Ordering::Relaxed);
-        let srv = &self.srv;
-        if let Some((n, _)) = c.body.take() {
-            srv.adm.body_release(n);
-        }
-        // Leave the waiting set before the socket is closed (see `Admission::waiting`).
-        if let Some(k) = c.waiting.take()
-            && !srv.adm.wait_leave(k)
-        {
-            c.counted = false;
-        }
-        if let Some(k) = c.slow.take()
-            && !srv.adm.slow_leave(k)
-        {
-            c.counted = false;
-        }
-        if c.counted {
-            srv.adm.stats.open.fetch_sub(1, Ordering::SeqCst);
-        }
-        if c.reject {
-            srv.adm.rejecting.fetch_sub(1, Ordering::SeqCst);
-        }
-        if c.address != AddressHold::None {
-            srv.adm
-                .address_release(c.peer.ip().to_canonical(), c.address);
-        }
-        if let Some(f) = c.finished.take() {
+        let finished = c.out().and_then(|o| o.finished.take());
+        let Conn {
+            adm,
+            phase,
+            io,
+            req,
+            resp,
+            peer,
+            ..
+        } = *c;
+        drop((adm, phase));
+        if let Some(f) = finished {
             // The response could not be written.
-            let req = f.has_req.then_some(&c.req);
-            srv.handler
-                .done(&mut l.handler, req, &c.resp, 0, f.started.elapsed(), c.peer);
+            let req = f.has_req.then_some(&req);
+            self.srv
+                .handler
+                .done(&mut l.handler, req, &resp, 0, f.started.elapsed(), peer);
         }
-        drop(c);
+        drop(io);
     }
 
     /// Checks deadlines.
     fn sweep(&mut self, l: &mut Local<H::Local>, now: Instant) {
         for idx in 0..self.slots.len() {
-            let Some(c) = self.slots[idx].conn.as_mut() else {
-                continue;
-            };
-            if now < c.deadline {
-                continue;
-            }
-            match c.phase {
-                Phase::Body => {
-                    // The body did not arrive within the header time-out: say so, then close.
-                    self.srv
-                        .adm
-                        .stats
-                        .header_timeouts
-                        .fetch_add(1, Ordering::Relaxed);
-                    let started = c.body.take().map_or(now, |(n, s)| {
-                        self.srv.adm.body_release(n);
-                        s
-                    });
-                    self.time_out(
-                        l,
-                        idx,
-                        Response::text(408, "the request body did not arrive in time"),
-                        started,
-                    );
-                }
-                Phase::Head => {
-                    let handshaking = c.tls.as_ref().is_some_and(|t| t.is_handshaking());
-                    if c.served == 0 || c.head_start.is_some() {
-                        self.srv
-                            .adm
-                            .stats
-                            .header_timeouts
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                    if c.head_start.is_some() && !handshaking && !c.reject {
-                        // Slow headers: say so, then close.
-                        let started = c.head_start.unwrap_or(now);
-                        self.time_out(l, idx, Response::new(408), started);
-                    } else {
-                        // Silent (or idle between requests): close quietly.
-                        if let Some(t) = c.tls.as_mut()
-                            && !handshaking
-                        {
-                            t.send_close_notify();
-                            let _ = flush_tls(t, &mut c.sock);
-                        }
-                        self.close(l, idx);
-                    }
-                }
-                Phase::Writing => {
-                    // The minimum send rate: each window, a response in progress must have
-                    // delivered (had acknowledged by the client) `min_send_rate` bytes per
-                    // second of it, or be dropped. What the socket buffers is not counted as
-                    // delivered, so the buffers cannot hide a client that does not read.
-                    let limits = &self.srv.adm.limits;
-                    let sent = if c.tls.is_some() { c.sent } else { c.out_pos };
-                    let delivered = sent.saturating_sub(unacked(&c.sock));
-                    let got = delivered.saturating_sub(c.delivered);
-                    let secs = limits.send_window.as_secs_f64();
-                    if (got as f64) < limits.min_send_rate as f64 * secs {
-                        self.srv.adm.stats.too_slow.fetch_add(1, Ordering::Relaxed);
-                        abort_on_close(c.sock.as_raw_fd());
-                        self.close(l, idx);
-                        continue;
-                    }
-                    c.delivered = delivered;
-                    c.deadline = now + limits.send_window;
-                }
-                Phase::Linger => self.close(l, idx),
-                Phase::Deferred => {
-                    let started = c.deferred.take().unwrap_or(now);
-                    let secs = self.srv.adm.limits.answer_timeout.as_secs();
-                    self.time_out(
-                        l,
-                        idx,
-                        Response::text(
-                            503,
-                            format!("no answer within {secs} s (the answer time-out); retry"),
-                        )
-                        .header("Retry-After", "5"),
-                        started,
-                    );
-                }
+            if self.slots[idx]
+                .conn
+                .as_ref()
+                .is_some_and(|c| now >= c.deadline)
+            {
+                self.expire(l, idx, now);
             }
         }
+    }
+
+    /// Connection `idx` is past its deadline.
+    fn expire(&mut self, l: &mut Local<H::Local>, idx: usize, now: Instant) {
+        let Some(c) = self.slots[idx].conn.as_mut() else {
+            return;
+        };
+        let stats = &self.srv.adm.stats;
+        match &c.phase {
+            Phase::Reading(Reading::Body { started, .. }) => {
+                // The body did not arrive within the header time-out: say so, then close.
+                stats.header_timeouts.fetch_add(1, Ordering::Relaxed);
+                let started = *started;
+                c.phase = Phase::Reading(Reading::Head);
+                let resp = Response::text(408, "the request body did not arrive in time");
+                self.time_out(l, idx, resp, started);
+            }
+            Phase::Reading(Reading::Head) => self.head_expired(l, idx),
+            Phase::Writing(Writing::Response(_)) => self.check_send_rate(l, idx, now),
+            Phase::Writing(Writing::Linger) => self.close(l, idx),
+            Phase::Deferred { started } => {
+                let started = *started;
+                let secs = self.srv.adm.limits.answer_timeout.as_secs();
+                let msg = format!("no answer within {secs} s (the answer time-out); retry");
+                let resp = Response::text(503, msg).header("Retry-After", "5");
+                self.time_out(l, idx, resp, started);
+            }
+        }
+    }
+
+    /// No whole head (or TLS handshake) within the header time-out, or idle too long between
+    /// requests.
+    fn head_expired(&mut self, l: &mut Local<H::Local>, idx: usize) {
+        let Some(c) = self.slots[idx].conn.as_mut() else {
+            return;
+        };
+        let handshaking = c.io.handshaking();
+        if c.served == 0 || c.input.head_start.is_some() {
+            let stats = &self.srv.adm.stats;
+            stats.header_timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+        match c.input.head_start {
+            Some(started) if !handshaking && !c.adm.refused() => {
+                // Slow headers: say so, then close.
+                self.time_out(l, idx, Response::new(408), started);
+            }
+            _ => {
+                // Silent (or idle between requests): close quietly.
+                c.io.close_notify();
+                self.close(l, idx);
+            }
+        }
+    }
+
+    /// The minimum send rate: each window, a response in progress must have delivered (had
+    /// acknowledged by the client) `min_send_rate` bytes per second of it, or be dropped.
+    /// What the socket buffers is not counted as delivered, so the buffers cannot hide a
+    /// client that does not read.
+    fn check_send_rate(&mut self, l: &mut Local<H::Local>, idx: usize, now: Instant) {
+        let Some(c) = self.slots[idx].conn.as_mut() else {
+            return;
+        };
+        let limits = &self.srv.adm.limits;
+        let (fd, unacked) = (c.io.sock().as_raw_fd(), unacked(c.io.sock()));
+        let Phase::Writing(Writing::Response(out)) = &mut c.phase else {
+            return;
+        };
+        let delivered = out.sent.saturating_sub(unacked);
+        let got = delivered.saturating_sub(out.delivered);
+        let secs = limits.send_window.as_secs_f64();
+        if (got as f64) < limits.min_send_rate as f64 * secs {
+            self.srv.adm.stats.too_slow.fetch_add(1, Ordering::Relaxed);
+            abort_on_close(fd);
+            self.close(l, idx);
+            return;
+        }
+        out.delivered = delivered;
+        c.deadline = now + limits.send_window;
     }
 
     /// Answers connection `idx` with `resp` (a 408) and closes it after; closes it at once
@@ -1097,7 +1004,7 @@ impl<H: Handler> Shard<H> {
         let Some(mut c) = self.slots[idx].conn.take() else {
             return;
         };
-        let ours = self.leave_waiting(&mut c);
+        let ours = c.adm.leave_waiting();
         if ours {
             c.resp = resp;
             self.queue(l, &mut c, false, false, false, started);
@@ -1116,10 +1023,9 @@ impl<H: Handler> Shard<H> {
         c.resp.reset(200);
         c.req.peer = Some(c.peer.ip().to_canonical());
         srv.handler.handle(&mut l.handler, &c.req, &mut c.resp);
-        if let Some(f) = c.resp.later.0.take() {
+        if let Some(f) = c.resp.take_later() {
             c.ticket += 1;
-            c.phase = Phase::Deferred;
-            c.deferred = Some(started);
+            c.phase = Phase::Deferred { started };
             c.deadline = self.now + srv.adm.limits.answer_timeout;
             f(Reply::new(LoopReply {
                 links: self.links.clone(),
@@ -1144,23 +1050,14 @@ impl<H: Handler> Shard<H> {
         }
     }
 
-    /// Leaves the waiting set; false when the connection was evicted meanwhile.
-    fn leave_waiting(&self, c: &mut Conn<H::Labels>) -> bool {
-        match c.waiting.take() {
-            Some(k) if !self.srv.adm.wait_leave(k) => {
-                c.counted = false;
-                false
-            }
-            _ => true,
-        }
-    }
-
     fn queue_reject(&self, l: &mut Local<H::Local>, c: &mut Conn<H::Labels>) {
         c.resp = Response::text(503, "the server is at its connection limit; retry shortly")
             .header("Retry-After", "1");
         self.queue(l, c, false, false, false, self.now);
         // A refused connection is neither logged nor counted as a request.
-        c.finished = None;
+        if let Some(out) = c.out() {
+            out.finished = None;
+        }
     }
 
     /// Queues `c.resp` and switches to writing it; `has_req`: it answers `c.req`.
@@ -1177,117 +1074,58 @@ impl<H: Handler> Shard<H> {
         let full_len = body.len();
         let send_body = !head_only && c.resp.status != 304;
         let sent_len = if send_body { full_len } else { 0 };
-        let bytes;
-        match c.tls.as_mut() {
-            // Encrypted as the socket takes it (`flush_tls_response`).
-            Some(_) => {
-                response_head(&c.resp, keep, full_len, &self.date, &mut c.out_head);
-                bytes = c.out_head.len() + sent_len;
-                c.out_whole = None;
-                c.out_body = if send_body { body } else { Body::Empty };
+        // Plain: a shared body goes out with its head from this loop's whole responses. TLS
+        // encrypts as the socket takes it (`Transport::write`).
+        let whole = match &body {
+            Body::File(f) if send_body && c.io.is_plain() => {
+                l.wholes
+                    .get(f, &c.resp, keep, (self.date_secs, &self.date), self.now)
             }
+            _ => None,
+        };
+        // A whole response has its head; only others need one made.
+        let mut head = std::mem::take(&mut c.spare_head);
+        let bytes = match &whole {
+            Some(w) => w.head.len() + sent_len,
             None => {
-                c.out_whole = match &body {
-                    Body::File(f) if send_body => {
-                        l.wholes
-                            .get(f, &c.resp, keep, (self.date_secs, &self.date), self.now)
-                    }
-                    _ => None,
-                };
-                // A whole response has its head; only others need one made.
-                match &c.out_whole {
-                    Some(w) => bytes = w.head.len() + sent_len,
-                    None => {
-                        response_head(&c.resp, keep, full_len, &self.date, &mut c.out_head);
-                        bytes = c.out_head.len() + sent_len;
-                    }
-                }
-                c.out_body = if send_body { body } else { Body::Empty };
+                response_head(&c.resp, keep, full_len, &self.date, &mut head);
+                head.len() + sent_len
             }
-        }
-        c.out_pos = 0;
-        c.sent = 0;
-        c.delivered = 0;
-        c.queued = self.now;
-        c.notified = false;
-        c.finished = Some(Finished {
-            has_req,
-            bytes,
-            started,
-        });
-        c.close_after = !keep;
-        c.phase = Phase::Writing;
+        };
+        c.phase = Phase::Writing(Writing::Response(Out {
+            head,
+            body: if send_body { body } else { Body::Empty },
+            whole,
+            pos: 0,
+            sent: 0,
+            delivered: 0,
+            close_after: !keep,
+            notified: false,
+            queued: self.now,
+            finished: Some(Finished {
+                has_req,
+                bytes,
+                started,
+            }),
+        }));
         // The end of the first window of the minimum send rate.
         c.deadline = self.now + self.srv.adm.limits.send_window;
     }
 
     /// Reads what the socket has (up to the head size limit). Err: the connection is broken.
     fn fill(&self, l: &mut Local<H::Local>, c: &mut Conn<H::Labels>) -> Result<(), ()> {
-        let cap = self.srv.adm.limits.max_header_bytes + 4 + c.scan.start.unwrap_or(0);
+        let cap = self.srv.adm.limits.max_header_bytes + 4 + c.input.scan.start.unwrap_or(0);
         self.fill_with(c, cap, &mut l.scratch)
     }
 
     fn fill_with(&self, c: &mut Conn<H::Labels>, cap: usize, tmp: &mut [u8]) -> Result<(), ()> {
-        let before = c.buf.len();
-        let chunk = tmp.len();
-        while c.buf.len() < cap && !c.eof {
-            let want = (cap - c.buf.len()).min(chunk);
-            match c.tls.as_mut() {
-                // Never more than `cap`, and no spare capacity beyond it: a connection's
-                // buffer is at most the head size limit (docs/serve.md).
-                None => match c.sock.read(&mut tmp[..want]) {
-                    Ok(0) => c.eof = true,
-                    Ok(n) => {
-                        c.drained = n < want;
-                        c.buf.reserve_exact(n);
-                        c.buf.extend_from_slice(&tmp[..n]);
-                        if n < tmp.len() {
-                            break;
-                        }
-                    }
-                    Err(e) if would_block(&e) => {
-                        c.drained = true;
-                        break;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => return Err(()),
-                },
-                Some(t) => {
-                    match t.read_tls(&mut c.sock) {
-                        Ok(0) => c.eof = true,
-                        Ok(_) => {}
-                        Err(e) if would_block(&e) => break,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(_) => return Err(()),
-                    }
-                    if t.process_new_packets().is_err() {
-                        // Send the alert rustls queued, then give up.
-                        let _ = flush_tls(t, &mut c.sock);
-                        return Err(());
-                    }
-                    loop {
-                        match t.reader().read(tmp) {
-                            Ok(0) => {
-                                // close_notify: the client sends nothing more.
-                                c.eof = true;
-                                break;
-                            }
-                            Ok(n) => c.buf.extend_from_slice(&tmp[..n]),
-                            Err(e) if would_block(&e) => break,
-                            Err(_) => {
-                                c.eof = true;
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if c.buf.len() > before && c.head_start.is_none() {
+        let before = c.input.buf.len();
+        c.io.fill(&mut c.input, cap, tmp)?;
+        if c.input.buf.len() > before && c.input.head_start.is_none() {
             // The start of the request's latency: not the batch's time, which may be a
             // while before this event's turn.
             let now = Instant::now();
-            c.head_start = Some(now);
+            c.input.head_start = Some(now);
             if c.served > 0 {
                 // A new head on a keep-alive connection: it has the header time-out from now.
                 c.deadline = now + self.srv.adm.limits.header_timeout;
@@ -1303,424 +1141,292 @@ impl<H: Handler> Shard<H> {
         c: &mut Conn<H::Labels>,
         mut readable: bool,
     ) -> Option<EpollFlags> {
-        let srv = &self.srv;
         loop {
-            match c.phase {
-                Phase::Head => {
-                    let mut scan = if c.buf.is_empty() {
-                        Scan::More
-                    } else {
-                        scan_head(&c.buf, &mut c.scan, srv.adm.limits.max_header_bytes)
-                    };
-                    if scan == Scan::More && readable {
-                        readable = false;
-                        self.fill(l, c).ok()?;
-                        if !c.buf.is_empty() {
-                            scan = scan_head(&c.buf, &mut c.scan, srv.adm.limits.max_header_bytes);
-                        }
-                    }
-                    if let Some(t) = c.tls.as_mut() {
-                        // Handshake records (or an alert) to send.
-                        let sent = flush_tls(t, &mut c.sock).ok()?;
-                        if t.is_handshaking() {
-                            if c.eof {
-                                return None;
-                            }
-                            self.enter_waiting(c);
-                            return Some(if sent {
-                                EpollFlags::EPOLLIN
-                            } else {
-                                EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT
-                            });
-                        }
-                        if c.reject {
-                            // The handshake is done: answer in the listener's protocol.
-                            self.queue_reject(l, c);
-                            continue;
-                        }
-                        if !sent {
-                            self.enter_waiting(c);
-                            return Some(EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT);
-                        }
-                    }
-                    match scan {
-                        Scan::More => {
-                            if c.eof || c.reject {
-                                return None;
-                            }
-                            self.enter_waiting(c);
-                            return Some(EpollFlags::EPOLLIN);
-                        }
-                        Scan::Bad(status) => {
-                            if !self.leave_waiting(c) {
-                                return None;
-                            }
-                            let started = c.head_start.unwrap_or_else(Instant::now);
-                            c.resp.reset(status);
-                            self.queue(l, c, false, false, false, started);
-                        }
-                        Scan::Head { start, end, next } => {
-                            if !self.leave_waiting(c) {
-                                return None;
-                            }
-                            let started = c.head_start.unwrap_or_else(Instant::now);
-                            let parsed =
-                                c.req.parse(&c.buf[start..end], srv.adm.limits.max_headers);
-                            c.buf.drain(..next);
-                            if c.buf.capacity() > REQUEST_KEPT {
-                                // A large head (or leading empty lines) is not kept while its
-                                // response is written: what is left is the next head's start.
-                                c.buf.shrink_to(REQUEST_KEPT);
-                            }
-                            c.scan = ScanState::default();
-                            c.head_start = None;
-                            match parsed {
-                                Ok(()) => match c.req.body_len(srv.adm.limits.max_body_bytes) {
-                                    Err((status, why)) => {
-                                        c.resp = Response::text(status, &why);
-                                        self.queue(l, c, false, false, false, started);
-                                    }
-                                    Ok(0) => self.answer(l, c, started),
-                                    Ok(n) if srv.adm.body_reserve(n) => {
-                                        c.body = Some((n, started));
-                                        c.phase = Phase::Body;
-                                    }
-                                    Ok(_) => {
-                                        c.resp = Response::text(
-                                            503,
-                                            "the server is reading as many request bodies as it holds (--max-body-total); retry shortly",
-                                        )
-                                        .header("Retry-After", "1");
-                                        self.queue(l, c, false, false, false, started);
-                                    }
-                                },
-                                Err(status) => {
-                                    c.resp.reset(status);
-                                    self.queue(l, c, false, false, false, started);
-                                }
-                            }
-                        }
-                    }
+            let step = match c.phase {
+                Phase::Reading(Reading::Head) => self.read_head(l, c, &mut readable)?,
+                Phase::Reading(Reading::Body { .. }) => self.read_body(l, c, &mut readable)?,
+                Phase::Writing(Writing::Response(_)) => self.write(l, c, &mut readable)?,
+                Phase::Writing(Writing::Linger) => self.linger(c, readable)?,
+                // Parked until its reply (`resume`) or the answer time-out (`sweep`).
+                Phase::Deferred { .. } => Step::Wait(EpollFlags::empty()),
+            };
+            match step {
+                Step::Again => {}
+                Step::Wait(want) => return Some(want),
+            }
+        }
+    }
+
+    /// Reads a request head (after the TLS handshake). None: close the connection.
+    fn read_head(
+        &self,
+        l: &mut Local<H::Local>,
+        c: &mut Conn<H::Labels>,
+        readable: &mut bool,
+    ) -> Option<Step> {
+        let max = self.srv.adm.limits.max_header_bytes;
+        let mut scan = if c.input.buf.is_empty() {
+            Scan::More
+        } else {
+            scan_head(&c.input.buf, &mut c.input.scan, max)
+        };
+        if scan == Scan::More && *readable {
+            *readable = false;
+            self.fill(l, c).ok()?;
+            if !c.input.buf.is_empty() {
+                scan = scan_head(&c.input.buf, &mut c.input.scan, max);
+            }
+        }
+        // Handshake records (or an alert) to send; nothing on a plain connection.
+        let flushed = c.io.flush().ok()?;
+        if c.io.handshaking() {
+            if c.input.eof {
+                return None;
+            }
+            c.adm.enter_waiting(self.now);
+            return Some(Step::Wait(if flushed {
+                EpollFlags::EPOLLIN
+            } else {
+                EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT
+            }));
+        }
+        if c.adm.refused() {
+            // The handshake is done: answer in the listener's protocol (a plain refused
+            // connection is answered at once, see `admit`).
+            self.queue_reject(l, c);
+            return Some(Step::Again);
+        }
+        if !flushed {
+            c.adm.enter_waiting(self.now);
+            return Some(Step::Wait(EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT));
+        }
+        match scan {
+            Scan::More => {
+                if c.input.eof {
+                    return None;
                 }
-                Phase::Body => {
-                    let (need, started) = c.body.expect("a body phase has its length");
-                    if c.buf.len() < need && readable {
-                        readable = false;
-                        self.fill_with(c, need, &mut l.scratch).ok()?;
-                    }
-                    if c.buf.len() < need {
-                        if c.eof {
+                c.adm.enter_waiting(self.now);
+                return Some(Step::Wait(EpollFlags::EPOLLIN));
+            }
+            Scan::Bad(status) => {
+                if !c.adm.leave_waiting() {
+                    return None;
+                }
+                let started = c.input.head_start.unwrap_or_else(Instant::now);
+                c.resp.reset(status);
+                self.queue(l, c, false, false, false, started);
+            }
+            Scan::Head { start, end, next } => {
+                if !c.adm.leave_waiting() {
+                    return None;
+                }
+                self.parsed_head(l, c, (start, end, next));
+            }
+        }
+        Some(Step::Again)
+    }
+
+    /// A whole head is in the buffer at `start..end` (the next one begins at `next`): parses
+    /// it, then answers it, or waits for its body.
+    fn parsed_head(
+        &self,
+        l: &mut Local<H::Local>,
+        c: &mut Conn<H::Labels>,
+        (start, end, next): (usize, usize, usize),
+    ) {
+        let limits = &self.srv.adm.limits;
+        let started = c.input.head_start.unwrap_or_else(Instant::now);
+        let parsed = c.req.parse(&c.input.buf[start..end], limits.max_headers);
+        c.input.buf.drain(..next);
+        if c.input.buf.capacity() > REQUEST_KEPT {
+            // A large head (or leading empty lines) is not kept while its response is
+            // written: what is left is the next head's start.
+            c.input.buf.shrink_to(REQUEST_KEPT);
+        }
+        c.input.scan = ScanState::default();
+        c.input.head_start = None;
+        if let Err(status) = parsed {
+            c.resp.reset(status);
+            return self.queue(l, c, false, false, false, started);
+        }
+        match c.req.body_len(limits.max_body_bytes) {
+            Err((status, why)) => {
+                c.resp = Response::text(status, &why);
+                self.queue(l, c, false, false, false, started);
+            }
+            Ok(0) => self.answer(l, c, started),
+            Ok(len) => match self.srv.adm.body_reserve(len) {
+                Some(budget) => {
+                    c.phase = Phase::Reading(Reading::Body {
+                        len,
+                        started,
+                        _budget: budget,
+                    })
+                }
+                None => {
+                    c.resp = Response::text(
+                        503,
+                        "the server is reading as many request bodies as it holds (--max-body-total); retry shortly",
+                    )
+                    .header("Retry-After", "1");
+                    self.queue(l, c, false, false, false, started);
+                }
+            },
+        }
+    }
+
+    /// Reads a request's body, then answers the request. None: close the connection.
+    fn read_body(
+        &self,
+        l: &mut Local<H::Local>,
+        c: &mut Conn<H::Labels>,
+        readable: &mut bool,
+    ) -> Option<Step> {
+        let Phase::Reading(Reading::Body { len, started, .. }) = c.phase else {
+            return Some(Step::Again);
+        };
+        if c.input.buf.len() < len && *readable {
+            *readable = false;
+            self.fill_with(c, len, &mut l.scratch).ok()?;
+        }
+        if c.input.buf.len() < len {
+            if c.input.eof {
+                return None;
+            }
+            // Within the header time-out from the head's first byte, evictable at the
+            // connection limit like a head still coming.
+            c.adm.enter_waiting(self.now);
+            return Some(Step::Wait(EpollFlags::EPOLLIN));
+        }
+        if !c.adm.leave_waiting() {
+            return None;
+        }
+        // Gives the body budget back.
+        c.phase = Phase::Reading(Reading::Head);
+        c.req.body.clear();
+        c.req.body.extend_from_slice(&c.input.buf[..len]);
+        c.input.buf.drain(..len);
+        self.answer(l, c, started);
+        Some(Step::Again)
+    }
+
+    /// Writes the response. None: close the connection.
+    fn write(
+        &self,
+        l: &mut Local<H::Local>,
+        c: &mut Conn<H::Labels>,
+        readable: &mut bool,
+    ) -> Option<Step> {
+        let Phase::Writing(Writing::Response(out)) = &mut c.phase else {
+            return Some(Step::Again);
+        };
+        if !c.io.write(out, &mut c.input, &mut l.pipes).ok()? {
+            // Waiting for the client: the deadline stays the end of the current window of
+            // the minimum send rate (see `sweep`), and at the connection limit it may be
+            // evicted, slowest first.
+            c.adm.wait_for_client(out.queued, out.sent);
+            return Some(Step::Wait(EpollFlags::EPOLLOUT));
+        }
+        if !c.adm.leave_slow() {
+            // Evicted meanwhile: its slot went to another connection.
+            return None;
+        }
+        self.written(l, c, readable)
+    }
+
+    /// The response is written: reports it, then reads the next request, lingers, or closes
+    /// the connection (None).
+    fn written(
+        &self,
+        l: &mut Local<H::Local>,
+        c: &mut Conn<H::Labels>,
+        readable: &mut bool,
+    ) -> Option<Step> {
+        let srv = &self.srv;
+        let phase = std::mem::replace(&mut c.phase, Phase::Reading(Reading::Head));
+        let Phase::Writing(Writing::Response(out)) = phase else {
+            return Some(Step::Again);
+        };
+        let now = Instant::now();
+        let at_once = out.closes_at_once(&c.input, c.io.is_plain());
+        let Out {
+            mut head,
+            finished,
+            close_after,
+            ..
+        } = out;
+        head.clear();
+        c.spare_head = head;
+        if let Some(f) = finished {
+            srv.handler.done(
+                &mut l.handler,
+                f.has_req.then_some(&c.req),
+                &c.resp,
+                f.bytes,
+                now.saturating_duration_since(f.started),
+                c.peer,
+            );
+            c.served += 1;
+        }
+        if c.req.text.capacity() > REQUEST_KEPT {
+            // A large head is not kept once it is answered.
+            c.req = Request::default();
+        }
+        // The request was read whole and nothing follows it: close at once, as nginx does
+        // (`Out::closes_at_once`; anything else lingers below).
+        if close_after && (c.input.eof || at_once) {
+            return None;
+        }
+        // No request in progress any more and the connection stays (lingering or
+        // keep-alive): evictable again.
+        c.adm.enter_waiting(self.now);
+        if close_after {
+            // The client has its whole answer: a lingering connection no longer counts
+            // against its address, so a client that opens its next connection as soon as it
+            // reads the end is not refused. Lingering ones have a cap of their own (an
+            // address that leaves more open is closed on at once).
+            if !c.adm.linger() {
+                return None;
+            }
+            // Lingering close: the client reads our answer, not a reset.
+            c.io.shutdown_write();
+            c.phase = Phase::Writing(Writing::Linger);
+            c.deadline = now + srv.adm.limits.linger;
+            *readable = true;
+            return Some(Step::Again);
+        }
+        if c.input.buf.is_empty() {
+            c.deadline = now + srv.adm.limits.idle_timeout;
+        } else {
+            // The next (pipelined) request is already arriving.
+            c.input.head_start = Some(now);
+            c.deadline = now + srv.adm.limits.header_timeout;
+        }
+        // Level-triggered: if more is on the socket, epoll says so.
+        *readable = false;
+        Some(Step::Again)
+    }
+
+    /// Drains a lingering connection until its client closes. None: close it.
+    fn linger(&self, c: &mut Conn<H::Labels>, readable: bool) -> Option<Step> {
+        if readable {
+            let mut tmp = [0u8; 4096];
+            loop {
+                match c.io.sock().read(&mut tmp) {
+                    Ok(0) => return None,
+                    Ok(n) => {
+                        c.input.discarded += n;
+                        if c.input.discarded > LINGER_BYTES {
                             return None;
                         }
-                        // Within the header time-out from the head's first byte, evictable
-                        // at the connection limit like a head still coming.
-                        self.enter_waiting(c);
-                        return Some(EpollFlags::EPOLLIN);
                     }
-                    if !self.leave_waiting(c) {
-                        return None;
-                    }
-                    c.body = None;
-                    srv.adm.body_release(need);
-                    c.req.body.clear();
-                    c.req.body.extend_from_slice(&c.buf[..need]);
-                    c.buf.drain(..need);
-                    self.answer(l, c, started);
-                }
-                Phase::Writing => {
-                    let done = match c.tls {
-                        Some(_) => flush_tls_response(c),
-                        None => flush_plain(c, &mut l.pipes),
-                    };
-                    match done {
-                        Err(_) => return None,
-                        Ok(false) => {
-                            // Waiting for the client: the deadline stays the end of the
-                            // current window of the minimum send rate (see `sweep`), and at
-                            // the connection limit it may be evicted, slowest first.
-                            let sent = if c.tls.is_some() { c.sent } else { c.out_pos };
-                            match (&c.slow, &c.shared_sent) {
-                                (Some(_), Some(s)) => s.store(sent, Ordering::Relaxed),
-                                _ if c.counted => {
-                                    let s = c.shared_sent.get_or_insert_default();
-                                    s.store(sent, Ordering::Relaxed);
-                                    let s = s.clone();
-                                    c.slow = Some(srv.adm.slow_enter(
-                                        self.me,
-                                        c.sock.as_raw_fd(),
-                                        c.queued,
-                                        s,
-                                    ));
-                                }
-                                _ => {}
-                            }
-                            return Some(EpollFlags::EPOLLOUT);
-                        }
-                        Ok(true) => {}
-                    }
-                    if let Some(k) = c.slow.take()
-                        && !srv.adm.slow_leave(k)
-                    {
-                        // Evicted meanwhile: its slot went to another connection.
-                        c.counted = false;
-                        return None;
-                    }
-                    c.out_head.clear();
-                    c.out_body = Body::Empty;
-                    c.out_whole = None;
-                    let now = Instant::now();
-                    let at_once = closes_at_once(c);
-                    if let Some(f) = c.finished.take() {
-                        srv.handler.done(
-                            &mut l.handler,
-                            f.has_req.then_some(&c.req),
-                            &c.resp,
-                            f.bytes,
-                            now.saturating_duration_since(f.started),
-                            c.peer,
-                        );
-                        c.served += 1;
-                    }
-                    if c.req.text.capacity() > REQUEST_KEPT {
-                        // A large head is not kept once it is answered.
-                        c.req = Request::default();
-                    }
-                    // The request was read whole and nothing follows it: close at once, as
-                    // nginx does (`closes_at_once`; anything else lingers below).
-                    if c.close_after && (c.eof || at_once) {
-                        return None;
-                    }
-                    // No request in progress any more and the connection stays (lingering
-                    // or keep-alive): evictable again.
-                    self.enter_waiting(c);
-                    if c.close_after {
-                        // The client has its whole answer: a lingering connection no longer
-                        // counts against its address, so a client that opens its next
-                        // connection as soon as it reads the end is not refused. Lingering
-                        // ones have a cap of their own (an address that leaves more open is
-                        // closed on at once).
-                        if c.address == AddressHold::Active {
-                            if !srv.adm.address_linger(c.peer.ip().to_canonical()) {
-                                c.address = AddressHold::None;
-                                return None;
-                            }
-                            c.address = AddressHold::Lingering;
-                        }
-                        // Lingering close: the client reads our answer, not a reset.
-                        let _ = c.sock.shutdown(Shutdown::Write);
-                        c.phase = Phase::Linger;
-                        c.deadline = now + srv.adm.limits.linger;
-                        readable = true;
-                        continue;
-                    }
-                    c.phase = Phase::Head;
-                    if c.buf.is_empty() {
-                        c.deadline = now + srv.adm.limits.idle_timeout;
-                    } else {
-                        // The next (pipelined) request is already arriving.
-                        c.head_start = Some(now);
-                        c.deadline = now + srv.adm.limits.header_timeout;
-                    }
-                    // Level-triggered: if more is on the socket, epoll says so.
-                    readable = false;
-                }
-                // Parked until its reply (`resume`) or the answer time-out (`sweep`).
-                Phase::Deferred => return Some(EpollFlags::empty()),
-                Phase::Linger => {
-                    if readable {
-                        let mut tmp = [0u8; 4096];
-                        loop {
-                            match c.sock.read(&mut tmp) {
-                                Ok(0) => return None,
-                                Ok(n) => {
-                                    c.lingered += n;
-                                    if c.lingered > LINGER_BYTES {
-                                        return None;
-                                    }
-                                }
-                                Err(e) if would_block(&e) => break,
-                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                                Err(_) => return None,
-                            }
-                        }
-                    }
-                    self.enter_waiting(c);
-                    return Some(EpollFlags::EPOLLIN);
+                    Err(e) if would_block(&e) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return None,
                 }
             }
         }
-    }
-
-    /// Joins the waiting set (eviction candidates) unless already in it.
-    fn enter_waiting(&self, c: &mut Conn<H::Labels>) {
-        if c.waiting.is_none() && c.counted {
-            c.waiting = Some(
-                self.srv
-                    .adm
-                    .wait_enter(self.me, c.sock.as_raw_fd(), self.now),
-            );
-        }
-    }
-}
-
-/// Writes the plain response. Ok(true): all written; Ok(false): the socket is full.
-///
-/// When the connection is closed at once after it (see `closes_at_once`), its end is sent
-/// with MSG_MORE / SPLICE_F_MORE: the kernel holds the last segment back and the close
-/// sends it together with the FIN, one segment (and the client's processing of it) fewer.
-fn flush_plain<L>(c: &mut Conn<L>, pipes: &mut pipes::Loop) -> std::io::Result<bool> {
-    if c.out_pos == 0 && !c.drained && closes_at_once_if_drained(c) {
-        // The last read did not find the socket empty, or is old (a deferred answer's client
-        // had time to send more): one more read, before the answer, decides. Closing with
-        // bytes unread would reset the connection and drop what the kernel held back.
-        let mut probe = [0u8; 512];
-        match c.sock.read(&mut probe) {
-            Err(e) if would_block(&e) => c.drained = true,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            // Broken: nothing more will come.
-            Ok(0) | Err(_) => c.eof = true,
-            Ok(n) => c.lingered += n,
-        }
-    }
-    let last = closes_at_once(c);
-    loop {
-        let head = match &c.out_whole {
-            Some(w) => &w.head,
-            None => &c.out_head,
-        };
-        let total = head.len() + c.out_body.len();
-        if c.out_pos >= total {
-            return Ok(true);
-        }
-        let res = match (&c.out_whole, &c.out_body) {
-            // From the start: through this loop's pipe copy when it keeps one (see
-            // `crate::pipes`); the rest of a response the socket took only part of, and
-            // whatever that cannot take, from the memfd.
-            (Some(w), Body::File(f)) => match (c.out_pos == 0)
-                .then(|| pipes.send(&c.sock, w, &[&w.head, &f.bytes], last))
-                .flatten()
-            {
-                Some(r) => r.map_err(std::io::Error::from),
-                None => sendfile(&c.sock, &w.fd, c.out_pos, total - c.out_pos),
-            },
-            (Some(w), _) => sendfile(&c.sock, &w.fd, c.out_pos, total - c.out_pos),
-            // The head, held back (MSG_MORE) to leave in the same segment as the body's start.
-            (None, Body::File(_)) if c.out_pos < head.len() => nix::sys::socket::send(
-                c.sock.as_raw_fd(),
-                &head[c.out_pos..],
-                nix::sys::socket::MsgFlags::from_bits_retain(nix::libc::MSG_MORE)
-                    | nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
-            )
-            .map_err(std::io::Error::from),
-            (None, Body::File(f)) => {
-                let from = c.out_pos - head.len();
-                sendfile(&c.sock, &f.fd, from, f.bytes.len() - from)
-            }
-            // From memory: the head's rest and the body's pieces, shared, never copied.
-            (None, body) => {
-                let mut bufs = [IoSlice::new(&[]); 16];
-                let mut n = 0;
-                if c.out_pos < head.len() {
-                    bufs[0] = IoSlice::new(&head[c.out_pos..]);
-                    n = 1;
-                }
-                let from = c.out_pos.saturating_sub(head.len());
-                n += body.slices_from(from, usize::MAX, &mut bufs[n..]);
-                if last {
-                    nix::sys::socket::sendmsg::<()>(
-                        c.sock.as_raw_fd(),
-                        &bufs[..n],
-                        &[],
-                        nix::sys::socket::MsgFlags::from_bits_retain(nix::libc::MSG_MORE)
-                            | nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
-                        None,
-                    )
-                    .map_err(std::io::Error::from)
-                } else {
-                    c.sock.write_vectored(&bufs[..n])
-                }
-            }
-        };
-        match res {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => c.out_pos += n,
-            Err(e) if would_block(&e) => return Ok(false),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Whether the connection is closed as soon as its response is written (`Shard::step`):
-/// `Connection: close` after a request read whole (not an error answer, which may leave a
-/// body unread), plain, nothing read after it and the socket found empty. Otherwise it
-/// lingers: closing with unread data would make the kernel answer it with a reset, which
-/// can cost the client the end of its answer.
-fn closes_at_once<L>(c: &Conn<L>) -> bool {
-    (c.drained || c.eof) && closes_at_once_if_drained(c)
-}
-
-/// [`closes_at_once`] but for whether the socket is known to be empty.
-fn closes_at_once_if_drained<L>(c: &Conn<L>) -> bool {
-    c.close_after
-        && c.tls.is_none()
-        && c.lingered == 0
-        && c.buf.is_empty()
-        && c.finished.as_ref().is_some_and(|f| f.has_req)
-}
-
-/// Plaintext handed to rustls at a time, and only once it has sent what it held: one
-/// record. A TLS connection whose client does not read holds at most this of its response,
-/// encrypted (the body itself is shared and read from where it is).
-const TLS_CHUNK: usize = 16 * 1024;
-
-/// Writes the TLS response: encrypts the next [`TLS_CHUNK`] of it only once the socket has
-/// taken everything before. Ok(true): all written (and the close_notify of a closing
-/// response); Ok(false): the socket is full.
-fn flush_tls_response<L>(c: &mut Conn<L>) -> std::io::Result<bool> {
-    let Conn {
-        tls,
-        sock,
-        out_head,
-        out_body,
-        out_pos,
-        sent,
-        close_after,
-        notified,
-        ..
-    } = c;
-    let Some(t) = tls.as_mut() else {
-        return Ok(true);
-    };
-    let total = out_head.len() + out_body.len();
-    loop {
-        if !flush_tls_counted(t, sock, sent)? {
-            return Ok(false);
-        }
-        if *out_pos >= total {
-            if *close_after && !*notified {
-                t.send_close_notify();
-                *notified = true;
-                continue;
-            }
-            return Ok(true);
-        }
-        let mut bufs = [IoSlice::new(&[]); 16];
-        let mut n = 0;
-        let mut left = TLS_CHUNK;
-        if *out_pos < out_head.len() {
-            let h = &out_head[*out_pos..];
-            let take = h.len().min(left);
-            bufs[0] = IoSlice::new(&h[..take]);
-            n = 1;
-            left -= take;
-        }
-        let from = out_pos.saturating_sub(out_head.len());
-        n += out_body.slices_from(from, left, &mut bufs[n..]);
-        match t.writer().write_vectored(&bufs[..n]) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(w) => *out_pos += w,
-            Err(e) => return Err(e),
-        }
+        c.adm.enter_waiting(self.now);
+        Some(Step::Wait(EpollFlags::EPOLLIN))
     }
 }

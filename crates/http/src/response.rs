@@ -2,6 +2,7 @@
 //! memfds ([`FileBody`]) and each event loop's cache of whole responses ([`Wholes`]), sent
 //! with sendfile(2).
 
+use std::any::Any;
 use std::io::{IoSlice, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -28,13 +29,16 @@ pub enum Body {
         start: usize,
         end: usize,
     },
+    /// No answer yet: it comes later, from another thread ([`Response::later`]). Never
+    /// written: the event loop takes it out of the response the handler gave.
+    Later(Later),
 }
 
 impl Body {
     /// The body's length in bytes.
     pub fn len(&self) -> usize {
         match self {
-            Body::Empty => 0,
+            Body::Empty | Body::Later(_) => 0,
             Body::Shared(b) => b.len(),
             Body::File(f) => f.bytes.len(),
             Body::Owned(b) => b.len(),
@@ -53,7 +57,7 @@ impl Body {
     /// Its bytes in order, as the contiguous pieces it holds.
     pub fn pieces(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let one: &[u8] = match self {
-            Body::Empty | Body::Spliced { .. } => &[],
+            Body::Empty | Body::Spliced { .. } | Body::Later(_) => &[],
             Body::Shared(b) => b,
             Body::File(f) => &f.bytes,
             Body::Owned(b) => b,
@@ -272,9 +276,6 @@ pub struct Response<L = ()> {
     pub body: Body,
     /// The application's labels.
     pub labels: L,
-    /// No answer yet: it comes later, from another thread ([`Response::later`]). Never
-    /// written: the event loop takes it out of the response the handler gave.
-    pub(super) later: Later<L>,
 }
 
 /// Where the answer to a deferred request goes: the event loop that owns the connection
@@ -303,22 +304,19 @@ impl<L> Reply<L> {
 /// the [`Reply`] that answers the request from any thread.
 pub type Deferred<L = ()> = Box<dyn FnOnce(Reply<L>) + Send>;
 
-/// A response's [`Deferred`], if it has one: taken once; a clone holds none.
-pub(super) struct Later<L>(pub(super) Option<Deferred<L>>);
+/// A [`Deferred`] held by a response's body ([`Body::Later`]): taken once; a clone holds
+/// none. A `Deferred<L>` of the response's labels, boxed as `Any` so that a body does not
+/// name the labels (nor grow: one pointer).
+#[derive(Default)]
+pub struct Later(Option<Box<dyn Any + Send>>);
 
-impl<L> Default for Later<L> {
-    fn default() -> Self {
-        Later(None)
-    }
-}
-
-impl<L> Clone for Later<L> {
+impl Clone for Later {
     fn clone(&self) -> Self {
         Later(None)
     }
 }
 
-impl<L> std::fmt::Debug for Later<L> {
+impl std::fmt::Debug for Later {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(if self.0.is_some() { "Later(..)" } else { "Now" })
     }
@@ -331,7 +329,6 @@ impl<L: Labels> Response<L> {
             lines: String::new(),
             body: Body::Empty,
             labels: L::default(),
-            later: Later::default(),
         }
     }
 
@@ -340,9 +337,19 @@ impl<L: Labels> Response<L> {
     /// nothing more from it, and it keeps its connection slot), and writes whatever
     /// `Reply::send` gives it. The connection's deadline meanwhile is the answer time-out
     /// ([`Limits::answer_timeout`](super::Limits::answer_timeout)), after which it is
-    /// answered 503 and a late reply is dropped. The rest of this response is ignored.
+    /// answered 503 and a late reply is dropped. The rest of this response is ignored; its
+    /// body is [`Body::Later`] until then.
     pub fn later(&mut self, f: impl FnOnce(Reply<L>) + Send + 'static) {
-        self.later = Later(Some(Box::new(f)));
+        let f: Deferred<L> = Box::new(f);
+        self.body = Body::Later(Later(Some(Box::new(f))));
+    }
+
+    /// Takes what [`Response::later`] was given, if this response has it.
+    pub(super) fn take_later(&mut self) -> Option<Deferred<L>> {
+        let Body::Later(Later(f)) = &mut self.body else {
+            return None;
+        };
+        f.take()?.downcast::<Deferred<L>>().ok().map(|f| *f)
     }
 
     pub fn text(status: u16, msg: impl Into<String>) -> Self {
@@ -378,7 +385,6 @@ impl<L: Labels> Response<L> {
         self.lines.clear();
         self.body = Body::Empty;
         self.labels.clear();
-        self.later = Later::default();
     }
 
     /// Replaces the header line `from` (with its CRLF) by `to` (with its CRLF), if there is one.
@@ -550,13 +556,15 @@ mod tests {
         r.later(|_| {});
         assert_eq!(r.header_value("retry-after"), Some("1"));
         assert_eq!(r.labels.0, "worker");
-        assert!(r.later.0.is_some() && r.clone().later.0.is_none());
+        assert!(r.clone().take_later().is_none());
+        assert!(r.take_later().is_some() && r.take_later().is_none());
+        r.later(|_| {});
         r.reset(404);
         assert_eq!(
             (r.status, &r.labels.0[..], r.header_value("retry-after")),
             (404, "", None)
         );
-        assert!(r.later.0.is_none());
+        assert!(r.take_later().is_none());
         assert!(r.body.is_empty());
         let mut h = Vec::new();
         response_head(&r.header("ETag", "\"e\""), false, 7, "D", &mut h);
