@@ -2,7 +2,7 @@
 """The agent crate's layer rule, checked: a module imports only from its own layer and the
 layers below it, plus the rules that go beyond "down only" (ARCHITECTURE.md, "Layers").
 
-The crates below the agent crate (spec, butane, runtime, serve) are kept apart by Cargo
+The crates below the agent crate (spec, butane, runtime, http-core, serve) are kept apart by Cargo
 itself: each Cargo.toml names what it may use. Inside the agent crate, this script reads every
 `crate::` path and every `super::` path that leaves a top-level module, and every path that
 names one of those crates (`runtime::limits`, `spec::config`, `serve::Options`), and fails on

@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    match serve::http::parse_head(data, 100) {
+    match http_core::parse_head(data, 100) {
         Ok(req) => {
             let _ = req.header("host");
             let _ = req.header_one("authorization");

@@ -526,6 +526,7 @@ fn label(s: &str) -> String {
 
 impl Handler for Admin {
     type Local = ();
+    type Labels = super::http::Labels;
 
     fn local(&self, _: usize) {}
 

@@ -529,7 +529,7 @@ impl App {
                         Version::NEWEST
                     ),
                 );
-                out.set_pool(&pool.name);
+                out.labels.set_pool(&pool.name);
                 return;
             }
             Negotiated::Spec2(m) => return super::openshift::answer_v2(req, pool, m, out),
@@ -542,7 +542,7 @@ impl App {
         {
             if v.is_empty() || v.len() > 6 || !v.bytes().all(|b| b.is_ascii_digit()) {
                 *out = Response::text(400, "etcd_index must be a small non-negative integer");
-                out.set_pool(&pool.name);
+                out.labels.set_pool(&pool.name);
                 return;
             }
             etcd = v.parse().ok();
@@ -553,16 +553,16 @@ impl App {
                 Ok(doc) => answer(req, out, &doc.etag, &doc.header_lines, || doc.body),
                 Err(e) => *out = Response::text(406, e),
             }
-            out.set_pool(&pool.name);
-            out.version = version_label(minor);
+            out.labels.set_pool(&pool.name);
+            out.labels.version = version_label(minor);
             return;
         }
         match pool.rendered(minor) {
             Ok(doc) => answer(req, out, &doc.etag, doc.header_lines(), || doc.http_body()),
             Err(e) => *out = Response::text(406, e),
         }
-        out.set_pool(&pool.name);
-        out.version = version_label(minor);
+        out.labels.set_pool(&pool.name);
+        out.labels.version = version_label(minor);
     }
 
     fn access_log(
@@ -583,9 +583,9 @@ impl App {
             "remote": peer.to_string(),
             "method": req.map(|r| r.method()),
             "path": req.map(|r| r.path()),
-            "pool": resp.pool(),
+            "pool": resp.labels.pool(),
             "status": resp.status,
-            "version": resp.version,
+            "version": resp.labels.version,
             "bytes": bytes,
             "durationMs": (took.as_secs_f64() * 1e6).round() / 1e3,
         });
@@ -597,6 +597,7 @@ impl App {
 
 impl http::Handler for App {
     type Local = Local;
+    type Labels = http::Labels;
 
     fn local(&self, index: usize) -> Local {
         Local {
@@ -707,8 +708,13 @@ impl http::Handler for App {
         took: Duration,
         peer: SocketAddr,
     ) {
-        self.metrics
-            .request(local.part, resp.pool(), resp.status, &resp.version, took);
+        self.metrics.request(
+            local.part,
+            resp.labels.pool(),
+            resp.status,
+            &resp.labels.version,
+            took,
+        );
         if self.access_log {
             self.access_log(req, resp, bytes, took, peer);
         }

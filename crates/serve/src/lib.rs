@@ -16,9 +16,8 @@
 //! - `accept`: spec version negotiation; `status`: assigned/active/lastKnownGood/error;
 //! - `tokens`: bearer tokens (derived from a key per pool+config+epoch, or the legacy store);
 //! - `checkpoint`: the `--state-dir` checkpoints (assigned/active/lastKnownGood, old payloads);
-//! - `http`: the HTTP/1.1 server (request heads, responses, admission, event loops);
-//!   `pipes`: hot responses sent from per-loop pipes; `tls`: rustls with certificate
-//!   reload; `metrics`: Prometheus text;
+//! - `http`: the HTTP/1.1 server (the `http-core` crate) with this server's response
+//!   labels; `metrics`: Prometheus text;
 //! - `tokens_cmd`: `agent token` (show, rotate, revoke); `pointer`: `agent pointer`;
 //! - `options`: [`Options`], what `agent serve` is told.
 //!
@@ -41,7 +40,6 @@ pub mod metrics;
 pub mod openshift;
 pub mod options;
 pub mod page;
-pub mod pipes;
 pub mod placeholders;
 pub mod pointer;
 pub mod reading;
@@ -50,7 +48,6 @@ pub mod run;
 pub mod selectors;
 pub mod source;
 pub mod status;
-pub mod tls;
 pub mod tokens;
 pub mod tokens_cmd;
 pub mod watch;

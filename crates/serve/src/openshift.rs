@@ -175,7 +175,7 @@ pub fn render_v22(pool: &Pool, etcd_index: Option<u32>) -> Result<Vec<u8>, Strin
 /// The answer to a request for spec 2.x (`minor`): 2.2.0 in OpenShift mode, for a 2.x at
 /// or above 2.2 (as the MCS does); 400 otherwise; 406 naming the fields 2.2 cannot express.
 pub fn answer_v2(req: &Request, pool: &Pool, minor: u64, out: &mut Response) {
-    out.set_pool(&pool.name);
+    out.labels.set_pool(&pool.name);
     if mode().is_none() || minor < 2 {
         *out = Response::text(
             400,
@@ -189,7 +189,7 @@ pub fn answer_v2(req: &Request, pool: &Pool, minor: u64, out: &mut Response) {
                 }
             ),
         );
-        out.set_pool(&pool.name);
+        out.labels.set_pool(&pool.name);
         return;
     }
     let mut etcd = None;
@@ -198,7 +198,7 @@ pub fn answer_v2(req: &Request, pool: &Pool, minor: u64, out: &mut Response) {
     {
         if v.is_empty() || v.len() > 6 || !v.bytes().all(|b| b.is_ascii_digit()) {
             *out = Response::text(400, "etcd_index must be a small non-negative integer");
-            out.set_pool(&pool.name);
+            out.labels.set_pool(&pool.name);
             return;
         }
         etcd = v.parse().ok();
@@ -217,8 +217,8 @@ pub fn answer_v2(req: &Request, pool: &Pool, minor: u64, out: &mut Response) {
         }
         Err(e) => *out = Response::text(406, e),
     }
-    out.set_pool(&pool.name);
-    out.version = "2.2.0".into();
+    out.labels.set_pool(&pool.name);
+    out.labels.version = "2.2.0".into();
 }
 
 #[cfg(test)]

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::app::App;
+use super::http::{self, tls};
 use super::options::Options;
 use super::watch::{Nudges, watch_loop};
-use super::{http, tls};
 
 /// Runs the server until SIGTERM or SIGINT: binds the listeners (printing `listening
 /// SCHEME://ADDR` on stdout for each), starts the event loops and the source watcher, turns

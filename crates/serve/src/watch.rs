@@ -15,9 +15,10 @@ use anyhow::{Context, Result};
 
 use super::app::App;
 use super::checkpoint::{MAX_RETAINED_PER_POOL, Retained, Snapshot};
+use super::http::tls;
 use super::source::{self, Generation, LoadError};
 use super::status::Change;
-use super::{tls, tokens};
+use super::tokens;
 
 impl App {
     /// Puts back what the checkpoint directory kept (before the first load): assigned,

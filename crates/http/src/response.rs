@@ -2,7 +2,7 @@
 //! memfds ([`FileBody`]) and each event loop's cache of whole responses ([`Wholes`]), sent
 //! with sendfile(2).
 
-use std::borrow::Cow;
+use std::any::Any;
 use std::io::{IoSlice, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -195,10 +195,10 @@ impl Wholes {
     /// most twice a second per body and `keep` (a head that changes more often, which the
     /// server's own responses never do, is sent apart). None also for a body over the
     /// cache's budget.
-    pub(super) fn get(
+    pub(super) fn get<L>(
         &mut self,
         body: &Arc<FileBody>,
-        r: &Response,
+        r: &Response<L>,
         keep: bool,
         (date_secs, date): (u64, &str),
         now: Instant,
@@ -252,50 +252,63 @@ impl Wholes {
     }
 }
 
-/// A response. An event loop answers each of a connection's requests into the same
-/// `Response`, which keeps its buffers (see [`Request`]).
+/// What the application labels its responses with (for its metrics and access log, say):
+/// its own type, which the server only keeps with the response and hands back to
+/// [`Handler::done`](crate::Handler::done). `()` for none.
+pub trait Labels: Default + Clone + std::fmt::Debug + Send + 'static {
+    /// Back to the default, keeping what buffers it has (a response's labels are cleared
+    /// for each request of a connection).
+    fn clear(&mut self) {
+        *self = Self::default();
+    }
+}
+
+impl Labels for () {}
+
+/// A response, labelled by the application with an `L` ([`Labels`]). An event loop answers
+/// each of a connection's requests into the same `Response`, which keeps its buffers (see
+/// [`Request`]).
 #[derive(Debug, Clone)]
-pub struct Response {
+pub struct Response<L = ()> {
     pub status: u16,
     /// The header lines, each `Name: value` and CRLF.
     pub(super) lines: String,
     pub body: Body,
-    /// Labels for metrics and the access log: the pool ("-" when none, kept as empty) and
-    /// the spec version.
-    pool: String,
-    pub version: Cow<'static, str>,
+    /// The application's labels.
+    pub labels: L,
 }
 
 /// Where the answer to a deferred request goes: the event loop that owns the connection
 /// (its reply, made by the loop). Sent once, from any thread.
-pub trait Answer: Send {
-    fn send_boxed(self: Box<Self>, resp: Response);
+pub trait Answer<L>: Send {
+    fn send_boxed(self: Box<Self>, resp: Response<L>);
 }
 
 /// The answer to a request its handler deferred ([`Response::later`]), which any thread
 /// may send: it goes to the event loop that owns the connection (through that loop's inbox
 /// and event fd) and is written from there. Dropped unsent, it answers 500. A reply whose
 /// connection is gone (closed, or answered 503 at the answer time-out) is dropped.
-pub struct Reply(Box<dyn Answer>);
+pub struct Reply<L = ()>(Box<dyn Answer<L>>);
 
-impl Reply {
-    pub fn new(a: impl Answer + 'static) -> Reply {
+impl<L> Reply<L> {
+    pub fn new(a: impl Answer<L> + 'static) -> Reply<L> {
         Reply(Box::new(a))
     }
 
-    pub fn send(self, resp: Response) {
+    pub fn send(self, resp: Response<L>) {
         self.0.send_boxed(resp)
     }
 }
 
 /// What a handler that answers later gives the event loop: called once, on the loop, with
 /// the [`Reply`] that answers the request from any thread.
-pub type Deferred = Box<dyn FnOnce(Reply) + Send>;
+pub type Deferred<L = ()> = Box<dyn FnOnce(Reply<L>) + Send>;
 
 /// A [`Deferred`] held by a response's body ([`Body::Later`]): taken once; a clone holds
-/// none. Boxed again to be one pointer, so a body is no larger for it.
+/// none. A `Deferred<L>` of the response's labels, boxed as `Any` so that a body does not
+/// name the labels (nor grow: one pointer).
 #[derive(Default)]
-pub struct Later(pub(super) Option<Box<Deferred>>);
+pub struct Later(Option<Box<dyn Any + Send>>);
 
 impl Clone for Later {
     fn clone(&self) -> Self {
@@ -309,14 +322,13 @@ impl std::fmt::Debug for Later {
     }
 }
 
-impl Response {
+impl<L: Labels> Response<L> {
     pub fn new(status: u16) -> Self {
         Response {
             status,
             lines: String::new(),
             body: Body::Empty,
-            pool: String::new(),
-            version: Cow::Borrowed("-"),
+            labels: L::default(),
         }
     }
 
@@ -327,8 +339,17 @@ impl Response {
     /// ([`Limits::answer_timeout`](super::Limits::answer_timeout)), after which it is
     /// answered 503 and a late reply is dropped. The rest of this response is ignored; its
     /// body is [`Body::Later`] until then.
-    pub fn later(&mut self, f: impl FnOnce(Reply) + Send + 'static) {
-        self.body = Body::Later(Later(Some(Box::new(Box::new(f)))));
+    pub fn later(&mut self, f: impl FnOnce(Reply<L>) + Send + 'static) {
+        let f: Deferred<L> = Box::new(f);
+        self.body = Body::Later(Later(Some(Box::new(f))));
+    }
+
+    /// Takes what [`Response::later`] was given, if this response has it.
+    pub(super) fn take_later(&mut self) -> Option<Deferred<L>> {
+        let Body::Later(Later(f)) = &mut self.body else {
+            return None;
+        };
+        f.take()?.downcast::<Deferred<L>>().ok().map(|f| *f)
     }
 
     pub fn text(status: u16, msg: impl Into<String>) -> Self {
@@ -363,8 +384,7 @@ impl Response {
         self.status = status;
         self.lines.clear();
         self.body = Body::Empty;
-        self.pool.clear();
-        self.version = Cow::Borrowed("-");
+        self.labels.clear();
     }
 
     /// Replaces the header line `from` (with its CRLF) by `to` (with its CRLF), if there is one.
@@ -380,19 +400,6 @@ impl Response {
             let (n, v) = l.split_once(": ")?;
             n.eq_ignore_ascii_case(k).then_some(v)
         })
-    }
-
-    pub fn pool(&self) -> &str {
-        if self.pool.is_empty() {
-            "-"
-        } else {
-            &self.pool
-        }
-    }
-
-    pub fn set_pool(&mut self, pool: &str) {
-        self.pool.clear();
-        self.pool.push_str(pool);
     }
 }
 
@@ -422,8 +429,8 @@ pub fn reason(status: u16) -> &'static str {
 
 /// Writes the response head for `r` into `h`; `content_length` is the body's whole length
 /// (sent for HEAD too; none for 304).
-pub(super) fn response_head(
-    r: &Response,
+pub(super) fn response_head<L>(
+    r: &Response<L>,
     keep: bool,
     content_length: usize,
     date: &str,
@@ -487,16 +494,28 @@ pub fn http_date(secs: u64) -> String {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let t = runtime::util::utc(secs);
+    // The civil date of a day count (Howard Hinnant's `civil_from_days`).
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
     format!(
         "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
-        DAYS[t.weekday as usize],
-        t.day,
-        MONTHS[t.month as usize - 1],
-        t.year,
-        t.hour,
-        t.minute,
-        t.second
+        // 1970-01-01 was a Thursday.
+        DAYS[((days + 4) % 7) as usize],
+        day,
+        MONTHS[month as usize - 1],
+        year,
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
     )
 }
 
@@ -520,17 +539,32 @@ mod tests {
         assert_eq!(http_date(1709251200), "Fri, 01 Mar 2024 00:00:00 GMT");
     }
 
+    /// An application's labels: cleared by `reset` with what they hold.
+    #[derive(Debug, Clone, Default)]
+    struct Pool(String);
+
+    impl Labels for Pool {
+        fn clear(&mut self) {
+            self.0.clear();
+        }
+    }
+
     #[test]
     fn response_reset_and_headers() {
-        let mut r = Response::text(503, "busy").header("Retry-After", "1");
-        r.set_pool("worker");
+        let mut r = Response::<Pool>::text(503, "busy").header("Retry-After", "1");
+        r.labels.0.push_str("worker");
+        r.later(|_| {});
         assert_eq!(r.header_value("retry-after"), Some("1"));
-        assert_eq!(r.pool(), "worker");
+        assert_eq!(r.labels.0, "worker");
+        assert!(r.clone().take_later().is_none());
+        assert!(r.take_later().is_some() && r.take_later().is_none());
+        r.later(|_| {});
         r.reset(404);
         assert_eq!(
-            (r.status, r.pool(), r.header_value("retry-after")),
-            (404, "-", None)
+            (r.status, &r.labels.0[..], r.header_value("retry-after")),
+            (404, "", None)
         );
+        assert!(r.take_later().is_none());
         assert!(r.body.is_empty());
         let mut h = Vec::new();
         response_head(&r.header("ETag", "\"e\""), false, 7, "D", &mut h);
@@ -548,7 +582,7 @@ mod tests {
     fn whole_responses_follow_their_head() {
         let f = Arc::new(FileBody::new(Arc::from(&b"the body"[..])).unwrap());
         let mut ws = Wholes::default();
-        let mut r = Response::new(200);
+        let mut r = Response::<()>::new(200);
         r.add_header("ETag", "\"a\"");
         let t0 = Instant::now();
         let ms = Duration::from_millis;

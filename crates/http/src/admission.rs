@@ -1,6 +1,7 @@
 //! Connection admission and eviction: the connection limits, the global and per-address
 //! connection counts, the sets of connections waiting for a head and of responses waiting
-//! for their client, and eviction from them at `max_connections`.
+//! for their client, and eviction from them at `max_connections`. What a connection holds
+//! of them is a value ([`Admitted`], [`BodyBudget`]) that gives it back when dropped.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, TcpStream};
@@ -97,7 +98,7 @@ pub(super) const WAIT_PARTS: usize = 8;
 
 /// A waiting connection's entry: its part, when it started waiting, its socket.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct WaitKey {
+struct WaitKey {
     part: usize,
     at: u64,
     fd: RawFd,
@@ -105,7 +106,7 @@ pub(super) struct WaitKey {
 
 /// A connection's entry among the responses waiting for their client: its part, its socket.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct SlowKey {
+struct SlowKey {
     part: usize,
     fd: RawFd,
 }
@@ -136,25 +137,183 @@ pub(super) struct Admission {
     /// Per client address: connections counted against the cap, and lingering ones.
     per_address: Mutex<HashMap<IpAddr, AddressCount>>,
     /// Refused connections still being answered.
-    pub(super) rejecting: AtomicUsize,
+    rejecting: AtomicUsize,
     /// Bytes of request bodies being read (see [`Limits::max_body_total`]).
     bodies: AtomicUsize,
 }
 
+/// `n` bytes of the body budget ([`Limits::max_body_total`]), given back when dropped.
+pub(super) struct BodyBudget {
+    adm: Arc<Admission>,
+    n: usize,
+}
+
+impl Drop for BodyBudget {
+    fn drop(&mut self) {
+        self.adm.bodies.fetch_sub(self.n, Ordering::AcqRel);
+    }
+}
+
+/// What one connection holds of the server's admission, given back when it is dropped: its
+/// slot of `max_connections` (or, refused, its place among the refusals being answered),
+/// its count against its address, and its entries among the eviction candidates. A
+/// connection drops this before it closes its socket (see [`Admission`]'s `waiting`).
+pub(super) struct Admitted {
+    adm: Arc<Admission>,
+    /// The connection's event loop (its part of the sets), socket and client address.
+    part: usize,
+    fd: RawFd,
+    ip: IpAddr,
+    /// Holds a slot of `max_connections` (false once evicted: the evicting thread released it).
+    slot: bool,
+    /// Refused: answered 503 and closed, counted in `rejecting`.
+    refused: bool,
+    /// What it counts for in the per-address map.
+    address: AddressHold,
+    /// Its key in the waiting set while waiting for a head.
+    waiting: Option<WaitKey>,
+    /// Its key among the responses waiting for their client, while in it, and the bytes of
+    /// its response the socket took, for the evicting thread (made when a response first
+    /// waits for its client).
+    slow: Option<SlowKey>,
+    sent: Option<Arc<AtomicUsize>>,
+}
+
+impl Admitted {
+    /// Refused: the connection gets a 503 (in its listener's protocol) and is closed.
+    pub(super) fn refused(&self) -> bool {
+        self.refused
+    }
+
+    /// Joins the waiting set (eviction candidates) unless already in it.
+    pub(super) fn enter_waiting(&mut self, now: Instant) {
+        if self.waiting.is_none() && self.slot {
+            self.waiting = Some(self.adm.wait_enter(self.part, self.fd, now));
+        }
+    }
+
+    /// Leaves the waiting set; false when the connection was evicted meanwhile (its slot
+    /// went to another connection and its socket is shut down).
+    pub(super) fn leave_waiting(&mut self) -> bool {
+        match self.waiting.take() {
+            Some(k) if !self.adm.wait_leave(k) => {
+                self.slot = false;
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// The response queued at `queued` waits for its client, which has taken `sent` bytes
+    /// of it: at the connection limit it may be evicted, slowest first.
+    pub(super) fn wait_for_client(&mut self, queued: Instant, sent: usize) {
+        match (&self.slow, &self.sent) {
+            (Some(_), Some(s)) => s.store(sent, Ordering::Relaxed),
+            _ if self.slot => {
+                let s = self.sent.get_or_insert_default();
+                s.store(sent, Ordering::Relaxed);
+                let s = s.clone();
+                self.slow = Some(self.adm.slow_enter(self.part, self.fd, queued, s));
+            }
+            _ => {}
+        }
+    }
+
+    /// Leaves the responses waiting for their client; false when the connection was
+    /// evicted meanwhile.
+    pub(super) fn leave_slow(&mut self) -> bool {
+        match self.slow.take() {
+            Some(k) if !self.adm.slow_leave(k) => {
+                self.slot = false;
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// The connection has sent its last answer: it stops counting against its address's
+    /// cap and lingers, unless its address already has the cap of lingering connections
+    /// (false: close it at once).
+    pub(super) fn linger(&mut self) -> bool {
+        if self.address != AddressHold::Active {
+            return true;
+        }
+        if !self.adm.address_linger(self.ip) {
+            self.address = AddressHold::None;
+            return false;
+        }
+        self.address = AddressHold::Lingering;
+        true
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        // Leave the eviction sets before the socket is closed (see `Admission::waiting`).
+        self.leave_waiting();
+        self.leave_slow();
+        let adm = &self.adm;
+        if self.slot {
+            adm.stats.open.fetch_sub(1, Ordering::SeqCst);
+        }
+        if self.refused {
+            adm.rejecting.fetch_sub(1, Ordering::SeqCst);
+        }
+        if self.address != AddressHold::None {
+            adm.address_release(self.ip, self.address);
+        }
+    }
+}
+
 impl Admission {
-    /// Reserves `n` bytes of the body budget; false when it would pass `max_body_total`.
-    pub(super) fn body_reserve(&self, n: usize) -> bool {
+    /// Admits a connection of event loop `part` on socket `fd` from `ip`: a slot of
+    /// `max_connections` (evicting at the limit) within its address's cap, or else a place
+    /// among the refused connections being answered. None: refused beyond those too (close
+    /// it without an answer).
+    pub(super) fn admit(self: &Arc<Self>, part: usize, fd: RawFd, ip: IpAddr) -> Option<Admitted> {
+        let address_ok = self.address_acquire(ip);
+        let slot = address_ok && self.acquire_slot();
+        let capped = self.limits.max_connections_per_address > 0;
+        if address_ok && !slot && capped {
+            self.address_release(ip, AddressHold::Active);
+        }
+        if !slot {
+            self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            if self.rejecting.fetch_add(1, Ordering::SeqCst) >= self.limits.reject_budget() {
+                self.rejecting.fetch_sub(1, Ordering::SeqCst);
+                return None;
+            }
+        }
+        Some(Admitted {
+            adm: self.clone(),
+            part,
+            fd,
+            ip,
+            slot,
+            refused: !slot,
+            address: if slot && capped {
+                AddressHold::Active
+            } else {
+                AddressHold::None
+            },
+            waiting: None,
+            slow: None,
+            sent: None,
+        })
+    }
+
+    /// Reserves `n` bytes of the body budget; None when it would pass `max_body_total`.
+    pub(super) fn body_reserve(self: &Arc<Self>, n: usize) -> Option<BodyBudget> {
         let max = self.limits.max_body_total;
         self.bodies
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
                 (b + n <= max).then_some(b + n)
             })
-            .is_ok()
-    }
-
-    /// Gives back `n` bytes of the body budget.
-    pub(super) fn body_release(&self, n: usize) {
-        self.bodies.fetch_sub(n, Ordering::AcqRel);
+            .ok()?;
+        Some(BodyBudget {
+            adm: self.clone(),
+            n,
+        })
     }
 
     pub(super) fn new(limits: Limits, stats: Arc<ConnStats>) -> Self {
@@ -172,7 +331,7 @@ impl Admission {
 
     /// Registers a connection of event loop `part` (its number) as waiting for a head;
     /// returns its key.
-    pub(super) fn wait_enter(&self, part: usize, fd: RawFd, now: Instant) -> WaitKey {
+    fn wait_enter(&self, part: usize, fd: RawFd, now: Instant) -> WaitKey {
         let k = WaitKey {
             part: part % WAIT_PARTS,
             at: now.saturating_duration_since(self.born).as_nanos() as u64,
@@ -184,7 +343,7 @@ impl Admission {
 
     /// Unregisters a waiting connection. false: it was evicted meanwhile (its slot already
     /// went to another connection and its socket is shut down).
-    pub(super) fn wait_leave(&self, k: WaitKey) -> bool {
+    fn wait_leave(&self, k: WaitKey) -> bool {
         lock(&self.waiting[k.part].0).remove(&(k.at, k.fd))
     }
 
@@ -213,7 +372,7 @@ impl Admission {
 
     /// Registers a response of event loop `part` queued at `queued` that waits for its client, with the counter
     /// of its bytes the socket took; returns its key.
-    pub(super) fn slow_enter(
+    fn slow_enter(
         &self,
         part: usize,
         fd: RawFd,
@@ -230,7 +389,7 @@ impl Admission {
     }
 
     /// Unregisters a waiting response. false: it was evicted meanwhile.
-    pub(super) fn slow_leave(&self, k: SlowKey) -> bool {
+    fn slow_leave(&self, k: SlowKey) -> bool {
         lock(&self.slow[k.part].0).remove(&k.fd).is_some()
     }
 
@@ -271,7 +430,7 @@ impl Admission {
 
     /// Takes a connection slot, evicting at the limit a connection waiting for a request
     /// head or, when there is none, the slowest response waiting for its client.
-    pub(super) fn acquire_slot(&self) -> bool {
+    fn acquire_slot(&self) -> bool {
         if self.stats.open.fetch_add(1, Ordering::SeqCst) < self.limits.max_connections {
             return true;
         }
@@ -282,7 +441,7 @@ impl Admission {
         false
     }
 
-    pub(super) fn address_acquire(&self, ip: IpAddr) -> bool {
+    fn address_acquire(&self, ip: IpAddr) -> bool {
         let cap = self.limits.max_connections_per_address;
         if cap == 0 {
             return true;
@@ -297,7 +456,7 @@ impl Admission {
     }
 
     /// Gives back what `hold` holds of `ip`'s counts.
-    pub(super) fn address_release(&self, ip: IpAddr, hold: AddressHold) {
+    fn address_release(&self, ip: IpAddr, hold: AddressHold) {
         let mut m = lock(&self.per_address);
         if let Some(n) = m.get_mut(&ip) {
             match hold {
@@ -314,7 +473,7 @@ impl Admission {
     /// A counted connection has sent its last answer: it stops counting against the cap and
     /// may linger, unless its address already has `cap` lingering connections (false: close
     /// it at once).
-    pub(super) fn address_linger(&self, ip: IpAddr) -> bool {
+    fn address_linger(&self, ip: IpAddr) -> bool {
         let cap = self.limits.max_connections_per_address;
         let mut m = lock(&self.per_address);
         let Some(n) = m.get_mut(&ip) else {
@@ -341,7 +500,7 @@ struct AddressCount {
 
 /// What a connection holds of its address's counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum AddressHold {
+enum AddressHold {
     None,
     Active,
     Lingering,
@@ -403,4 +562,56 @@ fn unacked_fd(fd: RawFd) -> usize {
 /// `m` locked; a poisoned lock is taken as it is.
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a connection holds (its slot or its place among the refusals, its address's
+    /// count, its entry in the waiting set, a body's budget) is given back when the value
+    /// holding it is dropped, once, and not at all for a slot an eviction took.
+    #[test]
+    fn what_a_connection_holds_is_given_back_when_dropped() {
+        let limits = Limits {
+            max_connections: 1,
+            max_connections_per_address: 1,
+            max_body_total: 10,
+            ..Limits::default()
+        };
+        let adm = Arc::new(Admission::new(limits, Arc::default()));
+        let (one, two): (IpAddr, IpAddr) =
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let open = |adm: &Admission| adm.stats.open.load(Ordering::SeqCst);
+        // Evicting shuts the socket down: a real one.
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut a = adm.admit(0, sock.as_raw_fd(), one).unwrap();
+        assert!(!a.refused());
+        assert_eq!(open(&adm), 1);
+        // At the limit with nothing to evict: refused, and its address is not counted.
+        let b = adm.admit(0, sock.as_raw_fd(), two).unwrap();
+        assert!(b.refused());
+        assert_eq!(adm.rejecting.load(Ordering::SeqCst), 1);
+        assert!(lock(&adm.per_address).get(&two).is_none());
+        drop(b);
+        assert_eq!(adm.rejecting.load(Ordering::SeqCst), 0);
+        // Waiting for a head, `a` is evicted for a new connection, which takes its slot.
+        a.enter_waiting(Instant::now());
+        let c = adm.admit(1, sock.as_raw_fd(), two).unwrap();
+        assert!(!c.refused());
+        assert_eq!(adm.stats.evicted.load(Ordering::Relaxed), 1);
+        assert!(!a.leave_waiting());
+        drop(a);
+        assert_eq!(open(&adm), 1, "an evicted slot is not given back twice");
+        assert!(lock(&adm.per_address).get(&one).is_none());
+        drop(c);
+        assert_eq!(open(&adm), 0);
+        assert!(lock(&adm.per_address).is_empty());
+        // The body budget.
+        let r = adm.body_reserve(6).unwrap();
+        assert!(adm.body_reserve(6).is_none());
+        drop(r);
+        assert!(adm.body_reserve(10).is_some());
+        assert_eq!(adm.bodies.load(Ordering::SeqCst), 0);
+    }
 }

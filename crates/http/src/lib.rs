@@ -1,4 +1,5 @@
-//! A small, strict HTTP/1.1 server on epoll, with rustls for TLS.
+//! A small, strict HTTP/1.1 server on epoll, with rustls for TLS. It knows nothing of the
+//! application it serves: that is the [`Handler`].
 //!
 //! A few event-loop threads (`threads`, one per CPU by default) own every connection; every
 //! socket is non-blocking, so no thread ever waits on one client. A connection that has not
@@ -14,10 +15,15 @@
 //!   memfds ([`FileBody`]) and each loop's cache of whole responses, sent with sendfile(2);
 //! - `admission`: the [`Limits`], the connection counts ([`ConnStats`]), and eviction at
 //!   `max_connections` (the oldest connection waiting for a head, else the slowest response);
+//!   what a connection holds of them is a value that gives it back when dropped;
+//! - `transport`: a connection's plain TCP or TLS behind one type (reading plaintext,
+//!   flushing handshake records, writing a response, the close_notify);
 //! - `event_loop`: the [`Server`], its epoll loops, accepting and handing connections over,
-//!   each connection's state machine, and what each loop owns (no thread-local state: a loop
+//!   each connection's state machine (its phase, reading a request or writing a response,
+//!   holds that phase's state), and what each loop owns (no thread-local state: a loop
 //!   makes its own buffers, caches, pipes and the [`Handler`]'s per-loop value and passes
-//!   them down).
+//!   them down);
+//! - `pipes`: hot responses sent from per-loop pipes; `tls`: rustls with certificate reload.
 //!
 //! Limits (documented in docs/serve.md):
 //! - `header_timeout` runs from accept (TLS handshake included) until the whole first head is
@@ -52,9 +58,12 @@
 mod admission;
 mod event_loop;
 mod head;
+mod pipes;
 mod response;
+pub mod tls;
+mod transport;
 
 pub use admission::{ConnStats, Limits};
 pub use event_loop::{Handler, LOOP_FDS, Listener, Server, bind, stop_listener};
 pub use head::{Request, parse_head};
-pub use response::{Answer, Body, Deferred, FileBody, Reply, Response, http_date, reason};
+pub use response::{Answer, Body, Deferred, FileBody, Labels, Reply, Response, http_date, reason};
