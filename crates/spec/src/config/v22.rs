@@ -10,10 +10,11 @@
 //! What 2.2 cannot express is refused, every such field named by its path: what the
 //! converter refuses (fields newer than 3.2, LUKS, proxies, HTTP headers, compressed config
 //! references and CAs, sizes and starts in MiB, partition resizing, mount options, users and
-//! groups that should not exist), what its 2.2 check rejects (`gs://` URLs, a filesystem
-//! without a format, a node its filesystem's path leaves no absolute path), and what it would
-//! drop without a word (a file with neither contents nor appends, a partition to delete, a
-//! partition entry to wipe): never a silently different config.
+//! groups that should not exist) and what its 2.2 check rejects (`gs://` URLs, a filesystem
+//! without a format, a node its filesystem's path leaves no absolute path). Everything else is
+//! written as the converter writes it, byte for byte: a file with neither contents nor
+//! appends stays an empty file, a partition to delete or an entry to wipe is written as the
+//! converter writes it.
 
 use super::diag::Path;
 use super::types::*;
@@ -43,7 +44,7 @@ pub fn to_json(c: &Config) -> Result<Vec<u8>, String> {
     Ok(doc.0)
 }
 
-/// What the converter refuses, and what it would drop, with where it is.
+/// What the converter refuses, with where it is.
 fn refusals(c: &Config, why: &mut Vec<String>) {
     let mut no = |path: Path, what: &str| why.push(format!("{what} at {path}"));
     let ign = Path::root().key("ignition");
@@ -114,12 +115,7 @@ fn refusals(c: &Config, why: &mut Vec<String>) {
             if p.resize == Some(true) {
                 no(at.key("resize"), "partition resizing");
             }
-            if p.should_exist == Some(false) {
-                no(at.key("shouldExist"), "partitions to delete");
-            }
-            if p.wipe_partition_entry == Some(true) {
-                no(at.key("wipePartitionEntry"), "wiping partition entries");
-            }
+
         }
     }
     for (i, f) in c.storage.filesystems.iter().enumerate() {
@@ -133,9 +129,7 @@ fn refusals(c: &Config, why: &mut Vec<String>) {
     }
     for (i, f) in c.storage.files.iter().enumerate() {
         let at = st.key("files").index(i);
-        if f.contents.source.is_none() && f.append.is_empty() {
-            no(at.key("contents").key("source"), "files without contents");
-        }
+
         if !f.contents.http_headers.is_empty() {
             no(at.key("contents").key("httpHeaders"), "HTTP headers");
         }
@@ -686,8 +680,6 @@ mod tests {
             "$.ignition.proxy",
             "$.passwd.users.0.shouldExist",
             "$.storage.disks.0.partitions.0.sizeMiB",
-            "$.storage.disks.0.partitions.1.shouldExist",
-            "$.storage.files.0.contents.source",
             "$.storage.files.1.contents.source",
             "$.storage.filesystems.0.mountOptions",
             "$.storage.links.0.path",
