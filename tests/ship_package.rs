@@ -200,13 +200,20 @@ fn make_install_units_users_docs_completions() {
             "-f",
             "-c",
             &format!(
-                "fpath=({} $fpath); autoload -Uz compinit && compinit -u -d /dev/null && \
+                "fpath=({} $fpath); autoload -Uz compinit && compinit -u -D && \
                  autoload -Uz _agent && whence -w _agent && (( $+_comps[agent] ))",
                 zsh.display()
             ),
         ],
     );
     assert_eq!(code, 0, "zsh: {out}");
+    // compinit writes no dump file (`-D`): a dump path is replaced by rename, and one named
+    // /dev/null would turn the host's /dev/null into a regular file.
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::metadata("/dev/null").unwrap().file_type().is_char_device(),
+        "/dev/null is no longer the null device"
+    );
     let (code, out) = run(
         "fish",
         &[
