@@ -183,12 +183,16 @@ pub struct InfoArgs {
 fn info(a: InfoArgs) -> anyhow::Result<()> {
     let newest = spec::config::Version::NEWEST.to_string();
     let blkid = libblkid_rs::get_library_version();
-    let (support, said) = match selinux::kernel_support() {
-        selinux::KernelSupport::Unsupported => {
-            ("unsupported", "not supported by the running kernel")
-        }
-        selinux::KernelSupport::SELinux => ("selinux", "supported by the running kernel"),
-        _ => ("mls", "supported by the running kernel (MLS)"),
+    let ks = selinux::kernel_support();
+    let support = match ks {
+        selinux::KernelSupport::Unsupported => "unsupported",
+        selinux::KernelSupport::SELinux => "selinux",
+        _ => "mls",
+    };
+    let said = match ks {
+        selinux::KernelSupport::Unsupported => "not supported by the running kernel",
+        selinux::KernelSupport::SELinux => "supported by the running kernel",
+        _ => "supported by the running kernel (MLS)",
     };
     if a.json {
         let (version, date) = match &blkid {
