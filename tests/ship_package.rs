@@ -211,7 +211,10 @@ fn make_install_units_users_docs_completions() {
     // /dev/null would turn the host's /dev/null into a regular file.
     use std::os::unix::fs::FileTypeExt;
     assert!(
-        std::fs::metadata("/dev/null").unwrap().file_type().is_char_device(),
+        std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device(),
         "/dev/null is no longer the null device"
     );
     let (code, out) = run(

@@ -93,8 +93,6 @@ fn same_as_the_machine_config_servers_converter() {
             _ => panic!("line {}: malformed fixture", n + 1),
         }
     }
-    eprintln!(
-        "{same} the same, {refused_both} refused by both"
-    );
+    eprintln!("{same} the same, {refused_both} refused by both");
     assert!(same >= 350 && refused_both >= 200, "{same} {refused_both}");
 }

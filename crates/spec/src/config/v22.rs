@@ -115,7 +115,6 @@ fn refusals(c: &Config, why: &mut Vec<String>) {
             if p.resize == Some(true) {
                 no(at.key("resize"), "partition resizing");
             }
-
         }
     }
     for (i, f) in c.storage.filesystems.iter().enumerate() {
