@@ -797,6 +797,85 @@ fn access_log_lines() {
     );
 }
 
+/// `--access-log FILE`: the access log apart from the server's log, one JSON line per
+/// request appended to the file; stderr keeps the server's own lines only. `--log-format
+/// json` makes those JSON too, each with its level.
+#[test]
+fn access_log_to_a_file_apart_from_the_server_log() {
+    let t = TempDir::new("accesslog-file");
+    let src = plain_source(&t);
+    let log = t.path().join("stderr.log");
+    let access = t.path().join("access.log");
+    std::fs::write(&access, "an earlier line\n").unwrap();
+    let s = serve_args(&src)
+        .arg("--access-log", access.to_str().unwrap())
+        .start_logged(&[], Some(&log));
+    assert_eq!(s.get("/config/infra").status, 200);
+    assert_eq!(s.get("/config/nosuchpool").status, 404);
+    let mut lines = Vec::new();
+    for _ in 0..50 {
+        lines = std::fs::read_to_string(&access)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        if lines.len() >= 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(lines[0], "an earlier line", "appended, not replaced");
+    let reqs: Vec<serde_json::Value> = lines[1..]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert!(
+        reqs.iter()
+            .any(|r| r["path"] == "/config/infra" && r["status"] == 200)
+    );
+    assert!(
+        reqs.iter()
+            .any(|r| r["path"] == "/config/nosuchpool" && r["status"] == 404)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.contains("\"path\""),
+        "no access line on stderr: {text}"
+    );
+    assert!(
+        text.contains("listening"),
+        "the server's own log stays: {text}"
+    );
+    drop(s);
+    // An access log that cannot be opened stops the server at start, naming the flag.
+    let out = std::process::Command::new(AGENT)
+        .args([
+            "serve",
+            "--source",
+            src.to_str().unwrap(),
+            "--listen-http",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--state-dir",
+            t.path().join("st").to_str().unwrap(),
+            "--admin-listen",
+            "off",
+        ])
+        .args([
+            "--access-log",
+            t.path().join("no/such/dir/a.log").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--access-log"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A config far larger than the socket buffers, read slowly through a small receive buffer,
 /// twice on one keep-alive connection (the second request pipelined behind the first): the
 /// pre-rendered body goes out with sendfile in many partial writes, and every byte arrives

@@ -161,9 +161,13 @@ pub struct ServeArgs {
     /// after it, whatever the source watcher is doing).
     #[arg(help_heading = "Listeners", long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
-    /// Do not write a JSON access-log line per request.
-    #[arg(help_heading = "Source", long)]
+    /// Do not write a JSON access-log line per request (as --access-log off).
+    #[arg(help_heading = "Logging", long, conflicts_with = "access_log")]
     pub no_access_log: bool,
+    /// Where each request's JSON access-log line goes: stderr (beside the server's log),
+    /// off, or a file's path (appended to; the server's log stays on stderr).
+    #[arg(help_heading = "Logging", long, value_name = "stderr|off|FILE")]
+    pub access_log: Option<serve::options::AccessLog>,
     /// The URL machines reach this server at (e.g. http://10.0.0.1:8080), used in the iPXE
     /// scripts' URLs [default: http:// and the request's Host header].
     #[arg(help_heading = "Listeners", long)]
@@ -229,7 +233,11 @@ impl From<ServeArgs> for serve::Options {
             admin_token_file: a.admin_token_file,
             admin_hosts: a.admin_hosts,
             shutdown_grace: a.shutdown_grace,
-            access_log: !a.no_access_log,
+            access_log: if a.no_access_log {
+                serve::options::AccessLog::Off
+            } else {
+                a.access_log.unwrap_or_default()
+            },
             public_url: a.public_url.map(|u| u.trim_end_matches('/').to_string()),
             discovery: a.discovery,
             boot_token_ttl: a.boot_token_ttl,

@@ -88,6 +88,12 @@ fn version_label(minor: u8) -> Cow<'static, str> {
     }
 }
 
+/// Where access-log lines are written.
+pub(super) enum AccessSink {
+    Stderr,
+    File(Mutex<std::fs::File>),
+}
+
 /// Shared state of a running server.
 pub struct App {
     pub(super) source: PathBuf,
@@ -117,7 +123,9 @@ pub struct App {
     pub(super) ttl: u64,
     pub(super) soak: u64,
     pub(super) require_token: bool,
-    pub(super) access_log: bool,
+    /// Where each request's access-log line goes (None: nowhere; a file: apart from the
+    /// server's log).
+    pub(super) access_log: Option<AccessSink>,
     pub(super) conns: Arc<http::ConnStats>,
     /// The connection and request limits, as shown in /status.
     pub(super) limits: serde_json::Value,
@@ -171,6 +179,20 @@ impl App {
         conns: Arc<http::ConnStats>,
         limits: &http::Limits,
     ) -> anyhow::Result<App> {
+        let access_log = match &opts.access_log {
+            super::options::AccessLog::Off => None,
+            super::options::AccessLog::Stderr => Some(AccessSink::Stderr),
+            super::options::AccessLog::File(p) => {
+                use std::os::unix::fs::OpenOptionsExt;
+                let f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .mode(0o640)
+                    .open(p)
+                    .map_err(|e| anyhow::anyhow!("opening --access-log {}: {e}", p.display()))?;
+                Some(AccessSink::File(Mutex::new(f)))
+            }
+        };
         let key = match &opts.token_key {
             Some(p) => Some(tokens::Key::from_file(p)?),
             None => None,
@@ -238,7 +260,7 @@ impl App {
             ttl: opts.token_ttl.as_secs(),
             soak: opts.soak.as_secs(),
             require_token: opts.require_token,
-            access_log: opts.access_log,
+            access_log,
             conns,
             limits: limits_json(limits),
             boot: super::boot::Settings {
@@ -566,7 +588,7 @@ impl App {
     }
 
     fn access_log(
-        &self,
+        sink: &AccessSink,
         req: Option<&Request>,
         resp: &Response,
         bytes: usize,
@@ -591,7 +613,17 @@ impl App {
         });
         let mut s = line.to_string();
         s.push('\n');
-        let _ = std::io::stderr().lock().write_all(s.as_bytes());
+        match sink {
+            AccessSink::Stderr => {
+                let _ = std::io::stderr().lock().write_all(s.as_bytes());
+            }
+            // One write(2) per line on an O_APPEND file: lines never interleave.
+            AccessSink::File(f) => {
+                if let Ok(mut f) = f.lock() {
+                    let _ = f.write_all(s.as_bytes());
+                }
+            }
+        }
     }
 }
 
@@ -715,8 +747,8 @@ impl http::Handler for App {
             &resp.labels.version,
             took,
         );
-        if self.access_log {
-            self.access_log(req, resp, bytes, took, peer);
+        if let Some(sink) = &self.access_log {
+            Self::access_log(sink, req, resp, bytes, took, peer);
         }
     }
 }

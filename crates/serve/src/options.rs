@@ -60,8 +60,8 @@ pub struct Options {
     pub max_body_total: usize,
     /// Time in-flight requests get to finish on SIGTERM.
     pub shutdown_grace: Duration,
-    /// Write a JSON access-log line per request (stderr).
-    pub access_log: bool,
+    /// Where the JSON access-log line of each request goes.
+    pub access_log: AccessLog,
     /// Where machine reports are kept (docs/reports.md).
     pub inventory_store: crate::inventory::StoreKind,
     /// `--inventory-store=etcd`: the cluster's client URLs.
@@ -131,5 +131,30 @@ impl Options {
     pub fn legacy_token_dir(&self) -> Option<PathBuf> {
         (self.token_dir.is_none() && self.token_key.is_none() && self.state_dir.is_some())
             .then(|| self.source.join("tokens"))
+    }
+}
+
+/// Where the access log goes (`--access-log`): one JSON line per request, apart from the
+/// server's own log when it is a file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AccessLog {
+    /// Not written.
+    Off,
+    /// On stderr, beside the server's log (the default).
+    #[default]
+    Stderr,
+    /// Appended to this file (created 0640 if missing).
+    File(PathBuf),
+}
+
+impl std::str::FromStr for AccessLog {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(AccessLog::Off),
+            "stderr" | "-" => Ok(AccessLog::Stderr),
+            "" => Err("an empty --access-log: give off, stderr or a file's path".into()),
+            p => Ok(AccessLog::File(PathBuf::from(p))),
+        }
     }
 }
