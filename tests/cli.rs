@@ -401,3 +401,79 @@ fn json_output_of_validate_info_and_token_show() {
     assert!(text.contains(&format!("worker\ttoken\t{tok}")), "{text}");
     assert!(text.contains(&format!("created={created}")), "{text}");
 }
+
+/// `agent serve` under the journal: its own lines and its access-log lines each carry their
+/// priority.
+#[test]
+fn the_server_under_the_journal_prefixes_every_line() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let d = TempDir::new("cli-serve-journal");
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("pools")).unwrap();
+    std::fs::write(
+        src.join("pools/worker.ign"),
+        r#"{"ignition":{"version":"3.4.0"}}"#,
+    )
+    .unwrap();
+    let errpath = d.path().join("stderr");
+    let f = std::fs::File::create(&errpath).unwrap();
+    let m = std::fs::metadata(&errpath).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["serve", "--source", src.to_str().unwrap()])
+        .args(["--listen-http", "127.0.0.1:0", "--admin-listen", "off"])
+        .args(["--state-dir", d.path().join("state").to_str().unwrap()])
+        .env("JOURNAL_STREAM", format!("{}:{}", m.dev(), m.ino()))
+        .stdout(Stdio::piped())
+        .stderr(f)
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut l = String::new();
+    out.read_line(&mut l).unwrap();
+    let addr = l
+        .trim()
+        .strip_prefix("listening http://")
+        .unwrap()
+        .to_string();
+    // Serving once the source is loaded (the line after the listeners').
+    loop {
+        l.clear();
+        assert!(out.read_line(&mut l).unwrap() > 0, "no source line");
+        if l.starts_with("source ") {
+            break;
+        }
+    }
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        s,
+        "GET /config/nosuchpool HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = std::fs::read_to_string(&errpath).unwrap();
+        if text.contains("nosuchpool") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let access = text
+        .lines()
+        .find(|l| l.contains("nosuchpool"))
+        .expect("an access line");
+    let json = access
+        .strip_prefix("<6>")
+        .expect("the access line's priority");
+    serde_json::from_str::<serde_json::Value>(json).unwrap();
+    for l in text.lines() {
+        assert!(
+            matches!(l.get(..3), Some("<3>" | "<4>" | "<6>" | "<7>")),
+            "a line without its priority: {l:?}"
+        );
+    }
+}

@@ -171,6 +171,16 @@ fn stderr_is_journal() -> bool {
         .is_ok_and(|m| m.dev() == dev && m.ino() == ino)
 }
 
+/// What a line written to stderr outside the logger (the server's access log) starts with to
+/// carry `level`'s priority under the journal: `<6>` for info there, nothing elsewhere.
+pub fn journal_prefix(level: Level) -> String {
+    if JOURNAL.load(Ordering::Relaxed) {
+        format!("<{}>", priority(level))
+    } else {
+        String::new()
+    }
+}
+
 /// Syslog priorities: err 3, warning 4, info 6, debug 7.
 fn priority(l: Level) -> u8 {
     match l {

@@ -615,7 +615,10 @@ impl App {
         s.push('\n');
         match sink {
             AccessSink::Stderr => {
-                let _ = std::io::stderr().lock().write_all(s.as_bytes());
+                let p = runtime::logging::journal_prefix(log::Level::Info);
+                let _ = std::io::stderr()
+                    .lock()
+                    .write_all(format!("{p}{s}").as_bytes());
             }
             // One write(2) per line on an O_APPEND file: lines never interleave.
             AccessSink::File(f) => {
