@@ -477,3 +477,57 @@ fn the_server_under_the_journal_prefixes_every_line() {
         );
     }
 }
+
+/// `agent plan --json` on a real (loop) disk: the same plan as the text, as one document,
+/// and the disk untouched.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn plan_json_on_a_loop_disk() {
+    support::root::must_be_root();
+    let lo = support::root::Loop::new(64);
+    let dev = lo.dev().to_string();
+    let d = TempDir::new("cli-plan-json");
+    let cfg = d.path().join("c.ign");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"{{"ignition":{{"version":"3.4.0"}},"storage":{{
+              "disks":[{{"device":"{dev}","wipeTable":true,"partitions":[
+                {{"number":1,"label":"data","sizeMiB":16}},{{"number":2,"label":"rest"}}]}}],
+              "filesystems":[{{"device":"{dev}p1","format":"ext4","label":"data"}}]}}}}"#
+        ),
+    )
+    .unwrap();
+    let before = lo.bytes();
+    let out = agent_out(
+        &["plan", "--json", "--config-file", cfg.to_str().unwrap()],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let disk = &v["disks"][0];
+    assert_eq!(disk["device"], dev.as_str());
+    assert_eq!(disk["table"], "wipe and write a new table");
+    assert_eq!(disk["sectors"], 64 * 2048);
+    let parts = disk["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 2);
+    assert_eq!(parts[0]["action"], "create");
+    assert_eq!(parts[0]["new"]["label"], "data");
+    assert_eq!(parts[0]["new"]["size"], 16 * 2048);
+    assert_eq!(parts[0]["new"]["start"], 2048);
+    assert!(parts[0]["old"].is_null());
+    assert_eq!(v["filesystems"][0]["device"], format!("{dev}p1").as_str());
+    assert_eq!(v["filesystems"][0]["format"], "ext4");
+    // The text plan says the same.
+    let text = agent_out(&["plan", "--config-file", cfg.to_str().unwrap()], None);
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("partition 1: create start 2048 (1 MiB) size 32768"),
+        "{text}"
+    );
+    assert_eq!(lo.bytes(), before, "plan wrote to the disk");
+}

@@ -505,10 +505,36 @@ fn entry_str(g: &Geometry, e: &Entry) -> String {
     )
 }
 
-impl fmt::Display for DiskPlan {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let g = &self.geometry;
-        let what = if self.wipe_table {
+impl Action {
+    /// The word `agent plan` prints for it.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Action::Absent => "absent",
+            Action::Keep => "keep",
+            Action::Create => "create",
+            Action::Delete => "delete",
+            Action::Recreate => "recreate",
+            Action::Resize => "resize",
+            Action::Unlisted => "keep (not in config)",
+        }
+    }
+}
+
+/// A partition entry as `agent plan --json` shows it.
+fn entry_json(e: &Entry) -> serde_json::Value {
+    serde_json::json!({
+        "start": e.start,
+        "size": e.size(),
+        "label": e.name,
+        "type": e.type_guid.hyphenated().to_string().to_uppercase(),
+        "guid": e.guid.to_string(),
+    })
+}
+
+impl DiskPlan {
+    /// What happens to the table, in words.
+    fn table_action(&self) -> &'static str {
+        if self.wipe_table {
             "wipe and write a new table"
         } else if self.old.is_none() && self.changes() {
             "write a new table (none found)"
@@ -518,22 +544,44 @@ impl fmt::Display for DiskPlan {
             "update the table"
         } else {
             "keep the table"
-        };
+        }
+    }
+
+    /// The plan as `agent plan --json` shows it (sectors; `old`/`new` entries where there are).
+    pub fn to_json(&self) -> serde_json::Value {
+        let parts: Vec<serde_json::Value> = self
+            .parts
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "number": p.number,
+                    "action": p.action.verb(),
+                    "old": p.old.as_ref().map(entry_json),
+                    "new": p.new.as_ref().map(entry_json),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "table": self.table_action(),
+            "changes": self.changes(),
+            "sectors": self.geometry.sectors,
+            "sectorSize": self.geometry.sector_size,
+            "partitions": parts,
+        })
+    }
+}
+
+impl fmt::Display for DiskPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = &self.geometry;
+        let what = self.table_action();
         writeln!(
             f,
             "  table: {what} ({} sectors of {} bytes)",
             g.sectors, g.sector_size
         )?;
         for p in &self.parts {
-            let verb = match p.action {
-                Action::Absent => "absent",
-                Action::Keep => "keep",
-                Action::Create => "create",
-                Action::Delete => "delete",
-                Action::Recreate => "recreate",
-                Action::Resize => "resize",
-                Action::Unlisted => "keep (not in config)",
-            };
+            let verb = p.action.verb();
             write!(f, "  partition {}: {verb}", p.number)?;
             match (&p.action, &p.old, &p.new) {
                 (Action::Resize, Some(o), Some(n)) => write!(

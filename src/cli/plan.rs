@@ -18,6 +18,9 @@ pub struct PlanArgs {
     /// Longest wait for a device node (seconds, fractions allowed); default 30.
     #[arg(long, value_name = "SECS", value_parser = super::run::parse_seconds_arg)]
     pub device_timeout: Option<std::time::Duration>,
+    /// Print the plan as one JSON document (`disks`, `raid`, `luks`, `filesystems`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn read_stdin() -> Result<Vec<u8>, String> {
@@ -56,6 +59,10 @@ pub fn plan(a: PlanArgs) -> anyhow::Result<()> {
         .unwrap_or(crate::endpoints::DEFAULT_DEVICE_TIMEOUT);
     runtime::logging::set_stage("disks");
     let p = stages::disks::plan(&config, timeout)?;
-    print!("{p}");
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&p.to_json())?);
+    } else {
+        print!("{p}");
+    }
     Ok(())
 }

@@ -50,6 +50,62 @@ pub fn plan(config: &Config, device_timeout: Duration) -> Result<StagePlan> {
     })
 }
 
+impl StagePlan {
+    /// The plan as `agent plan --json` prints it: `disks` (each with its table and
+    /// partitions), `raid`, `luks` and `filesystems` (each with what happens to it).
+    pub fn to_json(&self) -> serde_json::Value {
+        let disks: Vec<serde_json::Value> = self
+            .disks
+            .iter()
+            .map(|d| {
+                let mut v = d.plan.to_json();
+                v["device"] = d.path.clone().into();
+                v["node"] = d.dev.display().to_string().into();
+                v
+            })
+            .collect();
+        let raids: Vec<serde_json::Value> = self
+            .raids
+            .iter()
+            .map(|w| {
+                serde_json::json!({
+                    "name": w.raid.name,
+                    "device": raid::array_path(&w.raid.name).display().to_string(),
+                    "action": raid::describe(&w.raid, &w.action),
+                })
+            })
+            .collect();
+        let luks: Vec<serde_json::Value> = self
+            .luks
+            .iter()
+            .map(|w| {
+                serde_json::json!({
+                    "name": w.luks.name,
+                    "device": w.luks.device,
+                    "action": luks::describe(&w.luks, &w.action),
+                })
+            })
+            .collect();
+        let filesystems: Vec<serde_json::Value> = self
+            .filesystems
+            .iter()
+            .map(|w| {
+                serde_json::json!({
+                    "device": w.fs.device,
+                    "format": w.fs.format,
+                    "action": filesystem::describe(&w.fs, &w.action),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "disks": disks,
+            "raid": raids,
+            "luks": luks,
+            "filesystems": filesystems,
+        })
+    }
+}
+
 impl fmt::Display for StagePlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for d in &self.disks {
