@@ -45,15 +45,6 @@ fn make(target: &str) -> String {
     text
 }
 
-fn version() -> String {
-    let toml = std::fs::read_to_string(Path::new(ROOT).join("Cargo.toml")).unwrap();
-    toml.lines()
-        .find_map(|l| l.strip_prefix("version = \""))
-        .and_then(|v| v.strip_suffix('"'))
-        .unwrap()
-        .to_string()
-}
-
 /// Every path under `root` (relative, sorted) with its type, mode and owner.
 fn tree(root: &Path) -> Vec<String> {
     use std::os::unix::fs::MetadataExt;
@@ -141,7 +132,7 @@ fn image_builds_inspects_and_serves_a_pool() {
         need(tool, list);
     }
     make("image");
-    let version = version();
+    let version = env!("CARGO_PKG_VERSION");
     let layout = Path::new(ROOT).join("target/oci");
     let image = format!("oci:{}:{version}", layout.display());
 

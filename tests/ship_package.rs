@@ -66,15 +66,6 @@ fn run(program: &str, args: &[&str]) -> (i32, String) {
     )
 }
 
-fn version() -> String {
-    let toml = std::fs::read_to_string(Path::new(ROOT).join("Cargo.toml")).unwrap();
-    toml.lines()
-        .find_map(|l| l.strip_prefix("version = \""))
-        .and_then(|v| v.strip_suffix('"'))
-        .unwrap()
-        .to_string()
-}
-
 /// Every file, link and directory under `root`, relative.
 fn files(root: &Path) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -321,7 +312,10 @@ fn deb_lints_installs_and_purges_clean() {
         need(t, "ship.apt");
     }
     let out = make(&["deb"]);
-    let deb = Path::new(ROOT).join(format!("target/deb/agent_{}_amd64.deb", version()));
+    let deb = Path::new(ROOT).join(format!(
+        "target/deb/agent_{}_amd64.deb",
+        env!("CARGO_PKG_VERSION")
+    ));
     assert!(deb.is_file(), "{out}");
     let deb = deb.to_str().unwrap();
 
@@ -361,7 +355,7 @@ fn deb_lints_installs_and_purges_clean() {
     let result = std::panic::catch_unwind(|| {
         let (code, out) = run("/usr/bin/agent", &["--version"]);
         assert_eq!(code, 0, "{out}");
-        assert_eq!(out.trim(), format!("agent {}", version()));
+        assert_eq!(out.trim(), format!("agent {}", env!("CARGO_PKG_VERSION")));
         let (code, out) = run("man", &["-P", "cat", "agent"]);
         assert_eq!(code, 0, "man agent: {out}");
         assert!(out.contains("agent-serve(1)"), "{out}");

@@ -251,30 +251,18 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
-/// A file for output that must not reach stdout before it is whole: created private in the
-/// temporary directory and unlinked at once (nothing is left behind, whatever happens).
+/// A file for output that must not reach stdout before it is whole: an unnamed file in the
+/// temporary directory (`O_TMPFILE`), gone when closed, whatever happens.
 fn unlinked_tempfile() -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = std::env::temp_dir();
-    for i in 0..100u32 {
-        let p = dir.join(format!(".agent-machines-{}-{i}", std::process::id()));
-        match std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&p)
-        {
-            Ok(f) => {
-                std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
-                return Ok(f);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e).with_context(|| format!("creating {}", p.display())),
-        }
-    }
-    bail!("no temporary file in {}", dir.display())
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_TMPFILE)
+        .open(&dir)
+        .with_context(|| format!("creating a temporary file in {}", dir.display()))
 }
 
 /// Rows under a header: on a terminal, columns padded to their widest cell (two spaces
@@ -364,7 +352,9 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                             text(&m["state"]),
                             text(&m["pool"]),
                             text(&m["config"]["name"]),
-                            m["last_seen"].as_u64().map_or("-".into(), utc),
+                            m["last_seen"]
+                                .as_u64()
+                                .map_or("-".into(), runtime::util::rfc3339),
                             text(&m["identity"]["hostname"]),
                         ]);
                     }
@@ -428,7 +418,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                 println!("machine file\tmachines/{}.json", visible(f));
             }
             if let Some(t) = v["reprovision"].as_u64() {
-                println!("reprovision\tasked for at {}", utc(t));
+                println!("reprovision\tasked for at {}", runtime::util::rfc3339(t));
             }
             for b in v["boots"]
                 .as_array()
@@ -460,14 +450,6 @@ pub fn run(a: MachinesArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn utc(secs: u64) -> String {
-    let u = runtime::util::utc(secs);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        u.year, u.month, u.day, u.hour, u.minute, u.second
-    )
 }
 
 #[cfg(test)]

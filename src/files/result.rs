@@ -30,15 +30,6 @@ pub fn boot_id() -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// RFC 3339 UTC time for `secs` since the epoch.
-pub fn rfc3339(secs: u64) -> String {
-    let t = runtime::util::utc(secs);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
-}
-
 /// Builds the report; `previous` is the old file's JSON, if any.
 pub fn report(user_config: Option<bool>, previous: Option<Value>) -> Value {
     let now = SystemTime::now()
@@ -47,7 +38,7 @@ pub fn report(user_config: Option<bool>, previous: Option<Value>) -> Value {
         .unwrap_or(0);
     let mut v = json!({
         "provisioningBootID": boot_id(),
-        "provisioningDate": rfc3339(now),
+        "provisioningDate": runtime::util::rfc3339(now),
         "userConfigProvided": user_config,
     });
     if let Some(p) = previous {

@@ -190,7 +190,7 @@ fn now_rfc3339() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    crate::files::result::rfc3339(secs)
+    runtime::util::rfc3339(secs)
 }
 
 /// What became of a report.

@@ -212,24 +212,6 @@ fn json_string(s: &str) -> String {
     o
 }
 
-/// The time now, RFC 3339 in UTC with milliseconds.
-fn now_rfc3339_millis() -> String {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let t = crate::util::utc(d.as_secs());
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        t.year,
-        t.month,
-        t.day,
-        t.hour,
-        t.minute,
-        t.second,
-        d.subsec_millis()
-    )
-}
-
 /// Installs the logger. `verbosity`: -1 quiet (errors only), 0 info, 1 debug, 2+ trace.
 pub fn init(verbosity: i8, kmsg: bool) {
     init_with(verbosity, kmsg, Format::Text)
@@ -276,7 +258,11 @@ impl Log for Logger {
         let line = if JSON.load(Ordering::Relaxed) {
             format!(
                 "{{\"time\":\"{}\",\"level\":\"{level}\",\"stage\":{},\"message\":{}}}\n",
-                now_rfc3339_millis(),
+                crate::util::rfc3339_millis(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default(),
+                ),
                 json_string(stage()),
                 json_string(&msg)
             )

@@ -190,6 +190,21 @@ pub struct Utc {
     pub weekday: u32,
 }
 
+/// RFC 3339 in UTC, to the second, of `secs` since the epoch (`2026-12-02T13:06:31Z`).
+pub fn rfc3339(secs: u64) -> String {
+    let t = utc(secs);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
+    )
+}
+
+/// RFC 3339 in UTC, to the millisecond, of `since_epoch` (`2026-12-02T13:06:31.042Z`).
+pub fn rfc3339_millis(since_epoch: std::time::Duration) -> String {
+    let s = rfc3339(since_epoch.as_secs());
+    format!("{}.{:03}Z", &s[..s.len() - 1], since_epoch.subsec_millis())
+}
+
 /// UTC calendar fields of `secs` since the epoch (civil-from-days, H. Hinnant).
 pub fn utc(secs: u64) -> Utc {
     let days = (secs / 86400) as i64;
@@ -353,6 +368,11 @@ mod tests {
                 second: 59,
                 weekday: 2
             }
+        );
+        assert_eq!(rfc3339(951_868_799), "2000-02-29T23:59:59Z");
+        assert_eq!(
+            rfc3339_millis(std::time::Duration::from_millis(951_868_799_042)),
+            "2000-02-29T23:59:59.042Z"
         );
     }
 }

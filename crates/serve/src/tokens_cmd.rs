@@ -91,7 +91,6 @@ impl Tokens {
 
 /// One token of `agent token show`.
 struct Shown {
-    pool: String,
     role: &'static str,
     hash: String,
     config: Option<String>,
@@ -100,13 +99,11 @@ struct Shown {
     valid: bool,
 }
 
-/// RFC 3339 in UTC, seconds.
-fn rfc3339(secs: u64) -> String {
-    let t = runtime::util::utc(secs);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
+/// A pool's tokens, and its current token in clear when revealed.
+struct PoolShown {
+    pool: String,
+    tokens: Vec<Shown>,
+    revealed: Option<String>,
 }
 
 /// `agent token show`: every pool's tokens (or only `pool`'s), a line each (pool,
@@ -115,8 +112,7 @@ fn rfc3339(secs: u64) -> String {
 /// `reveal`, each pool's current token in clear.
 pub fn show_tokens(t: &Tokens, pool: Option<&str>, reveal: bool, json: bool) -> Result<()> {
     let now = tokens::default_clock().now();
-    let mut shown = Vec::new();
-    let mut revealed = BTreeMap::new();
+    let mut pools = Vec::new();
     match t {
         Tokens::Store(store) => {
             let s = store.read()?;
@@ -124,20 +120,24 @@ pub fn show_tokens(t: &Tokens, pool: Option<&str>, reveal: bool, json: bool) -> 
                 if pool.is_some_and(|x| x != p) {
                     continue;
                 }
-                for (i, e) in list.iter().enumerate() {
-                    shown.push(Shown {
-                        pool: p.clone(),
+                let tokens = list
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| Shown {
                         role: if i == 0 { "current" } else { "previous" },
                         hash: e.hash.get(..12).unwrap_or(&e.hash).to_string(),
                         config: None,
                         created: e.created,
                         expires: e.expires,
                         valid: e.expires > now,
-                    });
-                }
-                if reveal && let Some(t) = s.plaintext.get(p) {
-                    revealed.insert(p.clone(), t.clone());
-                }
+                    })
+                    .collect();
+                let revealed = s.plaintext.get(p).filter(|_| reveal).cloned();
+                pools.push(PoolShown {
+                    pool: p.clone(),
+                    tokens,
+                    revealed,
+                });
             }
         }
         Tokens::Derived {
@@ -149,85 +149,80 @@ pub fn show_tokens(t: &Tokens, pool: Option<&str>, reveal: bool, json: bool) -> 
                 if pool.is_some_and(|x| x != p.pool) {
                     continue;
                 }
-                for (role, e) in &p.epochs {
-                    let tok = key.token(&p.pool, &p.config_hash, schedule.period(), *e);
-                    let h = spec::encoding::hex(&tokens::hash_token(&tok));
-                    shown.push(Shown {
-                        pool: p.pool.clone(),
-                        role,
-                        hash: h[..12].to_string(),
-                        config: Some(p.config_name.clone()),
-                        created: schedule.issued(*e),
-                        expires: schedule.expires(*e),
-                        valid: true,
-                    });
-                }
-                if reveal {
-                    revealed.insert(p.pool.clone(), p.current.clone());
-                }
+                let tokens = p
+                    .epochs
+                    .iter()
+                    .map(|(role, e)| {
+                        let tok = key.token(&p.pool, &p.config_hash, schedule.period(), *e);
+                        let h = spec::encoding::hex(&tokens::hash_token(&tok));
+                        Shown {
+                            role,
+                            hash: h[..12].to_string(),
+                            config: Some(p.config_name.clone()),
+                            created: schedule.issued(*e),
+                            expires: schedule.expires(*e),
+                            valid: true,
+                        }
+                    })
+                    .collect();
+                pools.push(PoolShown {
+                    revealed: reveal.then(|| p.current.clone()),
+                    pool: p.pool,
+                    tokens,
+                });
             }
         }
     }
+    let state = |t: &Shown| if t.valid { "valid" } else { "expired" };
+    let time = runtime::util::rfc3339;
     let mut out = std::io::stdout().lock();
     if json {
-        let list: Vec<serde_json::Value> = shown
+        let list: Vec<serde_json::Value> = pools
             .iter()
-            .map(|t| {
+            .flat_map(|p| p.tokens.iter().map(move |t| (&p.pool, t)))
+            .map(|(pool, t)| {
                 serde_json::json!({
-                    "pool": t.pool,
+                    "pool": pool,
                     "role": t.role,
                     "hash": format!("sha256:{}", t.hash),
                     "config": t.config,
-                    "created": rfc3339(t.created),
-                    "expires": rfc3339(t.expires),
-                    "state": if t.valid { "valid" } else { "expired" },
+                    "created": time(t.created),
+                    "expires": time(t.expires),
+                    "state": state(t),
                 })
             })
             .collect();
         let mut doc = serde_json::json!({ "tokens": list });
         if reveal {
-            doc["revealed"] = serde_json::json!(revealed);
+            let r: BTreeMap<&str, &str> = pools
+                .iter()
+                .filter_map(|p| Some((p.pool.as_str(), p.revealed.as_deref()?)))
+                .collect();
+            doc["revealed"] = serde_json::json!(r);
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
-    let mut last: Option<&str> = None;
-    let print_revealed = |out: &mut std::io::StdoutLock, p: &str| -> Result<()> {
-        if let Some(t) = revealed.get(p) {
-            writeln!(out, "{p}\ttoken\t{t}")?;
+    for p in &pools {
+        for t in &p.tokens {
+            let config = t
+                .config
+                .as_ref()
+                .map(|c| format!("\tconfig={c}"))
+                .unwrap_or_default();
+            writeln!(
+                out,
+                "{}\t{}\tsha256:{}{config}\tcreated={}\texpires={}\t{}",
+                p.pool,
+                t.role,
+                t.hash,
+                time(t.created),
+                time(t.expires),
+                state(t)
+            )?;
         }
-        Ok(())
-    };
-    for t in &shown {
-        if let Some(l) = last
-            && l != t.pool
-        {
-            print_revealed(&mut out, l)?;
-        }
-        last = Some(&t.pool);
-        let config = t
-            .config
-            .as_ref()
-            .map(|c| format!("\tconfig={c}"))
-            .unwrap_or_default();
-        writeln!(
-            out,
-            "{}\t{}\tsha256:{}{config}\tcreated={}\texpires={}\t{}",
-            t.pool,
-            t.role,
-            t.hash,
-            rfc3339(t.created),
-            rfc3339(t.expires),
-            if t.valid { "valid" } else { "expired" }
-        )?;
-    }
-    if let Some(l) = last {
-        print_revealed(&mut out, l)?;
-    }
-    // A pool revealed without a listed token (none can be: every stored pool has one).
-    for p in revealed.keys() {
-        if !shown.iter().any(|t| &t.pool == p) {
-            print_revealed(&mut out, p)?;
+        if let Some(tok) = &p.revealed {
+            writeln!(out, "{}\ttoken\t{tok}", p.pool)?;
         }
     }
     Ok(())

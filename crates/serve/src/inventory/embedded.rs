@@ -329,14 +329,6 @@ struct Marker {
 
 const MARKER_FORMAT: u32 = 1;
 
-fn utc_text(secs: u64) -> String {
-    let t = runtime::util::utc(secs);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
-}
-
 fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -421,7 +413,7 @@ fn lost(path: &Path, marker: &Path, m: &Marker, len: Option<u64>) -> anyhow::Err
         },
         marker.display(),
         m.id,
-        utc_text(m.created),
+        runtime::util::rfc3339(m.created),
         path.display(),
         marker.display()
     )
@@ -554,7 +546,7 @@ impl Embedded {
                      this one",
                     path.display(),
                     marker_file.display(),
-                    utc_text(marker.as_ref().map_or(0, |m| m.created)),
+                    runtime::util::rfc3339(marker.as_ref().map_or(0, |m| m.created)),
                     marker_file.display()
                 ),
                 (Some(h), _) => h,
