@@ -847,33 +847,25 @@ fn access_log_to_a_file_apart_from_the_server_log() {
         "the server's own log stays: {text}"
     );
     drop(s);
-    // An access log that cannot be opened stops the server at start, naming the flag.
-    let out = std::process::Command::new(AGENT)
-        .args([
-            "serve",
-            "--source",
-            src.to_str().unwrap(),
-            "--listen-http",
-            "127.0.0.1:0",
-        ])
-        .args([
-            "--state-dir",
-            t.path().join("st").to_str().unwrap(),
-            "--admin-listen",
-            "off",
-        ])
-        .args([
-            "--access-log",
-            t.path().join("no/such/dir/a.log").to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--access-log"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // An access log that cannot be opened (no such directory, a FIFO nobody reads) stops the
+    // server at start, naming the flag, without waiting.
+    let fifo = t.path().join("access.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for bad in [t.path().join("no/such/dir/a.log"), fifo] {
+        let out = std::process::Command::new(AGENT)
+            .args(["serve", "--source", src.to_str().unwrap()])
+            .args(["--listen-http", "127.0.0.1:0", "--admin-listen", "off"])
+            .args(["--state-dir", t.path().join("st").to_str().unwrap()])
+            .args(["--access-log", bad.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--access-log"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// A config far larger than the socket buffers, read slowly through a small receive buffer,

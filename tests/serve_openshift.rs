@@ -228,6 +228,13 @@ fn mode_flags_are_checked_at_start() {
     assert!(e.contains("need --openshift"), "{e}");
     let e = run(&["--openshift", "--kubeconfig", kc.to_str().unwrap()]);
     assert!(e.contains("--kubeconfig") && e.contains("1048576"), "{e}");
+    // A FIFO or a device is refused at once, never opened to block on or read without end.
+    let fifo = t.path().join("kubeconfig.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let e = run(&["--openshift", "--kubeconfig", fifo.to_str().unwrap()]);
+    assert!(e.contains("not a regular file"), "{e}");
+    let e = run(&["--openshift", "--kubeconfig", "/dev/zero"]);
+    assert!(e.contains("not a regular file"), "{e}");
     let e = run(&["--openshift", "--openshift-config-name", "worker=Bad_Name"]);
     assert!(e.contains("Kubernetes object name"), "{e}");
 }

@@ -184,10 +184,12 @@ impl App {
             super::options::AccessLog::Stderr => Some(AccessSink::Stderr),
             super::options::AccessLog::File(p) => {
                 use std::os::unix::fs::OpenOptionsExt;
+                // O_NONBLOCK: a FIFO without a reader fails here instead of hanging start-up.
                 let f = std::fs::OpenOptions::new()
                     .append(true)
                     .create(true)
                     .mode(0o640)
+                    .custom_flags(nix::libc::O_NONBLOCK)
                     .open(p)
                     .map_err(|e| anyhow::anyhow!("opening --access-log {}: {e}", p.display()))?;
                 Some(AccessSink::File(Mutex::new(f)))

@@ -45,13 +45,25 @@ pub fn start(opts: &super::options::Options) -> anyhow::Result<()> {
     }
     let kubeconfig = match &opts.kubeconfig {
         Some(p) => {
-            let b = std::fs::read(p)
+            // A regular file (a Secret volume's symlink followed), never a FIFO or a
+            // device, read at most one byte past the limit.
+            use std::io::Read;
+            let (f, _) = runtime::util::open_regular(p, true).map_err(|e| match e {
+                runtime::util::OpenRegularError::Io(e) => {
+                    anyhow::anyhow!("reading --kubeconfig {}: {e}", p.display())
+                }
+                runtime::util::OpenRegularError::NotRegular(kind) => {
+                    anyhow::anyhow!("--kubeconfig {} is {kind}, not a regular file", p.display())
+                }
+            })?;
+            let mut b = Vec::new();
+            f.take(MAX_KUBECONFIG as u64 + 1)
+                .read_to_end(&mut b)
                 .with_context(|| format!("reading --kubeconfig {}", p.display()))?;
             if b.len() > MAX_KUBECONFIG {
                 bail!(
-                    "--kubeconfig {}: {} bytes, more than the {MAX_KUBECONFIG} a served file may have",
-                    p.display(),
-                    b.len()
+                    "--kubeconfig {}: more than the {MAX_KUBECONFIG} bytes a served file may have",
+                    p.display()
                 );
             }
             Some(b)
