@@ -141,7 +141,7 @@ fn image_builds_inspects_and_serves_a_pool() {
     let labels = &inspect["Labels"];
     for (k, want) in [
         ("org.opencontainers.image.title", Some("agent")),
-        ("org.opencontainers.image.version", Some(version.as_str())),
+        ("org.opencontainers.image.version", Some(version)),
         ("org.opencontainers.image.licenses", Some("Apache-2.0")),
         ("org.opencontainers.image.revision", None),
         ("org.opencontainers.image.created", None),

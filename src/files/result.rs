@@ -69,9 +69,12 @@ mod tests {
 
     #[test]
     fn dates() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(runtime::util::rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(runtime::util::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(
+            runtime::util::rfc3339(1_700_000_000),
+            "2023-11-14T22:13:20Z"
+        );
     }
 
     #[test]
