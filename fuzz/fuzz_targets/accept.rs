@@ -6,6 +6,6 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(s) = std::str::from_utf8(data) {
-        let _ = serve::accept::negotiate(Some(s));
+        let _ = serve::source::accept::negotiate(Some(s));
     }
 });

@@ -125,7 +125,7 @@ pub struct ServeArgs {
     /// `etcd` (the cluster at --etcd-endpoints: replicas then share one inventory) or
     /// `memory` (for tests and short-lived servers: lost when the server stops).
     #[arg(help_heading = "Inventory", long, default_value = "embedded")]
-    pub inventory_store: serve::inventory::StoreKind,
+    pub inventory_store: serve::fleet::inventory::StoreKind,
     /// With --inventory-store=etcd: the etcd client URLs, comma-separated
     /// (http://10.0.0.1:2379,http://10.0.0.2:2379).
     #[arg(help_heading = "Inventory", long, value_delimiter = ',')]
@@ -133,7 +133,7 @@ pub struct ServeArgs {
     /// Machine records the inventory holds at most, all replicas together: a report or a
     /// network-boot registration of a machine not known yet is refused beyond it (507), one of
     /// a known machine is still recorded.
-    #[arg(help_heading = "Inventory", long, default_value_t = serve::inventory::DEFAULT_MAX_MACHINES,
+    #[arg(help_heading = "Inventory", long, default_value_t = serve::fleet::inventory::DEFAULT_MAX_MACHINES,
         value_parser = clap::value_parser!(u64).range(1..))]
     pub max_machines: u64,
     /// The embedded inventory: begin a new, empty one when inventory.db is missing or empty
@@ -155,7 +155,7 @@ pub struct ServeArgs {
     /// Another name the admin listener answers to (repeatable): `NAME` (any port) or
     /// `NAME:PORT`. Requests whose Host names anything else but the bound address and
     /// localhost:PORT are refused (421), so a web page on another name reads nothing.
-    #[arg(help_heading = "Listeners", long = "admin-host", value_name = "NAME", value_parser = serve::admin_auth::parse_admin_host)]
+    #[arg(help_heading = "Listeners", long = "admin-host", value_name = "NAME", value_parser = serve::admin::auth::parse_admin_host)]
     pub admin_hosts: Vec<String>,
     /// Time in-flight requests get to finish on SIGTERM (the process exits at most 1 s
     /// after it, whatever the source watcher is doing).
@@ -193,7 +193,7 @@ pub struct ServeArgs {
     pub kubeconfig: Option<PathBuf>,
     /// OpenShift mode: the rendered MachineConfig a pool's nodes start from (repeatable),
     /// as POOL=NAME [default: the pool's config name].
-    #[arg(help_heading = "Source", long = "openshift-config-name", value_name = "POOL=NAME", value_parser = serve::openshift::parse_config_name)]
+    #[arg(help_heading = "Source", long = "openshift-config-name", value_name = "POOL=NAME", value_parser = serve::source::openshift::parse_config_name)]
     pub openshift_config_names: Vec<(String, String)>,
 }
 

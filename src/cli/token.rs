@@ -1,5 +1,5 @@
-//! `agent token` and `agent pointer`: their flags, handed to [`serve::tokens_cmd`] and
-//! [`serve::pointer`] as plain values.
+//! `agent token` and `agent pointer`: their flags, handed to [`serve::tokens::cmd`] and
+//! [`serve::tokens::pointer`] as plain values.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 
 use super::serve::parse_duration;
-use serve::{pointer, tokens, tokens_cmd};
+use serve::tokens::{self, cmd as tokens_cmd, pointer};
 
 #[derive(Debug, Args)]
 pub struct TokenArgs {

@@ -25,34 +25,17 @@
 //! pool's config. Every Ignition that speaks that version or any newer 3.x reads it, so old
 //! and new clients alike get a config they understand.
 
-pub mod accept;
 pub mod admin;
-pub mod admin_auth;
 pub mod app;
-pub mod boot;
-pub mod checkpoint;
 pub mod fleet;
+pub mod generations;
 pub mod http;
-pub mod inventory;
-pub mod jobs;
-pub mod machines;
 pub mod metrics;
-pub mod openshift;
 pub mod options;
-pub mod page;
-pub mod placeholders;
-pub mod pointer;
-pub mod reading;
-pub mod render;
-pub mod run;
-pub mod selectors;
 pub mod source;
-pub mod status;
 pub mod tokens;
-pub mod tokens_cmd;
-pub mod watch;
 
 pub use self::app::App;
+pub use self::app::run::run;
 pub use self::options::Options;
-pub use self::pointer::pointer_config;
-pub use self::run::run;
+pub use self::tokens::pointer::pointer_config;

@@ -8,7 +8,7 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::http::ConnStats;
+use crate::http::ConnStats;
 
 /// Latency bucket upper bounds in seconds.
 const BUCKETS: [f64; 12] = [

@@ -63,7 +63,7 @@ pub struct Options {
     /// Where the JSON access-log line of each request goes.
     pub access_log: AccessLog,
     /// Where machine reports are kept (docs/reports.md).
-    pub inventory_store: crate::inventory::StoreKind,
+    pub inventory_store: crate::fleet::inventory::StoreKind,
     /// `--inventory-store=etcd`: the cluster's client URLs.
     pub etcd_endpoints: Vec<String>,
     /// Machine records the inventory holds at most (new machines beyond are refused).
@@ -109,7 +109,7 @@ impl std::str::FromStr for Discovery {
     fn from_str(s: &str) -> Result<Self, String> {
         match s.strip_prefix("pool:") {
             _ if s == "register" => Ok(Discovery::Register),
-            Some(p) if crate::reading::valid_pool_name(p) => Ok(Discovery::Pool(p.to_string())),
+            Some(p) if crate::source::reading::valid_pool_name(p) => Ok(Discovery::Pool(p.to_string())),
             _ => Err(format!("invalid discovery {s:?}: register or pool:<name>")),
         }
     }

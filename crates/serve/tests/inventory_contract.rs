@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use inventory_support::etcd::{Cluster, etcd_binary};
 use inventory_support::{RecordsExt, report};
 use runtime::util::TestDir;
-use serve::inventory::{
+use serve::fleet::inventory::{
     BootToken, Embedded, Etcd, EtcdOptions, Filter, Full, Machine, Memory, Origin, Recorded, Spend,
     State, Store, limits,
 };
@@ -813,7 +813,7 @@ fn boot_token_is_spent_once(_: Backend, mut inv: Inv) {
     );
     // A report credential is not a boot token: it cannot be spent.
     let cred = BootToken {
-        kind: serve::inventory::TokenKind::Report,
+        kind: serve::fleet::inventory::TokenKind::Report,
         ..t.clone()
     };
     clients[0].put_boot_token("k3", &cred, now).unwrap();
@@ -901,7 +901,7 @@ fn a_report_without_details_reads_back_empty_details(_: Backend, inv: Inv) {
 /// next report, and a record read back after a restart is the one written. A report's
 /// details are stored as they were before (`detail_json` is `detail`'s JSON).
 fn a_change_between_reports_is_kept(_: Backend, mut inv: Inv) {
-    use serve::inventory::model::{detail, detail_json};
+    use serve::fleet::inventory::model::{detail, detail_json};
     let m = "m-recent";
     {
         let s = inv.store();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use inventory_support::{RecordsExt, report};
 use runtime::util::TestDir;
-use serve::inventory::{Embedded, Filter, Origin, Recorded, Records, Refused, limits, parse};
+use serve::fleet::inventory::{Embedded, Filter, Origin, Recorded, Records, Refused, limits, parse};
 
 fn token(pool: &str, at: u64) -> Origin {
     Origin {
@@ -130,7 +130,7 @@ fn inventory_report_limits_are_named() {
 /// file written before the count was kept is counted when opened.
 #[test]
 fn inventory_embedded_max_machines() {
-    use serve::inventory::{Full, Machine};
+    use serve::fleet::inventory::{Full, Machine};
     let dir = TestDir::new("inv-max");
     let path = dir.0.join("inventory.db");
     let full = Recorded::Full(Full { max: 3 });
@@ -304,7 +304,7 @@ fn inventory_embedded_survives_sigkill_mid_write() {
 
 #[test]
 fn inventory_open_by_flag() {
-    use serve::inventory::{StoreKind, open as open_store};
+    use serve::fleet::inventory::{StoreKind, open as open_store};
     assert_eq!("embedded".parse(), Ok(StoreKind::Embedded));
     assert_eq!("etcd".parse(), Ok(StoreKind::Etcd));
     assert_eq!("memory".parse(), Ok(StoreKind::Memory));
@@ -400,7 +400,7 @@ fn inventory_embedded_writes_no_details_record_for_a_report_without_details() {
 /// that is not one is refused, naming it.
 #[test]
 fn inventory_embedded_a_lost_file_is_not_a_new_inventory() {
-    use serve::inventory::Embedded as E;
+    use serve::fleet::inventory::Embedded as E;
     let dir = TestDir::new("inv-lost");
     let path = dir.0.join("inventory.db");
     let marker = dir.0.join("inventory.id");

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use inventory_support::etcd::{Cluster, etcd_binary, free_port};
 use inventory_support::{RecordsExt, report};
-use serve::inventory::{Etcd, EtcdOptions, Filter, Origin, Recorded, Records, State};
+use serve::fleet::inventory::{Etcd, EtcdOptions, Filter, Origin, Recorded, Records, State};
 
 const MACHINES: usize = 40;
 const BOOTS: usize = 3;
@@ -205,7 +205,7 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
 /// every store does at the limit, across replicas too, is in inventory_contract.rs.)
 #[test]
 fn inventory_etcd_an_inventory_without_its_count_is_counted_again() {
-    use serve::inventory::Full;
+    use serve::fleet::inventory::Full;
     let Some(etcd) = etcd_binary() else { return };
     let cluster = Cluster::start(&etcd);
     const MAX: u64 = 20;

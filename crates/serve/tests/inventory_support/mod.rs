@@ -4,11 +4,11 @@
 
 pub mod etcd;
 
-use serve::inventory::{Counts, Filter, Machine, Origin, Recorded, Records, Report, parse};
+use serve::fleet::inventory::{Counts, Filter, Machine, Origin, Recorded, Records, Report, parse};
 
 /// The library's helpers over [`Records`] as methods, for the tests: `s.record(&r, &o)`.
 pub trait RecordsExt {
-    /// One report: a batch of one (`serve::inventory::record`).
+    /// One report: a batch of one (`serve::fleet::inventory::record`).
     fn record(&self, r: &Report, o: &Origin) -> anyhow::Result<Recorded>;
     /// `Records::record_batch`.
     fn record_all(&self, batch: &[(&Report, &Origin)]) -> Vec<anyhow::Result<Recorded>>;
@@ -18,16 +18,16 @@ pub trait RecordsExt {
 
 impl<T: Records + ?Sized> RecordsExt for T {
     fn record(&self, r: &Report, o: &Origin) -> anyhow::Result<Recorded> {
-        serve::inventory::record(self, r, o)
+        serve::fleet::inventory::record(self, r, o)
     }
     fn record_all(&self, batch: &[(&Report, &Origin)]) -> Vec<anyhow::Result<Recorded>> {
         self.record_batch(batch)
     }
     fn machines(&self, f: &Filter) -> anyhow::Result<Vec<Machine>> {
-        serve::inventory::machines(self, f)
+        serve::fleet::inventory::machines(self, f)
     }
     fn counts(&self) -> anyhow::Result<Counts> {
-        serve::inventory::counts(self)
+        serve::fleet::inventory::counts(self)
     }
 }
 

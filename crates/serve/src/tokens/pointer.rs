@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::tokens_cmd::Tokens;
+use crate::tokens::cmd::Tokens;
 use spec::config::{self, Config, Version};
 
 /// The pointer config a machine boots with: merge the server's /ignition with the bearer

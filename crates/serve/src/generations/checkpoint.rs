@@ -34,9 +34,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::render::Pool;
-use super::source::Generation;
-use super::status::GenRef;
+use crate::source::render::Pool;
+use crate::source::Generation;
+use crate::generations::status::GenRef;
 use spec::encoding::hex;
 
 /// The record format this server writes and reads.
@@ -73,7 +73,7 @@ struct GenRecord {
     /// pool → hex SHA-256 of its canonical config.
     pools: BTreeMap<String, String>,
     /// The generation's machine files, boot profiles and asset hashes
-    /// ([`crate::machines::Saved`]), as `configs/<hash>.json`; absent when it has none.
+    /// ([`crate::source::machines::Saved`]), as `configs/<hash>.json`; absent when it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     machines: Option<String>,
 }
@@ -175,7 +175,7 @@ pub(crate) fn write_private(path: &Path, data: &[u8]) -> Result<()> {
 /// link in the checkpoint directory is refused before a byte is read); None when it does
 /// not exist.
 fn read_bounded(path: &Path, max: u64) -> Result<Option<Vec<u8>>> {
-    super::source::read_regular(path, max)
+    crate::source::read_regular(path, max)
 }
 
 fn valid_hash(h: &str) -> bool {
@@ -244,7 +244,7 @@ impl Checkpoint {
         if let Some(p) = cache.get(&key) {
             return Ok(p.clone());
         }
-        if !super::source::valid_pool_name(name) {
+        if !crate::source::valid_pool_name(name) {
             bail!("invalid pool name {name:?}");
         }
         if !valid_hash(hash) {
@@ -258,7 +258,7 @@ impl Checkpoint {
                 "pool {name}: config file {}: {}",
                 p.display(),
                 r.errors()
-                    .map(super::source::redact_diag)
+                    .map(crate::source::redact_diag)
                     .collect::<Vec<_>>()
                     .join("; ")
             )
@@ -333,15 +333,15 @@ impl Checkpoint {
         hash: &str,
         pools: &BTreeMap<String, Arc<Pool>>,
         dir: &Path,
-    ) -> Result<crate::machines::MachineSet> {
+    ) -> Result<crate::source::machines::MachineSet> {
         if !valid_hash(hash) {
             bail!("invalid machines hash {hash:?}");
         }
         let (p, b) = self.named(hash).context("machines file")?;
-        let saved: crate::machines::Saved = serde_json::from_slice(&b)
+        let saved: crate::source::machines::Saved = serde_json::from_slice(&b)
             .with_context(|| format!("machines file {} is malformed", p.display()))?;
         let (set, missing) =
-            crate::machines::MachineSet::restore(&saved, pools, &dir.join("boot/assets"))
+            crate::source::machines::MachineSet::restore(&saved, pools, &dir.join("boot/assets"))
                 .with_context(|| format!("machines file {}", p.display()))?;
         if !missing.is_empty() {
             log::warn!(

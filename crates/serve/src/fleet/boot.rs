@@ -12,17 +12,17 @@
 
 use std::sync::Arc;
 
-use super::fleet::now_secs;
-use super::http::{Body, Request, Response};
-use super::inventory::model::limits::REPORT_CREDENTIALS;
-use super::inventory::{
+use crate::fleet::now_secs;
+use crate::http::{Body, Request, Response};
+use crate::fleet::inventory::model::limits::REPORT_CREDENTIALS;
+use crate::fleet::inventory::{
     BootToken, Machine, Spend, State, Store, TokenKind, token_key, well_formed_token as well_formed,
 };
-use super::machines::Asset;
-use super::options::Discovery;
-use super::render::{Pool, etag_matches};
-use super::selectors::{Facts, Match, normalize_mac, normalize_uuid};
-use super::source::Generation;
+use crate::source::machines::Asset;
+use crate::options::Discovery;
+use crate::source::render::{Pool, etag_matches};
+use crate::source::selectors::{Facts, Match, normalize_mac, normalize_uuid};
+use crate::source::Generation;
 
 /// `--public-url`, `--discovery`, `--boot-token-ttl` (seconds).
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ pub fn ours(path: &str) -> bool {
 
 /// Whether answering `req` reads or writes the inventory store (`/ipxe`: the machine's
 /// record, a token written; `/machine-config`: the token spent): such a request is answered
-/// off the event loop (`crate::jobs`).
+/// off the event loop (`crate::fleet::jobs`).
 pub fn waits_on_store(req: &Request) -> bool {
     req.method() == "GET" && matches!(req.path(), "/ipxe" | "/machine-config")
 }
@@ -161,10 +161,10 @@ fn facts(req: &Request) -> Result<Facts, String> {
         if v.is_empty() {
             continue;
         }
-        if v.len() > super::selectors::MAX_SELECTOR_BYTES || v.chars().any(char::is_control) {
+        if v.len() > crate::source::selectors::MAX_SELECTOR_BYTES || v.chars().any(char::is_control) {
             return Err(format!(
                 "query parameter {k}: at most {} bytes without control characters",
-                super::selectors::MAX_SELECTOR_BYTES
+                crate::source::selectors::MAX_SELECTOR_BYTES
             ));
         }
         match k {
@@ -366,8 +366,8 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
 }
 
 /// What the inventory shows of a machine known only from `/ipxe`.
-fn identity(f: &Facts, id: &str) -> super::inventory::model::Identity {
-    super::inventory::model::Identity {
+fn identity(f: &Facts, id: &str) -> crate::fleet::inventory::model::Identity {
+    crate::fleet::inventory::model::Identity {
         id: id.to_string(),
         uuid: f.uuid.clone(),
         serial: f.serial.clone(),

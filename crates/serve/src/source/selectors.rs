@@ -204,7 +204,7 @@ fn object(file: &str, bytes: &[u8], keys: &[&str]) -> Result<Value> {
             "{file}: invalid JSON at line {} col {}: {}",
             e.line(),
             e.column(),
-            super::reading::redact(&e.to_string())
+            crate::source::reading::redact(&e.to_string())
         )
     })?;
     let Some(o) = v.as_object() else {
@@ -213,7 +213,7 @@ fn object(file: &str, bytes: &[u8], keys: &[&str]) -> Result<Value> {
     if let Some(k) = o.keys().find(|k| !keys.contains(&k.as_str())) {
         bail!(
             "{file}: unknown key {:?} ({})",
-            super::reading::redact(k),
+            crate::source::reading::redact(k),
             keys.join(", ")
         );
     }
@@ -237,7 +237,7 @@ fn number_texts(bytes: &[u8]) -> BTreeMap<String, Box<serde_json::value::RawValu
 /// Parses and checks the machine file `machines/<name>.json`.
 pub fn parse_machine(name: &str, bytes: &[u8]) -> Result<MachineSpec> {
     let file = format!("machines/{name}.json");
-    if !super::reading::valid_pool_name(name) {
+    if !crate::source::reading::valid_pool_name(name) {
         bail!("{file}: invalid machine file name (letters, digits, '.', '_', '-')");
     }
     let v = object(&file, bytes, &["selector", "pool", "values"])?;
@@ -277,7 +277,7 @@ pub fn parse_machine(name: &str, bytes: &[u8]) -> Result<MachineSpec> {
             }
             _ => bail!(
                 "{file}: unknown selector key {:?} (mac, uuid, serial, hostname, labels)",
-                super::reading::redact(k)
+                crate::source::reading::redact(k)
             ),
         }
     }
@@ -291,7 +291,7 @@ pub fn parse_machine(name: &str, bytes: &[u8]) -> Result<MachineSpec> {
         bail!("{file}: $.selector is empty: it would match every machine");
     }
     let pool = match o.get("pool") {
-        Some(Value::String(p)) if super::reading::valid_pool_name(p) => p.clone(),
+        Some(Value::String(p)) if crate::source::reading::valid_pool_name(p) => p.clone(),
         Some(_) => bail!("{file}: $.pool must be a pool name"),
         None => bail!("{file}: $.pool is missing"),
     };
@@ -306,7 +306,7 @@ pub fn parse_machine(name: &str, bytes: &[u8]) -> Result<MachineSpec> {
                 if !valid_key(k) {
                     bail!(
                         "{file}: $.values: {:?} is not a placeholder name (a letter or '_', then letters, digits and '_'; at most 64)",
-                        super::reading::redact(k)
+                        crate::source::reading::redact(k)
                     );
                 }
                 let s = match v {

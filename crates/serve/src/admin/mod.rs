@@ -4,18 +4,21 @@
 //! opens it: it takes the admin token (`--admin-token-file`) when one is set, and only
 //! loopback clients reach it otherwise (checked when it is bound). Whatever the token, it
 //! answers only requests that name it in `Host`, and changes nothing for a request a
-//! browser could send from another page ([`crate::admin_auth`]); no answer may be framed.
+//! browser could send from another page ([`crate::admin::auth`]); no answer may be framed.
+
+pub mod auth;
+pub mod page;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::admin_auth::{self, Challenges, Hosts, Proven};
-use super::app::App;
-use super::fleet::{json, now_secs};
-use super::http::{Body, Handler, Request, Response};
-use super::inventory::{self, Filter, Machine, State};
-use super::page::{self, BootView, MachineView, PoolView, StageView};
+use self::auth::{Challenges, Hosts, Proven};
+use crate::app::App;
+use crate::fleet::{json, now_secs};
+use crate::http::{Body, Handler, Request, Response};
+use crate::fleet::inventory::{self, Filter, Machine, State};
+use self::page::{BootView, MachineView, PoolView, StageView};
 
 /// The admin listener's handler.
 pub struct Admin {
@@ -36,7 +39,7 @@ pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; frame-ance
 
 /// The admin listener's state as `/status` shows it (`"admin"`): its address, whether it is
 /// bound, and the error that kept it from binding (retried every
-/// [`ADMIN_RETRY`](crate::run::ADMIN_RETRY)). Null without an admin listener.
+/// [`ADMIN_RETRY`](crate::app::run::ADMIN_RETRY)). Null without an admin listener.
 #[derive(Default)]
 pub struct AdminStatus(Mutex<serde_json::Value>);
 
@@ -146,13 +149,13 @@ impl Admin {
         if matches!(req.method(), "GET" | "HEAD") {
             return None;
         }
-        if req.header_one(admin_auth::ADMIN_HEADER).map(str::trim) != Some("1") {
+        if req.header_one(auth::ADMIN_HEADER).map(str::trim) != Some("1") {
             return Some(Response::text(
                 403,
                 format!(
                     "a {} on the admin listener needs the header {}: 1 (a browser cannot send it from another page; agent machines does)",
                     req.method(),
-                    admin_auth::ADMIN_HEADER
+                    auth::ADMIN_HEADER
                 ),
             ));
         }
@@ -198,7 +201,7 @@ impl Admin {
         let Some(h) = req.header_one("authorization") else {
             return Err(refused("no Authorization"));
         };
-        if h.starts_with(admin_auth::AUTH_SCHEME) {
+        if h.starts_with(auth::AUTH_SCHEME) {
             let target = match req.query() {
                 Some(q) => format!("{}?{q}", req.path()),
                 None => req.path().to_string(),
@@ -225,7 +228,7 @@ impl Admin {
         };
         // Compared as digests, in constant time (the tokens' own comparison).
         use sha2::{Digest, Sha256};
-        if super::tokens::ct_eq(
+        if crate::tokens::ct_eq(
             &Sha256::digest(given.as_bytes()).into(),
             &Sha256::digest(want.as_bytes()).into(),
         ) {
@@ -245,7 +248,7 @@ impl Admin {
         if let Some(r) = self.refuse(req) {
             return r;
         }
-        if path == admin_auth::CHALLENGE_PATH {
+        if path == auth::CHALLENGE_PATH {
             if !matches!(req.method(), "GET" | "HEAD") {
                 return Response::new(405).header("Allow", "GET, HEAD");
             }
@@ -253,7 +256,7 @@ impl Admin {
                 200,
                 &serde_json::json!({
                     "nonce": self.challenges.issue(now_secs()),
-                    "expiresInSeconds": admin_auth::NONCE_TTL,
+                    "expiresInSeconds": auth::NONCE_TTL,
                 }),
             )
             .header("Cache-Control", "no-store");
@@ -526,7 +529,7 @@ fn label(s: &str) -> String {
 
 impl Handler for Admin {
     type Local = ();
-    type Labels = super::http::Labels;
+    type Labels = crate::http::Labels;
 
     fn local(&self, _: usize) {}
 
@@ -540,8 +543,8 @@ impl Handler for Admin {
                 Body::Shared(b) => b,
                 _ => &[],
             };
-            let proof = admin_auth::answer_proof(token, &p.nonce, &p.mac, r.status, body);
-            r.add_header(admin_auth::PROOF_HEADER, &proof);
+            let proof = auth::answer_proof(token, &p.nonce, &p.mac, r.status, body);
+            r.add_header(auth::PROOF_HEADER, &proof);
         }
         r.add_header("Content-Security-Policy", CSP);
         r.add_header("X-Frame-Options", "DENY");

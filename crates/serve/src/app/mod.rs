@@ -1,7 +1,9 @@
 //! The app: what a request gets. [`App`] holds the server's shared state (the active
 //! generation, the status tracker, the token index, metrics) and answers each request
 //! (`/config/<pool>`, `/ignition`, `/healthz`, `/readyz`, `/status`, `/metrics`); the source
-//! watcher ([`super::watch`]) keeps that state current.
+//! watcher ([`crate::generations::watch`]) keeps that state current.
+
+pub mod run;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -12,15 +14,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use super::accept::{self, Negotiated};
-use super::checkpoint::{Checkpoint, Retained};
-use super::http::{self, Body, Request, Response};
-use super::metrics::Metrics;
-use super::options::Options;
-use super::render::{Pool, etag_matches};
-use super::source::{self, Generation};
-use super::status::Tracker;
-use super::tokens::{self, Clock};
+use crate::source::accept::{self, Negotiated};
+use crate::generations::checkpoint::{Checkpoint, Retained};
+use crate::http::{self, Body, Request, Response};
+use crate::metrics::Metrics;
+use crate::options::Options;
+use crate::source::render::{Pool, etag_matches};
+use crate::source::{self, Generation};
+use crate::generations::status::Tracker;
+use crate::tokens::{self, Clock};
 use spec::config::Version;
 
 /// The active generation, which every event loop reads on every request. Each loop keeps a
@@ -29,7 +31,7 @@ use spec::config::Version;
 /// reference count, taken twice per request, were a tenth of the server's own code on the
 /// serve benchmark). A loop holds at most one generation this way until its next read.
 #[derive(Default)]
-pub(super) struct Active {
+pub(crate) struct Active {
     cur: RwLock<Option<Arc<Generation>>>,
     /// Changes with every `set` (0: never set).
     stamp: AtomicU64,
@@ -38,10 +40,10 @@ pub(super) struct Active {
 /// One reader's clone of an [`Active`]'s generation, and that generation's stamp. A `Seen`
 /// serves one `Active` only (each event loop's belongs to the one `App` it serves).
 #[derive(Default)]
-pub(super) struct Seen(u64, Option<Arc<Generation>>);
+pub(crate) struct Seen(u64, Option<Arc<Generation>>);
 
 impl Active {
-    pub(super) fn set(&self, g: Option<Arc<Generation>>) {
+    pub(crate) fn set(&self, g: Option<Arc<Generation>>) {
         let mut cur = self.cur.write().unwrap_or_else(|e| e.into_inner());
         *cur = g;
         // Under the lock: stamps follow the order of the values.
@@ -49,12 +51,12 @@ impl Active {
         self.stamp.store(next, Ordering::Release);
     }
 
-    pub(super) fn get(&self) -> Option<Arc<Generation>> {
+    pub(crate) fn get(&self) -> Option<Arc<Generation>> {
         self.cur.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The active generation, from the reader's clone `seen` (taken again after a change).
-    pub(super) fn seen<'a>(&self, seen: &'a mut Seen) -> Option<&'a Arc<Generation>> {
+    pub(crate) fn seen<'a>(&self, seen: &'a mut Seen) -> Option<&'a Arc<Generation>> {
         let stamp = self.stamp.load(Ordering::Acquire);
         if stamp == 0 || seen.0 != stamp {
             let cur = self.cur.read().unwrap_or_else(|e| e.into_inner());
@@ -89,72 +91,72 @@ fn version_label(minor: u8) -> Cow<'static, str> {
 }
 
 /// Where access-log lines are written.
-pub(super) enum AccessSink {
+pub(crate) enum AccessSink {
     Stderr,
     File(Mutex<std::fs::File>),
 }
 
 /// Shared state of a running server.
 pub struct App {
-    pub(super) source: PathBuf,
-    pub(super) clock: Box<dyn Clock>,
+    pub(crate) source: PathBuf,
+    pub(crate) clock: Box<dyn Clock>,
     pub metrics: Metrics,
-    pub(super) tracker: Mutex<Tracker>,
+    pub(crate) tracker: Mutex<Tracker>,
     /// Butane translations kept from one read of the source to the next.
-    pub(super) translations: Mutex<super::source::Translations>,
-    pub(super) active: Active,
+    pub(crate) translations: Mutex<crate::source::Translations>,
+    pub(crate) active: Active,
     /// Legacy mode: the shared token directory.
-    pub(super) token_store: Option<tokens::Store>,
+    pub(crate) token_store: Option<tokens::Store>,
     /// Derived mode: the key file and the key read from it.
-    pub(super) token_key_file: Option<PathBuf>,
-    pub(super) token_key: RwLock<Option<tokens::Key>>,
-    pub(super) schedule: tokens::Schedule,
+    pub(crate) token_key_file: Option<PathBuf>,
+    pub(crate) token_key: RwLock<Option<tokens::Key>>,
+    pub(crate) schedule: tokens::Schedule,
     /// Derived mode: the epoch the rotation counter last saw.
-    pub(super) seen_epoch: AtomicU64,
-    pub(super) token_index: RwLock<Option<tokens::Index>>,
-    pub(super) token_error: Mutex<Option<String>>,
+    pub(crate) seen_epoch: AtomicU64,
+    pub(crate) token_index: RwLock<Option<tokens::Index>>,
+    pub(crate) token_error: Mutex<Option<String>>,
     /// Old configs that still-valid derived tokens name, by (pool, config hash).
-    pub(super) retained: RwLock<BTreeMap<(String, String), Retained>>,
-    pub(super) checkpoint: Option<Checkpoint>,
+    pub(crate) retained: RwLock<BTreeMap<(String, String), Retained>>,
+    pub(crate) checkpoint: Option<Checkpoint>,
     /// Why a checkpoint was refused at start, or the last failed checkpoint write.
-    pub(super) checkpoint_errors: Mutex<Vec<String>>,
+    pub(crate) checkpoint_errors: Mutex<Vec<String>>,
     /// What the checkpoint gave back at start (for /status).
-    pub(super) restored: Mutex<serde_json::Value>,
-    pub(super) ttl: u64,
-    pub(super) soak: u64,
-    pub(super) require_token: bool,
+    pub(crate) restored: Mutex<serde_json::Value>,
+    pub(crate) ttl: u64,
+    pub(crate) soak: u64,
+    pub(crate) require_token: bool,
     /// Where each request's access-log line goes (None: nowhere; a file: apart from the
     /// server's log).
-    pub(super) access_log: Option<AccessSink>,
-    pub(super) conns: Arc<http::ConnStats>,
+    pub(crate) access_log: Option<AccessSink>,
+    pub(crate) conns: Arc<http::ConnStats>,
     /// The connection and request limits, as shown in /status.
-    pub(super) limits: serde_json::Value,
+    pub(crate) limits: serde_json::Value,
     /// Machine reports and the inventory (`POST /report`, the admin listener).
-    pub(super) fleet: super::fleet::Fleet,
+    pub(crate) fleet: crate::fleet::Fleet,
     /// The admin listener's state (bound, or why not), for /status.
-    pub admin_status: super::admin::AdminStatus,
-    /// Network boot's settings (`crate::boot`).
-    pub(super) boot: super::boot::Settings,
+    pub admin_status: crate::admin::AdminStatus,
+    /// Network boot's settings (`crate::fleet::boot`).
+    pub(crate) boot: crate::fleet::boot::Settings,
     /// Where network boot's store-bound requests are answered, off the event loop.
-    pub(super) boot_jobs: Arc<super::jobs::Jobs>,
-    /// The boot scripts answered last (`crate::boot::Recent`).
-    pub(crate) boot_recent: super::boot::Recent,
+    pub(crate) boot_jobs: Arc<crate::fleet::jobs::Jobs>,
+    /// The boot scripts answered last (`crate::fleet::boot::Recent`).
+    pub(crate) boot_recent: crate::fleet::boot::Recent,
     /// This app, for the jobs it hands a request to ([`App::set_shared`]); unset (tests
     /// that build an `App` alone), those requests are answered on the event loop.
-    pub(super) shared: std::sync::OnceLock<std::sync::Weak<App>>,
+    pub(crate) shared: std::sync::OnceLock<std::sync::Weak<App>>,
     /// When the server started (seconds since the Unix epoch): since when a store that
     /// could not be opened is down, in /status.
-    pub(super) started: u64,
+    pub(crate) started: u64,
 }
 
-/// The answer when [`super::jobs::BOOT_QUEUE`] network-boot requests already wait.
+/// The answer when [`crate::fleet::jobs::BOOT_QUEUE`] network-boot requests already wait.
 fn boot_queue_full() -> Response {
     Response::text(
         503,
         format!(
             "the boot queue is full ({} network-boot requests, or {} of this client's, are waiting for the inventory store: the boot queue limit); retry",
-            super::jobs::BOOT_QUEUE,
-            super::jobs::PER_CLIENT
+            crate::fleet::jobs::BOOT_QUEUE,
+            crate::fleet::jobs::PER_CLIENT
         ),
     )
     .header("Retry-After", "1")
@@ -180,9 +182,9 @@ impl App {
         limits: &http::Limits,
     ) -> anyhow::Result<App> {
         let access_log = match &opts.access_log {
-            super::options::AccessLog::Off => None,
-            super::options::AccessLog::Stderr => Some(AccessSink::Stderr),
-            super::options::AccessLog::File(p) => {
+            crate::options::AccessLog::Off => None,
+            crate::options::AccessLog::Stderr => Some(AccessSink::Stderr),
+            crate::options::AccessLog::File(p) => {
                 use std::os::unix::fs::OpenOptionsExt;
                 // O_NONBLOCK: a FIFO without a reader fails here instead of hanging start-up.
                 let f = std::fs::OpenOptions::new()
@@ -227,7 +229,7 @@ impl App {
             tokens::Schedule::new(opts.token_ttl.as_secs(), opts.token_clock_skew.as_secs());
         // A store that cannot be opened is reported (answers, /status, the log), and the
         // server goes on serving configs without an inventory.
-        let store = super::inventory::open_checked(
+        let store = crate::fleet::inventory::open_checked(
             opts.inventory_store,
             opts.state_dir.as_deref(),
             &opts.etcd_endpoints,
@@ -240,7 +242,7 @@ impl App {
             msg
         });
         Ok(App {
-            fleet: super::fleet::Fleet::new(store, limits.max_body_bytes, limits.answer_timeout),
+            fleet: crate::fleet::Fleet::new(store, limits.max_body_bytes, limits.answer_timeout),
             admin_status: Default::default(),
             source: opts.source.clone(),
             clock: tokens::default_clock(),
@@ -265,24 +267,24 @@ impl App {
             access_log,
             conns,
             limits: limits_json(limits),
-            boot: super::boot::Settings {
+            boot: crate::fleet::boot::Settings {
                 public_url: opts.public_url.clone(),
                 discovery: opts.discovery.clone(),
                 token_ttl: opts.boot_token_ttl.as_secs(),
             },
-            boot_jobs: super::jobs::Jobs::new(
+            boot_jobs: crate::fleet::jobs::Jobs::new(
                 "boot",
-                super::jobs::BOOT_THREADS,
-                super::jobs::BOOT_QUEUE,
+                crate::fleet::jobs::BOOT_THREADS,
+                crate::fleet::jobs::BOOT_QUEUE,
             ),
             boot_recent: Default::default(),
             shared: std::sync::OnceLock::new(),
-            started: super::fleet::now_secs(),
+            started: crate::fleet::now_secs(),
         })
     }
 
     /// Network boot's lines of `/metrics` (Prometheus text).
-    pub(super) fn boot_metrics(&self) -> String {
+    pub(crate) fn boot_metrics(&self) -> String {
         format!(
             "# HELP agent_serve_boot_requests_waiting Network-boot requests waiting for the inventory store (queued or being answered).\n# TYPE agent_serve_boot_requests_waiting gauge\nagent_serve_boot_requests_waiting {}\n",
             self.boot_jobs.waiting()
@@ -296,20 +298,20 @@ impl App {
     }
 
     /// Whether tokens are derived from a key (else the legacy store).
-    pub(super) fn derived(&self) -> bool {
+    pub(crate) fn derived(&self) -> bool {
         self.token_key_file.is_some()
     }
 
-    pub(super) fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         self.clock.now()
     }
 
-    pub(super) fn active(&self) -> Option<Arc<Generation>> {
+    pub(crate) fn active(&self) -> Option<Arc<Generation>> {
         self.active.get()
     }
 
     /// The inventory store's health for `/status`: `{ok, error, since, failures}`.
-    fn inventory_health(&self) -> super::inventory::health::Snapshot {
+    fn inventory_health(&self) -> crate::fleet::inventory::health::Snapshot {
         let mut h = self.fleet.health();
         if self.fleet.store.is_none() {
             h.since = self.started;
@@ -409,15 +411,15 @@ impl App {
     }
 
     /// `POST /report`: the token checked here (its pool wins over the body's; none is
-    /// unauthenticated, refused with `--require-token`), the rest in [`super::fleet::report`].
+    /// unauthenticated, refused with `--require-token`), the rest in [`crate::fleet::report`].
     fn report(&self, req: &Request, out: &mut Response) {
         if req.method() != "POST" {
             *out = Response::new(405).header("Allow", "POST");
             return;
         }
-        use super::fleet::Credential;
+        use crate::fleet::Credential;
         let token = match req.header_one("authorization") {
-            // A network-booted machine's report credential (`crate::boot`): checked by the
+            // A network-booted machine's report credential (`crate::fleet::boot`): checked by the
             // writers (it must be this machine's), which read the store off the loop.
             _ if let Some(t) = req.query_param("token") => Ok(Credential::Machine {
                 token: t.to_string(),
@@ -431,7 +433,7 @@ impl App {
             .header("WWW-Authenticate", "Bearer")),
             None => Ok(Credential::None),
         };
-        super::fleet::report(&self.fleet, token, req, out);
+        crate::fleet::report(&self.fleet, token, req, out);
     }
 
     /// Checks a bearer token; Ok(what it grants) or the error response.
@@ -556,7 +558,7 @@ impl App {
                 out.labels.set_pool(&pool.name);
                 return;
             }
-            Negotiated::Spec2(m) => return super::openshift::answer_v2(req, pool, m, out),
+            Negotiated::Spec2(m) => return crate::source::openshift::answer_v2(req, pool, m, out),
             Negotiated::Minor(m) => m,
             Negotiated::Default => pool.min_version.minor,
         };
@@ -646,16 +648,16 @@ impl http::Handler for App {
     fn handle(&self, local: &mut Local, req: &Request, out: &mut Response) {
         let path = req.path();
         let config = path.strip_prefix("/config/");
-        if path == super::render::REPORT_PATH {
+        if path == crate::source::render::REPORT_PATH {
             return self.report(req, out);
         }
-        if super::boot::ours(path) {
+        if crate::fleet::boot::ours(path) {
             // A machine asking again (or a client looping on one machine): the answer it
             // had, without the store or the boot queue.
             if let Some(r) = self.boot_recent.get(req) {
                 return *out = r;
             }
-            if super::boot::waits_on_store(req)
+            if crate::fleet::boot::waits_on_store(req)
                 && let Some(app) = self.shared.get().and_then(std::sync::Weak::upgrade)
                 && let Some(store) = self.fleet.store.clone()
             {
@@ -672,28 +674,28 @@ impl http::Handler for App {
                                 return reply.send(boot_queue_full());
                             }
                             let mut out = Response::new(200);
-                            let ctx = super::boot::Ctx {
+                            let ctx = crate::fleet::boot::Ctx {
                                 settings: &app.boot,
                                 recent: &app.boot_recent,
                                 generation: generation.as_ref(),
                                 store: Some(&*store),
                                 serve: &|r, p, o| app.serve_pool(r, p, o),
                             };
-                            super::boot::handle(&ctx, &req, &mut out);
+                            crate::fleet::boot::handle(&ctx, &req, &mut out);
                             reply.send(out);
                         }),
                         client,
                     )
                 });
             }
-            let ctx = super::boot::Ctx {
+            let ctx = crate::fleet::boot::Ctx {
                 settings: &self.boot,
                 recent: &self.boot_recent,
                 generation: self.active.seen(&mut local.seen),
                 store: self.fleet.store.as_deref(),
                 serve: &|r, p, o| self.serve_pool(r, p, o),
             };
-            return super::boot::handle(&ctx, req, out);
+            return crate::fleet::boot::handle(&ctx, req, out);
         }
         let known = config.is_some()
             || matches!(

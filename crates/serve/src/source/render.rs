@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use anyhow::Result;
 use sha2::{Digest, Sha256};
 
-use super::http::{Body, FileBody};
+use crate::http::{Body, FileBody};
 use spec::config::types::{File, Resource};
 use spec::config::{self, Config, Version, version};
 use spec::encoding::data_url::base64_encode;
@@ -344,13 +344,13 @@ pub fn fill_etcd_index(c: &mut Config, idx: u32) {
 }
 
 /// Replaces `{{.etcd_index}}` in unit and drop-in contents with `n`: the placeholder
-/// `etcd_index` ([`super::placeholders`]) filled where `?etcd_index=` always filled it, every
+/// `etcd_index` ([`crate::source::placeholders`]) filled where `?etcd_index=` always filled it, every
 /// other placeholder left as it is. (A machine file's `values.etcd_index` fills it everywhere
 /// in the machine's config, like any value.)
 fn fill_etcd_index_with(c: &mut Config, n: &str) {
     let value = |k: &str| (k == "etcd_index").then_some(n);
     let fill = |s: &mut String| {
-        if let Ok(f) = super::placeholders::fill_text(s, &value, false) {
+        if let Ok(f) = crate::source::placeholders::fill_text(s, &value, false) {
             *s = f;
         }
     };
@@ -372,10 +372,10 @@ pub fn node_file_json(config_name: &str) -> String {
 }
 
 /// `c` with the node-agent file added (replacing any file of the same path); in OpenShift
-/// mode the Machine Config Server's files instead ([`super::openshift`]).
+/// mode the Machine Config Server's files instead ([`crate::source::openshift`]).
 pub fn with_node_file(c: &Config, pool: &str, config_name: &str) -> Config {
-    if let Some(o) = super::openshift::mode() {
-        return super::openshift::with_files(c, o, pool, config_name);
+    if let Some(o) = crate::source::openshift::mode() {
+        return crate::source::openshift::with_files(c, o, pool, config_name);
     }
     let mut out = c.clone();
     let body = node_file_json(config_name);

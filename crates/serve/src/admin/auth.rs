@@ -300,7 +300,7 @@ impl Challenges {
                 Sha256::digest(want.as_bytes()).into(),
                 Sha256::digest(given.to_ascii_lowercase().as_bytes()).into(),
             );
-            super::tokens::ct_eq(&a, &b)
+            crate::tokens::ct_eq(&a, &b)
         };
         if !same {
             return Err("the admin token does not match");

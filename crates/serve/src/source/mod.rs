@@ -22,6 +22,14 @@
 //! a device or a socket named like a pool file makes the generation invalid with an error
 //! naming it, never a hung watcher. Errors never quote file contents ([`redact`]).
 
+pub mod accept;
+pub mod machines;
+pub mod openshift;
+pub mod placeholders;
+pub mod reading;
+pub mod render;
+pub mod selectors;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fs::FileType;
 use std::path::{Path, PathBuf};
@@ -30,11 +38,11 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::{Digest, Sha256};
 
-use super::machines::{AssetCache, MachineSet, RawMachines};
-pub use super::reading::{
+use crate::source::machines::{AssetCache, MachineSet, RawMachines};
+pub use crate::source::reading::{
     Fragment, open_regular, read_regular, redact, redact_butane, redact_diag, valid_pool_name,
 };
-use super::render::Pool;
+use crate::source::render::Pool;
 use spec::config::{self, Config};
 
 /// How often a vanished or replaced directory is re-resolved before giving up.
@@ -675,7 +683,7 @@ fn plain_files(root: &Path, rel: &str, bases: &Bases) -> Result<Vec<(String, Pat
 /// `machines/*.json`, `boot/*.json` and `boot/assets/*` (docs/serve.md, "Machines and network
 /// boot"), each counted in the generation id (an asset by its SHA-256).
 fn read_machines(r: &mut Reader<'_>, root: &Path) -> Result<()> {
-    use super::selectors::MAX_FILE_BYTES;
+    use crate::source::selectors::MAX_FILE_BYTES;
     let small = |p: &Path| {
         read_regular(p, MAX_FILE_BYTES)?.ok_or_else(|| {
             anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
@@ -710,19 +718,19 @@ fn read_machines(r: &mut Reader<'_>, root: &Path) -> Result<()> {
     }
     let assets: Vec<(String, PathBuf)> = plain_files(root, "boot/assets", r.bases)?
         .into_iter()
-        .filter(|(name, _)| super::selectors::valid_asset_name(name))
+        .filter(|(name, _)| crate::source::selectors::valid_asset_name(name))
         .collect();
     // Assets are held in memory: their sizes are summed before a byte is read.
     let total: u64 = assets
         .iter()
         .map(|(_, p)| std::fs::metadata(p).map_or(0, |m| m.len()))
         .sum();
-    if total > super::machines::MAX_ASSETS_TOTAL_BYTES {
+    if total > crate::source::machines::MAX_ASSETS_TOTAL_BYTES {
         bail!(
             "{} holds {} MiB of assets, more than the {} MiB limit for boot assets held in memory",
             root.join("boot/assets").display(),
             total >> 20,
-            super::machines::MAX_ASSETS_TOTAL_BYTES >> 20
+            crate::source::machines::MAX_ASSETS_TOTAL_BYTES >> 20
         );
     }
     for (name, path) in assets {
@@ -775,7 +783,7 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
         let pool = Pool::new(name, cfg).map_err(|e| invalid(format!("pool {name}: {e:#}")))?;
         pools.insert(name.clone(), Arc::new(pool));
     }
-    let machines = super::machines::build(&raw.machines, &pools, &raw.pools).map_err(invalid)?;
+    let machines = crate::source::machines::build(&raw.machines, &pools, &raw.pools).map_err(invalid)?;
     Ok(Generation {
         id: raw.id,
         dir: raw.dir,

@@ -6,7 +6,7 @@
 //! generation without any pool (the source reset to empty) resets lastKnownGood at once, and is
 //! never promoted: like a node's local defaults, "nothing" needs no fallback.
 //!
-//! The checkpoint directory (`super::checkpoint`) keeps assigned, active and lastKnownGood
+//! The checkpoint directory (`crate::generations::checkpoint`) keeps assigned, active and lastKnownGood
 //! across restarts: [`Tracker::restore`] puts them back before the first load, so a restart
 //! on a broken or missing source serves lastKnownGood (or the last active generation when
 //! none has soaked yet), and a soak goes on from its recorded start.
@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::source::Generation;
+use crate::source::Generation;
 
 /// A generation as reported in `/status`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -187,7 +187,7 @@ mod tests {
         e.pools.insert(
             "worker".into(),
             Arc::new(
-                crate::render::Pool::new(
+                crate::source::render::Pool::new(
                     "worker",
                     spec::config::parse(br#"{"ignition":{"version":"3.0.0"}}"#)
                         .unwrap()

@@ -43,7 +43,7 @@ pub fn find(s: &str) -> Vec<(usize, usize, &str)> {
             .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
             .count();
         let key = &rest[..len];
-        if rest[len..].starts_with("}}") && super::selectors::valid_key(key) {
+        if rest[len..].starts_with("}}") && crate::source::selectors::valid_key(key) {
             let end = start + 3 + len + 2;
             out.push((start, end, key));
             from = end;

@@ -2,13 +2,17 @@
 //! (answered on the machine-facing listeners; the app checks the token first) and the
 //! inventory's metrics. The admin listener that reads the inventory is `crate::admin`.
 
+pub mod boot;
+pub mod inventory;
+pub mod jobs;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::http::{Body, Reply, Request, Response};
-use super::inventory::{self, Batching, Origin, Recorded, Refused, Report, Store};
+use crate::http::{Body, Reply, Request, Response};
+use self::inventory::{Batching, Origin, Recorded, Refused, Report, Store};
 
 /// What a report's request carried, as the event loop saw it (it reads no store).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! The run loop of `agent serve`: checks the options, puts back the checkpoint, binds the
-//! listeners, starts the event loops ([`super::http::Server`]) and the source watcher
-//! ([`super::watch`], which loads the source first), then waits for signals: SIGHUP forces
+//! listeners, starts the event loops ([`crate::http::Server`]) and the source watcher
+//! ([`crate::generations::watch`], which loads the source first), then waits for signals: SIGHUP forces
 //! a reload, SIGTERM/SIGINT shut down gracefully, within `--shutdown-grace` plus
 //! [`WATCHER_MARGIN`] whatever the watcher is doing.
 
@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::app::App;
-use super::http::{self, tls};
-use super::options::Options;
-use super::watch::{Nudges, watch_loop};
+use crate::app::App;
+use crate::http::{self, tls};
+use crate::options::Options;
+use crate::generations::watch::{Nudges, watch_loop};
 
 /// Runs the server until SIGTERM or SIGINT: binds the listeners (printing `listening
 /// SCHEME://ADDR` on stdout for each), starts the event loops and the source watcher, turns
@@ -34,7 +34,7 @@ pub fn run(opts: &Options) -> Result<()> {
     if opts.token_ttl.as_secs() < 2 {
         bail!("--token-ttl must be at least 2s");
     }
-    crate::openshift::start(opts)?;
+    crate::source::openshift::start(opts)?;
     // Signals go to a dedicated thread: block them before any other thread starts.
     use nix::sys::signal::{SigSet, Signal};
     let mut sigs = SigSet::empty();
@@ -71,7 +71,7 @@ pub fn run(opts: &Options) -> Result<()> {
     raise_open_files_limit(&limits, threads);
     let conns = Arc::new(http::ConnStats::default());
     if let Some(old) = opts.legacy_token_dir() {
-        super::tokens::migrate(&old, &super::tokens::Store::new(opts.token_dir()))?;
+        crate::tokens::migrate(&old, &crate::tokens::Store::new(opts.token_dir()))?;
     }
     let app = Arc::new(App::new(opts, conns.clone(), &limits)?);
     App::set_shared(&app);
@@ -258,7 +258,7 @@ impl AdminListener {
         let admin = Arc::new(crate::admin::Admin::new(
             self.app.clone(),
             self.token.clone(),
-            crate::admin_auth::Hosts::new(local, &self.hosts),
+            crate::admin::auth::Hosts::new(local, &self.hosts),
         )?);
         let ls = vec![http::Listener { sock: l, tls: None }];
         let server = http::Server::new(

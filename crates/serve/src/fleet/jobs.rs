@@ -5,7 +5,7 @@
 //! answers it, so no event loop ever waits for the store (reports have their own writers,
 //! `fleet.rs`).
 //!
-//! [`Response::later`]: super::http::Response::later
+//! [`Response::later`]: crate::http::Response::later
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;

@@ -361,7 +361,7 @@ fn read_marker(p: &Path, reset: bool) -> Result<Option<Marker>> {
             p.display()
         )
     };
-    let got = match crate::reading::read_regular(p, 4096) {
+    let got = match crate::source::reading::read_regular(p, 4096) {
         Ok(Some(b)) => serde_json::from_slice::<Marker>(&b)
             .map_err(|e| bad(e.to_string()))
             .and_then(|m| {
@@ -394,8 +394,8 @@ fn write_marker(p: &Path, id: u64) -> Result<()> {
     };
     let mut b = serde_json::to_vec(&m)?;
     b.push(b'\n');
-    crate::checkpoint::write_private(p, &b)?;
-    crate::checkpoint::sync_dir(p.parent().unwrap_or(Path::new(".")))
+    crate::generations::checkpoint::write_private(p, &b)?;
+    crate::generations::checkpoint::sync_dir(p.parent().unwrap_or(Path::new(".")))
 }
 
 /// Why a missing or empty file is not taken as a new inventory (module docs).

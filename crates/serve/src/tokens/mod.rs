@@ -21,6 +21,9 @@
 //! Either way the server checks requests against SHA-256 digests in constant time and never
 //! logs a token.
 
+pub mod cmd;
+pub mod pointer;
+
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -368,7 +371,7 @@ impl Key {
                 p.display()
             )
         })?;
-        let f = super::source::open_regular(&real).with_context(|| {
+        let f = crate::source::open_regular(&real).with_context(|| {
             format!(
                 "reading the token key {} (--token-key): create it, e.g. `head -c 32 /dev/urandom | base64 -w0 > {}`, or mount the Secret that holds it",
                 p.display(),
@@ -637,7 +640,7 @@ impl Store {
         let root =
             std::fs::canonicalize(data).with_context(|| format!("resolving {}", data.display()))?;
         let sp = root.join("state.json");
-        let bytes = super::source::read_regular(&sp, 64 << 20)?.ok_or_else(|| {
+        let bytes = crate::source::read_regular(&sp, 64 << 20)?.ok_or_else(|| {
             anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
                 .context(format!("reading {}", sp.display()))
         })?;
@@ -646,7 +649,7 @@ impl Store {
         let mut plaintext = BTreeMap::new();
         for p in state.pools.keys() {
             let tp = root.join(format!("{p}.token"));
-            if let Some(t) = super::source::read_regular(&tp, 4096)? {
+            if let Some(t) = crate::source::read_regular(&tp, 4096)? {
                 let t = String::from_utf8(t)
                     .with_context(|| format!("reading {}: not UTF-8", tp.display()))?;
                 plaintext.insert(p.clone(), t.trim().to_string());

@@ -1,6 +1,6 @@
-//! A generation's machines: the machine files (`machines/*.json`, [`super::selectors`]), the
+//! A generation's machines: the machine files (`machines/*.json`, [`crate::source::selectors`]), the
 //! boot profiles (`boot/*.json`), the boot assets (`boot/assets/`) and each machine's config,
-//! its pool's with the machine's values filled in ([`super::placeholders`]), checked when
+//! its pool's with the machine's values filled in ([`crate::source::placeholders`]), checked when
 //! the generation loads (docs/serve.md, "Machines and network boot").
 //!
 //! The rule for values: **every machine selected into a pool has a value for every
@@ -15,10 +15,10 @@ use std::sync::{Arc, OnceLock};
 use anyhow::{Result, anyhow, bail};
 use sha2::{Digest, Sha256};
 
-use super::placeholders;
-use super::reading::{Fragment, redact_diag};
-use super::render::Pool;
-use super::selectors::{self, BootProfile, Facts, MachineSpec, Match};
+use crate::source::placeholders;
+use crate::source::reading::{Fragment, redact_diag};
+use crate::source::render::Pool;
+use crate::source::selectors::{self, BootProfile, Facts, MachineSpec, Match};
 use spec::config::{self, Config, Version};
 
 /// Largest boot asset (kernel, initramfs); each is held in memory while served.
@@ -71,7 +71,7 @@ impl AssetCache {
     /// The asset at `path` (a regular file, checked as every source file is).
     pub fn read(&mut self, path: &Path) -> Result<Arc<Asset>> {
         use std::os::unix::fs::MetadataExt;
-        let f = super::reading::open_regular(path)?;
+        let f = crate::source::reading::open_regular(path)?;
         let m = f
             .metadata()
             .map_err(|e| anyhow!("reading {}: {e}", path.display()))?;
@@ -89,7 +89,7 @@ impl AssetCache {
             return Ok(e.0.clone());
         }
         drop(f);
-        let bytes = super::reading::read_regular(path, MAX_ASSET_BYTES)?
+        let bytes = crate::source::reading::read_regular(path, MAX_ASSET_BYTES)?
             .ok_or_else(|| anyhow!("{} vanished while being read", path.display()))?;
         let a = Arc::new(Asset::new(bytes));
         self.entries.insert(key, (a.clone(), true));
@@ -447,7 +447,7 @@ fn build_with(
                 for (fname, bytes) in frags {
                     let file = fragment_file(&m.pool, frags, fname);
                     let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|err| {
-                        format!("{file}: {}", super::reading::redact(&err.to_string()))
+                        format!("{file}: {}", crate::source::reading::redact(&err.to_string()))
                     })?;
                     let us = placeholders::scan(&v).map_err(|err| {
                         format!(

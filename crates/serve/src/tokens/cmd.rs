@@ -1,6 +1,6 @@
 //! `agent token`: show the bearer tokens. With a key (`--token-key`, as the servers use) the
 //! tokens are computed from the key and the source, exactly as every replica computes them;
-//! with the legacy token store ([`super::tokens::Store`]) they are read from it, and `rotate`
+//! with the legacy token store ([`crate::tokens::Store`]) they are read from it, and `rotate`
 //! and `revoke` change it (the servers sharing the store pick the change up).
 
 use std::collections::BTreeMap;
@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::source;
-use super::tokens::{self, Key, Schedule, Store};
+use crate::source;
+use crate::tokens::{self, Key, Schedule, Store};
 
 /// Where `agent token` and `agent pointer` get tokens from.
 pub enum Tokens {

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::app::App;
-use super::checkpoint::{MAX_RETAINED_PER_POOL, Retained, Snapshot};
-use super::http::tls;
-use super::source::{self, Generation, LoadError};
-use super::status::Change;
-use super::tokens;
+use crate::app::App;
+use crate::generations::checkpoint::{MAX_RETAINED_PER_POOL, Retained, Snapshot};
+use crate::http::tls;
+use crate::source::{self, Generation, LoadError};
+use crate::generations::status::Change;
+use crate::tokens;
 
 impl App {
     /// Puts back what the checkpoint directory kept (before the first load): assigned,
@@ -196,7 +196,7 @@ impl App {
 
     /// Rebuilds the derived-token index from the key, the active generation and the
     /// retained configs.
-    pub(super) fn rebuild_index(&self) {
+    pub(crate) fn rebuild_index(&self) {
         if !self.derived() {
             return;
         }
@@ -237,7 +237,7 @@ impl App {
 
     /// Writes the checkpoint (only what changed); a failure is logged and shown in /status,
     /// and serving goes on.
-    pub(super) fn save_checkpoint(&self) {
+    pub(crate) fn save_checkpoint(&self) {
         let Some(c) = &self.checkpoint else {
             return;
         };

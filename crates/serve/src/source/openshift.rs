@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use super::http::{Body, Request, Response};
-use super::render::{Pool, fill_etcd_index, with_node_file};
+use crate::http::{Body, Request, Response};
+use crate::source::render::{Pool, fill_etcd_index, with_node_file};
 use spec::config::types::{File, Resource};
 use spec::config::{Config, v22};
 
@@ -35,7 +35,7 @@ static MODE: OnceLock<OpenShift> = OnceLock::new();
 
 /// Turns OpenShift mode on for this process when `opts` asks for it (once, before any
 /// config is loaded): reads the kubeconfig.
-pub fn start(opts: &super::options::Options) -> anyhow::Result<()> {
+pub fn start(opts: &crate::options::Options) -> anyhow::Result<()> {
     use anyhow::{Context, bail};
     if !opts.openshift {
         if opts.kubeconfig.is_some() || !opts.openshift_config_names.is_empty() {
@@ -91,7 +91,7 @@ pub fn parse_config_name(s: &str) -> Result<(String, String), String> {
     let Some((pool, name)) = s.split_once('=') else {
         return Err(format!("{s:?}: expected POOL=NAME"));
     };
-    if !super::reading::valid_pool_name(pool) {
+    if !crate::source::reading::valid_pool_name(pool) {
         return Err(format!("{s:?}: invalid pool name {pool:?}"));
     }
     let b = name.as_bytes();
@@ -223,7 +223,7 @@ pub fn answer_v2(req: &Request, pool: &Pool, minor: u64, out: &mut Response) {
                 "Content-Type: application/vnd.coreos.ignition+json;version=2.2.0\r\n\
                  ETag: {etag}\r\nVary: Accept\r\n"
             );
-            super::app::answer(req, out, &etag, &lines, || {
+            crate::app::answer(req, out, &etag, &lines, || {
                 Body::Shared(std::sync::Arc::from(body))
             });
         }
@@ -241,7 +241,7 @@ mod tests {
     /// appended files as it writes them, and the 2.2 document of the config with them.
     #[test]
     fn same_files_as_the_machine_config_server() {
-        let fixtures = include_str!("../../../tests/mcs_fixtures/node_files.jsonl");
+        let fixtures = include_str!("../../../../tests/mcs_fixtures/node_files.jsonl");
         let mut n = 0;
         for line in fixtures.lines() {
             let rec: serde_json::Value = serde_json::from_str(line).unwrap();
