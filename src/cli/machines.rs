@@ -79,7 +79,9 @@ fn get(a: &MachinesArgs, path_and_query: &str) -> Result<serde_json::Value> {
 /// (`X-Agent-Admin-Proof`) — a program that took the admin port learns nothing it can use
 /// and cannot feed this command an answer (docs/reports.md, "Reading the inventory").
 fn call(a: &MachinesArgs, method: &str, path_and_query: &str) -> Result<serde_json::Value> {
-    use serve::admin::auth::{ADMIN_HEADER, AUTH_SCHEME, CHALLENGE_PATH, answer_proof, request_mac};
+    use serve::admin::auth::{
+        ADMIN_HEADER, AUTH_SCHEME, CHALLENGE_PATH, answer_proof, request_mac,
+    };
     let token = match &a.admin_token_file {
         Some(f) => {
             let t = std::fs::read_to_string(f)

@@ -176,7 +176,7 @@ pub struct ServeArgs {
     /// unassigned in the inventory; its script waits and asks again) or `pool:<name>`
     /// (installs that pool's config).
     #[arg(help_heading = "Network boot", long, default_value = "register")]
-    pub discovery: serve::options::Discovery,
+    pub discovery: serve::fleet::boot::Discovery,
     /// How long the one-time token /ipxe puts on a machine's kernel command line may fetch
     /// its config (/machine-config?token=); it is spent by that fetch.
     #[arg(help_heading = "Network boot", long, default_value = "10m", value_parser = parse_duration)]

@@ -32,6 +32,7 @@ pub mod generations;
 pub mod http;
 pub mod metrics;
 pub mod options;
+pub mod routes;
 pub mod source;
 pub mod tokens;
 

@@ -82,7 +82,7 @@ pub struct Options {
     /// `http://` and the request's Host).
     pub public_url: Option<String>,
     /// What `/ipxe` does for a machine no machine file selects.
-    pub discovery: Discovery,
+    pub discovery: crate::fleet::boot::Discovery,
     /// How long a one-time boot token may fetch its config.
     pub boot_token_ttl: Duration,
     /// OpenShift mode: the Machine Config Server's files and spec 2.2.0 (`openshift`).
@@ -91,28 +91,6 @@ pub struct Options {
     pub kubeconfig: Option<PathBuf>,
     /// OpenShift mode: the rendered MachineConfig name of a pool.
     pub openshift_config_names: Vec<(String, String)>,
-}
-
-/// `--discovery`: what a network-booted machine that no machine file selects gets.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Discovery {
-    /// `register` (default): recorded as `unassigned` in the inventory; its script waits and
-    /// asks again.
-    #[default]
-    Register,
-    /// `pool:<name>`: boots and installs that pool's config (no per-machine values).
-    Pool(String),
-}
-
-impl std::str::FromStr for Discovery {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.strip_prefix("pool:") {
-            _ if s == "register" => Ok(Discovery::Register),
-            Some(p) if crate::source::reading::valid_pool_name(p) => Ok(Discovery::Pool(p.to_string())),
-            _ => Err(format!("invalid discovery {s:?}: register or pool:<name>")),
-        }
-    }
 }
 
 impl Options {

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use inventory_support::{RecordsExt, report};
 use runtime::util::TestDir;
-use serve::fleet::inventory::{Embedded, Filter, Origin, Recorded, Records, Refused, limits, parse};
+use serve::fleet::inventory::{
+    Embedded, Filter, Origin, Recorded, Records, Refused, limits, parse,
+};
 
 fn token(pool: &str, at: u64) -> Origin {
     Origin {

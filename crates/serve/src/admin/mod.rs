@@ -14,15 +14,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use self::auth::{Challenges, Hosts, Proven};
-use crate::app::App;
-use crate::fleet::{json, now_secs};
-use crate::http::{Body, Handler, Request, Response};
-use crate::fleet::inventory::{self, Filter, Machine, State};
 use self::page::{BootView, MachineView, PoolView, StageView};
+use crate::fleet::Fleet;
+use crate::fleet::inventory::Store;
+use crate::fleet::inventory::{self, Filter, Machine, State};
+use crate::fleet::{json, now_secs};
+use crate::generations::Generations;
+use crate::http::{Body, Handler, Request, Response};
+use crate::routes::{self, ANY, POST, Pattern, READ, Route};
 
 /// The admin listener's handler.
 pub struct Admin {
-    pub app: Arc<App>,
+    /// The inventory and network boot (what the admin listener serves and changes).
+    pub fleet: Arc<Fleet>,
+    /// The source's generations (the pools the page and the gauges name).
+    pub generations: Arc<Generations>,
     /// `--admin-token-file`'s token; None: loopback clients only (checked at bind).
     pub token: Option<String>,
     /// The listings (`/machines`, `/ui/`) rendered last, shared by the answers.
@@ -121,9 +127,15 @@ impl Listings {
 }
 
 impl Admin {
-    pub fn new(app: Arc<App>, token: Option<String>, hosts: Hosts) -> anyhow::Result<Admin> {
+    pub fn new(
+        fleet: Arc<Fleet>,
+        generations: Arc<Generations>,
+        token: Option<String>,
+        hosts: Hosts,
+    ) -> anyhow::Result<Admin> {
         Ok(Admin {
-            app,
+            fleet,
+            generations,
             token,
             listings: Listings::default(),
             hosts,
@@ -238,177 +250,163 @@ impl Admin {
         }
     }
 
-    /// The answer to `req`; `proven` is set when the request was authenticated by the
-    /// challenge-response (its answer then carries the proof).
+    /// The answer to `req` from [`ROUTES`]: who may call checked first (the `Host`, the
+    /// admin token), then the method; `proven` is set when the request was authenticated by
+    /// the challenge-response (its answer then carries the proof).
     fn route(&self, req: &Request, proven: &mut Option<Proven>) -> Response {
-        let path = req.path();
-        if path == "/healthz" {
-            return Response::text(200, "ok");
-        }
-        if let Some(r) = self.refuse(req) {
+        let Some((route, arg)) = routes::find(ROUTES, req.path()) else {
+            return Response::new(404);
+        };
+        if route.auth != Caller::Anyone
+            && let Some(r) = self.refuse(req)
+        {
             return r;
         }
-        if path == auth::CHALLENGE_PATH {
-            if !matches!(req.method(), "GET" | "HEAD") {
-                return Response::new(405).header("Allow", "GET, HEAD");
+        if route.auth == Caller::Admin {
+            match self.authenticate(req) {
+                Ok(p) => *proven = p,
+                Err(r) => return r,
             }
-            return json(
-                200,
-                &serde_json::json!({
-                    "nonce": self.challenges.issue(now_secs()),
-                    "expiresInSeconds": auth::NONCE_TTL,
-                }),
-            )
-            .header("Cache-Control", "no-store");
         }
-        match self.authenticate(req) {
-            Ok(p) => *proven = p,
-            Err(r) => return r,
+        if let Some(r) = route.refuse_method(req) {
+            return r;
         }
-        if let Some(id) = path
-            .strip_prefix("/machines/")
-            .and_then(|r| r.strip_suffix("/reprovision"))
-        {
-            return self.reprovision(req, id);
-        }
-        if !matches!(req.method(), "GET" | "HEAD") {
-            return Response::new(405).header("Allow", "GET, HEAD");
-        }
-        if path == "/metrics" {
-            let mut r = Response::new(200);
-            let mut text = self.app.fleet.metrics();
-            text.push_str(&self.machine_gauges());
-            text.push_str(&self.app.boot_metrics());
-            r.body = Body::Owned(text.into_bytes());
-            return r.header("Content-Type", "text/plain; version=0.0.4");
-        }
-        if path == "/ui" {
-            return Response::new(308).header("Location", "/ui/");
-        }
-        let Some(store) = &self.app.fleet.store else {
-            return Response::text(
+        (route.handler)(self, req, arg)
+    }
+
+    /// `GET /metrics`: the reports' and network boot's lines, and the machines by state and
+    /// pool.
+    fn metrics(&self, _: &Request, _: &str) -> Response {
+        let mut r = Response::new(200);
+        let mut text = self.fleet.metrics();
+        text.push_str(&self.machine_gauges());
+        text.push_str(&self.fleet.boot.metrics());
+        r.body = Body::Owned(text.into_bytes());
+        r.header("Content-Type", "text/plain; version=0.0.4")
+    }
+
+    /// `GET` of a challenge: a nonce for the challenge-response.
+    fn challenge(&self, _: &Request, _: &str) -> Response {
+        json(
+            200,
+            &serde_json::json!({
+                "nonce": self.challenges.issue(now_secs()),
+                "expiresInSeconds": auth::NONCE_TTL,
+            }),
+        )
+        .header("Cache-Control", "no-store")
+    }
+
+    /// What every read of the inventory needs: the store, and the request's `?pool=` and
+    /// `?state=` filter (checked on every such path, even one that matches nothing).
+    fn reading(&self, req: &Request) -> Result<(&dyn Store, Filter), Response> {
+        let Some(store) = &self.fleet.store else {
+            return Err(Response::text(
                 503,
                 format!(
                     "no inventory store: {}",
-                    self.app
-                        .fleet
+                    self.fleet
                         .store_error
                         .as_deref()
                         .unwrap_or("not configured")
                 ),
-            );
+            ));
         };
-        let filter = match filter(req) {
-            Ok(f) => f,
+        let filter = filter(req).map_err(|e| Response::text(400, e))?;
+        Ok((&**store, filter))
+    }
+
+    /// The key a listing of `req` is kept by, and the inventory version it is made at.
+    fn listing_key(&self, req: &Request) -> (String, u64) {
+        (
+            format!("{}?{}", req.path(), req.query().unwrap_or_default()),
+            self.fleet.version(),
+        )
+    }
+
+    /// `GET /machines`: a page of the inventory (JSON, without tokens), shared while current.
+    fn machines(&self, req: &Request, _: &str) -> Response {
+        let (store, filter) = match self.reading(req) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        let (key, version) = self.listing_key(req);
+        let (limit, after) = match page(req) {
+            Ok(p) => p,
             Err(e) => return Response::text(400, e),
         };
-        let key = format!("{path}?{}", req.query().unwrap_or_default());
-        let version = self.app.fleet.version();
-        match path {
-            "/machines" => {
-                let (limit, after) = match page(req) {
-                    Ok(p) => p,
-                    Err(e) => return Response::text(400, e),
-                };
-                let listing = self.listings.get(&key, version, || {
-                    let (mut ms, mut more) = (Vec::new(), false);
-                    store
-                        .each_machine(&filter, after.as_deref(), &mut |mut m| {
-                            more = ms.len() == limit;
-                            if !more {
-                                m.tokens = Default::default();
-                                ms.push(m);
-                            }
-                            !more
-                        })
-                        .map_err(store_error)?;
-                    let next = if more {
-                        ms.last().map(|m| m.id.as_str())
-                    } else {
-                        None
-                    };
-                    let mut b = serde_json::to_vec_pretty(&Listed {
-                        machines: &ms,
-                        next,
-                    })
-                    .unwrap_or_default();
-                    b.push(b'\n');
-                    Ok(b)
-                });
-                match listing {
-                    Ok(b) => shared(b, "application/json"),
-                    Err(r) => r,
-                }
+        let listing = self.listings.get(&key, version, || {
+            list_machines(store, &filter, limit, after.as_deref())
+        });
+        match listing {
+            Ok(b) => shared(b, "application/json"),
+            Err(r) => r,
+        }
+    }
+
+    /// `GET /ui/`: the page of the machines seen last, shared while current.
+    fn ui_index(&self, req: &Request, _: &str) -> Response {
+        let (store, filter) = match self.reading(req) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        let (key, version) = self.listing_key(req);
+        let listing = self.listings.get(&key, version, || {
+            let (ms, total, per_pool) = newest_machines(store, &filter)?;
+            let pools = self.pools(&per_pool);
+            let views: Vec<MachineView> = ms.iter().map(view).collect();
+            Ok(page::index(&pools, &views, total, &ts(now_secs())).into_bytes())
+        });
+        match listing {
+            Ok(b) => page_headers(Response::new(200), b),
+            Err(r) => r,
+        }
+    }
+
+    /// `GET /machines/<id>`: one machine as JSON (without its tokens).
+    fn machine(&self, req: &Request, id: &str) -> Response {
+        self.one_machine(req, id, false)
+    }
+
+    /// `GET /ui/machines/<id>`: one machine's page.
+    fn ui_machine(&self, req: &Request, id: &str) -> Response {
+        self.one_machine(req, id, true)
+    }
+
+    fn one_machine(&self, req: &Request, id: &str, ui: bool) -> Response {
+        let (store, _) = match self.reading(req) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        let id = spec::encoding::data_url::percent_decode(id)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok());
+        let Some(id) = id.filter(|i| valid_id(i)) else {
+            return Response::new(404);
+        };
+        match store.machine(&id) {
+            Ok(Some(m)) if ui => html(page::machine(&view(&m), &ts(now_secs()))),
+            Ok(Some(mut m)) => {
+                m.tokens = Default::default();
+                json(200, &serde_json::to_value(&m).unwrap_or_default())
             }
-            "/ui/" => {
-                let listing = self.listings.get(&key, version, || {
-                    // The UI_ROWS machines seen last, and how many there are per pool,
-                    // counted as the records go by: the page never holds the whole
-                    // inventory.
-                    let newest = |a: &Machine, b: &Machine| {
-                        b.last_seen.cmp(&a.last_seen).then(a.id.cmp(&b.id))
-                    };
-                    let (mut ms, mut total) = (Vec::new(), 0usize);
-                    let mut per_pool = std::collections::HashMap::<String, usize>::new();
-                    store
-                        .each_machine(&filter, None, &mut |m| {
-                            total += 1;
-                            if let Some(p) = &m.pool {
-                                *per_pool.entry(p.clone()).or_default() += 1;
-                            }
-                            ms.push(m);
-                            if ms.len() >= 2 * UI_ROWS {
-                                ms.sort_by(newest);
-                                ms.truncate(UI_ROWS);
-                            }
-                            true
-                        })
-                        .map_err(store_error)?;
-                    ms.sort_by(newest);
-                    ms.truncate(UI_ROWS);
-                    let pools = self.pools(&per_pool);
-                    let views: Vec<MachineView> = ms.iter().map(view).collect();
-                    Ok(page::index(&pools, &views, total, &ts(now_secs())).into_bytes())
-                });
-                match listing {
-                    Ok(b) => page_headers(Response::new(200), b),
-                    Err(r) => r,
-                }
-            }
-            _ => {
-                let (id, ui) = if let Some(id) = path.strip_prefix("/machines/") {
-                    (id, false)
-                } else if let Some(id) = path.strip_prefix("/ui/machines/") {
-                    (id, true)
-                } else {
-                    return Response::new(404);
-                };
-                let id = spec::encoding::data_url::percent_decode(id)
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok());
-                let Some(id) = id.filter(|i| valid_id(i)) else {
-                    return Response::new(404);
-                };
-                match store.machine(&id) {
-                    Ok(Some(m)) if ui => html(page::machine(&view(&m), &ts(now_secs()))),
-                    Ok(Some(mut m)) => {
-                        m.tokens = Default::default();
-                        json(200, &serde_json::to_value(&m).unwrap_or_default())
-                    }
-                    Ok(None) => Response::text(404, "no such machine"),
-                    Err(e) => store_error(e),
-                }
-            }
+            Ok(None) => Response::text(404, "no such machine"),
+            Err(e) => store_error(e),
+        }
+    }
+
+    /// Any other path: read as the inventory's paths are (the store, the filter), then 404.
+    fn not_found(&self, req: &Request, _: &str) -> Response {
+        match self.reading(req) {
+            Ok(_) => Response::new(404),
+            Err(r) => r,
         }
     }
 
     /// `POST /machines/<id>/reprovision`: the machine installs again at its next network
     /// boot (docs/serve.md, "Install once").
-    fn reprovision(&self, req: &Request, id: &str) -> Response {
-        if req.method() != "POST" {
-            return Response::new(405).header("Allow", "POST");
-        }
-        let Some(store) = &self.app.fleet.store else {
+    fn reprovision(&self, _: &Request, id: &str) -> Response {
+        let Some(store) = &self.fleet.store else {
             return Response::text(503, "no inventory store");
         };
         let id = spec::encoding::data_url::percent_decode(id)
@@ -436,7 +434,7 @@ impl Admin {
                         log::warn!("machine {id}: forgetting a token: {e:#}");
                     }
                 }
-                self.app.boot_recent.forget(&id);
+                self.fleet.boot.recent.forget(&id);
                 log::info!(
                     "machine {id}: reprovision asked for: it installs at its next network boot"
                 );
@@ -453,17 +451,16 @@ impl Admin {
     /// The pools of the active generation with the source's generations, and how many
     /// machines of the inventory each has.
     fn pools(&self, machines: &std::collections::HashMap<String, usize>) -> Vec<PoolView> {
-        let t = self.app.tracker.lock().unwrap_or_else(|e| e.into_inner());
-        let generation = |g: Option<&str>| g.map_or_else(|| "—".to_string(), str::to_string);
-        let assigned = generation(t.assigned.as_ref().map(|g| g.generation.as_str()));
-        let active = generation(t.active_ref.as_ref().map(|g| g.generation.as_str()));
-        let lkg = generation(t.lkg_ref.as_ref().map(|g| g.generation.as_str()));
-        let names: Vec<String> = t
-            .active
+        let roles = self.generations.roles();
+        let generation = |g: Option<String>| g.unwrap_or_else(|| "—".to_string());
+        let assigned = generation(roles.assigned);
+        let active = generation(roles.active);
+        let lkg = generation(roles.last_known_good);
+        let names: Vec<String> = roles
+            .generation
             .as_ref()
             .map(|g| g.pools.keys().cloned().collect())
             .unwrap_or_default();
-        drop(t);
         names
             .into_iter()
             .map(|name| PoolView {
@@ -483,16 +480,10 @@ impl Admin {
     /// [`OTHER_POOLS`]: a report never adds a label of its own, so the series are at most
     /// the states times the served pools plus two.
     fn machine_gauges(&self) -> String {
-        let Some(counts) = self.app.fleet.machine_counts() else {
+        let Some(counts) = self.fleet.machine_counts() else {
             return String::new();
         };
-        let active = self
-            .app
-            .tracker
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .active
-            .clone();
+        let active = self.generations.roles().generation;
         let served = |p: &str| active.as_ref().is_some_and(|g| g.pools.contains_key(p));
         let mut by = std::collections::BTreeMap::<(&str, &str), u64>::new();
         for ((state, pool), n) in &counts {
@@ -562,6 +553,105 @@ impl Handler for Admin {
         _: SocketAddr,
     ) {
     }
+}
+
+/// Who may call an admin route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// Anyone who reaches the listener, whatever its `Host` (`/healthz`).
+    Anyone,
+    /// A request naming this listener in `Host` and, changing something, not one a browser
+    /// could send from another page ([`Admin::refuse`]).
+    Host,
+    /// That, with the admin token ([`Admin::authenticate`]).
+    Admin,
+}
+
+type Handle = fn(&Admin, &Request, &str) -> Response;
+
+/// The admin listener's routes, the first match answering (module docs). The last matches
+/// every path: an unknown path is answered 404 after the checks every inventory path gets.
+#[rustfmt::skip]
+const ROUTES: &[Route<Caller, Handle>] = &[
+    Route { methods: ANY, path: Pattern::Exact("/healthz"), auth: Caller::Anyone, handler: |_, _, _| Response::text(200, "ok") },
+    Route { methods: READ, path: Pattern::Exact(auth::CHALLENGE_PATH), auth: Caller::Host, handler: Admin::challenge },
+    Route { methods: POST, path: Pattern::Within("/machines/", "/reprovision"), auth: Caller::Admin, handler: Admin::reprovision },
+    Route { methods: READ, path: Pattern::Exact("/metrics"), auth: Caller::Admin, handler: Admin::metrics },
+    Route { methods: READ, path: Pattern::Exact("/ui"), auth: Caller::Admin, handler: |_, _, _| Response::new(308).header("Location", "/ui/") },
+    Route { methods: READ, path: Pattern::Exact("/machines"), auth: Caller::Admin, handler: Admin::machines },
+    Route { methods: READ, path: Pattern::Exact("/ui/"), auth: Caller::Admin, handler: Admin::ui_index },
+    Route { methods: READ, path: Pattern::Prefix("/machines/"), auth: Caller::Admin, handler: Admin::machine },
+    Route { methods: READ, path: Pattern::Prefix("/ui/machines/"), auth: Caller::Admin, handler: Admin::ui_machine },
+    Route { methods: READ, path: Pattern::Any, auth: Caller::Admin, handler: Admin::not_found },
+];
+
+/// A page of `/machines` rendered (JSON): at most `limit` machines after `after`, without
+/// their tokens, and where the next page starts.
+fn list_machines(
+    store: &dyn Store,
+    filter: &Filter,
+    limit: usize,
+    after: Option<&str>,
+) -> Result<Vec<u8>, Response> {
+    let (mut ms, mut more) = (Vec::new(), false);
+    store
+        .each_machine(filter, after, &mut |mut m| {
+            more = ms.len() == limit;
+            if !more {
+                m.tokens = Default::default();
+                ms.push(m);
+            }
+            !more
+        })
+        .map_err(store_error)?;
+    let next = if more {
+        ms.last().map(|m| m.id.as_str())
+    } else {
+        None
+    };
+    let mut b = serde_json::to_vec_pretty(&Listed {
+        machines: &ms,
+        next,
+    })
+    .unwrap_or_default();
+    b.push(b'\n');
+    Ok(b)
+}
+
+/// The [`UI_ROWS`] machines seen last, how many match, and how many there are per pool,
+/// counted as the records go by: the page never holds the whole inventory.
+#[allow(clippy::type_complexity)]
+fn newest_machines(
+    store: &dyn Store,
+    filter: &Filter,
+) -> Result<
+    (
+        Vec<Machine>,
+        usize,
+        std::collections::HashMap<String, usize>,
+    ),
+    Response,
+> {
+    let newest = |a: &Machine, b: &Machine| b.last_seen.cmp(&a.last_seen).then(a.id.cmp(&b.id));
+    let (mut ms, mut total) = (Vec::new(), 0usize);
+    let mut per_pool = std::collections::HashMap::<String, usize>::new();
+    store
+        .each_machine(filter, None, &mut |m| {
+            total += 1;
+            if let Some(p) = &m.pool {
+                *per_pool.entry(p.clone()).or_default() += 1;
+            }
+            ms.push(m);
+            if ms.len() >= 2 * UI_ROWS {
+                ms.sort_by(newest);
+                ms.truncate(UI_ROWS);
+            }
+            true
+        })
+        .map_err(store_error)?;
+    ms.sort_by(newest);
+    ms.truncate(UI_ROWS);
+    Ok((ms, total, per_pool))
 }
 
 fn html(body: String) -> Response {

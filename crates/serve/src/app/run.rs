@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::app::App;
+use crate::generations::Generations;
+use crate::generations::watch::{Nudges, watch_loop};
 use crate::http::{self, tls};
 use crate::options::Options;
-use crate::generations::watch::{Nudges, watch_loop};
 
 /// Runs the server until SIGTERM or SIGINT: binds the listeners (printing `listening
 /// SCHEME://ADDR` on stdout for each), starts the event loops and the source watcher, turns
@@ -23,18 +24,12 @@ use crate::generations::watch::{Nudges, watch_loop};
 /// [`Options::shutdown_grace`] to finish.
 pub fn run(opts: &Options) -> Result<()> {
     runtime::logging::set_stage("serve");
-    if let (Some(addr), None) = (opts.listen, &opts.tls_cert) {
-        bail!(
-            "--listen {addr} serves HTTPS and needs --tls-cert and --tls-key; for plain HTTP use --listen-http {addr}"
-        );
-    }
-    if opts.tls_cert.is_none() && opts.listen_http.is_none() {
-        bail!("nothing to listen on: give --tls-cert and --tls-key (HTTPS) and/or --listen-http");
-    }
-    if opts.token_ttl.as_secs() < 2 {
-        bail!("--token-ttl must be at least 2s");
-    }
-    crate::source::openshift::start(opts)?;
+    check(opts)?;
+    crate::source::openshift::start(&crate::source::openshift::Asked {
+        openshift: opts.openshift,
+        kubeconfig: opts.kubeconfig.as_deref(),
+        config_names: &opts.openshift_config_names,
+    })?;
     // Signals go to a dedicated thread: block them before any other thread starts.
     use nix::sys::signal::{SigSet, Signal};
     let mut sigs = SigSet::empty();
@@ -43,27 +38,8 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     sigs.thread_block().context("blocking signals")?;
 
-    // Watched for changes: the token store, or the directory of the key file (a Secret
-    // volume swaps it by rename).
-    let token_dir = match &opts.token_key {
-        Some(k) => k
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map_or_else(|| std::path::PathBuf::from("."), |p| p.to_path_buf()),
-        None => opts.token_dir(),
-    };
-    let limits = http::Limits {
-        max_header_bytes: opts.max_header_bytes,
-        max_body_bytes: opts.max_body_bytes,
-        max_body_total: opts.max_body_total,
-        header_timeout: opts.header_timeout,
-        idle_timeout: opts.idle_timeout,
-        min_send_rate: opts.min_send_rate,
-        send_window: opts.send_rate_window,
-        max_connections: opts.max_connections,
-        max_connections_per_address: opts.max_connections_per_address,
-        ..Default::default()
-    };
+    let token_dir = token_watch_dir(opts);
+    let limits = limits(opts);
     let threads = match opts.threads {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(2, |n| n.get()),
@@ -78,7 +54,7 @@ pub fn run(opts: &Options) -> Result<()> {
     // What the checkpoint kept is served from the start; the source is loaded by the
     // watcher once the listeners are up, so a slow or broken source never keeps the server
     // from answering (`/readyz` is 503 until there is something to serve).
-    app.restore();
+    app.generations.restore();
 
     let resolver = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => Some(Arc::new(tls::CertResolver::new(c.clone(), k.clone())?)),
@@ -86,8 +62,111 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     let shutdown = Arc::new(AtomicBool::new(false));
     let server = http::Server::new(limits.clone(), app.clone(), conns.clone(), shutdown.clone());
+    let mut out = std::io::stdout().lock();
+    let listeners = bind_listeners(opts, resolver.as_ref(), &mut out)?;
+    let admin = start_admin(opts, &app, &limits, &shutdown, &mut out)?;
+    out.flush().ok();
+    drop(out);
+    let loops = server.start(&listeners, threads)?;
+
+    let nudges = Arc::new(Nudges::new(shutdown.clone())?);
+    let watcher = {
+        let (generations, nudges, resolver) =
+            (app.generations.clone(), nudges.clone(), resolver.clone());
+        let poll = opts.poll_interval;
+        let td = token_dir.clone();
+        std::thread::Builder::new()
+            .name("watch".into())
+            .spawn(move || {
+                watch_loop(
+                    &generations,
+                    poll,
+                    resolver.as_deref(),
+                    Some(&td),
+                    &nudges,
+                    report_first_load,
+                )
+            })
+            .context("starting watcher thread")?
+    };
+
+    loop {
+        match sigs.wait() {
+            Ok(Signal::SIGHUP) => nudges.hup(),
+            Ok(s) => {
+                log::info!("{s}: shutting down gracefully");
+                break;
+            }
+            Err(e) => bail!("waiting for signals: {e}"),
+        }
+    }
+    let stopping = Stopping {
+        shutdown: &shutdown,
+        nudges: &nudges,
+        listeners: &listeners,
+        admin: admin.as_deref(),
+        loops,
+        conns: &conns,
+        watcher,
+    };
+    stopping.finish(opts.shutdown_grace);
+    log::info!("stopped");
+    Ok(())
+}
+
+/// The options no server can run with.
+fn check(opts: &Options) -> Result<()> {
+    if let (Some(addr), None) = (opts.listen, &opts.tls_cert) {
+        bail!(
+            "--listen {addr} serves HTTPS and needs --tls-cert and --tls-key; for plain HTTP use --listen-http {addr}"
+        );
+    }
+    if opts.tls_cert.is_none() && opts.listen_http.is_none() {
+        bail!("nothing to listen on: give --tls-cert and --tls-key (HTTPS) and/or --listen-http");
+    }
+    if opts.token_ttl.as_secs() < 2 {
+        bail!("--token-ttl must be at least 2s");
+    }
+    Ok(())
+}
+
+/// Watched for changes: the token store, or the directory of the key file (a Secret volume
+/// swaps it by rename).
+fn token_watch_dir(opts: &Options) -> std::path::PathBuf {
+    match &opts.token_key {
+        Some(k) => k
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| std::path::PathBuf::from("."), |p| p.to_path_buf()),
+        None => opts.token_dir(),
+    }
+}
+
+/// The machine-facing listeners' limits.
+fn limits(opts: &Options) -> http::Limits {
+    http::Limits {
+        max_header_bytes: opts.max_header_bytes,
+        max_body_bytes: opts.max_body_bytes,
+        max_body_total: opts.max_body_total,
+        header_timeout: opts.header_timeout,
+        idle_timeout: opts.idle_timeout,
+        min_send_rate: opts.min_send_rate,
+        send_window: opts.send_rate_window,
+        max_connections: opts.max_connections,
+        max_connections_per_address: opts.max_connections_per_address,
+        ..Default::default()
+    }
+}
+
+/// Binds the machine-facing listeners (HTTPS with a certificate, plain HTTP when asked),
+/// printing `listening SCHEME://ADDR` for each.
+fn bind_listeners(
+    opts: &Options,
+    resolver: Option<&Arc<tls::CertResolver>>,
+    out: &mut impl Write,
+) -> Result<Vec<http::Listener>> {
     let mut plan: Vec<(SocketAddr, Option<Arc<rustls::ServerConfig>>, &str)> = Vec::new();
-    if let Some(r) = &resolver {
+    if let Some(r) = resolver {
         let addr = opts
             .listen
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 22623)));
@@ -97,7 +176,6 @@ pub fn run(opts: &Options) -> Result<()> {
         plan.push((a, None, "http"));
     }
     let mut listeners = Vec::new();
-    let mut out = std::io::stdout().lock();
     for (addr, cfg, scheme) in plan {
         let l = http::bind(addr, opts.defer_accept_secs)?;
         let local = l.local_addr().context("reading the bound address")?;
@@ -105,11 +183,21 @@ pub fn run(opts: &Options) -> Result<()> {
         log::info!("listening on {scheme}://{local}");
         listeners.push(http::Listener { sock: l, tls: cfg });
     }
-    // The admin listener: the inventory, its API and its page, never on the machine-facing
-    // listeners (crate::fleet). Its address taken (another agent serve, or any local user
-    // holding the port) does not stop the machine listeners: logged, shown in /status, and
-    // tried again every ADMIN_RETRY.
-    let admin = match opts.admin_listen {
+    Ok(listeners)
+}
+
+/// Starts the admin listener when asked for: the inventory, its API and its page, never on
+/// the machine-facing listeners (crate::fleet). Its address taken (another agent serve, or
+/// any local user holding the port) does not stop the machine listeners: logged, shown in
+/// /status, and tried again every ADMIN_RETRY.
+fn start_admin(
+    opts: &Options,
+    app: &Arc<App>,
+    limits: &http::Limits,
+    shutdown: &Arc<AtomicBool>,
+    out: &mut impl Write,
+) -> Result<Option<Arc<AdminListener>>> {
+    Ok(match opts.admin_listen {
         None => None,
         Some(addr) => {
             let token = match &opts.admin_token_file {
@@ -150,71 +238,64 @@ pub fn run(opts: &Options) -> Result<()> {
             }
             Some(a)
         }
-    };
-    out.flush().ok();
-    drop(out);
-    let loops = server.start(&listeners, threads)?;
+    })
+}
 
-    let nudges = Arc::new(Nudges::new(shutdown.clone())?);
-    let watcher = {
-        let (app, nudges, resolver) = (app.clone(), nudges.clone(), resolver.clone());
-        let poll = opts.poll_interval;
-        let td = token_dir.clone();
-        std::thread::Builder::new()
-            .name("watch".into())
-            .spawn(move || {
-                watch_loop(
-                    &app,
-                    poll,
-                    resolver.as_deref(),
-                    Some(&td),
-                    &nudges,
-                    report_first_load,
-                )
-            })
-            .context("starting watcher thread")?
-    };
+/// What shutting down waits for.
+struct Stopping<'a> {
+    shutdown: &'a AtomicBool,
+    nudges: &'a Nudges,
+    listeners: &'a [http::Listener],
+    admin: Option<&'a AdminListener>,
+    loops: Vec<std::thread::JoinHandle<()>>,
+    conns: &'a http::ConnStats,
+    watcher: std::thread::JoinHandle<()>,
+}
 
-    loop {
-        match sigs.wait() {
-            Ok(Signal::SIGHUP) => nudges.hup(),
-            Ok(s) => {
-                log::info!("{s}: shutting down gracefully");
-                break;
-            }
-            Err(e) => bail!("waiting for signals: {e}"),
+impl Stopping<'_> {
+    /// Stops taking connections, gives in-flight requests `grace` to finish, and the watcher
+    /// [`WATCHER_MARGIN`] more.
+    fn finish(self, grace: Duration) {
+        let Stopping {
+            shutdown,
+            nudges,
+            listeners,
+            admin,
+            loops,
+            conns,
+            watcher,
+        } = self;
+        shutdown.store(true, Ordering::SeqCst);
+        nudges.nudge();
+        for l in listeners {
+            http::stop_listener(&l.sock);
+        }
+        let admin_loops = admin.as_ref().map_or_else(Vec::new, |a| a.stop());
+        // The event loops finish in-flight requests, then return.
+        let deadline = Instant::now() + grace;
+        while loops.iter().chain(&admin_loops).any(|t| !t.is_finished())
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left = conns.open.load(Ordering::SeqCst);
+        if loops.iter().any(|t| !t.is_finished()) {
+            log::warn!("{left} connections still open after the grace period");
+        }
+        // The watcher was nudged and stops between two steps; one busy with a long read or
+        // translation is not waited for past the grace period plus WATCHER_MARGIN.
+        let end = deadline.max(Instant::now()) + WATCHER_MARGIN;
+        while !watcher.is_finished() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if watcher.is_finished() {
+            let _ = watcher.join();
+        } else {
+            log::warn!(
+                "the source watcher is still busy (reading or translating the source): exiting without it"
+            );
         }
     }
-    shutdown.store(true, Ordering::SeqCst);
-    nudges.nudge();
-    for l in &listeners {
-        http::stop_listener(&l.sock);
-    }
-    let admin_loops = admin.as_ref().map_or_else(Vec::new, |a| a.stop());
-    // The event loops finish in-flight requests, then return.
-    let deadline = Instant::now() + opts.shutdown_grace;
-    while loops.iter().chain(&admin_loops).any(|t| !t.is_finished()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let left = conns.open.load(Ordering::SeqCst);
-    if loops.iter().any(|t| !t.is_finished()) {
-        log::warn!("{left} connections still open after the grace period");
-    }
-    // The watcher was nudged and stops between two steps; one busy with a long read or
-    // translation is not waited for past the grace period plus WATCHER_MARGIN.
-    let end = deadline.max(Instant::now()) + WATCHER_MARGIN;
-    while !watcher.is_finished() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if watcher.is_finished() {
-        let _ = watcher.join();
-    } else {
-        log::warn!(
-            "the source watcher is still busy (reading or translating the source): exiting without it"
-        );
-    }
-    log::info!("stopped");
-    Ok(())
 }
 
 /// How often an admin listener that could not bind tries again.
@@ -256,7 +337,8 @@ impl AdminListener {
         })?;
         let local = l.local_addr().context("reading the bound address")?;
         let admin = Arc::new(crate::admin::Admin::new(
-            self.app.clone(),
+            self.app.fleet.clone(),
+            self.app.generations.clone(),
             self.token.clone(),
             crate::admin::auth::Hosts::new(local, &self.hosts),
         )?);
@@ -346,17 +428,8 @@ pub const WATCHER_MARGIN: Duration = Duration::from_secs(1);
 
 /// After the first load of the source: one line on stdout (after the `listening` lines)
 /// saying whether it loaded and what is served, for scripts and tests that wait for it.
-fn report_first_load(app: &App) {
-    let t = app.tracker.lock().unwrap_or_else(|e| e.into_inner());
-    let serving = t
-        .active
-        .as_ref()
-        .map_or("nothing".to_string(), |g| format!("generation {}", g.id));
-    let line = match &t.error {
-        None => format!("source loaded: serving {serving}"),
-        Some(_) => format!("source not loaded (see /status): serving {serving}"),
-    };
-    drop(t);
+fn report_first_load(generations: &Generations) {
+    let line = generations.first_load_line();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}").and_then(|_| out.flush());
 }

@@ -12,17 +12,82 @@
 
 use std::sync::Arc;
 
-use crate::fleet::now_secs;
-use crate::http::{Body, Request, Response};
+use super::jobs::{self, Jobs};
 use crate::fleet::inventory::model::limits::REPORT_CREDENTIALS;
 use crate::fleet::inventory::{
     BootToken, Machine, Spend, State, Store, TokenKind, token_key, well_formed_token as well_formed,
 };
+use crate::fleet::now_secs;
+use crate::http::{Body, Request, Response};
+use crate::source::Generation;
 use crate::source::machines::Asset;
-use crate::options::Discovery;
 use crate::source::render::{Pool, etag_matches};
 use crate::source::selectors::{Facts, Match, normalize_mac, normalize_uuid};
-use crate::source::Generation;
+
+/// `--discovery`: what a network-booted machine that no machine file selects gets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Discovery {
+    /// `register` (default): recorded as `unassigned` in the inventory; its script waits and
+    /// asks again.
+    #[default]
+    Register,
+    /// `pool:<name>`: boots and installs that pool's config (no per-machine values).
+    Pool(String),
+}
+
+impl std::str::FromStr for Discovery {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.strip_prefix("pool:") {
+            _ if s == "register" => Ok(Discovery::Register),
+            Some(p) if crate::source::reading::valid_pool_name(p) => {
+                Ok(Discovery::Pool(p.to_string()))
+            }
+            _ => Err(format!("invalid discovery {s:?}: register or pool:<name>")),
+        }
+    }
+}
+
+/// Network boot's state: its settings, the jobs that answer the requests that wait on the
+/// store, and the scripts answered last.
+pub struct Boot {
+    pub settings: Settings,
+    /// Where network boot's store-bound requests are answered, off the event loop.
+    pub jobs: Arc<Jobs>,
+    /// The boot scripts answered last ([`Recent`]).
+    pub recent: Recent,
+}
+
+impl Boot {
+    pub fn new(settings: Settings) -> Boot {
+        Boot {
+            settings,
+            jobs: Jobs::new("boot", jobs::BOOT_THREADS, jobs::BOOT_QUEUE),
+            recent: Recent::default(),
+        }
+    }
+
+    /// Network boot's lines of `/metrics` (Prometheus text).
+    pub fn metrics(&self) -> String {
+        format!(
+            "# HELP agent_serve_boot_requests_waiting Network-boot requests waiting for the inventory store (queued or being answered).\n# TYPE agent_serve_boot_requests_waiting gauge\nagent_serve_boot_requests_waiting {}\n",
+            self.jobs.waiting()
+        )
+    }
+
+    /// The answer when [`jobs::BOOT_QUEUE`] network-boot requests already wait.
+    pub fn queue_full() -> Response {
+        Response::text(
+            503,
+            format!(
+                "the boot queue is full ({} network-boot requests, or {} of this client's, are waiting for the inventory store: the boot queue limit); retry",
+                jobs::BOOT_QUEUE,
+                jobs::PER_CLIENT
+            ),
+        )
+        .header("Retry-After", "1")
+    }
+}
 
 /// `--public-url`, `--discovery`, `--boot-token-ttl` (seconds).
 #[derive(Debug, Clone)]
@@ -161,7 +226,8 @@ fn facts(req: &Request) -> Result<Facts, String> {
         if v.is_empty() {
             continue;
         }
-        if v.len() > crate::source::selectors::MAX_SELECTOR_BYTES || v.chars().any(char::is_control) {
+        if v.len() > crate::source::selectors::MAX_SELECTOR_BYTES || v.chars().any(char::is_control)
+        {
             return Err(format!(
                 "query parameter {k}: at most {} bytes without control characters",
                 crate::source::selectors::MAX_SELECTOR_BYTES

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::http::{Body, Reply, Request, Response};
 use self::inventory::{Batching, Origin, Recorded, Refused, Report, Store};
+use crate::http::{Body, Reply, Request, Response};
 
 /// What a report's request carried, as the event loop saw it (it reads no store).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,11 @@ pub struct Fleet {
     /// Machines by state and pool, read from the store at most once per `COUNTS_TTL`, on a
     /// thread of its own (a scrape never waits for the store).
     counts: Arc<Mutex<CountsCache>>,
+    /// Network boot (`/boot.ipxe`, `/ipxe`, `/assets/`, `/machine-config`).
+    pub boot: boot::Boot,
+    /// When the server started (seconds since the Unix epoch): since when a store that
+    /// could not be opened is down, in /status.
+    started: u64,
 }
 
 #[derive(Default)]
@@ -319,6 +324,7 @@ impl Fleet {
         store: Result<Arc<dyn Store>, String>,
         max_body: usize,
         answer_timeout: Duration,
+        boot: boot::Settings,
     ) -> Fleet {
         let (store, store_error) = match store {
             Ok(s) => (Some(s), None),
@@ -332,7 +338,19 @@ impl Fleet {
             tallies: Default::default(),
             writers: OnceLock::new(),
             counts: Default::default(),
+            boot: boot::Boot::new(boot),
+            started: now_secs(),
         }
+    }
+
+    /// The inventory store's health for `/status`: `{ok, error, since, failures}` (a store
+    /// that could not be opened is down since the server started).
+    pub fn status_health(&self) -> inventory::health::Snapshot {
+        let mut h = self.health();
+        if self.store.is_none() {
+            h.since = self.started;
+        }
+        h
     }
 
     /// Changes whenever a report is recorded here (shared listings are made again).

@@ -34,9 +34,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::source::render::Pool;
+use super::status::GenRef;
 use crate::source::Generation;
-use crate::generations::status::GenRef;
+use crate::source::render::Pool;
+use crate::tokens::state::Retained;
 use spec::encoding::hex;
 
 /// The record format this server writes and reads.
@@ -45,9 +46,6 @@ pub const FORMAT: u32 = 1;
 pub const MAX_RECORD_BYTES: u64 = 4 << 20;
 /// Largest config file read back: the largest config the agent itself accepts.
 pub const MAX_CONFIG_BYTES: u64 = runtime::limits::DEFAULT_MAX_CONFIG_SIZE;
-/// Old configs kept per pool for tokens that still name them (the oldest go first).
-pub const MAX_RETAINED_PER_POOL: usize = 16;
-
 pub const ASSIGNED: &str = "assigned.json";
 pub const ACTIVE: &str = "active.json";
 pub const LAST_KNOWN_GOOD: &str = "lastKnownGood.json";
@@ -91,14 +89,6 @@ struct RetainedEntry {
 struct RetainedRecord {
     format: u32,
     payloads: Vec<RetainedEntry>,
-}
-
-/// An old config kept because tokens of it may still be valid: the payload and the last epoch
-/// whose tokens were handed out for it.
-#[derive(Debug, Clone)]
-pub struct Retained {
-    pub pool: Arc<Pool>,
-    pub last_epoch: u64,
 }
 
 /// What a restarted server gets back.

@@ -5,7 +5,6 @@
 //! source, its parent, `pools/`, the token directory), on SIGHUP and, as the fallback, every
 //! poll interval.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,14 +12,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::app::App;
-use crate::generations::checkpoint::{MAX_RETAINED_PER_POOL, Retained, Snapshot};
+use super::Generations;
+use super::checkpoint::Snapshot;
+use super::status::Change;
 use crate::http::tls;
 use crate::source::{self, Generation, LoadError};
-use crate::generations::status::Change;
-use crate::tokens;
 
-impl App {
+impl Generations {
     /// Puts back what the checkpoint directory kept (before the first load): assigned,
     /// active, lastKnownGood and the old payloads that valid tokens may still name. Records
     /// that cannot be trusted are refused one by one, logged and shown in `/status`.
@@ -28,7 +26,7 @@ impl App {
         let Some(c) = &self.checkpoint else {
             return;
         };
-        let now = self.now();
+        let now = self.tokens.now();
         let r = c.load();
         for e in &r.errors {
             log::error!("{e}");
@@ -46,24 +44,17 @@ impl App {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(r.errors);
-        if self.derived() {
-            let mut ret = self.retained.write().unwrap_or_else(|e| e.into_inner());
-            for x in r.retained {
-                if self.schedule.expires(x.last_epoch) > now {
-                    ret.insert((x.pool.name.clone(), x.pool.config_hash.clone()), x);
-                }
-            }
-        }
+        self.tokens.restore(r.retained, now);
         let mut t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
         t.restore(r.assigned, r.active, r.lkg);
         self.active.set(t.active.clone());
         drop(t);
-        self.rebuild_index();
+        self.tokens.rebuild(self.active().as_deref());
     }
 
     /// Reads the source and updates status; a new valid generation becomes active.
     pub fn reload(&self, force: bool) {
-        let now = self.now();
+        let now = self.tokens.now();
         let before = self.active();
         self.load(force, now);
         self.after_change(before, now);
@@ -147,92 +138,11 @@ impl App {
             (None, None) => false,
             _ => true,
         };
-        if changed && self.derived() {
-            self.retire(before.as_deref(), after.as_deref(), now);
-        }
         if changed {
-            self.rebuild_index();
+            self.tokens.retire(before.as_deref(), after.as_deref(), now);
+            self.tokens.rebuild(after.as_deref());
         }
         self.save_checkpoint();
-    }
-
-    /// Derived tokens: a pool whose config changed keeps its old config (and payload) for the
-    /// tokens handed out for it until this epoch; a pool that left the source loses all of
-    /// them at once.
-    fn retire(&self, before: Option<&Generation>, after: Option<&Generation>, now: u64) {
-        let epoch = self.schedule.epoch(now);
-        let mut r = self.retained.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(b) = before {
-            for (name, old) in &b.pools {
-                let new = after.and_then(|a| a.pools.get(name));
-                if new.is_some_and(|n| n.config_hash != old.config_hash) {
-                    let e = r
-                        .entry((name.clone(), old.config_hash.clone()))
-                        .or_insert_with(|| Retained {
-                            pool: old.clone(),
-                            last_epoch: epoch,
-                        });
-                    e.last_epoch = e.last_epoch.max(epoch);
-                    log::info!(
-                        "pool {name}: config {} replaced by {}; its tokens keep their payload until they expire",
-                        old.config_name,
-                        new.map_or("", |n| n.config_name.as_str())
-                    );
-                }
-            }
-        }
-        let before_n = r.len();
-        r.retain(|(pool, hash), _| {
-            after.is_some_and(|a| a.pools.get(pool).is_some_and(|p| &p.config_hash != hash))
-        });
-        if r.len() < before_n {
-            log::info!(
-                "tokens: {} retained payload(s) dropped (pool left the source, or config current again)",
-                before_n - r.len()
-            );
-        }
-        cap_retained(&mut r);
-    }
-
-    /// Rebuilds the derived-token index from the key, the active generation and the
-    /// retained configs.
-    pub(crate) fn rebuild_index(&self) {
-        if !self.derived() {
-            return;
-        }
-        let now = self.now();
-        let Some(key) = self
-            .token_key
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        else {
-            return;
-        };
-        let mut targets = Vec::new();
-        if let Some(g) = self.active() {
-            for (name, p) in &g.pools {
-                targets.push(tokens::Target {
-                    pool: name.clone(),
-                    config: p.config_hash.clone(),
-                    last_epoch: None,
-                });
-            }
-        }
-        for r in self
-            .retained
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-        {
-            targets.push(tokens::Target {
-                pool: r.pool.name.clone(),
-                config: r.pool.config_hash.clone(),
-                last_epoch: Some(r.last_epoch),
-            });
-        }
-        let idx = tokens::derived_index(&key, &self.schedule, &targets, now);
-        *self.token_index.write().unwrap_or_else(|e| e.into_inner()) = Some(idx);
     }
 
     /// Writes the checkpoint (only what changed); a failure is logged and shown in /status,
@@ -250,13 +160,7 @@ impl App {
             t.lkg_ref.clone(),
         );
         drop(t);
-        let retained: Vec<Retained> = self
-            .retained
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let retained = self.tokens.retained();
         let snap = Snapshot {
             assigned: assigned.as_ref(),
             active: active.as_deref().zip(active_ref.as_ref()),
@@ -283,7 +187,7 @@ impl App {
 
     /// Soak promotion, token rotation and the token index refresh.
     pub fn tick(&self) {
-        let now = self.now();
+        let now = self.tokens.now();
         {
             let mut t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
             if t.tick(now, self.soak)
@@ -292,122 +196,18 @@ impl App {
                 log::info!("generation {} is now lastKnownGood", l.id);
             }
         }
-        if self.derived() {
-            self.tick_derived(now);
+        // Derived tokens are rotated before the checkpoint (it keeps their old configs);
+        // the store's after it, as they always were.
+        let derived = self.tokens.derived();
+        if !derived {
             self.save_checkpoint();
-            return;
         }
-        self.save_checkpoint();
-        let Some(store) = &self.token_store else {
-            return;
-        };
-        let active = self.active();
-        let res = (|| -> Result<tokens::Index> {
-            if let Some(g) = &active {
-                let pools: Vec<String> = g.pools.keys().cloned().collect();
-                let r = store.update(|s| s.reconcile(&pools, now, self.ttl))?;
-                if r.changed() {
-                    self.metrics
-                        .token_rotations
-                        .fetch_add(r.rotated as u64, Ordering::Relaxed);
-                    log::info!(
-                        "tokens: {} issued, {} rotated, {} expired, {} revoked",
-                        r.created,
-                        r.rotated,
-                        r.expired,
-                        r.revoked
-                    );
-                }
-            }
-            Ok(store.read()?.index())
-        })();
-        let mut err = self.token_error.lock().unwrap_or_else(|e| e.into_inner());
-        match res {
-            Ok(idx) => {
-                *self.token_index.write().unwrap_or_else(|e| e.into_inner()) = Some(idx);
-                *err = None;
-            }
-            Err(e) => {
-                let msg = format!("token store {}: {e:#}", store.dir.display());
-                if err.as_deref() != Some(msg.as_str()) {
-                    log::error!("{msg}");
-                }
-                *err = Some(msg);
-            }
-        }
-    }
-
-    /// Derived tokens: re-read the key (a changed key revokes every token of the old one; an
-    /// unreadable one keeps the old key and is reported), count rotations, prune retained
-    /// configs whose tokens have all expired, rebuild the index.
-    fn tick_derived(&self, now: u64) {
-        if let Some(path) = &self.token_key_file {
-            let mut err = self.token_error.lock().unwrap_or_else(|e| e.into_inner());
-            match tokens::Key::from_file(path) {
-                Ok(k) => {
-                    let mut cur = self.token_key.write().unwrap_or_else(|e| e.into_inner());
-                    if cur.as_ref().is_none_or(|c| c.id() != k.id()) {
-                        log::warn!(
-                            "token key {} changed (key id {}): tokens derived from the old key are no longer accepted",
-                            path.display(),
-                            k.id()
-                        );
-                        *cur = Some(k);
-                    }
-                    *err = None;
-                }
-                Err(e) => {
-                    let msg = format!("{e:#} (keeping the key read before)");
-                    if err.as_deref() != Some(msg.as_str()) {
-                        log::error!("{msg}");
-                    }
-                    *err = Some(msg);
-                }
-            }
-        }
-        let epoch = self.schedule.epoch(now);
-        let seen = self.seen_epoch.swap(epoch, Ordering::Relaxed);
-        if seen != 0 && epoch > seen {
-            let pools = self.active().map_or(0, |g| g.pools.len()) as u64;
-            self.metrics
-                .token_rotations
-                .fetch_add(pools * (epoch - seen).min(2), Ordering::Relaxed);
-        }
-        {
-            let mut r = self.retained.write().unwrap_or_else(|e| e.into_inner());
-            let n = r.len();
-            r.retain(|_, x| self.schedule.expires(x.last_epoch) > now);
-            if r.len() < n {
-                log::info!(
-                    "tokens: {} retained payload(s) pruned (all their tokens expired)",
-                    n - r.len()
-                );
-            }
-        }
-        self.rebuild_index();
-    }
-}
-
-/// Keeps at most [`MAX_RETAINED_PER_POOL`] old configs per pool, the newest.
-fn cap_retained(r: &mut BTreeMap<(String, String), Retained>) {
-    let mut per_pool: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
-    for ((pool, hash), x) in r.iter() {
-        per_pool
-            .entry(pool.clone())
-            .or_default()
-            .push((x.last_epoch, hash.clone()));
-    }
-    for (pool, mut list) in per_pool {
-        if list.len() <= MAX_RETAINED_PER_POOL {
-            continue;
-        }
-        list.sort();
-        let drop_n = list.len() - MAX_RETAINED_PER_POOL;
-        for (_, hash) in list.into_iter().take(drop_n) {
-            log::warn!(
-                "pool {pool}: more than {MAX_RETAINED_PER_POOL} old configs with valid tokens; dropping the oldest ({hash:.16})"
-            );
-            r.remove(&(pool.clone(), hash));
+        let rotated = self.tokens.rotate(self.active().as_deref(), now);
+        self.metrics
+            .token_rotations
+            .fetch_add(rotated, Ordering::Relaxed);
+        if derived {
+            self.save_checkpoint();
         }
     }
 }
@@ -452,36 +252,172 @@ const MIN_POLL: Duration = Duration::from_millis(250);
 /// parent and pools/, with polling as the fallback), the token store and the TLS files;
 /// exits on shutdown.
 pub fn watch_loop(
-    app: &App,
+    gens: &Generations,
     poll: Duration,
     tls: Option<&tls::CertResolver>,
     token_dir: Option<&Path>,
     nudges: &Nudges,
-    loaded: impl FnOnce(&App),
+    loaded: impl FnOnce(&Generations),
 ) {
-    use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-    use nix::sys::inotify::{AddWatchFlags as F, InitFlags, Inotify};
     let (hup, shutdown) = (&nudges.hup, &*nudges.shutdown);
-    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-        .map_err(|e| log::warn!("inotify unavailable, polling every {poll:?}: {e}"))
-        .ok();
-    // Sleeps on the inotify fd and the nudges together; without an epoll set (out of
-    // descriptors) it sleeps in short slices as the fallback.
-    let sleeper = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
-        .and_then(|ep| {
-            ep.add(&nudges.wake, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
-            if let Some(ino) = &ino {
-                ep.add(ino, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
+    let sleeper = Sleeper::new(poll, nudges);
+    let watched = || watched(&gens.source, token_dir);
+    // The first load, with the watches already in place so no change is missed.
+    sleeper.rewatch(&watched());
+    gens.reload(true);
+    gens.tick();
+    loaded(gens);
+    let mut last_poll = Instant::now();
+    // The watches are renewed after every reload (a directory made since, e.g. `machines/`,
+    // is watched from then on); in between, the watcher sleeps until a change, a nudge
+    // (SIGHUP, shutdown) or the next poll: an idle server's watcher wakes once per `poll`.
+    let mut rewatch_due = false;
+    while !shutdown.load(Ordering::SeqCst) {
+        let mut changed = false;
+        if rewatch_due {
+            sleeper.rewatch(&watched());
+        }
+        rewatch_due = false;
+        let end = last_poll + poll.max(MIN_POLL);
+        while Instant::now() < end
+            && !shutdown.load(Ordering::SeqCst)
+            && !hup.load(Ordering::SeqCst)
+        {
+            if sleeper.sleep(end) {
+                changed = true;
+                break;
             }
-            Ok(ep)
-        })
-        .map_err(|e| log::warn!("watching for changes with epoll: {e}; checking every 25 ms"))
-        .ok();
-    // Sleeps until `end` at most; true when the source changed (inotify is readable).
-    let sleep = |end: Instant| -> bool {
-        let Some(ep) = &sleeper else {
+        }
+        let forced = hup.swap(false, Ordering::SeqCst);
+        if forced {
+            log::info!("SIGHUP: reloading source and certificate");
+        }
+        let due = last_poll.elapsed() >= poll;
+        if changed || forced || due {
+            gens.reload(forced);
+            if let Some(t) = tls {
+                gens.reload_tls(t, forced);
+            }
+            gens.tick();
+            last_poll = Instant::now();
+            rewatch_due = true;
+        }
+    }
+}
+
+impl Generations {
+    /// Reloads the TLS certificate when its files changed (`forced`: in any case).
+    fn reload_tls(&self, t: &tls::CertResolver, forced: bool) {
+        match t.maybe_reload(forced) {
+            Ok(true) => {
+                self.metrics.tls_reloads.fetch_add(1, Ordering::Relaxed);
+                log::info!("TLS certificate reloaded");
+            }
+            Ok(false) => {}
+            Err(e) => log::error!("reloading TLS certificate (keeping the old one): {e:#}"),
+        }
+    }
+}
+
+/// What inotify watches: the source, `pools/` and each pool's directory, the machine files,
+/// boot profiles and assets (network boot), the source's parent (a link swapped there), and
+/// the token directory.
+fn watched(src: &Path, token_dir: Option<&Path>) -> Vec<PathBuf> {
+    let mut paths = vec![
+        src.to_path_buf(),
+        src.join("pools"),
+        src.join("machines"),
+        src.join("boot"),
+        src.join("boot/assets"),
+    ];
+    if let Some(parent) = src.parent() {
+        paths.push(if parent.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            parent.to_path_buf()
+        });
+    }
+    if let Ok(rd) = std::fs::read_dir(src.join("pools")) {
+        paths.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    if let Some(t) = token_dir {
+        paths.push(t.to_path_buf());
+    }
+    paths
+}
+
+/// The watcher's sleep: on the inotify fd and the nudges together; without an epoll set (out
+/// of descriptors) in short slices as the fallback; without inotify, polling only.
+struct Sleeper<'a> {
+    ino: Option<nix::sys::inotify::Inotify>,
+    epoll: Option<nix::sys::epoll::Epoll>,
+    nudges: &'a Nudges,
+}
+
+impl<'a> Sleeper<'a> {
+    fn new(poll: Duration, nudges: &'a Nudges) -> Sleeper<'a> {
+        use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+        use nix::sys::inotify::{InitFlags, Inotify};
+        let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .map_err(|e| log::warn!("inotify unavailable, polling every {poll:?}: {e}"))
+            .ok();
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .and_then(|ep| {
+                ep.add(&nudges.wake, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+                if let Some(ino) = &ino {
+                    ep.add(ino, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
+                }
+                Ok(ep)
+            })
+            .map_err(|e| log::warn!("watching for changes with epoll: {e}; checking every 25 ms"))
+            .ok();
+        Sleeper { ino, epoll, nudges }
+    }
+
+    /// Watches `paths` (again: a watch already there is kept).
+    fn rewatch(&self, paths: &[PathBuf]) {
+        use nix::sys::inotify::AddWatchFlags as F;
+        let Some(ino) = &self.ino else {
+            return;
+        };
+        let mask = F::IN_CREATE
+            | F::IN_DELETE
+            | F::IN_MOVED_TO
+            | F::IN_MOVED_FROM
+            | F::IN_CLOSE_WRITE
+            | F::IN_ATTRIB
+            | F::IN_DELETE_SELF
+            | F::IN_MOVE_SELF;
+        for p in paths {
+            let _ = ino.add_watch(p, mask);
+        }
+    }
+
+    /// Sleeps until `end` at most; true when the source changed (the events then drained,
+    /// after a burst of changes settled).
+    fn sleep(&self, end: Instant) -> bool {
+        if !self.wait(end) {
+            return false;
+        }
+        let Some(ino) = &self.ino else {
+            return false;
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        while let Ok(ev) = ino.read_events() {
+            if ev.is_empty() {
+                break;
+            }
+        }
+        true
+    }
+
+    /// Sleeps until `end` at most; true when inotify is readable.
+    fn wait(&self, end: Instant) -> bool {
+        use nix::sys::epoll::{EpollEvent, EpollTimeout};
+        let Some(ep) = &self.epoll else {
             std::thread::sleep(Duration::from_millis(25));
-            return ino
+            return self
+                .ino
                 .as_ref()
                 .is_some_and(|i| i.read_events().is_ok_and(|e| !e.is_empty()));
         };
@@ -496,103 +432,7 @@ pub fn watch_loop(
                     .unwrap_or(EpollTimeout::MAX),
             )
             .unwrap_or(0);
-        let _ = nudges.wake.read();
+        let _ = self.nudges.wake.read();
         evs[..n].iter().any(|e| e.data() == 1)
-    };
-    let mask = F::IN_CREATE
-        | F::IN_DELETE
-        | F::IN_MOVED_TO
-        | F::IN_MOVED_FROM
-        | F::IN_CLOSE_WRITE
-        | F::IN_ATTRIB
-        | F::IN_DELETE_SELF
-        | F::IN_MOVE_SELF;
-    let src = &app.source;
-    let rewatch = |ino: &Inotify| {
-        let mut paths = vec![
-            src.clone(),
-            src.join("pools"),
-            // Machine files, boot profiles and assets (network boot).
-            src.join("machines"),
-            src.join("boot"),
-            src.join("boot/assets"),
-        ];
-        if let Some(parent) = src.parent() {
-            paths.push(if parent.as_os_str().is_empty() {
-                PathBuf::from(".")
-            } else {
-                parent.to_path_buf()
-            });
-        }
-        if let Ok(rd) = std::fs::read_dir(src.join("pools")) {
-            paths.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
-        }
-        if let Some(t) = token_dir {
-            paths.push(t.to_path_buf());
-        }
-        for p in paths {
-            let _ = ino.add_watch(&p, mask);
-        }
-    };
-    // The first load, with the watches already in place so no change is missed.
-    if let Some(ino) = &ino {
-        rewatch(ino);
-    }
-    app.reload(true);
-    app.tick();
-    loaded(app);
-    let mut last_poll = Instant::now();
-    // The watches are renewed after every reload (a directory made since, e.g. `machines/`,
-    // is watched from then on); in between, the watcher sleeps until a change, a nudge
-    // (SIGHUP, shutdown) or the next poll: an idle server's watcher wakes once per `poll`.
-    let mut rewatch_due = false;
-    while !shutdown.load(Ordering::SeqCst) {
-        let mut changed = false;
-        if rewatch_due && let Some(ino) = &ino {
-            rewatch(ino);
-        }
-        rewatch_due = false;
-        let end = last_poll + poll.max(MIN_POLL);
-        while Instant::now() < end
-            && !shutdown.load(Ordering::SeqCst)
-            && !hup.load(Ordering::SeqCst)
-        {
-            if sleep(end)
-                && let Some(ino) = &ino
-            {
-                // Let a burst of changes settle, then drain.
-                std::thread::sleep(Duration::from_millis(30));
-                while let Ok(ev) = ino.read_events() {
-                    if ev.is_empty() {
-                        break;
-                    }
-                }
-                changed = true;
-                break;
-            }
-        }
-        let forced = hup.swap(false, Ordering::SeqCst);
-        if forced {
-            log::info!("SIGHUP: reloading source and certificate");
-        }
-        let due = last_poll.elapsed() >= poll;
-        if changed || forced || due {
-            app.reload(forced);
-            if let Some(t) = tls {
-                match t.maybe_reload(forced) {
-                    Ok(true) => {
-                        app.metrics.tls_reloads.fetch_add(1, Ordering::Relaxed);
-                        log::info!("TLS certificate reloaded");
-                    }
-                    Ok(false) => {}
-                    Err(e) => log::error!("reloading TLS certificate (keeping the old one): {e:#}"),
-                }
-            }
-        }
-        if due || forced || changed {
-            app.tick();
-            last_poll = Instant::now();
-            rewatch_due = true;
-        }
     }
 }

@@ -447,7 +447,10 @@ fn build_with(
                 for (fname, bytes) in frags {
                     let file = fragment_file(&m.pool, frags, fname);
                     let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|err| {
-                        format!("{file}: {}", crate::source::reading::redact(&err.to_string()))
+                        format!(
+                            "{file}: {}",
+                            crate::source::reading::redact(&err.to_string())
+                        )
                     })?;
                     let us = placeholders::scan(&v).map_err(|err| {
                         format!(

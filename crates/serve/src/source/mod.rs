@@ -783,7 +783,8 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
         let pool = Pool::new(name, cfg).map_err(|e| invalid(format!("pool {name}: {e:#}")))?;
         pools.insert(name.clone(), Arc::new(pool));
     }
-    let machines = crate::source::machines::build(&raw.machines, &pools, &raw.pools).map_err(invalid)?;
+    let machines =
+        crate::source::machines::build(&raw.machines, &pools, &raw.pools).map_err(invalid)?;
     Ok(Generation {
         id: raw.id,
         dir: raw.dir,

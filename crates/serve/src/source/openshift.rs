@@ -33,17 +33,25 @@ pub struct OpenShift {
 
 static MODE: OnceLock<OpenShift> = OnceLock::new();
 
+/// What `agent serve` asks of OpenShift mode: `--openshift`, `--kubeconfig`,
+/// `--openshift-config-name`.
+pub struct Asked<'a> {
+    pub openshift: bool,
+    pub kubeconfig: Option<&'a std::path::Path>,
+    pub config_names: &'a [(String, String)],
+}
+
 /// Turns OpenShift mode on for this process when `opts` asks for it (once, before any
 /// config is loaded): reads the kubeconfig.
-pub fn start(opts: &crate::options::Options) -> anyhow::Result<()> {
+pub fn start(opts: &Asked<'_>) -> anyhow::Result<()> {
     use anyhow::{Context, bail};
     if !opts.openshift {
-        if opts.kubeconfig.is_some() || !opts.openshift_config_names.is_empty() {
+        if opts.kubeconfig.is_some() || !opts.config_names.is_empty() {
             bail!("--kubeconfig and --openshift-config-name need --openshift");
         }
         return Ok(());
     }
-    let kubeconfig = match &opts.kubeconfig {
+    let kubeconfig = match opts.kubeconfig {
         Some(p) => {
             // A regular file (a Secret volume's symlink followed), never a FIFO or a
             // device, read at most one byte past the limit.
@@ -72,7 +80,7 @@ pub fn start(opts: &crate::options::Options) -> anyhow::Result<()> {
     };
     let _ = MODE.set(OpenShift {
         kubeconfig,
-        config_names: opts.openshift_config_names.iter().cloned().collect(),
+        config_names: opts.config_names.iter().cloned().collect(),
     });
     Ok(())
 }
@@ -223,7 +231,7 @@ pub fn answer_v2(req: &Request, pool: &Pool, minor: u64, out: &mut Response) {
                 "Content-Type: application/vnd.coreos.ignition+json;version=2.2.0\r\n\
                  ETag: {etag}\r\nVary: Accept\r\n"
             );
-            crate::app::answer(req, out, &etag, &lines, || {
+            crate::source::render::answer(req, out, &etag, &lines, || {
                 Body::Shared(std::sync::Arc::from(body))
             });
         }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use anyhow::Result;
 use sha2::{Digest, Sha256};
 
-use crate::http::{Body, FileBody};
+use crate::http::{Body, FileBody, Request, Response};
 use spec::config::types::{File, Resource};
 use spec::config::{self, Config, Version, version};
 use spec::encoding::data_url::base64_encode;
@@ -129,6 +129,25 @@ pub fn etag_matches(if_none_match: &str, etag: &str) -> bool {
         let t = t.trim();
         t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
     })
+}
+
+/// A served document's answer: 304 when `If-None-Match` names its ETag, else 200 with the
+/// body; its header lines (Content-Type, ETag, Vary) either way.
+pub fn answer(
+    req: &Request,
+    out: &mut Response,
+    etag: &str,
+    lines: &str,
+    body: impl FnOnce() -> Body,
+) {
+    let hit = req
+        .header("if-none-match")
+        .is_some_and(|v| etag_matches(&v, etag));
+    out.reset(if hit { 304 } else { 200 });
+    if !hit {
+        out.body = body();
+    }
+    out.add_lines(lines);
 }
 
 /// Where machines send their reports (docs/reports.md), on the same origin.

@@ -23,6 +23,7 @@
 
 pub mod cmd;
 pub mod pointer;
+pub mod state;
 
 use std::collections::BTreeMap;
 use std::io::Read;
