@@ -27,6 +27,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod files;
 pub mod fleet;
 pub mod generations;
 pub mod http;

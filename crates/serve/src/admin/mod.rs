@@ -45,7 +45,7 @@ pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; frame-ance
 
 /// The admin listener's state as `/status` shows it (`"admin"`): its address, whether it is
 /// bound, and the error that kept it from binding (retried every
-/// [`ADMIN_RETRY`](crate::app::run::ADMIN_RETRY)). Null without an admin listener.
+/// `ADMIN_RETRY`, every 5 s). Null without an admin listener.
 #[derive(Default)]
 pub struct AdminStatus(Mutex<serde_json::Value>);
 

@@ -298,23 +298,7 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
         Match::None => match &ctx.settings.discovery {
             Discovery::Pool(p) => (None, p.clone()),
             Discovery::Register => {
-                let now = now_secs();
-                let ident = identity(&f, &id);
-                let r = store.update(&id, &mut |m: Option<Machine>| match m {
-                    // Known from its reports: leave it as it is.
-                    Some(m) if m.state.is_some_and(|s| s != State::Unassigned) => None,
-                    m => {
-                        let mut m = m.unwrap_or_else(|| Machine::new(&id, now));
-                        m.identity = ident.clone();
-                        m.last_seen = now;
-                        m.state = Some(State::Unassigned);
-                        m.machine_file = None;
-                        Some(m)
-                    }
-                });
-                if let Err(e) = r {
-                    log::error!("registering machine {id}: {e:#}");
-                }
+                register(store, &f, &id);
                 return wait_script(
                     &base,
                     &format!("machine {id} is not assigned to a pool (add a machine file)"),
@@ -345,69 +329,10 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
             return wait_script(&base, &format!("pool {pool} cannot be booted now"));
         }
     };
-    let Some(token) = new_token() else {
-        return wait_script(&base, "no random token could be made");
+    let token = match hand_out(ctx, store, &f, &id, file.as_deref(), &pool) {
+        Ok(t) => t,
+        Err(why) => return wait_script(&base, why),
     };
-    let now = now_secs();
-    let ttl = ctx.settings.token_ttl.max(1);
-    let t = BootToken {
-        machine: id.clone(),
-        file: file.clone(),
-        pool: pool.clone(),
-        expires: now + ttl,
-        spent: None,
-        // A boot token authenticates no report: the credential its config fetch issues does.
-        reports_until: now + ttl,
-        kind: TokenKind::Boot,
-        issued: now,
-    };
-    let key = token_key(&token);
-    if let Err(e) = store.put_boot_token(&key, &t, now) {
-        log::error!("keeping a boot token for machine {id}: {e:#}");
-        return wait_script(&base, "the inventory cannot take a token now");
-    }
-    // Remember which file selected it (shown with the machine), and the token, which
-    // replaces the one given before: a machine has one boot token at a time.
-    let ident = identity(&f, &id);
-    let mut replaced = None;
-    let remembered = store.update(&id, &mut |m: Option<Machine>| {
-        let mut m = m.unwrap_or_else(|| Machine::new(&id, now));
-        if m.boots.is_empty() {
-            m.identity = ident.clone();
-            m.state = None;
-        }
-        m.last_seen = now;
-        m.pool = Some(pool.clone());
-        m.machine_file = file.clone();
-        replaced = m.tokens.boot.replace(key.clone()).filter(|k| *k != key);
-        Some(m)
-    });
-    match remembered {
-        Ok(_) => {
-            if let Some(old) = replaced
-                && let Err(e) = store.forget_boot_token(&old)
-            {
-                log::warn!(
-                    "forgetting machine {id}'s earlier boot token {}…: {e:#}",
-                    &old[..8]
-                );
-            }
-        }
-        Err(e) => {
-            // Not remembered, it could not replace a later one: not handed out.
-            log::warn!("remembering machine {id} in the inventory: {e:#}");
-            if let Err(e) = store.forget_boot_token(&key) {
-                log::warn!("forgetting an unused boot token: {e:#}");
-            }
-            return wait_script(&base, "the inventory cannot take this machine now");
-        }
-    }
-    log::info!(
-        "machine {id} ({}) boots pool {pool}: token {}…",
-        file.as_deref()
-            .map_or("discovery".to_string(), |f| format!("machines/{f}.json")),
-        &key[..8]
-    );
     // A machine file's arguments are filled with its values; the discovery pool's are the
     // profile's as they are.
     let args = file
@@ -429,6 +354,104 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
     let s = script(s);
     ctx.recent.keep(req, &id, &s);
     s
+}
+
+/// Records a machine no machine file selects as `unassigned` (unless its reports made it
+/// known otherwise).
+fn register(store: &dyn Store, f: &Facts, id: &str) {
+    let now = now_secs();
+    let ident = identity(f, id);
+    let r = store.update(id, &mut |m: Option<Machine>| match m {
+        // Known from its reports: leave it as it is.
+        Some(m) if m.state.is_some_and(|s| s != State::Unassigned) => None,
+        m => {
+            let mut m = m.unwrap_or_else(|| Machine::new(id, now));
+            m.identity = ident.clone();
+            m.last_seen = now;
+            m.state = Some(State::Unassigned);
+            m.machine_file = None;
+            Some(m)
+        }
+    });
+    if let Err(e) = r {
+        log::error!("registering machine {id}: {e:#}");
+    }
+}
+
+/// A one-time boot token for machine `id` (selected by machine file `file`, or discovery)
+/// of `pool`, kept in the store with the machine (replacing the one given before); Err: why
+/// none is handed out now.
+fn hand_out(
+    ctx: &Ctx<'_>,
+    store: &dyn Store,
+    f: &Facts,
+    id: &str,
+    file: Option<&str>,
+    pool: &str,
+) -> Result<String, &'static str> {
+    let Some(token) = new_token() else {
+        return Err("no random token could be made");
+    };
+    let now = now_secs();
+    let ttl = ctx.settings.token_ttl.max(1);
+    let t = BootToken {
+        machine: id.to_string(),
+        file: file.map(str::to_string),
+        pool: pool.to_string(),
+        expires: now + ttl,
+        spent: None,
+        // A boot token authenticates no report: the credential its config fetch issues does.
+        reports_until: now + ttl,
+        kind: TokenKind::Boot,
+        issued: now,
+    };
+    let key = token_key(&token);
+    if let Err(e) = store.put_boot_token(&key, &t, now) {
+        log::error!("keeping a boot token for machine {id}: {e:#}");
+        return Err("the inventory cannot take a token now");
+    }
+    // Remember which file selected it (shown with the machine), and the token, which
+    // replaces the one given before: a machine has one boot token at a time.
+    let ident = identity(f, id);
+    let mut replaced = None;
+    let remembered = store.update(id, &mut |m: Option<Machine>| {
+        let mut m = m.unwrap_or_else(|| Machine::new(id, now));
+        if m.boots.is_empty() {
+            m.identity = ident.clone();
+            m.state = None;
+        }
+        m.last_seen = now;
+        m.pool = Some(pool.to_string());
+        m.machine_file = file.map(str::to_string);
+        replaced = m.tokens.boot.replace(key.clone()).filter(|k| *k != key);
+        Some(m)
+    });
+    match remembered {
+        Ok(_) => {
+            if let Some(old) = replaced
+                && let Err(e) = store.forget_boot_token(&old)
+            {
+                log::warn!(
+                    "forgetting machine {id}'s earlier boot token {}…: {e:#}",
+                    &old[..8]
+                );
+            }
+        }
+        Err(e) => {
+            // Not remembered, it could not replace a later one: not handed out.
+            log::warn!("remembering machine {id} in the inventory: {e:#}");
+            if let Err(e) = store.forget_boot_token(&key) {
+                log::warn!("forgetting an unused boot token: {e:#}");
+            }
+            return Err("the inventory cannot take this machine now");
+        }
+    }
+    log::info!(
+        "machine {id} ({}) boots pool {pool}: token {}…",
+        file.map_or("discovery".to_string(), |f| format!("machines/{f}.json")),
+        &key[..8]
+    );
+    Ok(token)
 }
 
 /// What the inventory shows of a machine known only from `/ipxe`.

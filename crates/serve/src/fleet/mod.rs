@@ -1,6 +1,6 @@
 //! The fleet's side of the server (docs/reports.md): the inventory store, `POST /report`
 //! (answered on the machine-facing listeners; the app checks the token first) and the
-//! inventory's metrics. The admin listener that reads the inventory is `crate::admin`.
+//! inventory's metrics. The admin listener reads the inventory.
 
 pub mod boot;
 pub mod inventory;

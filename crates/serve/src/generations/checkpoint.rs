@@ -24,8 +24,7 @@
 //! are removed after each checkpoint.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -35,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::status::GenRef;
+use crate::files::{sync_dir, write_private};
 use crate::source::Generation;
 use crate::source::render::Pool;
 use crate::tokens::state::Retained;
@@ -124,41 +124,6 @@ impl std::fmt::Debug for Checkpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Checkpoint({})", self.dir.display())
     }
-}
-
-pub(crate) fn sync_dir(d: &Path) -> Result<()> {
-    std::fs::File::open(d)
-        .and_then(|f| f.sync_all())
-        .with_context(|| format!("syncing {}", d.display()))
-}
-
-/// Writes `data` to `path` atomically: a 0600 temp file beside it, fsynced, renamed over it.
-/// The caller syncs the directory.
-pub(crate) fn write_private(path: &Path, data: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("creating {}", tmp.display()))?;
-    let res = (|| -> Result<()> {
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("setting the mode of {}", tmp.display()))?;
-        f.write_all(data)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        f.sync_all()
-            .with_context(|| format!("syncing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res
 }
 
 /// Reads at most `max` bytes of the regular file `path`, never blocking (a FIFO, device or

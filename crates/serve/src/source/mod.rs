@@ -29,6 +29,7 @@ pub mod placeholders;
 pub mod reading;
 pub mod render;
 pub mod selectors;
+pub mod spec2;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::FileType;

@@ -394,8 +394,8 @@ fn write_marker(p: &Path, id: u64) -> Result<()> {
     };
     let mut b = serde_json::to_vec(&m)?;
     b.push(b'\n');
-    crate::generations::checkpoint::write_private(p, &b)?;
-    crate::generations::checkpoint::sync_dir(p.parent().unwrap_or(Path::new(".")))
+    crate::files::write_private(p, &b)?;
+    crate::files::sync_dir(p.parent().unwrap_or(Path::new(".")))
 }
 
 /// Why a missing or empty file is not taken as a new inventory (module docs).
