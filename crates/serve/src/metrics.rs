@@ -97,33 +97,7 @@ impl Metrics {
             );
         }
         drop(guards);
-        s.push_str("# HELP agent_serve_request_duration_seconds Request latency.\n");
-        s.push_str("# TYPE agent_serve_request_duration_seconds histogram\n");
-        let sum = |f: &dyn Fn(&Tally) -> &AtomicU64| -> u64 {
-            self.tallies
-                .iter()
-                .map(|t| f(t).load(Ordering::Relaxed))
-                .sum()
-        };
-        let mut cum = 0;
-        for (i, b) in BUCKETS.iter().enumerate() {
-            cum += sum(&|t| &t.buckets[i]);
-            let _ = writeln!(
-                s,
-                "agent_serve_request_duration_seconds_bucket{{le=\"{b}\"}} {cum}"
-            );
-        }
-        let count = sum(&|t| &t.count);
-        let _ = writeln!(
-            s,
-            "agent_serve_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
-        );
-        let _ = writeln!(
-            s,
-            "agent_serve_request_duration_seconds_sum {}",
-            sum(&|t| &t.sum_micros) as f64 / 1e6
-        );
-        let _ = writeln!(s, "agent_serve_request_duration_seconds_count {count}");
+        self.render_latency(&mut s);
         for (name, help, v) in [
             (
                 "agent_serve_reloads_total",
@@ -201,6 +175,37 @@ impl Metrics {
             }
         }
         s
+    }
+
+    /// The request latency histogram's lines.
+    fn render_latency(&self, s: &mut String) {
+        s.push_str("# HELP agent_serve_request_duration_seconds Request latency.\n");
+        s.push_str("# TYPE agent_serve_request_duration_seconds histogram\n");
+        let sum = |f: &dyn Fn(&Tally) -> &AtomicU64| -> u64 {
+            self.tallies
+                .iter()
+                .map(|t| f(t).load(Ordering::Relaxed))
+                .sum()
+        };
+        let mut cum = 0;
+        for (i, b) in BUCKETS.iter().enumerate() {
+            cum += sum(&|t| &t.buckets[i]);
+            let _ = writeln!(
+                s,
+                "agent_serve_request_duration_seconds_bucket{{le=\"{b}\"}} {cum}"
+            );
+        }
+        let count = sum(&|t| &t.count);
+        let _ = writeln!(
+            s,
+            "agent_serve_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            s,
+            "agent_serve_request_duration_seconds_sum {}",
+            sum(&|t| &t.sum_micros) as f64 / 1e6
+        );
+        let _ = writeln!(s, "agent_serve_request_duration_seconds_count {count}");
     }
 }
 

@@ -555,32 +555,7 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
         return;
     };
     ctx.recent.forget(&t.machine);
-    // The machine keeps its last REPORT_CREDENTIALS credentials; an older one is forgotten.
-    let mut gone = Vec::new();
-    let kept = store.update(&t.machine, &mut |m: Option<Machine>| {
-        let mut m = m?;
-        m.tokens.report.retain(|k| *k != ckey);
-        m.tokens.report.push(ckey.clone());
-        let extra = m.tokens.report.len().saturating_sub(REPORT_CREDENTIALS);
-        gone = m.tokens.report.drain(..extra).collect();
-        Some(m)
-    });
-    match kept {
-        Ok(_) => {
-            for old in gone {
-                if let Err(e) = store.forget_boot_token(&old) {
-                    log::warn!(
-                        "forgetting machine {}'s old report credential: {e:#}",
-                        t.machine
-                    );
-                }
-            }
-        }
-        Err(e) => log::warn!(
-            "remembering machine {}'s report credential: {e:#}",
-            t.machine
-        ),
-    }
+    keep_credential(store, &t.machine, &ckey);
     log::info!(
         "machine {} fetched its config ({}), token {}… spent",
         t.machine,
@@ -593,6 +568,33 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
         "X-Agent-Report-URL: /report\r\n",
         &format!("X-Agent-Report-URL: /report?token={credential}\r\n"),
     );
+}
+
+/// Remembers report credential `ckey` with `machine`, which keeps its last
+/// REPORT_CREDENTIALS; an older one is forgotten.
+fn keep_credential(store: &dyn Store, machine: &str, ckey: &str) {
+    let mut gone = Vec::new();
+    let kept = store.update(machine, &mut |m: Option<Machine>| {
+        let mut m = m?;
+        m.tokens.report.retain(|k| k != ckey);
+        m.tokens.report.push(ckey.to_string());
+        let extra = m.tokens.report.len().saturating_sub(REPORT_CREDENTIALS);
+        gone = m.tokens.report.drain(..extra).collect();
+        Some(m)
+    });
+    match kept {
+        Ok(_) => {
+            for old in gone {
+                if let Err(e) = store.forget_boot_token(&old) {
+                    log::warn!(
+                        "forgetting machine {}'s old report credential: {e:#}",
+                        machine
+                    );
+                }
+            }
+        }
+        Err(e) => log::warn!("remembering machine {}'s report credential: {e:#}", machine),
+    }
 }
 
 /// How long a boot script is answered again to the same request (a machine asking again,
