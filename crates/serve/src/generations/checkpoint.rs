@@ -366,22 +366,6 @@ impl Checkpoint {
                 blobs.insert(hash, b);
             }
         }
-        let machines_hash =
-            |g: &Generation| (!g.machines.is_empty()).then(|| g.machines.record().0.clone());
-        let gen_record = |g: &Generation, r: &GenRef| -> Result<GenRecord> {
-            Ok(GenRecord {
-                machines: machines_hash(g),
-                format: FORMAT,
-                generation: r.generation.clone(),
-                path: r.path.clone(),
-                since: r.since,
-                pools: g
-                    .pools
-                    .iter()
-                    .map(|(n, p)| (n.clone(), p.config_hash.clone()))
-                    .collect(),
-            })
-        };
         for (g, _) in s.active.iter().chain(s.lkg.iter()) {
             for p in g.pools.values() {
                 wanted.insert(p.config_hash.clone(), p.clone());
@@ -427,48 +411,7 @@ impl Checkpoint {
         if cdirty {
             sync_dir(&cdir)?;
         }
-        let records: [(&'static str, Option<Vec<u8>>); 4] = [
-            (
-                ASSIGNED,
-                s.assigned
-                    .map(|a| {
-                        ser(&AssignedRecord {
-                            format: FORMAT,
-                            generation: a.generation.clone(),
-                            path: a.path.clone(),
-                            since: a.since,
-                        })
-                    })
-                    .transpose()?,
-            ),
-            (
-                ACTIVE,
-                s.active
-                    .map(|(g, r)| gen_record(g, r).and_then(|r| ser(&r)))
-                    .transpose()?,
-            ),
-            (
-                LAST_KNOWN_GOOD,
-                s.lkg
-                    .map(|(g, r)| gen_record(g, r).and_then(|r| ser(&r)))
-                    .transpose()?,
-            ),
-            (
-                RETAINED,
-                Some(ser(&RetainedRecord {
-                    format: FORMAT,
-                    payloads: s
-                        .retained
-                        .iter()
-                        .map(|r| RetainedEntry {
-                            pool: r.pool.name.clone(),
-                            config: r.pool.config_hash.clone(),
-                            last_epoch: r.last_epoch,
-                        })
-                        .collect(),
-                })?),
-            ),
-        ];
+        let records = records(s)?;
         let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
         for (name, bytes) in records {
             if written.get(name) == Some(&bytes) {
@@ -527,6 +470,68 @@ fn ser<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     let mut b = serde_json::to_vec_pretty(v).context("serializing a checkpoint record")?;
     b.push(b'\n');
     Ok(b)
+}
+
+/// The records of `s` by file name (None: the file goes).
+fn records(s: &Snapshot) -> Result<[(&'static str, Option<Vec<u8>>); 4]> {
+    Ok([
+        (
+            ASSIGNED,
+            s.assigned
+                .map(|a| {
+                    ser(&AssignedRecord {
+                        format: FORMAT,
+                        generation: a.generation.clone(),
+                        path: a.path.clone(),
+                        since: a.since,
+                    })
+                })
+                .transpose()?,
+        ),
+        (
+            ACTIVE,
+            s.active
+                .map(|(g, r)| gen_record(g, r).and_then(|r| ser(&r)))
+                .transpose()?,
+        ),
+        (
+            LAST_KNOWN_GOOD,
+            s.lkg
+                .map(|(g, r)| gen_record(g, r).and_then(|r| ser(&r)))
+                .transpose()?,
+        ),
+        (
+            RETAINED,
+            Some(ser(&RetainedRecord {
+                format: FORMAT,
+                payloads: s
+                    .retained
+                    .iter()
+                    .map(|r| RetainedEntry {
+                        pool: r.pool.name.clone(),
+                        config: r.pool.config_hash.clone(),
+                        last_epoch: r.last_epoch,
+                    })
+                    .collect(),
+            })?),
+        ),
+    ])
+}
+
+/// An active or lastKnownGood generation's record.
+fn gen_record(g: &Generation, r: &GenRef) -> Result<GenRecord> {
+    Ok(GenRecord {
+        machines: (!g.machines.is_empty()).then(|| g.machines.record().0.clone()),
+        format: FORMAT,
+        generation: r.generation.clone(),
+        path: r.path.clone(),
+        since: r.since,
+        pools: g
+            .pools
+            .iter()
+            .map(|(n, p)| (n.clone(), p.config_hash.clone()))
+            .collect(),
+    })
 }
 
 #[cfg(test)]

@@ -387,6 +387,49 @@ pub fn build(
     build_with(raw, pools, Some(fragments), &have)
 }
 
+/// The placeholders pool `m.pool` uses: (key, file, path), the first use of each, found in
+/// its fragments as read (`fragments`) or, restored from a checkpoint, in its merged `doc`.
+fn pool_uses(
+    m: &MachineSpec,
+    doc: &serde_json::Value,
+    fragments: Option<&BTreeMap<String, Vec<Fragment>>>,
+) -> Result<Vec<(String, String, String)>, String> {
+    let mut found: Vec<(String, String, String)> = Vec::new();
+    match fragments.and_then(|f| f.get(&m.pool)) {
+        Some(frags) => {
+            for (fname, bytes) in frags {
+                let file = fragment_file(&m.pool, frags, fname);
+                let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|err| {
+                    format!(
+                        "{file}: {}",
+                        crate::source::reading::redact(&err.to_string())
+                    )
+                })?;
+                let us = placeholders::scan(&v).map_err(|err| {
+                    format!(
+                        "{file}: {}: {} (machine {}, {})",
+                        err.path,
+                        err.message,
+                        m.name,
+                        m.file()
+                    )
+                })?;
+                found.extend(us.into_iter().map(|u| (u.key, file.clone(), u.path)));
+            }
+        }
+        // Restored from a checkpoint: the merged config is all there is.
+        None => {
+            let us = placeholders::scan(doc)
+                .map_err(|err| format!("pool {}: {}: {}", m.pool, err.path, err.message))?;
+            let file = format!("pool {}", m.pool);
+            found.extend(us.into_iter().map(|u| (u.key, file.clone(), u.path)));
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    found.retain(|(k, _, _)| seen.insert(k.clone()));
+    Ok(found)
+}
+
 fn build_with(
     raw: &RawMachines,
     pools: &BTreeMap<String, Arc<Pool>>,
@@ -441,39 +484,7 @@ fn build_with(
             .canonical()
             .and_then(|b| Ok(serde_json::from_slice::<serde_json::Value>(&b)?))
             .map_err(|err| format!("pool {}: {err:#}", m.pool))?;
-        let mut found: Vec<(String, String, String)> = Vec::new();
-        match fragments.and_then(|f| f.get(&m.pool)) {
-            Some(frags) => {
-                for (fname, bytes) in frags {
-                    let file = fragment_file(&m.pool, frags, fname);
-                    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|err| {
-                        format!(
-                            "{file}: {}",
-                            crate::source::reading::redact(&err.to_string())
-                        )
-                    })?;
-                    let us = placeholders::scan(&v).map_err(|err| {
-                        format!(
-                            "{file}: {}: {} (machine {}, {})",
-                            err.path,
-                            err.message,
-                            m.name,
-                            m.file()
-                        )
-                    })?;
-                    found.extend(us.into_iter().map(|u| (u.key, file.clone(), u.path)));
-                }
-            }
-            // Restored from a checkpoint: the merged config is all there is.
-            None => {
-                let us = placeholders::scan(&doc)
-                    .map_err(|err| format!("pool {}: {}: {}", m.pool, err.path, err.message))?;
-                let file = format!("pool {}", m.pool);
-                found.extend(us.into_iter().map(|u| (u.key, file.clone(), u.path)));
-            }
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        found.retain(|(k, _, _)| seen.insert(k.clone()));
+        let found = pool_uses(m, &doc, fragments)?;
         uses.insert(&m.pool, found);
         canon.insert(&m.pool, doc);
     }
