@@ -430,6 +430,23 @@ fn pool_uses(
     Ok(found)
 }
 
+/// The boot profiles of `raw`, parsed (their assets checked with `have_asset`).
+fn parse_profiles(
+    raw: &RawMachines,
+    have_asset: &dyn Fn(&str) -> bool,
+) -> Result<BTreeMap<String, BootProfile>, String> {
+    let e = |e: anyhow::Error| format!("{e:#}");
+    let mut profiles = BTreeMap::new();
+    for (name, bytes) in &raw.profiles {
+        let file = format!("boot/{name}.json");
+        profiles.insert(
+            name.clone(),
+            selectors::parse_profile(&file, bytes, have_asset).map_err(e)?,
+        );
+    }
+    Ok(profiles)
+}
+
 fn build_with(
     raw: &RawMachines,
     pools: &BTreeMap<String, Arc<Pool>>,
@@ -449,14 +466,7 @@ fn build_with(
         specs.push(selectors::parse_machine(name, bytes).map_err(e)?);
     }
     specs.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut profiles = BTreeMap::new();
-    for (name, bytes) in &raw.profiles {
-        let file = format!("boot/{name}.json");
-        profiles.insert(
-            name.clone(),
-            selectors::parse_profile(&file, bytes, have_asset).map_err(e)?,
-        );
-    }
+    let profiles = parse_profiles(raw, have_asset)?;
     selectors::check_conflicts(&specs).map_err(e)?;
     // Placeholders each pool with machines uses: (key, file, path), the first use of each.
     let mut uses: BTreeMap<&str, Vec<(String, String, String)>> = BTreeMap::new();

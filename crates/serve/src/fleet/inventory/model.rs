@@ -849,25 +849,7 @@ pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Appli
             Some(r.id.clone())
         }
     };
-    // The details within DETAIL_BYTES: the oldest stages' go first, never the new one's.
-    let mut total: u64 = m
-        .boots
-        .iter()
-        .flat_map(|b| &b.stages)
-        .map(|s| s.detail_bytes)
-        .sum();
-    'trim: for b in &mut m.boots {
-        for s in &mut b.stages {
-            if total <= limits::DETAIL_BYTES as u64 {
-                break 'trim;
-            }
-            if s.detail_bytes > 0 && Some(&s.report_id) != store.as_ref() {
-                total -= s.detail_bytes;
-                s.detail_bytes = 0;
-                drop.push(s.report_id.clone());
-            }
-        }
-    }
+    trim_details(&mut m, store.as_ref(), &mut drop);
     // A report applied again (a retry older than the recent ids) replaces its own entry:
     // its details are stored, not dropped.
     drop.retain(|id| Some(id) != store.as_ref());
@@ -887,6 +869,29 @@ pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Appli
         m.reprovision = None;
     }
     (m, Applied::Recorded { store, drop })
+}
+
+/// Keeps `m`'s details within DETAIL_BYTES: the oldest stages' go first (their report ids
+/// pushed on `drop`), never `keep`'s (the new one's).
+fn trim_details(m: &mut Machine, keep: Option<&String>, drop: &mut Vec<String>) {
+    let mut total: u64 = m
+        .boots
+        .iter()
+        .flat_map(|b| &b.stages)
+        .map(|s| s.detail_bytes)
+        .sum();
+    'trim: for b in &mut m.boots {
+        for s in &mut b.stages {
+            if total <= limits::DETAIL_BYTES as u64 {
+                break 'trim;
+            }
+            if s.detail_bytes > 0 && Some(&s.report_id) != keep {
+                total -= s.detail_bytes;
+                s.detail_bytes = 0;
+                drop.push(s.report_id.clone());
+            }
+        }
+    }
 }
 
 /// Which machines a listing returns (`None`: any).
