@@ -615,8 +615,18 @@ fn max_machines_is_exact_under_concurrent_writers(backend: Backend, _: Inv) {
         })
         .unwrap();
     assert_eq!(page, all[5..8]);
-    // A known machine: its next report and a change of its record still go through.
-    let known = new[0].clone();
+    known_machines_still_go_through(&clients, new[0], new[1], LIMIT);
+}
+
+/// At the limit: a known machine's next report and a change of its record still go through
+/// (`known`, `other`: machines recorded), a new machine through `update` does not.
+fn known_machines_still_go_through(
+    clients: &[Arc<dyn Store>],
+    known: &str,
+    other: &str,
+    limit: u64,
+) {
+    let known = known.to_string();
     let r = report("r-again", &known, "b", "disks", "ok", false);
     assert_eq!(
         clients[1].record(&r, &Origin::default()).unwrap(),
@@ -649,7 +659,7 @@ fn max_machines_is_exact_under_concurrent_writers(backend: Backend, _: Inv) {
         .unwrap();
     let (a, b) = (
         report("r-again-3", &known, "b2", "fetch", "ok", false),
-        report("r-other", new[1], "b2", "fetch", "ok", false),
+        report("r-other", other, "b2", "fetch", "ok", false),
     );
     let o = Origin::default();
     let got: Vec<_> = clients[1]
@@ -669,7 +679,7 @@ fn max_machines_is_exact_under_concurrent_writers(backend: Backend, _: Inv) {
             })
         })
         .expect_err("full");
-    assert_eq!(err.downcast_ref::<Full>(), Some(&Full { max: LIMIT }));
+    assert_eq!(err.downcast_ref::<Full>(), Some(&Full { max: limit }));
     assert!(err.to_string().contains("--max-machines"), "{err}");
     assert!(clients[0].machine("m-new").unwrap().is_none());
 }

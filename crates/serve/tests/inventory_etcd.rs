@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use inventory_support::etcd::{Cluster, etcd_binary, free_port};
 use inventory_support::{RecordsExt, report};
-use serve::fleet::inventory::{Etcd, EtcdOptions, Filter, Origin, Recorded, Records, State};
+use serve::fleet::inventory::{
+    Etcd, EtcdOptions, Filter, Origin, Recorded, Records, Report, State,
+};
 
 const MACHINES: usize = 40;
 const BOOTS: usize = 3;
@@ -31,26 +33,7 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
         })
         .collect();
 
-    // Every report twice, through two different clients (a retry through another replica).
-    let mut work = Vec::new();
-    for m in 0..MACHINES {
-        for b in 0..BOOTS {
-            for (s, (stage, last)) in STAGES.into_iter().enumerate() {
-                let id = format!("r-{m}-{b}-{s}");
-                let r = report(
-                    &id,
-                    &format!("m-{m}"),
-                    &format!("boot-{b}"),
-                    stage,
-                    "ok",
-                    last,
-                );
-                let first = (m + b + s) % 3;
-                work.push((r.clone(), first));
-                work.push((r, (first + 1) % 3));
-            }
-        }
-    }
+    let work = herd();
     // Interleave deterministically, so the two copies of a report are not neighbours.
     let n = work.len();
     let order: Vec<usize> = (0..n).map(|i| (i * 7919) % n).collect();
@@ -140,7 +123,45 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
         n / 2
     );
 
-    // Every client sees the same inventory, and every report is in it exactly once.
+    assert_each_report_once(&clients);
+    let counts = clients[2].counts().expect("counting");
+    assert_eq!(
+        counts,
+        [((State::Provisioned, "worker".to_string()), MACHINES as u64)]
+    );
+    // The machine count (`--max-machines`) is exact after the herd and the kill.
+    for c in &clients {
+        assert_eq!(c.machine_count().expect("the count"), MACHINES as u64);
+    }
+}
+
+/// Every report of the herd twice, each copy for a different client (a retry through
+/// another replica): (the report, the client's number).
+fn herd() -> Vec<(Report, usize)> {
+    let mut work = Vec::new();
+    for m in 0..MACHINES {
+        for b in 0..BOOTS {
+            for (s, (stage, last)) in STAGES.into_iter().enumerate() {
+                let id = format!("r-{m}-{b}-{s}");
+                let r = report(
+                    &id,
+                    &format!("m-{m}"),
+                    &format!("boot-{b}"),
+                    stage,
+                    "ok",
+                    last,
+                );
+                let first = (m + b + s) % 3;
+                work.push((r.clone(), first));
+                work.push((r, (first + 1) % 3));
+            }
+        }
+    }
+    work
+}
+
+/// Every client sees the same inventory, and every report is in it exactly once.
+fn assert_each_report_once(clients: &[Arc<Etcd>]) {
     let seen: Vec<Vec<_>> = clients
         .iter()
         .map(|c| c.machines(&Filter::default()).expect("listing"))
@@ -188,15 +209,6 @@ fn inventory_etcd_three_members_one_killed_mid_herd_loses_nothing() {
             "{}: a stage without its details",
             m.id
         );
-    }
-    let counts = clients[2].counts().expect("counting");
-    assert_eq!(
-        counts,
-        [((State::Provisioned, "worker".to_string()), MACHINES as u64)]
-    );
-    // The machine count (`--max-machines`) is exact after the herd and the kill.
-    for c in &clients {
-        assert_eq!(c.machine_count().expect("the count"), MACHINES as u64);
     }
 }
 

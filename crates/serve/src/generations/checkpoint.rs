@@ -537,6 +537,7 @@ fn gen_record(g: &Generation, r: &GenRef) -> Result<GenRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     use runtime::util::TestDir;
 
