@@ -1,25 +1,25 @@
 //! `agent serve`: the machine config server (docs/serve.md).
 //!
-//! - `app`: what a request gets (the router and its handlers, over the server's shared state);
-//! - `watch`: the source watcher (generations, the inotify/poll loop, status updates, token
-//!   rotation, certificate reload);
-//! - `run`: the run loop (listeners, event-loop threads, signals, reload, graceful shutdown),
-//!   driven by a plain [`Options`] value (the command line lives in the agent crate's `cli`);
-//! - `reading`: the source's files read (regular only, bounded) and errors that never quote
-//!   them;
-//! - `source`: generation loading from a plain tree, an AtomicWriter volume or a git-sync link;
-//! - `render`: etcd index templating, the node-agent file, per-version documents;
-//! - `selectors`: the machine files and boot profiles (parse, check, match); `placeholders`:
-//!   `{{.key}}` found and filled on a config's tree; `machines`: a generation's machines, boot
-//!   assets and per-machine configs; `boot`: network boot (`/boot.ipxe`, `/ipxe`,
-//!   `/assets/`, `/machine-config`, one-time tokens);
-//! - `accept`: spec version negotiation; `status`: assigned/active/lastKnownGood/error;
+//! Folders by concern, each importing only from those below it:
+//! - `source`: generations read from the source (plain tree, AtomicWriter volume, git-sync
+//!   link): `reading` (bounded, regular files; errors that never quote them), `render`
+//!   (per-version documents, the etcd index, the node-agent file), `selectors`,
+//!   `placeholders` and `machines` (machine files, boot profiles, per-machine configs),
+//!   `accept` (spec version negotiation), `openshift` and `spec2` (OpenShift mode);
 //! - `tokens`: bearer tokens (derived from a key per pool+config+epoch, or the legacy store);
-//! - `checkpoint`: the `--state-dir` checkpoints (assigned/active/lastKnownGood, old payloads);
-//! - `http`: the HTTP/1.1 server (the `http-core` crate) with this server's response
-//!   labels; `metrics`: Prometheus text;
-//! - `tokens_cmd`: `agent token` (show, rotate, revoke); `pointer`: `agent pointer`;
-//! - `options`: [`Options`], what `agent serve` is told.
+//!   `state`: the server's token state ([`tokens::state::Tokens`]); `cmd`: `agent token`;
+//!   `pointer`: `agent pointer`;
+//! - `generations`: assigned/active/lastKnownGood (`status`), the `--state-dir` checkpoints
+//!   (`checkpoint`) and the watcher (`watch`), which owns the generation state
+//!   ([`generations::Generations`]);
+//! - `fleet`: machine reports, network boot (`boot`, answered by `jobs` off the event loop)
+//!   and the inventory (`inventory`);
+//! - `admin`: the admin listener (its API, `auth`, the `page`);
+//! - `app`: the machine-facing listeners' router ([`App`]) and the run loop (`run`), driven by
+//!   a plain [`Options`] value (the command line lives in the agent crate's `cli`);
+//! - `routes`: the route tables' shape; `http`: the HTTP/1.1 server (the `http-core` crate)
+//!   with this server's response labels; `metrics`: Prometheus text; `files`: private atomic
+//!   writes; `options`: [`Options`], what `agent serve` is told.
 //!
 //! Default spec version (no usable `Accept`): the **oldest** 3.x version that can express the
 //! pool's config. Every Ignition that speaks that version or any newer 3.x reads it, so old
