@@ -618,20 +618,16 @@ fn list_machines(
     Ok(b)
 }
 
+/// The machines seen last, how many match, and how many per pool.
+type Newest = (
+    Vec<Machine>,
+    usize,
+    std::collections::HashMap<String, usize>,
+);
+
 /// The [`UI_ROWS`] machines seen last, how many match, and how many there are per pool,
 /// counted as the records go by: the page never holds the whole inventory.
-#[allow(clippy::type_complexity)]
-fn newest_machines(
-    store: &dyn Store,
-    filter: &Filter,
-) -> Result<
-    (
-        Vec<Machine>,
-        usize,
-        std::collections::HashMap<String, usize>,
-    ),
-    Response,
-> {
+fn newest_machines(store: &dyn Store, filter: &Filter) -> Result<Newest, Response> {
     let newest = |a: &Machine, b: &Machine| b.last_seen.cmp(&a.last_seen).then(a.id.cmp(&b.id));
     let (mut ms, mut total) = (Vec::new(), 0usize);
     let mut per_pool = std::collections::HashMap::<String, usize>::new();

@@ -472,8 +472,11 @@ fn ser<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     Ok(b)
 }
 
-/// The records of `s` by file name (None: the file goes).
-fn records(s: &Snapshot) -> Result<[(&'static str, Option<Vec<u8>>); 4]> {
+/// The checkpoint's records by file name (None: the file goes).
+type Records = [(&'static str, Option<Vec<u8>>); 4];
+
+/// The records of `s`.
+fn records(s: &Snapshot) -> Result<Records> {
     Ok([
         (
             ASSIGNED,
