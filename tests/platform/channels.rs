@@ -3,7 +3,7 @@
 //! the backdoor) and the channels whose kernel module is not there; and the files a
 //! platform's provider leaves for the target root (Ignition's provider output files:
 //! Hyper-V's KVP pool files), which the fetch stage records in the state directory
-//! (`tests/fetch_stage.rs` checks that with the test-dummy platform) and the files stage
+//! (`tests/fetch/stage.rs` checks that with the test-dummy platform) and the files stage
 //! writes (here).
 
 use crate::support;

@@ -4,7 +4,7 @@
 //! (nothing answers there: Azure's metadata service is unreachable) and in a mount namespace
 //! where `/sys/class/block` is an empty tmpfs (no block device is seen, none of the host's is
 //! probed), reads its log until the wait has said twice that it is still waiting, and stops
-//! it. (The metadata services' retries say so too: tests/platform_http.rs.)
+//! it. (The metadata services' retries say so too: tests/platform/http.rs.)
 
 use crate::support;
 

@@ -587,7 +587,7 @@ fn hostile_input() {
 }
 
 // The connection limit (eviction of silent connections, refusal when every connection is
-// busy, the per-address cap) is tested in serve_limits.rs.
+// busy, the per-address cap) is tested in tests/serve/limits.rs.
 
 #[test]
 fn sigterm_is_graceful_and_sighup_reloads() {
