@@ -144,7 +144,7 @@ demo: demo-deps static
 # (test) and --ignored (test-root) run them, and run as non-root they fail, never skip.
 #
 # The checks against the shared corpus (../shared/corpus, beside the repository and not part
-# of it: tests/real_world_corpus.rs, tests/butane_corpus.rs) are #[ignore]d with a reason
+# of it: tests/config/real_world_corpus.rs, tests/butane/corpus.rs) are #[ignore]d with a reason
 # too, so plain `cargo test` lists them as ignored; run without the corpus they fail, never
 # pass. Without it `make test` and `make test-root` leave them out by name (cargo counts them
 # as filtered out) and say so; with CI set they fail instead.

@@ -9,7 +9,7 @@ Both run with `--files-dir tests/butane_diff/files` and `--raw-errors`, and with
 for the cases marked `"mc": true` (openshift configs written as a MachineConfig). Compared: the
 exit status, the output (JSON parsed; a MachineConfig byte for byte) and the set of paths of
 warnings (which decides `--strict`); the error paths of cases both refuse are counted apart. `--record` writes the oracle's verdicts as the fixtures that
-`tests/butane_diff.rs` replays without Go: one JSON line per case with the input, the exit
+`tests/butane/diff.rs` replays without Go: one JSON line per case with the input, the exit
 status, the output (compact JSON text) and the warning paths.
 
 How to build the oracle: `git archive v0.29.0` of github.com/coreos/butane, then
@@ -131,7 +131,7 @@ def main():
     if known:
         with open(known, "w") as f:
             f.write("# Cases of fixtures.jsonl.gz where agent butane still differs from Butane v0.29.0\n")
-            f.write("# (id, what differs, why: filled in by hand). Written by run.py --known; tests/butane_diff.rs fails on any\n")
+            f.write("# (id, what differs, why: filled in by hand). Written by run.py --known; tests/butane/diff.rs fails on any\n")
             f.write("# other difference and on a listed case that now agrees.\n")
             f.writelines(sorted(known_rows, key=lambda r: int(r.split("\t")[0])))
     if record:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates the config corpus used by tests/config_corpus.rs.
+"""Generates the config corpus used by tests/config/corpus.rs.
 
 valid/full-3.N.0.ign   every field spec 3.N.0 allows, at least once
 valid/butane-3.N.0.ign configs shaped like Butane's output for that version (compact JSON,

@@ -2,8 +2,6 @@
 //! behaviours, one per request (the last repeats). Optional TLS (rustls) with a given
 //! certificate. Every request is recorded with its time and headers.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

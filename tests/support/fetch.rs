@@ -1,7 +1,5 @@
 //! Fetch test support: external daemons (tftpd), free ports; the test PKI is `super::pki`'s.
 
-#![allow(dead_code)]
-
 pub use super::TempDir;
 pub use super::pki::{Pki, SelfSigned, make_pki, self_signed};
 use std::path::Path;

@@ -1,6 +1,5 @@
 //! Helpers shared by the files-stage integration tests: ext4 loop devices, mounts, data URLs,
 //! hashes and running the stage.
-#![allow(dead_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,7 @@
-//! The one test-support module: every integration test has `mod support;` and takes what it
-//! needs from here.
+//! The one test-support module. The integration tests are one binary per area
+//! (`tests/<area>/main.rs`, its files modules of it: `cargo test --test serve boot::`); each
+//! area's main.rs has `#[path = "../support/mod.rs"] mod support;` and its files take what
+//! they need from here (`use crate::support;`).
 //! - [`tmp`]: [`TempDir`], [`mounted_under`];
 //! - [`root`]: what the tests that need root share: [`root::must_be_root`], [`root::Loop`];
 //! - [`fetch`], [`faulty_http`]: daemons, TFTP, the fault-injecting HTTP(S) server;
@@ -16,6 +18,7 @@
 //! `#[ignore]`d with a reason the same way: without the corpus they fail, never pass, and
 //! `make test` leaves them out by name (fails in CI); see the Makefile.
 
+// Each area uses only part of it.
 #![allow(dead_code, unused_imports)]
 
 pub mod browser;

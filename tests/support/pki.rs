@@ -3,8 +3,6 @@
 //! self-signed certificate made as `openssl req -x509` makes them ([`self_signed`]). Keys
 //! are EC P-256, certificates valid for two days.
 
-#![allow(dead_code)]
-
 pub use super::TempDir;
 use std::path::Path;
 

@@ -1,8 +1,6 @@
 //! Helpers for the `agent serve` integration tests: a server child process
 //! (killed on drop), a raw HTTP/1.1 client.
 
-#![allow(dead_code)]
-
 pub use super::TempDir;
 pub use super::pki::{make_ca, make_leaf};
 use std::io::{BufRead, BufReader, Read, Write};
