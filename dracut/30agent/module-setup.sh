@@ -53,7 +53,7 @@ install() {
     done
 
     # Exactly the tools something in the initramfs runs (checked against src/ by
-    # tests/dracut_tools.rs): the agent (util::run: mkfs.{ext4,xfs,btrfs,fat}, mkswap, wipefs,
+    # tests/dracut/main.rs): the agent (util::run: mkfs.{ext4,xfs,btrfs,fat}, mkswap, wipefs,
     # mdadm, cryptsetup, clevis, setfiles, the useradd family, udevadm, modprobe), the units and
     # scripts (udevadm, mount, umount, modprobe, sync, mkdir, rm, tail). No relabelling or
     # partitioning tools: the agent writes GPT itself and reads filesystems with libblkid.

@@ -2,7 +2,7 @@
 //! a writer killed with SIGKILL mid-loop loses no acknowledged report, the count kept in the
 //! file, no details record for a report without details, the marker that refuses a lost
 //! file, and opening by flag. What every store does is in inventory_contract.rs; recovering
-//! from a full disk is in tests/serve_fleet.rs.
+//! from a full disk is in tests/serve/fleet.rs.
 
 mod inventory_support;
 

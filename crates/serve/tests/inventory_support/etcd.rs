@@ -1,6 +1,6 @@
 //! A real etcd cluster on 127.0.0.1 for the tests (Debian's `etcd-server`): three members on
 //! free ports, their data in a temporary directory, killed and removed on drop. Used by the
-//! serve crate's inventory tests and, by path, by the agent's tests/serve_fleet.rs.
+//! serve crate's inventory tests and, by path, by the agent's tests/serve/fleet.rs.
 
 #![allow(dead_code)]
 

@@ -35,7 +35,7 @@
 //!    follow); the model is now 3.7 (`types.rs` module doc, README).
 //! 2. Its new fields as above, with `since 7`; its new values in `version.rs`.
 //! 3. `tests/configs/generate.py`: `range(8)` in `main()`, the 3.7 fields in `full()`, cases in
-//!    `invalid()`; regenerate; `config_corpus` then expects 16 valid configs (two per
+//!    `invalid()`; regenerate; `tests/config/corpus.rs` then expects 16 valid configs (two per
 //!    version).
 
 pub mod decode;
