@@ -15,7 +15,7 @@ use super::app::App;
 use super::fleet::{json, now_secs};
 use super::http::{Body, Handler, Request, Response};
 use super::inventory::{self, Filter, Machine, State};
-use super::page::{self, BootView, MachineView, PoolView, StageView};
+use super::page::{self, BootView, MachineView, StageView};
 
 /// The admin listener's handler.
 pub struct Admin {
@@ -279,7 +279,7 @@ impl Admin {
             r.body = Body::Owned(text.into_bytes());
             return r.header("Content-Type", "text/plain; version=0.0.4");
         }
-        if path == "/ui" {
+        if path == "/ui" || path == "/" {
             return Response::new(308).header("Location", "/ui/");
         }
         let Some(store) = &self.app.fleet.store else {
@@ -338,34 +338,36 @@ impl Admin {
                 }
             }
             "/ui/" => {
+                let query = match page::summary::Query::parse(|n| req.query_param(n)) {
+                    Ok(q) => q,
+                    Err(e) => return Response::text(400, e),
+                };
                 let listing = self.listings.get(&key, version, || {
-                    // The UI_ROWS machines seen last, and how many there are per pool,
-                    // counted as the records go by: the page never holds the whole
-                    // inventory.
-                    let newest = |a: &Machine, b: &Machine| {
-                        b.last_seen.cmp(&a.last_seen).then(a.id.cmp(&b.id))
-                    };
-                    let (mut ms, mut total) = (Vec::new(), 0usize);
-                    let mut per_pool = std::collections::HashMap::<String, usize>::new();
+                    // One pass over the inventory: the summary counts every record, the
+                    // table keeps one page of the matching ones (page::summary::ROWS): the
+                    // page never holds the whole inventory.
+                    let pools = page::pools(&self.app);
+                    let mut scan = page::summary::Scan::new(&query, &pools, page::summary::ROWS);
                     store
-                        .each_machine(&filter, None, &mut |m| {
-                            total += 1;
-                            if let Some(p) = &m.pool {
-                                *per_pool.entry(p.clone()).or_default() += 1;
-                            }
-                            ms.push(m);
-                            if ms.len() >= 2 * UI_ROWS {
-                                ms.sort_by(newest);
-                                ms.truncate(UI_ROWS);
-                            }
+                        .each_machine(&Filter::default(), None, &mut |m| {
+                            scan.add(m);
                             true
                         })
                         .map_err(store_error)?;
-                    ms.sort_by(newest);
-                    ms.truncate(UI_ROWS);
-                    let pools = self.pools(&per_pool);
-                    let views: Vec<MachineView> = ms.iter().map(view).collect();
-                    Ok(page::index(&pools, &views, total, &ts(now_secs())).into_bytes())
+                    let (summary, window) = scan.finish();
+                    let rows: Vec<MachineView> = window.machines.iter().map(view).collect();
+                    let rejected = page::rejected(&self.app, ts);
+                    let now = ts(now_secs());
+                    Ok(page::index(&page::Index {
+                        pools: &pools,
+                        rejected: rejected.as_ref(),
+                        summary: &summary,
+                        window: &window,
+                        rows: &rows,
+                        query: &query,
+                        now: &now,
+                    })
+                    .into_bytes())
                 });
                 match listing {
                     Ok(b) => page_headers(Response::new(200), b),
@@ -387,7 +389,11 @@ impl Admin {
                     return Response::new(404);
                 };
                 match store.machine(&id) {
-                    Ok(Some(m)) if ui => html(page::machine(&view(&m), &ts(now_secs()))),
+                    Ok(Some(m)) if ui => html(page::machine(
+                        &view(&m),
+                        &ts(now_secs()),
+                        req.query_param("refresh") == Some("1"),
+                    )),
                     Ok(Some(mut m)) => {
                         m.tokens = Default::default();
                         json(200, &serde_json::to_value(&m).unwrap_or_default())
@@ -445,32 +451,6 @@ impl Admin {
             Ok(None) => Response::text(404, "no such machine"),
             Err(e) => store_error(e),
         }
-    }
-
-    /// The pools of the active generation with the source's generations, and how many
-    /// machines of the inventory each has.
-    fn pools(&self, machines: &std::collections::HashMap<String, usize>) -> Vec<PoolView> {
-        let t = self.app.tracker.lock().unwrap_or_else(|e| e.into_inner());
-        let generation = |g: Option<&str>| g.map_or_else(|| "—".to_string(), str::to_string);
-        let assigned = generation(t.assigned.as_ref().map(|g| g.generation.as_str()));
-        let active = generation(t.active_ref.as_ref().map(|g| g.generation.as_str()));
-        let lkg = generation(t.lkg_ref.as_ref().map(|g| g.generation.as_str()));
-        let names: Vec<String> = t
-            .active
-            .as_ref()
-            .map(|g| g.pools.keys().cloned().collect())
-            .unwrap_or_default();
-        drop(t);
-        names
-            .into_iter()
-            .map(|name| PoolView {
-                machines: machines.get(&name).copied().unwrap_or(0),
-                name,
-                assigned: assigned.clone(),
-                active: active.clone(),
-                last_known_good: lkg.clone(),
-            })
-            .collect()
     }
 }
 
@@ -588,8 +568,6 @@ fn store_error(e: anyhow::Error) -> Response {
 pub const LIST_LIMIT: usize = 1000;
 /// The largest `?limit=` of `/machines`.
 pub const LIST_LIMIT_MAX: usize = 10_000;
-/// Machines in the table of `/ui/` at most (those seen last; filters narrow it).
-pub const UI_ROWS: usize = 500;
 
 /// A page of `/machines`: `next`, when there are more, is the `?after=` of the next page.
 #[derive(serde::Serialize)]
@@ -641,15 +619,11 @@ fn valid_id(s: &str) -> bool {
 }
 
 fn ts(secs: u64) -> String {
-    let u = runtime::util::utc(secs);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
-        u.year, u.month, u.day, u.hour, u.minute, u.second
-    )
+    page::ts(secs)
 }
 
 /// A machine as the page shows it: boots newest first; what each stage changed in words.
-fn view(m: &Machine) -> MachineView {
+pub(crate) fn view(m: &Machine) -> MachineView {
     MachineView {
         id: m.id.clone(),
         hostname: m.identity.hostname.clone(),
