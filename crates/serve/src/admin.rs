@@ -623,7 +623,7 @@ fn ts(secs: u64) -> String {
 }
 
 /// A machine as the page shows it: boots newest first; what each stage changed in words.
-pub(crate) fn view(m: &Machine) -> MachineView {
+pub fn view(m: &Machine) -> MachineView {
     MachineView {
         id: m.id.clone(),
         hostname: m.identity.hostname.clone(),
