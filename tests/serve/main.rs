@@ -18,6 +18,7 @@ mod fleet;
 mod http;
 mod limits;
 mod openshift;
+mod page;
 mod replicas;
 mod source;
 mod tls;

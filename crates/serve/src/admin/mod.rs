@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use self::auth::{Challenges, Hosts, Proven};
-use self::page::{BootView, MachineView, PoolView, StageView};
+use self::page::{BootView, MachineView, StageView};
 use crate::fleet::Fleet;
 use crate::fleet::inventory::Store;
 use crate::fleet::inventory::{self, Filter, Machine, State};
@@ -346,16 +346,42 @@ impl Admin {
 
     /// `GET /ui/`: the page of the machines seen last, shared while current.
     fn ui_index(&self, req: &Request, _: &str) -> Response {
-        let (store, filter) = match self.reading(req) {
+        let (store, _) = match self.reading(req) {
             Ok(x) => x,
             Err(r) => return r,
         };
+        let query = match page::summary::Query::parse(|n| req.query_param(n)) {
+            Ok(q) => q,
+            Err(e) => return Response::text(400, e),
+        };
         let (key, version) = self.listing_key(req);
         let listing = self.listings.get(&key, version, || {
-            let (ms, total, per_pool) = newest_machines(store, &filter)?;
-            let pools = self.pools(&per_pool);
-            let views: Vec<MachineView> = ms.iter().map(view).collect();
-            Ok(page::index(&pools, &views, total, &ts(now_secs())).into_bytes())
+            // One pass over the inventory: the summary counts every record, the table keeps
+            // one page of the matching ones (page::summary::ROWS): the page never holds the
+            // whole inventory.
+            let roles = self.generations.roles();
+            let pools = page::pools(&roles);
+            let mut scan = page::summary::Scan::new(&query, &pools, page::summary::ROWS);
+            store
+                .each_machine(&Filter::default(), None, &mut |m| {
+                    scan.add(m);
+                    true
+                })
+                .map_err(store_error)?;
+            let (summary, window) = scan.finish();
+            let rows: Vec<MachineView> = window.machines.iter().map(view).collect();
+            let rejected = page::rejected(&roles, ts);
+            let now = ts(now_secs());
+            Ok(page::index(&page::Index {
+                pools: &pools,
+                rejected: rejected.as_ref(),
+                summary: &summary,
+                window: &window,
+                rows: &rows,
+                query: &query,
+                now: &now,
+            })
+            .into_bytes())
         });
         match listing {
             Ok(b) => page_headers(Response::new(200), b),
@@ -385,7 +411,11 @@ impl Admin {
             return Response::new(404);
         };
         match store.machine(&id) {
-            Ok(Some(m)) if ui => html(page::machine(&view(&m), &ts(now_secs()))),
+            Ok(Some(m)) if ui => html(page::machine(
+                &view(&m),
+                &ts(now_secs()),
+                req.query_param("refresh") == Some("1"),
+            )),
             Ok(Some(mut m)) => {
                 m.tokens = Default::default();
                 json(200, &serde_json::to_value(&m).unwrap_or_default())
@@ -446,31 +476,6 @@ impl Admin {
             Ok(None) => Response::text(404, "no such machine"),
             Err(e) => store_error(e),
         }
-    }
-
-    /// The pools of the active generation with the source's generations, and how many
-    /// machines of the inventory each has.
-    fn pools(&self, machines: &std::collections::HashMap<String, usize>) -> Vec<PoolView> {
-        let roles = self.generations.roles();
-        let generation = |g: Option<String>| g.unwrap_or_else(|| "—".to_string());
-        let assigned = generation(roles.assigned);
-        let active = generation(roles.active);
-        let lkg = generation(roles.last_known_good);
-        let names: Vec<String> = roles
-            .generation
-            .as_ref()
-            .map(|g| g.pools.keys().cloned().collect())
-            .unwrap_or_default();
-        names
-            .into_iter()
-            .map(|name| PoolView {
-                machines: machines.get(&name).copied().unwrap_or(0),
-                name,
-                assigned: assigned.clone(),
-                active: active.clone(),
-                last_known_good: lkg.clone(),
-            })
-            .collect()
     }
 }
 
@@ -578,6 +583,7 @@ const ROUTES: &[Route<Caller, Handle>] = &[
     Route { methods: POST, path: Pattern::Within("/machines/", "/reprovision"), auth: Caller::Admin, handler: Admin::reprovision },
     Route { methods: READ, path: Pattern::Exact("/metrics"), auth: Caller::Admin, handler: Admin::metrics },
     Route { methods: READ, path: Pattern::Exact("/ui"), auth: Caller::Admin, handler: |_, _, _| Response::new(308).header("Location", "/ui/") },
+    Route { methods: READ, path: Pattern::Exact("/"), auth: Caller::Admin, handler: |_, _, _| Response::new(308).header("Location", "/ui/") },
     Route { methods: READ, path: Pattern::Exact("/machines"), auth: Caller::Admin, handler: Admin::machines },
     Route { methods: READ, path: Pattern::Exact("/ui/"), auth: Caller::Admin, handler: Admin::ui_index },
     Route { methods: READ, path: Pattern::Prefix("/machines/"), auth: Caller::Admin, handler: Admin::machine },
@@ -618,38 +624,6 @@ fn list_machines(
     Ok(b)
 }
 
-/// The machines seen last, how many match, and how many per pool.
-type Newest = (
-    Vec<Machine>,
-    usize,
-    std::collections::HashMap<String, usize>,
-);
-
-/// The [`UI_ROWS`] machines seen last, how many match, and how many there are per pool,
-/// counted as the records go by: the page never holds the whole inventory.
-fn newest_machines(store: &dyn Store, filter: &Filter) -> Result<Newest, Response> {
-    let newest = |a: &Machine, b: &Machine| b.last_seen.cmp(&a.last_seen).then(a.id.cmp(&b.id));
-    let (mut ms, mut total) = (Vec::new(), 0usize);
-    let mut per_pool = std::collections::HashMap::<String, usize>::new();
-    store
-        .each_machine(filter, None, &mut |m| {
-            total += 1;
-            if let Some(p) = &m.pool {
-                *per_pool.entry(p.clone()).or_default() += 1;
-            }
-            ms.push(m);
-            if ms.len() >= 2 * UI_ROWS {
-                ms.sort_by(newest);
-                ms.truncate(UI_ROWS);
-            }
-            true
-        })
-        .map_err(store_error)?;
-    ms.sort_by(newest);
-    ms.truncate(UI_ROWS);
-    Ok((ms, total, per_pool))
-}
-
 fn html(body: String) -> Response {
     page_headers(Response::new(200), body.into_bytes().into())
 }
@@ -677,8 +651,6 @@ fn store_error(e: anyhow::Error) -> Response {
 pub const LIST_LIMIT: usize = 1000;
 /// The largest `?limit=` of `/machines`.
 pub const LIST_LIMIT_MAX: usize = 10_000;
-/// Machines in the table of `/ui/` at most (those seen last; filters narrow it).
-pub const UI_ROWS: usize = 500;
 
 /// A page of `/machines`: `next`, when there are more, is the `?after=` of the next page.
 #[derive(serde::Serialize)]
@@ -730,15 +702,11 @@ fn valid_id(s: &str) -> bool {
 }
 
 fn ts(secs: u64) -> String {
-    let u = runtime::util::utc(secs);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
-        u.year, u.month, u.day, u.hour, u.minute, u.second
-    )
+    page::ts(secs)
 }
 
 /// A machine as the page shows it: boots newest first; what each stage changed in words.
-fn view(m: &Machine) -> MachineView {
+pub fn view(m: &Machine) -> MachineView {
     MachineView {
         id: m.id.clone(),
         hostname: m.identity.hostname.clone(),

@@ -1,7 +1,21 @@
-//! The operators' web page (`/ui/` on the admin listener): the pools with their generations,
-//! a table of machines, and one machine's page with its boots, stages and failure. Rendered
-//! on the server as plain HTML with a little CSS (no script, no build chain), refreshing
-//! itself; readable on a laptop and a phone. Every value is escaped where it lands.
+//! The operators' web page (`/ui/` on the admin listener), made for triage: the fleet's
+//! counts by state as one bar of links, the failures grouped by cause, the failed machines,
+//! a rejected source generation, the pools and the generations their machines run, the
+//! stage durations across the fleet; then the machines, failed first, searchable and paged;
+//! and one machine's page with its boots as a timeline, its stages, error and log tail.
+//! Rendered on the server as plain HTML with inline SVG and CSS (no script, no build
+//! chain): cards on a phone, a dense table on a laptop, dark when the system is.
+//!
+//! - [`summary`] (`page_summary.rs`): what one pass over the inventory gathers, and the
+//!   query (filters, search, page);
+//! - `page_templates.rs`: the maud templates, which escape every value they interpolate.
+
+#[path = "page_summary.rs"]
+pub mod summary;
+#[path = "page_templates.rs"]
+mod templates;
+
+use crate::generations::Roles;
 
 use std::fmt::Write;
 
@@ -15,6 +29,24 @@ pub struct PoolView {
     pub last_known_good: String,
     /// Machines in the inventory for this pool.
     pub machines: usize,
+    /// The pool's config name in the active and the lastKnownGood generation: a machine
+    /// that reports it runs that generation's config.
+    pub active_config: Option<String>,
+    pub lkg_config: Option<String>,
+}
+
+/// A source generation the server rejected (what `/status` shows as `error`).
+#[derive(Debug, Clone, Default)]
+pub struct Rejected {
+    pub generation: String,
+    /// Its directory.
+    pub path: String,
+    /// The file the error names, when it names one (`pool NAME: FILE: …`).
+    pub file: Option<String>,
+    pub error: String,
+    pub since: String,
+    /// The generation served instead, if any.
+    pub serving: Option<String>,
 }
 
 /// One stage of one boot.
@@ -62,31 +94,16 @@ pub struct MachineView {
 
 impl MachineView {
     /// The latest boot's failed stage, if any.
-    fn failure(&self) -> Option<&StageView> {
+    pub fn failure(&self) -> Option<&StageView> {
         self.boots
             .first()
             .and_then(|b| b.stages.iter().find(|s| s.outcome == "failed"))
     }
 }
 
-/// Seconds between the page's own reloads.
+/// Seconds between the page's own reloads, when asked for (`?refresh=1`): by default it
+/// does not reload while it is read.
 pub const REFRESH_SECONDS: u32 = 10;
-
-/// Escapes text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 /// A machine id in a URL path segment: percent-encoded outside [A-Za-z0-9._~-].
 pub fn path_segment(s: &str) -> String {
@@ -101,280 +118,450 @@ pub fn path_segment(s: &str) -> String {
     o
 }
 
-const STYLE: &str = "\
-:root{color-scheme:light dark;--bad:#c62828;--ok:#2e7d32;--run:#1565c0;--mute:#777}\
-body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:72rem;padding:.75rem}\
-h1{font-size:1.3rem;margin:.2rem 0 .8rem}h2{font-size:1.1rem;margin:1.2rem 0 .4rem}\
-.wrap{overflow-x:auto}table{border-collapse:collapse;width:100%}\
-th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #8884;vertical-align:top}\
-th{font-weight:600;white-space:nowrap}td.num{text-align:right;font-variant-numeric:tabular-nums}\
-.state{font-weight:600;white-space:nowrap}.failed{color:var(--bad)}.provisioned{color:var(--ok)}\
-.provisioning,.fetching{color:var(--run)}.mute{color:var(--mute)}\
-pre{white-space:pre-wrap;word-break:break-word;background:#8881;padding:.5rem;border-radius:4px;font-size:13px}\
-.error{color:var(--bad);font-weight:600}a{color:inherit}\
-@media (max-width:40rem){th.wide,td.wide{display:none}body{font-size:14px}}";
-
-fn head(out: &mut String, title: &str) {
-    let _ = write!(
-        out,
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
-         <title>{}</title><style>{STYLE}</style></head><body>",
-        esc(title)
-    );
-}
-
-fn opt(s: &Option<String>) -> String {
-    s.as_deref().map_or_else(|| "—".to_string(), esc)
-}
-
-fn duration(ms: Option<u64>) -> String {
-    match ms {
-        None => "—".into(),
-        Some(ms) if ms < 10_000 => format!("{:.1} s", ms as f64 / 1000.0),
-        Some(ms) => format!("{} s", ms / 1000),
-    }
-}
-
-/// The overview: pools, then machines (newest seen first, as given): `total` machines, of
-/// which those given are shown.
-pub fn index(pools: &[PoolView], machines: &[MachineView], total: usize, now: &str) -> String {
-    let mut o = String::new();
-    head(&mut o, "agent serve: machines");
-    let shown = if total > machines.len() {
-        format!(
-            " (the {} seen last shown; <code>?pool=</code>, <code>?state=</code> narrow it)",
-            machines.len()
-        )
-    } else {
-        String::new()
+/// The pools of the active generation with the source's generations, and the config each
+/// pool has in the active and the lastKnownGood generation.
+pub fn pools(t: &Roles) -> Vec<PoolView> {
+    let generation = |g: Option<&str>| g.map_or_else(|| "—".to_string(), str::to_string);
+    let assigned = generation(t.assigned.as_deref());
+    let active = generation(t.active.as_deref());
+    let lkg = generation(t.last_known_good.as_deref());
+    let Some(g) = t.generation.as_ref() else {
+        return Vec::new();
     };
-    let _ = write!(
-        o,
-        "<h1>Machines</h1><p class=\"mute\">{total} machines{shown} · updated {} · reloads every {REFRESH_SECONDS} s</p>",
-        esc(now)
-    );
-    o.push_str(
-        "<h2>Pools</h2><div class=\"wrap\"><table id=\"pools\"><thead><tr><th>pool</th>\
-         <th>assigned</th><th>active</th><th class=\"wide\">lastKnownGood</th>\
-         <th>machines</th></tr></thead><tbody>",
-    );
-    for p in pools {
-        let _ = write!(
-            o,
-            "<tr data-pool=\"{n}\"><td>{n}</td><td>{}</td><td>{}</td><td class=\"wide\">{}</td><td class=\"num\">{}</td></tr>",
-            esc(&p.assigned),
-            esc(&p.active),
-            esc(&p.last_known_good),
-            p.machines,
-            n = esc(&p.name),
-        );
-    }
-    o.push_str("</tbody></table></div>");
-    o.push_str(
-        "<h2>Machines</h2><div class=\"wrap\"><table id=\"machines\"><thead><tr><th>machine</th>\
-         <th>state</th><th>pool</th><th class=\"wide\">config</th><th>last seen</th>\
-         <th class=\"wide\">stages</th></tr></thead><tbody>",
-    );
-    for m in machines {
-        let name = m.hostname.clone().unwrap_or_else(|| m.id.clone());
-        let stages: Vec<String> = m
-            .boots
-            .first()
-            .map(|b| {
-                b.stages
-                    .iter()
-                    .map(|s| {
-                        format!(
-                            "{} {} {}",
-                            esc(&s.stage),
-                            esc(&s.outcome),
-                            duration(s.duration_ms)
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let _ = write!(
-            o,
-            "<tr data-machine=\"{id}\" data-state=\"{st}\"><td><a href=\"/ui/machines/{href}\">{name}</a>{auth}</td>\
-             <td class=\"state {st}\">{st}</td><td>{pool}</td><td class=\"wide\">{config}</td>\
-             <td>{seen}</td><td class=\"wide\">{stages}</td></tr>",
-            id = esc(&m.id),
-            href = esc(&path_segment(&m.id)),
-            name = esc(&name),
-            auth = if m.authenticated {
-                ""
-            } else {
-                " <span class=\"mute\" title=\"reports without a token\">(unauthenticated)</span>"
-            },
-            st = esc(&m.state),
-            pool = opt(&m.pool),
-            config = opt(&m.config),
-            seen = esc(&m.last_seen),
-            stages = stages.join("<br>"),
-        );
-        if let Some(f) = m.failure()
-            && let Some(e) = &f.error
-        {
-            let _ = write!(
-                o,
-                "<tr class=\"failure\" data-failure=\"{id}\"><td colspan=\"6\" class=\"error\">{} failed: {}</td></tr>",
-                esc(&f.stage),
-                esc(e),
-                id = esc(&m.id),
-            );
-        }
-    }
-    o.push_str("</tbody></table></div></body></html>");
-    o
+    g.pools
+        .values()
+        .map(|p| PoolView {
+            name: p.name.clone(),
+            assigned: assigned.clone(),
+            active: active.clone(),
+            last_known_good: lkg.clone(),
+            machines: 0,
+            active_config: Some(p.config_name.clone()),
+            lkg_config: t
+                .lkg_generation
+                .as_ref()
+                .and_then(|l| l.pools.get(&p.name))
+                .map(|l| l.config_name.clone()),
+        })
+        .collect()
 }
 
-/// One machine: identity, then each boot (newest first) with its stages.
-pub fn machine(m: &MachineView, now: &str) -> String {
-    let mut o = String::new();
-    let name = m.hostname.clone().unwrap_or_else(|| m.id.clone());
-    head(&mut o, &format!("{name}: {}", m.state));
-    let _ = write!(
-        o,
-        "<p><a href=\"/ui/\">← machines</a></p><h1 id=\"machine\" data-state=\"{st}\">{}</h1>\
-         <p class=\"mute\">updated {}</p><div class=\"wrap\"><table id=\"identity\"><tbody>",
-        esc(&name),
-        esc(now),
-        st = esc(&m.state),
-    );
-    let rows: [(&str, String); 14] = [
-        (
-            "state",
-            format!("<span class=\"state {0}\">{0}</span>", esc(&m.state)),
-        ),
-        ("id", esc(&m.id)),
-        ("pool", opt(&m.pool)),
-        ("config", opt(&m.config)),
-        ("config hash", opt(&m.config_hash)),
-        ("platform", opt(&m.platform)),
-        ("serial", opt(&m.serial)),
-        ("MAC addresses", esc(&m.macs.join(", "))),
-        ("agent", opt(&m.agent)),
-        ("machine file", opt(&m.machine_file)),
-        (
-            "network boot",
-            m.reprovision.as_ref().map_or_else(
-                || "installs once (then the local disk)".into(),
-                |t| {
-                    format!(
-                        "reprovision asked for at {}: installs at its next boot",
-                        esc(t)
-                    )
-                },
-            ),
-        ),
-        ("first seen", esc(&m.first_seen)),
-        ("last seen", esc(&m.last_seen)),
-        (
-            "reports",
-            if m.authenticated {
-                "authenticated (machine token)".into()
-            } else {
-                "unauthenticated (no token)".into()
-            },
-        ),
-    ];
-    for (k, v) in rows {
-        let _ = write!(o, "<tr><th>{k}</th><td>{v}</td></tr>");
-    }
-    o.push_str("</tbody></table></div>");
-    for (i, b) in m.boots.iter().enumerate() {
-        let _ = write!(
-            o,
-            "<h2>{} boot <span class=\"mute\">{} · {}</span></h2><div class=\"wrap\"><table class=\"boot\"><thead><tr><th>stage</th><th>outcome</th><th>duration</th><th>changes</th></tr></thead><tbody>",
-            if i == 0 { "Latest" } else { "Earlier" },
-            esc(&b.started),
-            esc(&b.boot_id),
-        );
-        for s in &b.stages {
-            let _ = write!(
-                o,
-                "<tr data-stage=\"{st}\"><td>{st}</td><td class=\"state {oc}\">{oc}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-                duration(s.duration_ms),
-                s.changes
-                    .iter()
-                    .map(|c| esc(c))
-                    .collect::<Vec<_>>()
-                    .join("<br>"),
-                st = esc(&s.stage),
-                oc = esc(&s.outcome),
-            );
-        }
-        o.push_str("</tbody></table></div>");
-        for s in b.stages.iter().filter(|s| s.error.is_some()) {
-            let _ = write!(
-                o,
-                "<p class=\"error\" data-error=\"{st}\">{st} failed: {}</p>",
-                esc(s.error.as_deref().unwrap_or_default()),
-                st = esc(&s.stage),
-            );
-            if !s.log_tail.is_empty() {
-                let _ = write!(
-                    o,
-                    "<pre class=\"log\">{}</pre>",
-                    s.log_tail
-                        .iter()
-                        .map(|l| esc(l))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                );
-            }
-        }
-    }
-    o.push_str("</body></html>");
-    o
+/// The source generation the server rejected, while it is the newest one seen.
+pub fn rejected(t: &Roles, ts: impl Fn(u64) -> String) -> Option<Rejected> {
+    let error = t.error.clone()?;
+    let assigned = t.assigned_ref.clone();
+    // "pool NAME: FILE: …" names the file.
+    let file = error
+        .strip_prefix("pool ")
+        .and_then(|r| r.split(": ").nth(1))
+        .filter(|f| f.ends_with(".ign") || f.ends_with(".bu"))
+        .map(str::to_string);
+    Some(Rejected {
+        generation: assigned
+            .as_ref()
+            .map_or("unreadable".into(), |a| a.generation.clone()),
+        path: assigned
+            .as_ref()
+            .map(|a| a.path.clone())
+            .unwrap_or_default(),
+        file,
+        since: assigned.map(|a| ts(a.since)).unwrap_or_default(),
+        serving: t.generation.as_ref().map(|g| g.id.clone()),
+        error,
+    })
+}
+
+/// A time as the page writes it (the server's clock, UTC).
+pub fn ts(secs: u64) -> String {
+    let u = runtime::util::utc(secs);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        u.year, u.month, u.day, u.hour, u.minute, u.second
+    )
+}
+
+/// What the overview shows, gathered by one [`summary::Scan`].
+pub struct Index<'a> {
+    pub pools: &'a [PoolView],
+    pub rejected: Option<&'a Rejected>,
+    pub summary: &'a summary::Summary,
+    pub window: &'a summary::Window,
+    /// The window's machines as the page shows them.
+    pub rows: &'a [MachineView],
+    pub query: &'a summary::Query,
+    pub now: &'a str,
+}
+
+/// The overview page.
+pub fn index(i: &Index) -> String {
+    templates::index(i).into_string()
+}
+
+/// One machine: identity, its boots as a timeline, then each boot (newest first) with its
+/// stages, error and log tail.
+pub fn machine(m: &MachineView, now: &str, refresh: bool) -> String {
+    templates::machine(m, now, refresh).into_string()
 }
 
 #[cfg(test)]
 mod tests {
+    use super::summary::{Query, Scan, cause, cause_key};
     use super::*;
+    use crate::inventory::model::{Boot, StageRecord, Trust};
+    use crate::inventory::{Machine, State};
+    use report_format::{Outcome, Stage};
 
-    fn failed() -> MachineView {
-        MachineView {
-            id: "4c4c4544-0001".into(),
-            hostname: Some("<b>node</b>".into()),
-            state: "failed".into(),
-            pool: Some("worker".into()),
-            boots: vec![BootView {
-                boot_id: "b1".into(),
-                started: "2026-11-27T05:00:00Z".into(),
-                stages: vec![StageView {
-                    stage: "disks".into(),
-                    outcome: "failed".into(),
-                    duration_ms: Some(1234),
-                    error: Some("mkfs.xfs \"/dev/vdb\" failed & <stopped>".into()),
-                    log_tail: vec!["line <1>".into()],
-                    ..Default::default()
-                }],
-            }],
-            ..Default::default()
+    /// Markup, CSS, `javascript:` URLs and SVG in every reported field.
+    const HOSTILE: &str = "<script>alert(1)</script><img src=x onerror=alert(2)>\
+        <svg onload=alert(3)><a href=\"javascript:alert(4)\">x</a>\"' onmouseover=\"alert(5)\" \
+        </style><style>body{display:none}</style>javascript:alert(6)";
+
+    fn stage(stage: Stage, outcome: Outcome, ms: u64, error: Option<&str>) -> StageRecord {
+        StageRecord {
+            stage,
+            outcome,
+            last: false,
+            duration_ms: ms,
+            report_id: format!("r-{ms}"),
+            received: 0,
+            authenticated: false,
+            trust: Trust::None,
+            counts: true,
+            error: error.map(str::to_string),
+            detail_bytes: 0,
+            detail: None,
         }
     }
 
+    fn machine_record(id: &str, seen: u64, error: Option<&str>) -> Machine {
+        let mut m = Machine::new(id, seen);
+        m.last_seen = seen;
+        m.identity.hostname = Some(format!("host-{id}"));
+        m.identity.macs = vec!["52:54:00:12:34:56".into()];
+        m.identity.serial = Some(format!("SER-{id}"));
+        m.pool = Some("worker".into());
+        let mut stages = vec![stage(Stage::Fetch, Outcome::Ok, 800, None)];
+        match error {
+            Some(e) => {
+                m.state = Some(State::Failed);
+                stages.push(stage(Stage::Disks, Outcome::Failed, 2000, Some(e)));
+            }
+            None => {
+                m.state = Some(State::Provisioned);
+                stages.push(stage(Stage::Disks, Outcome::Ok, 1500, None));
+                stages.push(stage(Stage::Files, Outcome::Ok, 300, None));
+            }
+        }
+        m.boots = vec![Boot {
+            boot_id: format!("boot-{id}"),
+            first_seen: seen,
+            last_seen: seen,
+            stages,
+        }];
+        m
+    }
+
+    /// Every tag of `html` with its attributes, as a browser would read them: maud quotes
+    /// every attribute value, and text never holds a `<` (it is escaped), so this is exact.
+    fn tags(html: &str) -> Vec<(String, Vec<(String, String)>)> {
+        let mut out = Vec::new();
+        let mut rest = html;
+        while let Some(i) = rest.find('<') {
+            rest = &rest[i + 1..];
+            let end = rest.find('>').expect("a tag ends");
+            let tag = &rest[..end];
+            rest = &rest[end + 1..];
+            if tag.starts_with('!') || tag.starts_with('/') {
+                continue;
+            }
+            let (name, mut attrs) = tag.split_once(' ').unwrap_or((tag, ""));
+            let mut list = Vec::new();
+            while !attrs.trim().is_empty() {
+                attrs = attrs.trim_start();
+                let (k, v) = match attrs.find(['=', ' ']) {
+                    Some(j) if attrs.as_bytes()[j] == b'=' => {
+                        let k = &attrs[..j];
+                        assert_eq!(&attrs[j + 1..j + 2], "\"", "unquoted value in <{tag}>");
+                        let close = attrs[j + 2..].find('"').expect("closed value") + j + 2;
+                        let v = &attrs[j + 2..close];
+                        attrs = &attrs[close + 1..];
+                        (k, v)
+                    }
+                    Some(j) => {
+                        let k = &attrs[..j];
+                        attrs = &attrs[j..];
+                        (k, "")
+                    }
+                    None => {
+                        let k = attrs;
+                        attrs = "";
+                        (k, "")
+                    }
+                };
+                list.push((k.to_string(), v.to_string()));
+            }
+            out.push((name.to_string(), list));
+        }
+        out
+    }
+
+    /// No element, attribute or URL came from the payload: only the page's own tags, no
+    /// event handler, links only to the page's own paths.
+    fn only_the_pages_markup(html: &str) {
+        const OWN: &[&str] = &[
+            "html", "head", "meta", "title", "style", "body", "main", "header", "h1", "h2", "p",
+            "span", "strong", "a", "br", "code", "section", "div", "ul", "li", "table", "thead",
+            "tbody", "tr", "th", "td", "svg", "rect", "form", "label", "input", "select", "option",
+            "button", "nav", "pre",
+        ];
+        assert_eq!(html.matches("<style>").count(), 1, "one style sheet");
+        for (name, attrs) in tags(html) {
+            assert!(OWN.contains(&name.as_str()), "<{name}> in the page");
+            for (k, v) in attrs {
+                assert!(!k.starts_with("on"), "<{name} {k}=…>");
+                if k == "href" || k == "action" {
+                    assert!(v.starts_with("/ui/"), "<{name} {k}={v:?}>");
+                }
+                if k == "style" {
+                    assert!(
+                        v.starts_with("flex:") && !v.contains(['<', ';', '(']),
+                        "style={v:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn render(records: Vec<Machine>, query: &Query) -> String {
+        let pools = vec![PoolView {
+            name: "worker".into(),
+            assigned: "g1".into(),
+            active: "g1".into(),
+            last_known_good: "g0".into(),
+            active_config: Some("worker-abc".into()),
+            ..Default::default()
+        }];
+        let mut scan = Scan::new(query, &pools, summary::ROWS);
+        for m in records {
+            scan.add(m);
+        }
+        let (summary, window) = scan.finish();
+        let rows: Vec<MachineView> = window.machines.iter().map(crate::admin::view).collect();
+        let rejected = Rejected {
+            generation: HOSTILE.into(),
+            path: HOSTILE.into(),
+            file: Some(HOSTILE.into()),
+            error: HOSTILE.into(),
+            since: "t".into(),
+            serving: Some(HOSTILE.into()),
+        };
+        index(&Index {
+            pools: &pools,
+            rejected: Some(&rejected),
+            summary: &summary,
+            window: &window,
+            rows: &rows,
+            query,
+            now: "now",
+        })
+    }
+
     #[test]
-    fn values_are_escaped_where_they_land() {
-        let m = failed();
-        let page = index(&[], std::slice::from_ref(&m), 1, "now");
-        assert!(page.contains("&lt;b&gt;node&lt;/b&gt;"));
-        assert!(page.contains("1 machines ·"), "{page}");
-        // More machines than rows: the page says how many are shown.
-        let page = index(&[], std::slice::from_ref(&m), 600, "now");
+    fn hostile_reports_render_as_text() {
+        let mut m = machine_record("m-1", 100, Some(HOSTILE));
+        m.identity.hostname = Some(HOSTILE.into());
+        m.identity.serial = Some(HOSTILE.into());
+        m.identity.platform = Some(HOSTILE.into());
+        m.identity.macs = vec![HOSTILE.into()];
+        m.pool = Some(HOSTILE.into());
+        m.agent = Some(HOSTILE.into());
+        let q = Query {
+            q: Some(HOSTILE.into()),
+            pool: Some(HOSTILE.into()),
+            ..Default::default()
+        };
+        for query in [Query::default(), q] {
+            let page = render(vec![m.clone(), machine_record("m-2", 50, None)], &query);
+            only_the_pages_markup(&page);
+            assert!(
+                page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+                "{page}"
+            );
+        }
+        // One machine's page: every field of the view, stage names and log lines too.
+        let mut v = crate::admin::view(&m);
+        for s in &mut v.boots[0].stages {
+            s.stage = HOSTILE.into();
+            s.outcome = HOSTILE.into();
+            s.changes = vec![HOSTILE.into()];
+            s.log_tail = vec![HOSTILE.into(), HOSTILE.into()];
+        }
+        v.id = HOSTILE.into();
+        v.config = Some(HOSTILE.into());
+        v.config_hash = Some(HOSTILE.into());
+        v.machine_file = Some(HOSTILE.into());
+        v.reprovision = Some(HOSTILE.into());
+        v.first_seen = HOSTILE.into();
+        let page = machine(&v, HOSTILE, false);
+        only_the_pages_markup(&page);
+        assert!(page.contains("alert(6)"), "{page}");
+    }
+
+    #[test]
+    fn the_old_escaping_is_kept_for_the_known_fields() {
+        let m = machine_record("m-1", 100, Some("mkfs.xfs \"/dev/vdb\" failed & <stopped>"));
+        let page = render(vec![m.clone()], &Query::default());
+        assert!(page.contains("mkfs.xfs &quot;/dev/vdb&quot; failed &amp; &lt;stopped&gt;"));
         assert!(
-            page.contains("600 machines (the 1 seen last shown;"),
+            page.contains("data-machine=\"m-1\" data-state=\"failed\""),
             "{page}"
         );
-        assert!(!page.contains("<b>node"));
-        assert!(page.contains("mkfs.xfs &quot;/dev/vdb&quot; failed &amp; &lt;stopped&gt;"));
-        let one = machine(&m, "now");
-        assert!(one.contains("line &lt;1&gt;"));
-        assert!(one.contains("data-error=\"disks\""));
+        let one = machine(&crate::admin::view(&m), "now", false);
+        assert!(one.contains("data-error=\"disks\""), "{one}");
+        assert!(!one.contains("http-equiv"), "no reload unless asked for");
+        assert!(machine(&crate::admin::view(&m), "now", true).contains("http-equiv=\"refresh\""));
+    }
+
+    #[test]
+    fn failures_group_by_cause_whatever_differs_per_machine() {
+        let a = machine_record("m-1", 1, None);
+        let b = machine_record("m-22", 1, None);
+        let e = |m: &Machine, n: u64| {
+            format!(
+                "partition 2 does not fit on /dev/sda: needs {n} sectors, {} has {}; disk 4c4c4544-0042-3010-8052-b4c04f{n:06} at 10.0.{}.7:8080",
+                m.identity.hostname.as_deref().unwrap(),
+                n / 2,
+                n % 250
+            )
+        };
+        let (ca, cb) = (cause(&e(&a, 104857600), &a), cause(&e(&b, 2097152), &b));
+        assert_eq!(ca, cb);
+        assert!(
+            ca.starts_with("partition 2 does not fit on /dev/sda: needs # sectors, … has #"),
+            "{ca}"
+        );
+        assert_ne!(
+            ca,
+            cause(&e(&a, 104857600).replace("partition 2", "partition 3"), &a),
+            "a partition number tells causes apart"
+        );
+        assert_eq!(cause_key("disks", &ca).len(), 12);
+        assert_ne!(cause_key("disks", &ca), cause_key("files", &ca));
+    }
+
+    /// 250 machines, 8 failed in 3 ways: failed first, causes counted, pages of 100 that
+    /// go forward and back, filters and the search that combine.
+    #[test]
+    fn one_pass_summarises_and_pages() {
+        let errors = [
+            "partition 2 does not fit on /dev/sda",
+            "files: writing /etc/app.conf failed: permission denied",
+            "fetch: GET http://10.0.0.1:8080/config: timed out",
+        ];
+        let mut all = Vec::new();
+        for i in 0..250u64 {
+            let err = (i % 31 == 0 && i < 248).then(|| errors[(i as usize / 31) % 3]);
+            all.push(machine_record(&format!("m-{i:03}"), 1000 + i, err));
+        }
+        let run = |q: &Query| {
+            let mut s = Scan::new(q, &[], summary::ROWS);
+            for m in all.clone() {
+                s.add(m);
+            }
+            s.finish()
+        };
+        let (sum, w) = run(&Query::default());
+        assert_eq!(sum.total, 250);
+        assert_eq!(sum.states[0], 8);
+        assert_eq!(sum.causes.len(), 3);
+        assert_eq!(sum.causes.iter().map(|c| c.count).sum::<usize>(), 8);
+        assert_eq!(sum.failed.len(), 8);
+        assert_eq!(w.matched, 250);
+        assert_eq!(w.machines.len(), 100);
+        assert!(
+            w.machines[..8]
+                .iter()
+                .all(|m| m.state == Some(State::Failed))
+        );
+        assert!(
+            w.machines[8..]
+                .iter()
+                .all(|m| m.state != Some(State::Failed))
+        );
+        assert_eq!(w.machines[8].id, "m-249", "then seen last first");
+        assert!(w.prev.is_none());
+        let next = w.next.clone().unwrap();
+        let (_, w2) = run(&Query {
+            after: Some(next),
+            ..Default::default()
+        });
+        assert_eq!((w2.offset, w2.machines.len()), (100, 100));
+        let (_, w3) = run(&Query {
+            after: w2.next.clone(),
+            ..Default::default()
+        });
+        assert_eq!((w3.offset, w3.machines.len()), (200, 50));
+        assert!(w3.next.is_none());
+        let (_, back) = run(&Query {
+            before: w2.prev.clone(),
+            ..Default::default()
+        });
+        assert_eq!(back.offset, 0);
+        let ids = |w: &summary::Window| w.machines.iter().map(|m| m.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&back), ids(&w));
+        assert!(back.prev.is_none() && back.next.is_some());
+        // Filters combine; a cause's key finds its machines.
+        let key = sum.causes[0].key.clone();
+        let (_, by_cause) = run(&Query {
+            cause: Some(key),
+            state: Some(State::Failed),
+            ..Default::default()
+        });
+        assert_eq!(by_cause.matched, sum.causes[0].count);
+        let (_, none) = run(&Query {
+            state: Some(State::Provisioned),
+            pool: Some("infra".into()),
+            ..Default::default()
+        });
+        assert_eq!(none.matched, 0);
+        for q in [
+            "HOST-M-007",
+            "525400123456",
+            "52-54-00-12-34-56",
+            "ser-m-007",
+        ] {
+            let (_, f) = run(&Query {
+                q: Some(q.into()),
+                ..Default::default()
+            });
+            assert!(f.matched >= 1, "{q}");
+        }
+        let (_, one) = run(&Query {
+            q: Some("host-m-007".into()),
+            ..Default::default()
+        });
+        assert_eq!(ids(&one), ["m-007"]);
+    }
+
+    #[test]
+    fn queries_are_decoded_and_bounded() {
+        let q = Query::parse(|n| match n {
+            "q" => Some("52%3A54+00"),
+            "state" => Some("failed"),
+            "pool" => Some(""),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(q.q.as_deref(), Some("52:54 00"));
+        assert_eq!(q.state, Some(State::Failed));
+        assert_eq!(q.pool, None);
+        assert_eq!(q.href(), "/ui/?state=failed&q=52%3A54%2000");
+        let long = "x".repeat(summary::QUERY_BYTES + 1);
+        let e = Query::parse(|n| (n == "q").then_some(long.as_str())).unwrap_err();
+        assert!(e.contains("200 bytes"), "{e}");
+        assert!(Query::parse(|n| (n == "cause").then_some("zz")).is_err());
+        assert!(Query::parse(|n| (n == "after").then_some("x")).is_err());
+        assert!(Query::parse(|n| (n == "state").then_some("bogus")).is_err());
     }
 
     #[test]

@@ -85,6 +85,12 @@ pub struct Roles {
     pub last_known_good: Option<String>,
     /// The active generation as the tracker has it.
     pub generation: Option<Arc<Generation>>,
+    /// The lastKnownGood generation as the tracker has it.
+    pub lkg_generation: Option<Arc<Generation>>,
+    /// The assigned (newest seen) generation: its id, directory and when it was seen.
+    pub assigned_ref: Option<status::GenRef>,
+    /// Why the assigned generation was rejected, while it is.
+    pub error: Option<String>,
 }
 
 impl Generations {
@@ -145,6 +151,9 @@ impl Generations {
             active: id(t.active_ref.as_ref()),
             last_known_good: id(t.lkg_ref.as_ref()),
             generation: t.active.clone(),
+            lkg_generation: t.lkg.clone(),
+            assigned_ref: t.assigned.clone(),
+            error: t.error.clone(),
         }
     }
 
