@@ -207,8 +207,8 @@ pub fn machine(m: &MachineView, now: &str, refresh: bool) -> String {
 mod tests {
     use super::summary::{Query, Scan, cause, cause_key};
     use super::*;
-    use crate::inventory::model::{Boot, StageRecord, Trust};
-    use crate::inventory::{Machine, State};
+    use crate::fleet::inventory::model::{Boot, StageRecord, Trust};
+    use crate::fleet::inventory::{Machine, State};
     use report_format::{Outcome, Stage};
 
     /// Markup, CSS, `javascript:` URLs and SVG in every reported field.
