@@ -108,7 +108,8 @@ mod tests {
         let r = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /a\n      mode: \"0644\"\n").unwrap_err();
         let d = &r.diags[0];
         assert!(d.error);
-        assert_eq!(d.path, "$.storage.files.0.mode");
+        // go-yaml's unmarshal error: a position, no path (as Butane prints it).
+        assert_eq!(d.path, "");
         assert_eq!(d.pos, Some(Pos { line: 6, col: 13 }));
         let r = tr("variant: fcos\nversion: 9.9.9\n").unwrap_err();
         assert!(r.to_string().contains("no translator exists"), "{r}");
@@ -254,6 +255,44 @@ mod tests {
         assert_eq!(
             out.report.diags[0].path,
             "$.storage.disks.0.partitions.0.label"
+        );
+    }
+
+    /// The paths of a refused config's errors, as Butane prints them (`error at $...`).
+    fn error_paths(s: &str) -> Vec<String> {
+        let r = tr(s).unwrap_err();
+        let mut p: Vec<String> = r
+            .diags
+            .iter()
+            .filter(|d| d.error && !d.path.is_empty())
+            .map(|d| d.path.clone())
+            .collect();
+        p.sort();
+        p.dedup();
+        p
+    }
+
+    /// Errors at the paths Butane v0.29.0 reports them (tests/butane_diff.rs has the rest).
+    #[test]
+    fn error_paths_as_butane_v0_29() {
+        let fcos = "variant: fcos\nversion: 1.5.0\n";
+        // go-yaml's unmarshal errors name a line, no path.
+        let none: [&str; 0] = [];
+        assert_eq!(error_paths(&format!("{fcos}storage:\n  files:\n    - path: /a\n      mode: 0644\n      mode: 0600\n")), none);
+        assert_eq!(error_paths(&format!("{fcos}storage:\n  files:\n    - path: /a\n      mode: !!str 0644\n")), none);
+        assert_eq!(error_paths(&format!("{fcos}passwd: {{}}\npasswd: {{}}\n")), none);
+        // A duplicate is Ignition's "duplicate entry defined" at the later entry only.
+        assert_eq!(
+            error_paths(&format!("{fcos}storage:\n  files:\n    - path: /a\n    - path: /a\n")),
+            ["$.storage.files.1"]
+        );
+        assert_eq!(
+            error_paths(&format!("{fcos}systemd:\n  units:\n    - name: a.service\n    - name: a.service\n")),
+            ["$.systemd.units.1"]
+        );
+        assert_eq!(
+            error_paths(&format!("{fcos}storage:\n  disks:\n    - device: /dev/vda\n      partitions:\n        - label: a\n        - label: a\n")),
+            ["$.storage.disks.0.partitions.1"]
         );
     }
 

@@ -644,6 +644,11 @@ fn agent_only(msg: &str) -> bool {
         " UUID: mkfs will refuse it",
         "home directory must be an absolute path",
     ];
+    // Duplicates are Ignition's ValidateDups (`ignition_dups`): "duplicate entry defined" at
+    // the later list entry, not the agent's messages at its key.
+    if msg.starts_with("duplicate ") {
+        return true;
+    }
     if PREFIXES.iter().any(|p| msg.starts_with(p)) && msg.contains("out of range")
         || msg.starts_with("invalid user name")
         || msg.starts_with("invalid group name")
@@ -969,8 +974,12 @@ impl Ctx<'_, '_> {
             }
         }
         if self.report.has_errors() {
-            // go-yaml's unmarshal errors end Butane before its unused-key check: no warnings.
+            // go-yaml's unmarshal errors end Butane before its unused-key check: no warnings,
+            // and the errors have no path (go-yaml names only the line).
             self.report.diags.retain(|d| d.error);
+            for d in &mut self.report.diags {
+                d.path.clear();
+            }
             return None;
         }
         cfg.obj_mut("ignition", minor)
