@@ -294,6 +294,34 @@ mod tests {
             error_paths(&format!("{fcos}storage:\n  disks:\n    - device: /dev/vda\n      partitions:\n        - label: a\n        - label: a\n")),
             ["$.storage.disks.0.partitions.1"]
         );
+        // A merge's source is checked at the entry (3.1+) and at `source`.
+        let merge = |src: &str| {
+            error_paths(&format!(
+                "{fcos}ignition:\n  config:\n    merge:\n      - source: {src}\n"
+            ))
+        };
+        assert_eq!(merge("\"\""), ["$.ignition.config.merge.0"]);
+        assert_eq!(
+            merge("'http://a b/'"),
+            ["$.ignition.config.merge.0", "$.ignition.config.merge.0.source"]
+        );
+        // A child config's own validation reports at its own paths.
+        assert_eq!(
+            error_paths(&format!(
+                "{fcos}ignition:\n  config:\n    replace:\n      inline: '{{}}'\n"
+            )),
+            ["$.ignition.version"]
+        );
+        // openshift's RHCOS/MCO checks: at `$.spec.config` + the output path with --raw,
+        // at the user's path in a MachineConfig.
+        let os = "variant: openshift\nversion: 4.14.0\nmetadata:\n  name: x\n  labels:\n    machineconfiguration.openshift.io/role: worker\npasswd:\n  users:\n    - name: core\n    - name: u\n";
+        assert_eq!(error_paths(os), ["$.spec.config.passwd.users.1.name"]);
+        let mc = Options {
+            machine_config: true,
+            ..Default::default()
+        };
+        let r = translate(os.as_bytes(), &mc).unwrap_err();
+        assert_eq!(r.diags[0].path, "$.passwd.users.1.name", "{r}");
     }
 
     /// LS and PS (U+2028, U+2029) as go-yaml reads them: line breaks outside quotes, kept in

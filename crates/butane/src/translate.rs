@@ -261,7 +261,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
     json.push('\n');
     let ign_report = validate_ignition(&json, &cfg, t, opts.agent_checks);
     cx.report.diags.extend(ign_report.diags);
-    bad_urls(&cfg, &mut cx.report);
+    bad_urls(&cfg, t.minor, &mut cx.report);
     luks_key_files(&cfg, &mut cx.report);
     cx.remap_paths();
     if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
@@ -284,7 +284,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
 
 /// Ignition's validation of the output (which Butane runs after the translation, so after
 /// every translation warning): a source (or Tang URL) Go's url.Parse refuses.
-fn bad_urls(cfg: &Obj, report: &mut Report) {
+fn bad_urls(cfg: &Obj, minor: u8, report: &mut Report) {
     let mut bad = Vec::new();
     walk(cfg, "$", &mut |o, p| {
         let k = match o.def.name {
@@ -295,11 +295,13 @@ fn bad_urls(cfg: &Obj, report: &mut Report) {
         if let Some(u) = o.str(k)
             && !go_url_ok(u)
         {
-            bad.push(Diag::error(
-                &format!("{p}.{k}"),
-                o.pos_of(k),
-                "unable to parse url",
-            ));
+            let path = format!("{p}.{k}");
+            if minor >= 1
+                && let Some(entry) = required_source_entry(&path)
+            {
+                bad.push(Diag::error(entry, o.pos_of(k), "unable to parse url"));
+            }
+            bad.push(Diag::error(&path, o.pos_of(k), "unable to parse url"));
         }
     });
     for d in bad {
@@ -436,14 +438,41 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target, agent_checks: bool) -> Re
             continue;
         }
         let (ypath, pos) = yaml_path(cfg, &d.path);
+        let error = d.severity == spec::config::Severity::Error;
+        // Spec 3.1+ checks a merge's or CA's source twice: its validateRequiredSource at the
+        // entry ("source is required", or the URL's error) and the resource's at `source`.
+        if t.minor >= 1
+            && error
+            && let Some(entry) = required_source_entry(&ypath)
+        {
+            let at = Diag::error(entry, pos, d.message.clone());
+            if d.message.contains("need a source") {
+                report.push(at);
+                continue;
+            }
+            report.push(at);
+        }
         report.push(Diag {
-            error: d.severity == spec::config::Severity::Error,
+            error,
             path: ypath,
             pos: Some(pos),
             message: d.message.clone(),
         });
     }
     report
+}
+
+/// `$.ignition.config.merge.N` for `$.ignition.config.merge.N.source` (also a CA's): the
+/// entries whose source Ignition 3.1+ requires.
+fn required_source_entry(path: &str) -> Option<&str> {
+    let entry = path.strip_suffix(".source")?;
+    let (list, n) = entry.rsplit_once('.')?;
+    (matches!(
+        list,
+        "$.ignition.config.merge" | "$.ignition.security.tls.certificate_authorities"
+    ) && !n.is_empty()
+        && n.bytes().all(|b| b.is_ascii_digit()))
+    .then_some(entry)
 }
 
 /// Butane's isTemplateInstance: `foo@bar.container` is an instance of `foo@.container`.
@@ -780,7 +809,12 @@ fn child_configs(cfg: &Obj, t: Target, report: &mut Report) {
             continue;
         };
         let bytes = inline.as_bytes();
+        // Ignition's validation of the child reports at the child's own paths (Butane prints
+        // them as they are): an unparsable version at `$.ignition.version`.
         match child_version(bytes) {
+            Err(msg) if msg.contains("couldn't parse") => {
+                report.push(Diag::error("$.ignition.version", pos, msg))
+            }
             Err(msg) => report.push(Diag::error(&format!("{path}.inline"), pos, msg)),
             Ok(v) if v != t.ign_version => report.push(Diag::warning(
                 &format!("{path}.version"),
@@ -791,7 +825,7 @@ fn child_configs(cfg: &Obj, t: Target, report: &mut Report) {
                 if let Err(r) = spec::config::parse(bytes) {
                     for d in r.errors() {
                         report.push(Diag::error(
-                            &format!("{path}.inline"),
+                            &d.path.to_string(),
                             pos,
                             format!("in the merged config: {d}"),
                         ));
@@ -2665,6 +2699,13 @@ impl Ctx<'_, '_> {
                     )),
                     _ => {}
                 }
+            }
+        }
+        // Butane reports them at `$.spec.config` + the output's path; with --raw its
+        // translation set (rooted at spec.config) has no such path, so they stay there.
+        if !self.opts.machine_config {
+            for d in &mut errs {
+                d.path.replace_range(..1, "$.spec.config");
             }
         }
         self.report.diags.extend(errs);
