@@ -324,6 +324,70 @@ mod tests {
         assert_eq!(r.diags[0].path, "$.passwd.users.1.name", "{r}");
     }
 
+    /// A files dir of one tree `t`: a file and a symlink to it.
+    struct OneTree;
+
+    impl FilesDir for OneTree {
+        fn read(&self, rel: &str, _max: u64) -> Result<Vec<u8>, LocalError> {
+            Err(LocalError::Other(format!("no file {rel}")))
+        }
+        fn walk(&self, rel: &str, _: u64, _: u64) -> Result<Vec<TreeEntry>, LocalError> {
+            if rel != "t" {
+                return Err(LocalError::Other(format!("no tree {rel}")));
+            }
+            Ok(vec![
+                TreeEntry::Dir { rel: String::new() },
+                TreeEntry::Symlink {
+                    rel: "link".into(),
+                    target: "run.sh".into(),
+                },
+                TreeEntry::File {
+                    rel: "run.sh".into(),
+                    contents: b"x".to_vec(),
+                    executable: true,
+                },
+            ])
+        }
+    }
+
+    /// Errors on what a sugar made are at the sugar (Butane's translation set), in a
+    /// MachineConfig: a tree's links, a list a tree started, GRUB's `user.cfg` append.
+    #[test]
+    fn error_paths_of_sugar_as_butane_v0_29() {
+        let os = "variant: openshift\nversion: 4.22.0\nmetadata:\n  name: x\n  labels:\n    machineconfiguration.openshift.io/role: worker\n";
+        let opts = Options {
+            files_dir: Some(&OneTree),
+            machine_config: true,
+            ..Default::default()
+        };
+        let paths = |s: String| {
+            let r = translate(s.as_bytes(), &opts).unwrap_err();
+            let mut p: Vec<String> = r
+                .diags
+                .iter()
+                .filter(|d| d.error)
+                .map(|d| d.path.clone())
+                .collect();
+            p.sort();
+            p
+        };
+        assert_eq!(
+            paths(format!("{os}storage:\n  trees:\n    - local: t\n")),
+            ["$.storage.trees.0"]
+        );
+        // The user's links started the list: the error is theirs.
+        assert_eq!(
+            paths(format!("{os}storage:\n  links:\n    - path: /etc/l\n      target: /x\n  trees:\n    - local: t\n")),
+            ["$.storage.links"]
+        );
+        assert_eq!(
+            paths(format!(
+                "{os}grub:\n  users:\n    - name: root\n      password_hash: h\n"
+            )),
+            ["$.grub.users"]
+        );
+    }
+
     /// LS and PS (U+2028, U+2029) as go-yaml reads them: line breaks outside quotes, kept in
     /// quoted scalars (blanks around them dropped, an escaped one joins the lines).
     #[test]

@@ -158,9 +158,10 @@ struct Ctx<'a, 'o> {
     t: Target,
     report: Report,
     local: Local,
-    /// After the boot_device sugar's merge: output entry paths of the user's entries and the
-    /// paths the user wrote, for the diagnostics reported from then on.
-    remap: Vec<(usize, Vec<(String, String)>)>,
+    /// After each sugar's merge: output entry paths of the user's entries and the paths the
+    /// user wrote, for the diagnostics reported from then on; `true` where every path under
+    /// an entry maps to the one source path (Butane's AddFromCommonSource: a tree, a sugar).
+    remap: Vec<(usize, Vec<(String, String)>, bool)>,
     /// openshift: the MachineConfig's metadata (name, labels) and its `openshift` fields.
     mc: Option<McParts>,
 }
@@ -743,6 +744,15 @@ fn child_version(bytes: &[u8]) -> Result<String, String> {
     match version {
         Some(v) if go_semver(&v) => Ok(v),
         _ => Err("invalid config version (couldn't parse)".into()),
+    }
+}
+
+/// A tree's entry `i` of `$.storage.{kind}` comes from the tree at `tree` (so does the list,
+/// where the tree started it: Butane's translation of the list path).
+fn tree_origin(origins: &mut Vec<(String, String)>, kind: &str, i: usize, tree: &str) {
+    origins.push((format!("$.storage.{kind}.{i}"), tree.to_string()));
+    if i == 0 {
+        origins.push((format!("$.storage.{kind}"), tree.to_string()));
     }
 }
 
@@ -1869,6 +1879,9 @@ impl Ctx<'_, '_> {
         let mut file_paths = paths(cfg, "files");
         let mut dir_paths = paths(cfg, "directories");
         let mut link_paths = paths(cfg, "links");
+        // Where each entry a tree adds came from (the tree), and each list a tree started.
+        let mut origins: Vec<(String, String)> = Vec::new();
+        let from = self.report.diags.len();
         for (i, (tree, pos)) in trees.iter().enumerate() {
             let path = format!("$.storage.trees.{i}");
             let tree = tree.as_obj().expect("object");
@@ -1958,6 +1971,7 @@ impl Ctx<'_, '_> {
                         d.set("mode", minor, G::Int(dir_mode.unwrap_or(0o755)));
                         dirs.push((G::Obj(d), *pos));
                         dir_paths.insert(dpath, dirs.len() - 1);
+                        tree_origin(&mut origins, "directories", dirs.len() - 1, &path);
                     }
                     TreeEntry::File {
                         rel,
@@ -1994,6 +2008,7 @@ impl Ctx<'_, '_> {
                                 set_owner(&mut f);
                                 files.push((G::Obj(f), *pos));
                                 file_paths.insert(dpath.clone(), files.len() - 1);
+                                tree_origin(&mut origins, "files", files.len() - 1, &path);
                                 files.len() - 1
                             }
                         };
@@ -2051,6 +2066,7 @@ impl Ctx<'_, '_> {
                                 set_owner(&mut l);
                                 links.push((G::Obj(l), *pos));
                                 link_paths.insert(dpath.clone(), links.len() - 1);
+                                tree_origin(&mut origins, "links", links.len() - 1, &path);
                                 links.len() - 1
                             }
                         };
@@ -2063,15 +2079,22 @@ impl Ctx<'_, '_> {
                 }
             }
         }
+        if !origins.is_empty() {
+            self.remap.push((from, origins, true));
+        }
     }
 
     /// Butane reports a diagnostic on an entry the boot_device sugar's merge moved at the
     /// path the user wrote (its translation set maps the output path back).
     fn remap_paths(&mut self) {
         // The latest merge first: each maps its output paths to the config it merged into.
-        for (from, pairs) in std::mem::take(&mut self.remap).into_iter().rev() {
+        for (from, pairs, common) in std::mem::take(&mut self.remap).into_iter().rev() {
             for d in self.report.diags.iter_mut().skip(from) {
-                if let Some(p) = crate::sugar::remap_path(&d.path, &pairs) {
+                if common {
+                    if let Some(p) = crate::sugar::common_source(&d.path, &pairs) {
+                        d.path = p;
+                    }
+                } else if let Some(p) = crate::sugar::remap_path(&d.path, &pairs) {
                     d.path = p;
                 }
             }
@@ -2083,7 +2106,7 @@ impl Ctx<'_, '_> {
     fn merge_sugar(&mut self, cfg: &mut Obj, rendered: &Obj) {
         let pairs = crate::sugar::merge_origins(rendered, cfg);
         if !pairs.is_empty() {
-            self.remap.push((self.report.diags.len(), pairs));
+            self.remap.push((self.report.diags.len(), pairs, false));
         }
         *cfg = merge(rendered, cfg);
     }
@@ -2368,7 +2391,14 @@ impl Ctx<'_, '_> {
         let st = rendered.obj_mut("storage", minor);
         st.set("files", minor, G::List(vec![(G::Obj(file), at)]));
         st.set("filesystems", minor, G::List(vec![(G::Obj(fs), at)]));
+        let from = self.report.diags.len();
+        // Butane's translation set maps the sugar's own entries to `grub.users`.
+        let own = crate::sugar::unmerged_parent_entries(&rendered, cfg);
         self.merge_sugar(cfg, &rendered);
+        if !own.is_empty() {
+            let pairs = own.into_iter().map(|p| (p, "$.grub.users".into())).collect();
+            self.remap.push((from, pairs, true));
+        }
     }
 
     /// What a variant does not support (r4e and fiot: no disk layout or kernel arguments;
