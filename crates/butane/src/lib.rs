@@ -322,6 +322,14 @@ mod tests {
         };
         let r = translate(os.as_bytes(), &mc).unwrap_err();
         assert_eq!(r.diags[0].path, "$.passwd.users.1.name", "{r}");
+        // A source Go cannot parse is Ignition's error only (not the MCO's data-URL one).
+        let os_file = os.replace("passwd:\n  users:\n    - name: core\n    - name: u\n", "storage:\n  files:\n    - path: /etc/s\n      contents:\n        source: 'http://[::1'\n");
+        assert_eq!(error_paths(&os_file), ["$.storage.files.0.contents.source"]);
+        // Before spec 3.3 a mount unit's path and format are checked apart.
+        assert_eq!(
+            error_paths("variant: fcos\nversion: 1.2.0\nstorage:\n  filesystems:\n    - device: /dev/vdb\n      format: \"\"\n      with_mount_unit: true\n"),
+            ["$.storage.filesystems.0.format", "$.storage.filesystems.0.path"]
+        );
     }
 
     /// A files dir of one tree `t`: a file and a symlink to it.

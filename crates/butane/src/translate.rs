@@ -263,7 +263,11 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
     let ign_report = validate_ignition(&json, &cfg, t, opts.agent_checks);
     cx.report.diags.extend(ign_report.diags);
     bad_urls(&cfg, t.minor, &mut cx.report);
-    luks_key_files(&cfg, &mut cx.report);
+    luks_key_files(
+        &cfg,
+        opts.machine_config && t.variant == Variant::Openshift,
+        &mut cx.report,
+    );
     cx.remap_paths();
     if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
         if !cx.report.has_errors() {
@@ -367,14 +371,17 @@ fn machine_config(json: &str, mc: Option<McParts>) -> String {
 
 /// Ignition's Luks.Validate also checks the key file's URL itself: a source its resource
 /// check refuses is a second error, at the volume's `keys`.
-fn luks_key_files(cfg: &Obj, report: &mut Report) {
+fn luks_key_files(cfg: &Obj, mc: bool, report: &mut Report) {
     let Some(st) = cfg.obj("storage") else { return };
     let mut extra = Vec::new();
     for (i, (_, pos)) in st.list("luks").iter().enumerate() {
         let src = format!("$.storage.luks.{i}.key_file.source");
         if report.diags.iter().any(|d| d.error && d.path == src) {
+            // A MachineConfig's translation set has no `keys` (Butane sets no translation
+            // for it): the path stays in the MachineConfig's space.
+            let root = if mc { "$.spec.config" } else { "$" };
             extra.push(Diag::error(
-                &format!("$.storage.luks.{i}.keys"),
+                &format!("{root}.storage.luks.{i}.keys"),
                 *pos,
                 "invalid key-file source",
             ));
@@ -1184,13 +1191,21 @@ impl Ctx<'_, '_> {
             }
             "Filesystem" if o.sugar("with_mount_unit") == Some(&G::Bool(true)) => {
                 let format = o.str("format").unwrap_or("");
+                // Before spec 3.3 (no swap units) the two are checked apart: both can fail.
+                if !swap_ok && o.str("path").unwrap_or("").is_empty() {
+                    diags.push(Diag::error(
+                        &format!("{path}.path"),
+                        o.at,
+                        "path is required if with_mount_unit is true and format is not swap",
+                    ));
+                }
                 if format.is_empty() {
                     diags.push(Diag::error(
                         &format!("{path}.format"),
                         o.at,
                         "format is required if with_mount_unit is true",
                     ));
-                } else if (format != "swap" || !swap_ok) && o.str("path").unwrap_or("").is_empty() {
+                } else if format != "swap" && swap_ok && o.str("path").unwrap_or("").is_empty() {
                     diags.push(Diag::error(
                         &format!("{path}.path"),
                         o.at,
@@ -2694,6 +2709,7 @@ impl Ctx<'_, '_> {
                 let f = f.as_obj().expect("object");
                 if let Some(c) = f.obj("contents")
                     && let Some(src) = c.str("source")
+                    && go_url_ok(src)
                     && let Some(scheme) = url_scheme(src)
                     && scheme != "data"
                 {
