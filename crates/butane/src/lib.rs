@@ -278,20 +278,39 @@ mod tests {
         let fcos = "variant: fcos\nversion: 1.5.0\n";
         // go-yaml's unmarshal errors name a line, no path.
         let none: [&str; 0] = [];
-        assert_eq!(error_paths(&format!("{fcos}storage:\n  files:\n    - path: /a\n      mode: 0644\n      mode: 0600\n")), none);
-        assert_eq!(error_paths(&format!("{fcos}storage:\n  files:\n    - path: /a\n      mode: !!str 0644\n")), none);
-        assert_eq!(error_paths(&format!("{fcos}passwd: {{}}\npasswd: {{}}\n")), none);
+        assert_eq!(
+            error_paths(&format!(
+                "{fcos}storage:\n  files:\n    - path: /a\n      mode: 0644\n      mode: 0600\n"
+            )),
+            none
+        );
+        assert_eq!(
+            error_paths(&format!(
+                "{fcos}storage:\n  files:\n    - path: /a\n      mode: !!str 0644\n"
+            )),
+            none
+        );
+        assert_eq!(
+            error_paths(&format!("{fcos}passwd: {{}}\npasswd: {{}}\n")),
+            none
+        );
         // A duplicate is Ignition's "duplicate entry defined" at the later entry only.
         assert_eq!(
-            error_paths(&format!("{fcos}storage:\n  files:\n    - path: /a\n    - path: /a\n")),
+            error_paths(&format!(
+                "{fcos}storage:\n  files:\n    - path: /a\n    - path: /a\n"
+            )),
             ["$.storage.files.1"]
         );
         assert_eq!(
-            error_paths(&format!("{fcos}systemd:\n  units:\n    - name: a.service\n    - name: a.service\n")),
+            error_paths(&format!(
+                "{fcos}systemd:\n  units:\n    - name: a.service\n    - name: a.service\n"
+            )),
             ["$.systemd.units.1"]
         );
         assert_eq!(
-            error_paths(&format!("{fcos}storage:\n  disks:\n    - device: /dev/vda\n      partitions:\n        - label: a\n        - label: a\n")),
+            error_paths(&format!(
+                "{fcos}storage:\n  disks:\n    - device: /dev/vda\n      partitions:\n        - label: a\n        - label: a\n"
+            )),
             ["$.storage.disks.0.partitions.1"]
         );
         // A merge's source is checked at the entry (3.1+) and at `source`.
@@ -303,7 +322,10 @@ mod tests {
         assert_eq!(merge("\"\""), ["$.ignition.config.merge.0"]);
         assert_eq!(
             merge("'http://a b/'"),
-            ["$.ignition.config.merge.0", "$.ignition.config.merge.0.source"]
+            [
+                "$.ignition.config.merge.0",
+                "$.ignition.config.merge.0.source"
+            ]
         );
         // A child config's own validation reports at its own paths.
         assert_eq!(
@@ -327,8 +349,13 @@ mod tests {
         assert_eq!(error_paths(&os_file), ["$.storage.files.0.contents.source"]);
         // Before spec 3.3 a mount unit's path and format are checked apart.
         assert_eq!(
-            error_paths("variant: fcos\nversion: 1.2.0\nstorage:\n  filesystems:\n    - device: /dev/vdb\n      format: \"\"\n      with_mount_unit: true\n"),
-            ["$.storage.filesystems.0.format", "$.storage.filesystems.0.path"]
+            error_paths(
+                "variant: fcos\nversion: 1.2.0\nstorage:\n  filesystems:\n    - device: /dev/vdb\n      format: \"\"\n      with_mount_unit: true\n"
+            ),
+            [
+                "$.storage.filesystems.0.format",
+                "$.storage.filesystems.0.path"
+            ]
         );
     }
 
@@ -385,7 +412,9 @@ mod tests {
         );
         // The user's links started the list: the error is theirs.
         assert_eq!(
-            paths(format!("{os}storage:\n  links:\n    - path: /etc/l\n      target: /x\n  trees:\n    - local: t\n")),
+            paths(format!(
+                "{os}storage:\n  links:\n    - path: /etc/l\n      target: /x\n  trees:\n    - local: t\n"
+            )),
             ["$.storage.links"]
         );
         assert_eq!(

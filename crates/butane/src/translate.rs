@@ -153,6 +153,10 @@ static OPENSHIFT: Def = Def {
     ],
 };
 
+/// From which diagnostic on, (output path, source path) pairs, and whether each pair maps
+/// the whole subtree to its source path (see `Ctx::remap`).
+type Remap = (usize, Vec<(String, String)>, bool);
+
 struct Ctx<'a, 'o> {
     opts: &'a Options<'o>,
     t: Target,
@@ -161,7 +165,7 @@ struct Ctx<'a, 'o> {
     /// After each sugar's merge: output entry paths of the user's entries and the paths the
     /// user wrote, for the diagnostics reported from then on; `true` where every path under
     /// an entry maps to the one source path (Butane's AddFromCommonSource: a tree, a sugar).
-    remap: Vec<(usize, Vec<(String, String)>, bool)>,
+    remap: Vec<Remap>,
     /// openshift: the MachineConfig's metadata (name, labels) and its `openshift` fields.
     mc: Option<McParts>,
 }
@@ -2411,7 +2415,10 @@ impl Ctx<'_, '_> {
         let own = crate::sugar::unmerged_parent_entries(&rendered, cfg);
         self.merge_sugar(cfg, &rendered);
         if !own.is_empty() {
-            let pairs = own.into_iter().map(|p| (p, "$.grub.users".into())).collect();
+            let pairs = own
+                .into_iter()
+                .map(|p| (p, "$.grub.users".into()))
+                .collect();
             self.remap.push((from, pairs, true));
         }
     }
