@@ -2,9 +2,10 @@
 //! `tests/butane_diff/fixtures.jsonl.gz` holds Butane's verdicts, recorded by
 //! `tests/butane_diff/run.py --record` from inputs of `tests/butane_diff/gen.py` (every variant
 //! and version; openshift as `butane --raw`, or as a MachineConfig for the cases marked `mc`;
-//! `--files-dir tests/butane_diff/files`): the exit status, the output and the set of paths
-//! Butane warned at (which decides `--strict`). The translation must agree on all three, a
-//! MachineConfig byte for byte (error wording and error paths are not compared).
+//! `--files-dir tests/butane_diff/files`): the exit status, the output, the set of paths
+//! Butane warned at (which decides `--strict`) and, where it refused, the set of paths it
+//! reported errors at. The translation must agree on all four, a MachineConfig byte for byte
+//! (error wording and positions are not compared).
 //! Cases that still differ are listed in `tests/butane_diff/known.tsv`; the test fails on any
 //! other difference and on a listed case that now agrees. Go is never needed here.
 
@@ -64,7 +65,7 @@ fn agrees_with_butane_v0_29() {
         ..Default::default()
     };
     let mut mc_cases = 0;
-    let (mut n, mut agree) = (0, 0);
+    let (mut n, mut agree, mut refused) = (0, 0, 0);
     let mut unexpected = Vec::new();
     let mut fixed = Vec::new();
     for line in text.lines() {
@@ -90,6 +91,12 @@ fn agrees_with_butane_v0_29() {
             .iter()
             .map(|w| w.as_str().unwrap().to_string())
             .collect();
+        let want_err: BTreeSet<String> = c["errors"]
+            .as_array()
+            .expect("fixture without error paths: record it again with run.py --record")
+            .iter()
+            .map(|w| w.as_str().unwrap().to_string())
+            .collect();
         mc_cases += usize::from(as_mc && want_exit == 0);
         let (exit, out, report) = match butane::translate(&input, if as_mc { &mc } else { &raw }) {
             Ok(o) if as_mc => (
@@ -110,11 +117,22 @@ fn agrees_with_butane_v0_29() {
             .filter(|d| !d.error)
             .map(|d| d.path.clone())
             .collect();
+        // The paths Butane prints errors at (`error at $...`); an error without a path
+        // (go-yaml's, or one about the whole input) prints none.
+        let err: BTreeSet<String> = report
+            .diags
+            .iter()
+            .filter(|d| d.error && d.path.starts_with('$'))
+            .map(|d| d.path.clone())
+            .collect();
         n += 1;
+        refused += usize::from(exit != 0 && want_exit != 0);
         let kind = if exit != want_exit || out != want_out {
             Some("exit/json")
         } else if warn != want_warn {
             Some("warnings")
+        } else if exit != 0 && err != want_err {
+            Some("errors")
         } else {
             None
         };
@@ -123,13 +141,13 @@ fn agrees_with_butane_v0_29() {
             (None, Some(_)) => fixed.push(id),
             (Some(k), Some(listed)) if listed == k => {}
             (Some(k), _) => unexpected.push(format!(
-                "case {id} ({k}): butane exit {want_exit} warnings {want_warn:?}, agent exit {exit} warnings {warn:?}\n{}\n{report}",
+                "case {id} ({k}): butane exit {want_exit} warnings {want_warn:?} errors {want_err:?}, agent exit {exit} warnings {warn:?} errors {err:?}\n{}\n{report}",
                 String::from_utf8_lossy(&input)
             )),
         }
     }
     eprintln!(
-        "{n} cases: {agree} agree, {} listed in known.tsv",
+        "{n} cases ({refused} refused by both): {agree} agree, {} listed in known.tsv",
         known.len()
     );
     assert!(n > 1000, "fixtures missing: {n} cases");

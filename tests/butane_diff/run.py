@@ -7,10 +7,13 @@
 
 Both run with `--files-dir tests/butane_diff/files` and `--raw-errors`, and with `--raw` except
 for the cases marked `"mc": true` (openshift configs written as a MachineConfig). Compared: the
-exit status, the output (JSON parsed; a MachineConfig byte for byte) and the set of paths of
-warnings (which decides `--strict`); the error paths of cases both refuse are counted apart. `--record` writes the oracle's verdicts as the fixtures that
+exit status, the output (JSON parsed; a MachineConfig byte for byte), the set of paths of
+warnings (which decides `--strict`) and, where both refuse, the set of paths of errors (class
+`errors`; also counted apart). `--record` writes the oracle's verdicts as the fixtures that
 `tests/butane/diff.rs` replays without Go: one JSON line per case with the input, the exit
-status, the output (compact JSON text) and the warning paths.
+status, the output (compact JSON text), the warning paths and the error paths. `--known FILE`
+writes the cases that differ (id, class) for `known.tsv`, whose third column (why) is written by
+hand.
 
 How to build the oracle: `git archive v0.29.0` of github.com/coreos/butane, then
 `GOFLAGS=-mod=vendor CGO_ENABLED=0 go build -o butane internal/main.go` (go 1.23 works after
@@ -93,7 +96,7 @@ def main():
         g = run([agent, "butane", *flags, "-d", FILES], inp, c.get("mc")) if agent else None
         return c, o, g
 
-    counts = {"agree": 0, "exit/json": 0, "warnings": 0}
+    counts = {"agree": 0, "exit/json": 0, "warnings": 0, "errors": 0}
     error_paths = [0, 0]
     rec = []
     with ThreadPoolExecutor(max_workers=3) as ex:
@@ -111,6 +114,8 @@ def main():
                 cls = "exit/json"
             elif o["warnings"] != g["warnings"]:
                 cls = "warnings"
+            elif o["exit"] != 0 and o["errors"] != g["errors"]:
+                cls = "errors"
             else:
                 cls = "agree"
             counts[cls] += 1
@@ -123,15 +128,15 @@ def main():
                 print("=" * 70)
                 print(f"case {c['id']} [{cls}]")
                 print(data(c).decode("utf-8", "replace"))
-                print(f"-- oracle exit {o['exit']} warn {o['warnings']}\n{o['stderr'].decode('utf-8','replace')[:600]}{o['stdout'].decode()[:800]}")
-                print(f"-- agent exit {g['exit']} warn {g['warnings']}\n{g['stderr'].decode('utf-8','replace')[-600:]}{g['stdout'].decode()[:800]}")
+                print(f"-- oracle exit {o['exit']} warn {o['warnings']} errors {o['errors']}\n{o['stderr'].decode('utf-8','replace')[:600]}{o['stdout'].decode()[:800]}")
+                print(f"-- agent exit {g['exit']} warn {g['warnings']} errors {g['errors']}\n{g['stderr'].decode('utf-8','replace')[-600:]}{g['stdout'].decode()[:800]}")
     n = sum(counts.values())
-    print(f"N={n} agree={counts['agree']} differ-exit/json={counts['exit/json']} differ-warnings-only={counts['warnings']}", file=sys.stderr)
+    print(f"N={n} agree={counts['agree']} differ-exit/json={counts['exit/json']} differ-warnings-only={counts['warnings']} differ-errors-only={counts['errors']}", file=sys.stderr)
     print(f"refused by both: {error_paths[0]}, same error paths: {error_paths[1]}", file=sys.stderr)
     if known:
         with open(known, "w") as f:
             f.write("# Cases of fixtures.jsonl.gz where agent butane still differs from Butane v0.29.0\n")
-            f.write("# (id, what differs, why: filled in by hand). Written by run.py --known; tests/butane/diff.rs fails on any\n")
+            f.write("# (id, what differs: exit/json, warnings or errors, why: filled in by hand). Written by run.py --known; tests/butane/diff.rs fails on any\n")
             f.write("# other difference and on a listed case that now agrees.\n")
             f.writelines(sorted(known_rows, key=lambda r: int(r.split("\t")[0])))
     if record:

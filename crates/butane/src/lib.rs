@@ -108,7 +108,8 @@ mod tests {
         let r = tr("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /a\n      mode: \"0644\"\n").unwrap_err();
         let d = &r.diags[0];
         assert!(d.error);
-        assert_eq!(d.path, "$.storage.files.0.mode");
+        // go-yaml's unmarshal error: a position, no path (as Butane prints it).
+        assert_eq!(d.path, "");
         assert_eq!(d.pos, Some(Pos { line: 6, col: 13 }));
         let r = tr("variant: fcos\nversion: 9.9.9\n").unwrap_err();
         assert!(r.to_string().contains("no translator exists"), "{r}");
@@ -254,6 +255,173 @@ mod tests {
         assert_eq!(
             out.report.diags[0].path,
             "$.storage.disks.0.partitions.0.label"
+        );
+    }
+
+    /// The paths of a refused config's errors, as Butane prints them (`error at $...`).
+    fn error_paths(s: &str) -> Vec<String> {
+        let r = tr(s).unwrap_err();
+        let mut p: Vec<String> = r
+            .diags
+            .iter()
+            .filter(|d| d.error && !d.path.is_empty())
+            .map(|d| d.path.clone())
+            .collect();
+        p.sort();
+        p.dedup();
+        p
+    }
+
+    /// Errors at the paths Butane v0.29.0 reports them (tests/butane_diff.rs has the rest).
+    #[test]
+    fn error_paths_as_butane_v0_29() {
+        let fcos = "variant: fcos\nversion: 1.5.0\n";
+        // go-yaml's unmarshal errors name a line, no path.
+        let none: [&str; 0] = [];
+        assert_eq!(
+            error_paths(&format!(
+                "{fcos}storage:\n  files:\n    - path: /a\n      mode: 0644\n      mode: 0600\n"
+            )),
+            none
+        );
+        assert_eq!(
+            error_paths(&format!(
+                "{fcos}storage:\n  files:\n    - path: /a\n      mode: !!str 0644\n"
+            )),
+            none
+        );
+        assert_eq!(
+            error_paths(&format!("{fcos}passwd: {{}}\npasswd: {{}}\n")),
+            none
+        );
+        // A duplicate is Ignition's "duplicate entry defined" at the later entry only.
+        assert_eq!(
+            error_paths(&format!(
+                "{fcos}storage:\n  files:\n    - path: /a\n    - path: /a\n"
+            )),
+            ["$.storage.files.1"]
+        );
+        assert_eq!(
+            error_paths(&format!(
+                "{fcos}systemd:\n  units:\n    - name: a.service\n    - name: a.service\n"
+            )),
+            ["$.systemd.units.1"]
+        );
+        assert_eq!(
+            error_paths(&format!(
+                "{fcos}storage:\n  disks:\n    - device: /dev/vda\n      partitions:\n        - label: a\n        - label: a\n"
+            )),
+            ["$.storage.disks.0.partitions.1"]
+        );
+        // A merge's source is checked at the entry (3.1+) and at `source`.
+        let merge = |src: &str| {
+            error_paths(&format!(
+                "{fcos}ignition:\n  config:\n    merge:\n      - source: {src}\n"
+            ))
+        };
+        assert_eq!(merge("\"\""), ["$.ignition.config.merge.0"]);
+        assert_eq!(
+            merge("'http://a b/'"),
+            [
+                "$.ignition.config.merge.0",
+                "$.ignition.config.merge.0.source"
+            ]
+        );
+        // A child config's own validation reports at its own paths.
+        assert_eq!(
+            error_paths(&format!(
+                "{fcos}ignition:\n  config:\n    replace:\n      inline: '{{}}'\n"
+            )),
+            ["$.ignition.version"]
+        );
+        // openshift's RHCOS/MCO checks: at `$.spec.config` + the output path with --raw,
+        // at the user's path in a MachineConfig.
+        let os = "variant: openshift\nversion: 4.14.0\nmetadata:\n  name: x\n  labels:\n    machineconfiguration.openshift.io/role: worker\npasswd:\n  users:\n    - name: core\n    - name: u\n";
+        assert_eq!(error_paths(os), ["$.spec.config.passwd.users.1.name"]);
+        let mc = Options {
+            machine_config: true,
+            ..Default::default()
+        };
+        let r = translate(os.as_bytes(), &mc).unwrap_err();
+        assert_eq!(r.diags[0].path, "$.passwd.users.1.name", "{r}");
+        // A source Go cannot parse is Ignition's error only (not the MCO's data-URL one).
+        let os_file = os.replace("passwd:\n  users:\n    - name: core\n    - name: u\n", "storage:\n  files:\n    - path: /etc/s\n      contents:\n        source: 'http://[::1'\n");
+        assert_eq!(error_paths(&os_file), ["$.storage.files.0.contents.source"]);
+        // Before spec 3.3 a mount unit's path and format are checked apart.
+        assert_eq!(
+            error_paths(
+                "variant: fcos\nversion: 1.2.0\nstorage:\n  filesystems:\n    - device: /dev/vdb\n      format: \"\"\n      with_mount_unit: true\n"
+            ),
+            [
+                "$.storage.filesystems.0.format",
+                "$.storage.filesystems.0.path"
+            ]
+        );
+    }
+
+    /// A files dir of one tree `t`: a file and a symlink to it.
+    struct OneTree;
+
+    impl FilesDir for OneTree {
+        fn read(&self, rel: &str, _max: u64) -> Result<Vec<u8>, LocalError> {
+            Err(LocalError::Other(format!("no file {rel}")))
+        }
+        fn walk(&self, rel: &str, _: u64, _: u64) -> Result<Vec<TreeEntry>, LocalError> {
+            if rel != "t" {
+                return Err(LocalError::Other(format!("no tree {rel}")));
+            }
+            Ok(vec![
+                TreeEntry::Dir { rel: String::new() },
+                TreeEntry::Symlink {
+                    rel: "link".into(),
+                    target: "run.sh".into(),
+                },
+                TreeEntry::File {
+                    rel: "run.sh".into(),
+                    contents: b"x".to_vec(),
+                    executable: true,
+                },
+            ])
+        }
+    }
+
+    /// Errors on what a sugar made are at the sugar (Butane's translation set), in a
+    /// MachineConfig: a tree's links, a list a tree started, GRUB's `user.cfg` append.
+    #[test]
+    fn error_paths_of_sugar_as_butane_v0_29() {
+        let os = "variant: openshift\nversion: 4.22.0\nmetadata:\n  name: x\n  labels:\n    machineconfiguration.openshift.io/role: worker\n";
+        let opts = Options {
+            files_dir: Some(&OneTree),
+            machine_config: true,
+            ..Default::default()
+        };
+        let paths = |s: String| {
+            let r = translate(s.as_bytes(), &opts).unwrap_err();
+            let mut p: Vec<String> = r
+                .diags
+                .iter()
+                .filter(|d| d.error)
+                .map(|d| d.path.clone())
+                .collect();
+            p.sort();
+            p
+        };
+        assert_eq!(
+            paths(format!("{os}storage:\n  trees:\n    - local: t\n")),
+            ["$.storage.trees.0"]
+        );
+        // The user's links started the list: the error is theirs.
+        assert_eq!(
+            paths(format!(
+                "{os}storage:\n  links:\n    - path: /etc/l\n      target: /x\n  trees:\n    - local: t\n"
+            )),
+            ["$.storage.links"]
+        );
+        assert_eq!(
+            paths(format!(
+                "{os}grub:\n  users:\n    - name: root\n      password_hash: h\n"
+            )),
+            ["$.grub.users"]
         );
     }
 

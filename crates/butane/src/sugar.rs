@@ -305,6 +305,41 @@ pub fn merge_origins(parent: &Obj, child: &Obj) -> Vec<(String, String)> {
     pairs
 }
 
+/// The output paths of `parent`'s storage entries that no `child` entry merges into (they keep
+/// the sugar's translation).
+pub fn unmerged_parent_entries(parent: &Obj, child: &Obj) -> Vec<String> {
+    let (ps, cs) = (parent.obj("storage"), child.obj("storage"));
+    let mut out = Vec::new();
+    for k in ["disks", "files", "filesystems", "luks", "raid"] {
+        let p = ps.map(|o| o.list(k)).unwrap_or(&[]);
+        let c = cs.map(|o| o.list(k)).unwrap_or(&[]);
+        let keys: HashSet<MergeKey> = c
+            .iter()
+            .filter_map(|(g, _)| g.as_obj().and_then(key_of).as_ref().and_then(merge_key))
+            .collect();
+        for (i, (g, _)) in p.iter().enumerate() {
+            let k2 = g.as_obj().and_then(key_of).as_ref().and_then(merge_key);
+            if !k2.is_some_and(|k2| keys.contains(&k2)) {
+                out.push(format!("$.storage.{k}.{i}"));
+            }
+        }
+    }
+    out
+}
+
+/// The source path of a diagnostic at or under one of `pairs`' output paths (the longest),
+/// as a whole: Butane's AddFromCommonSource maps every path under the entry to it.
+pub fn common_source(path: &str, pairs: &[(String, String)]) -> Option<String> {
+    pairs
+        .iter()
+        .filter(|(o, _)| {
+            path.strip_prefix(o.as_str())
+                .is_some_and(|r| r.is_empty() || r.starts_with('.'))
+        })
+        .max_by_key(|(o, _)| o.len())
+        .map(|(_, c)| c.clone())
+}
+
 /// A diagnostic path with its output-entry prefix replaced by the user's (see `merge_origins`).
 pub fn remap_path(path: &str, pairs: &[(String, String)]) -> Option<String> {
     pairs

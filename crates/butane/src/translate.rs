@@ -153,14 +153,19 @@ static OPENSHIFT: Def = Def {
     ],
 };
 
+/// From which diagnostic on, (output path, source path) pairs, and whether each pair maps
+/// the whole subtree to its source path (see `Ctx::remap`).
+type Remap = (usize, Vec<(String, String)>, bool);
+
 struct Ctx<'a, 'o> {
     opts: &'a Options<'o>,
     t: Target,
     report: Report,
     local: Local,
-    /// After the boot_device sugar's merge: output entry paths of the user's entries and the
-    /// paths the user wrote, for the diagnostics reported from then on.
-    remap: Vec<(usize, Vec<(String, String)>)>,
+    /// After each sugar's merge: output entry paths of the user's entries and the paths the
+    /// user wrote, for the diagnostics reported from then on; `true` where every path under
+    /// an entry maps to the one source path (Butane's AddFromCommonSource: a tree, a sugar).
+    remap: Vec<Remap>,
     /// openshift: the MachineConfig's metadata (name, labels) and its `openshift` fields.
     mc: Option<McParts>,
 }
@@ -261,8 +266,12 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
     json.push('\n');
     let ign_report = validate_ignition(&json, &cfg, t, opts.agent_checks);
     cx.report.diags.extend(ign_report.diags);
-    bad_urls(&cfg, &mut cx.report);
-    luks_key_files(&cfg, &mut cx.report);
+    bad_urls(&cfg, t.minor, &mut cx.report);
+    luks_key_files(
+        &cfg,
+        opts.machine_config && t.variant == Variant::Openshift,
+        &mut cx.report,
+    );
     cx.remap_paths();
     if cx.report.has_errors() || (opts.strict && cx.report.has_warnings()) {
         if !cx.report.has_errors() {
@@ -284,7 +293,7 @@ pub fn run(input: &[u8], opts: &Options<'_>) -> Result<Output, Report> {
 
 /// Ignition's validation of the output (which Butane runs after the translation, so after
 /// every translation warning): a source (or Tang URL) Go's url.Parse refuses.
-fn bad_urls(cfg: &Obj, report: &mut Report) {
+fn bad_urls(cfg: &Obj, minor: u8, report: &mut Report) {
     let mut bad = Vec::new();
     walk(cfg, "$", &mut |o, p| {
         let k = match o.def.name {
@@ -295,11 +304,13 @@ fn bad_urls(cfg: &Obj, report: &mut Report) {
         if let Some(u) = o.str(k)
             && !go_url_ok(u)
         {
-            bad.push(Diag::error(
-                &format!("{p}.{k}"),
-                o.pos_of(k),
-                "unable to parse url",
-            ));
+            let path = format!("{p}.{k}");
+            if minor >= 1
+                && let Some(entry) = required_source_entry(&path)
+            {
+                bad.push(Diag::error(entry, o.pos_of(k), "unable to parse url"));
+            }
+            bad.push(Diag::error(&path, o.pos_of(k), "unable to parse url"));
         }
     });
     for d in bad {
@@ -364,14 +375,17 @@ fn machine_config(json: &str, mc: Option<McParts>) -> String {
 
 /// Ignition's Luks.Validate also checks the key file's URL itself: a source its resource
 /// check refuses is a second error, at the volume's `keys`.
-fn luks_key_files(cfg: &Obj, report: &mut Report) {
+fn luks_key_files(cfg: &Obj, mc: bool, report: &mut Report) {
     let Some(st) = cfg.obj("storage") else { return };
     let mut extra = Vec::new();
     for (i, (_, pos)) in st.list("luks").iter().enumerate() {
         let src = format!("$.storage.luks.{i}.key_file.source");
         if report.diags.iter().any(|d| d.error && d.path == src) {
+            // A MachineConfig's translation set has no `keys` (Butane sets no translation
+            // for it): the path stays in the MachineConfig's space.
+            let root = if mc { "$.spec.config" } else { "$" };
             extra.push(Diag::error(
-                &format!("$.storage.luks.{i}.keys"),
+                &format!("{root}.storage.luks.{i}.keys"),
                 *pos,
                 "invalid key-file source",
             ));
@@ -436,14 +450,41 @@ fn validate_ignition(json: &str, cfg: &Obj, t: Target, agent_checks: bool) -> Re
             continue;
         }
         let (ypath, pos) = yaml_path(cfg, &d.path);
+        let error = d.severity == spec::config::Severity::Error;
+        // Spec 3.1+ checks a merge's or CA's source twice: its validateRequiredSource at the
+        // entry ("source is required", or the URL's error) and the resource's at `source`.
+        if t.minor >= 1
+            && error
+            && let Some(entry) = required_source_entry(&ypath)
+        {
+            let at = Diag::error(entry, pos, d.message.clone());
+            if d.message.contains("need a source") {
+                report.push(at);
+                continue;
+            }
+            report.push(at);
+        }
         report.push(Diag {
-            error: d.severity == spec::config::Severity::Error,
+            error,
             path: ypath,
             pos: Some(pos),
             message: d.message.clone(),
         });
     }
     report
+}
+
+/// `$.ignition.config.merge.N` for `$.ignition.config.merge.N.source` (also a CA's): the
+/// entries whose source Ignition 3.1+ requires.
+fn required_source_entry(path: &str) -> Option<&str> {
+    let entry = path.strip_suffix(".source")?;
+    let (list, n) = entry.rsplit_once('.')?;
+    (matches!(
+        list,
+        "$.ignition.config.merge" | "$.ignition.security.tls.certificate_authorities"
+    ) && !n.is_empty()
+        && n.bytes().all(|b| b.is_ascii_digit()))
+    .then_some(entry)
 }
 
 /// Butane's isTemplateInstance: `foo@bar.container` is an instance of `foo@.container`.
@@ -644,6 +685,11 @@ fn agent_only(msg: &str) -> bool {
         " UUID: mkfs will refuse it",
         "home directory must be an absolute path",
     ];
+    // Duplicates are Ignition's ValidateDups (`ignition_dups`): "duplicate entry defined" at
+    // the later list entry, not the agent's messages at its key.
+    if msg.starts_with("duplicate ") {
+        return true;
+    }
     if PREFIXES.iter().any(|p| msg.starts_with(p)) && msg.contains("out of range")
         || msg.starts_with("invalid user name")
         || msg.starts_with("invalid group name")
@@ -712,6 +758,15 @@ fn child_version(bytes: &[u8]) -> Result<String, String> {
     }
 }
 
+/// A tree's entry `i` of `$.storage.{kind}` comes from the tree at `tree` (so does the list,
+/// where the tree started it: Butane's translation of the list path).
+fn tree_origin(origins: &mut Vec<(String, String)>, kind: &str, i: usize, tree: &str) {
+    origins.push((format!("$.storage.{kind}.{i}"), tree.to_string()));
+    if i == 0 {
+        origins.push((format!("$.storage.{kind}"), tree.to_string()));
+    }
+}
+
 /// `v` as go-semver's `Version.String()` prints what it parsed, or `None` where it fails.
 fn go_semver_canonical(v: &str) -> Option<String> {
     if !go_semver(v) {
@@ -775,7 +830,12 @@ fn child_configs(cfg: &Obj, t: Target, report: &mut Report) {
             continue;
         };
         let bytes = inline.as_bytes();
+        // Ignition's validation of the child reports at the child's own paths (Butane prints
+        // them as they are): an unparsable version at `$.ignition.version`.
         match child_version(bytes) {
+            Err(msg) if msg.contains("couldn't parse") => {
+                report.push(Diag::error("$.ignition.version", pos, msg))
+            }
             Err(msg) => report.push(Diag::error(&format!("{path}.inline"), pos, msg)),
             Ok(v) if v != t.ign_version => report.push(Diag::warning(
                 &format!("{path}.version"),
@@ -786,7 +846,7 @@ fn child_configs(cfg: &Obj, t: Target, report: &mut Report) {
                 if let Err(r) = spec::config::parse(bytes) {
                     for d in r.errors() {
                         report.push(Diag::error(
-                            &format!("{path}.inline"),
+                            &d.path.to_string(),
                             pos,
                             format!("in the merged config: {d}"),
                         ));
@@ -969,8 +1029,12 @@ impl Ctx<'_, '_> {
             }
         }
         if self.report.has_errors() {
-            // go-yaml's unmarshal errors end Butane before its unused-key check: no warnings.
+            // go-yaml's unmarshal errors end Butane before its unused-key check: no warnings,
+            // and the errors have no path (go-yaml names only the line).
             self.report.diags.retain(|d| d.error);
+            for d in &mut self.report.diags {
+                d.path.clear();
+            }
             return None;
         }
         cfg.obj_mut("ignition", minor)
@@ -1131,13 +1195,21 @@ impl Ctx<'_, '_> {
             }
             "Filesystem" if o.sugar("with_mount_unit") == Some(&G::Bool(true)) => {
                 let format = o.str("format").unwrap_or("");
+                // Before spec 3.3 (no swap units) the two are checked apart: both can fail.
+                if !swap_ok && o.str("path").unwrap_or("").is_empty() {
+                    diags.push(Diag::error(
+                        &format!("{path}.path"),
+                        o.at,
+                        "path is required if with_mount_unit is true and format is not swap",
+                    ));
+                }
                 if format.is_empty() {
                     diags.push(Diag::error(
                         &format!("{path}.format"),
                         o.at,
                         "format is required if with_mount_unit is true",
                     ));
-                } else if (format != "swap" || !swap_ok) && o.str("path").unwrap_or("").is_empty() {
+                } else if format != "swap" && swap_ok && o.str("path").unwrap_or("").is_empty() {
                     diags.push(Diag::error(
                         &format!("{path}.path"),
                         o.at,
@@ -1826,6 +1898,9 @@ impl Ctx<'_, '_> {
         let mut file_paths = paths(cfg, "files");
         let mut dir_paths = paths(cfg, "directories");
         let mut link_paths = paths(cfg, "links");
+        // Where each entry a tree adds came from (the tree), and each list a tree started.
+        let mut origins: Vec<(String, String)> = Vec::new();
+        let from = self.report.diags.len();
         for (i, (tree, pos)) in trees.iter().enumerate() {
             let path = format!("$.storage.trees.{i}");
             let tree = tree.as_obj().expect("object");
@@ -1915,6 +1990,7 @@ impl Ctx<'_, '_> {
                         d.set("mode", minor, G::Int(dir_mode.unwrap_or(0o755)));
                         dirs.push((G::Obj(d), *pos));
                         dir_paths.insert(dpath, dirs.len() - 1);
+                        tree_origin(&mut origins, "directories", dirs.len() - 1, &path);
                     }
                     TreeEntry::File {
                         rel,
@@ -1951,6 +2027,7 @@ impl Ctx<'_, '_> {
                                 set_owner(&mut f);
                                 files.push((G::Obj(f), *pos));
                                 file_paths.insert(dpath.clone(), files.len() - 1);
+                                tree_origin(&mut origins, "files", files.len() - 1, &path);
                                 files.len() - 1
                             }
                         };
@@ -2008,6 +2085,7 @@ impl Ctx<'_, '_> {
                                 set_owner(&mut l);
                                 links.push((G::Obj(l), *pos));
                                 link_paths.insert(dpath.clone(), links.len() - 1);
+                                tree_origin(&mut origins, "links", links.len() - 1, &path);
                                 links.len() - 1
                             }
                         };
@@ -2020,15 +2098,22 @@ impl Ctx<'_, '_> {
                 }
             }
         }
+        if !origins.is_empty() {
+            self.remap.push((from, origins, true));
+        }
     }
 
     /// Butane reports a diagnostic on an entry the boot_device sugar's merge moved at the
     /// path the user wrote (its translation set maps the output path back).
     fn remap_paths(&mut self) {
         // The latest merge first: each maps its output paths to the config it merged into.
-        for (from, pairs) in std::mem::take(&mut self.remap).into_iter().rev() {
+        for (from, pairs, common) in std::mem::take(&mut self.remap).into_iter().rev() {
             for d in self.report.diags.iter_mut().skip(from) {
-                if let Some(p) = crate::sugar::remap_path(&d.path, &pairs) {
+                if common {
+                    if let Some(p) = crate::sugar::common_source(&d.path, &pairs) {
+                        d.path = p;
+                    }
+                } else if let Some(p) = crate::sugar::remap_path(&d.path, &pairs) {
                     d.path = p;
                 }
             }
@@ -2040,7 +2125,7 @@ impl Ctx<'_, '_> {
     fn merge_sugar(&mut self, cfg: &mut Obj, rendered: &Obj) {
         let pairs = crate::sugar::merge_origins(rendered, cfg);
         if !pairs.is_empty() {
-            self.remap.push((self.report.diags.len(), pairs));
+            self.remap.push((self.report.diags.len(), pairs, false));
         }
         *cfg = merge(rendered, cfg);
     }
@@ -2325,7 +2410,17 @@ impl Ctx<'_, '_> {
         let st = rendered.obj_mut("storage", minor);
         st.set("files", minor, G::List(vec![(G::Obj(file), at)]));
         st.set("filesystems", minor, G::List(vec![(G::Obj(fs), at)]));
+        let from = self.report.diags.len();
+        // Butane's translation set maps the sugar's own entries to `grub.users`.
+        let own = crate::sugar::unmerged_parent_entries(&rendered, cfg);
         self.merge_sugar(cfg, &rendered);
+        if !own.is_empty() {
+            let pairs = own
+                .into_iter()
+                .map(|p| (p, "$.grub.users".into()))
+                .collect();
+            self.remap.push((from, pairs, true));
+        }
     }
 
     /// What a variant does not support (r4e and fiot: no disk layout or kernel arguments;
@@ -2621,6 +2716,7 @@ impl Ctx<'_, '_> {
                 let f = f.as_obj().expect("object");
                 if let Some(c) = f.obj("contents")
                     && let Some(src) = c.str("source")
+                    && go_url_ok(src)
                     && let Some(scheme) = url_scheme(src)
                     && scheme != "data"
                 {
@@ -2656,6 +2752,13 @@ impl Ctx<'_, '_> {
                     )),
                     _ => {}
                 }
+            }
+        }
+        // Butane reports them at `$.spec.config` + the output's path; with --raw its
+        // translation set (rooted at spec.config) has no such path, so they stay there.
+        if !self.opts.machine_config {
+            for d in &mut errs {
+                d.path.replace_range(..1, "$.spec.config");
             }
         }
         self.report.diags.extend(errs);
