@@ -760,102 +760,148 @@ fn check_hostname(arg: &str, h: &str) -> Result<()> {
     Ok(())
 }
 
-/// The bond options (comma-separated `key=value`, as the kernel's bonding driver names them)
-/// as networkd's `[Bond]` settings.
+/// How a bond option's value is read.
+enum BondValue {
+    /// One of these names, or its index (as the bonding driver takes it).
+    Pick(&'static [&'static str]),
+    /// Milliseconds, written with the unit.
+    Millis,
+    /// Seconds, written with the unit.
+    Secs,
+    /// A number up to the bound.
+    Num(u64),
+    /// 0 or 1, written no or yes.
+    Flag,
+    /// IPv4 addresses separated by ';' (a comma separates options).
+    Targets,
+}
+
+/// The bond options of dracut's bond= (the bonding driver's names) and their networkd
+/// `[Bond]` settings.
+const BOND_OPTIONS: &[(&str, &str, BondValue)] = &[
+    (
+        "mode",
+        "Mode",
+        BondValue::Pick(&[
+            "balance-rr",
+            "active-backup",
+            "balance-xor",
+            "broadcast",
+            "802.3ad",
+            "balance-tlb",
+            "balance-alb",
+        ]),
+    ),
+    ("miimon", "MIIMonitorSec", BondValue::Millis),
+    ("updelay", "UpDelaySec", BondValue::Millis),
+    ("downdelay", "DownDelaySec", BondValue::Millis),
+    ("arp_interval", "ARPIntervalSec", BondValue::Millis),
+    ("lp_interval", "LearnPacketIntervalSec", BondValue::Secs),
+    (
+        "lacp_rate",
+        "LACPTransmitRate",
+        BondValue::Pick(&["slow", "fast"]),
+    ),
+    (
+        "xmit_hash_policy",
+        "TransmitHashPolicy",
+        BondValue::Pick(&["layer2", "layer3+4", "layer2+3", "encap2+3", "encap3+4"]),
+    ),
+    (
+        "ad_select",
+        "AdSelect",
+        BondValue::Pick(&["stable", "bandwidth", "count"]),
+    ),
+    (
+        "fail_over_mac",
+        "FailOverMACPolicy",
+        BondValue::Pick(&["none", "active", "follow"]),
+    ),
+    (
+        "arp_validate",
+        "ARPValidate",
+        BondValue::Pick(&[
+            "none",
+            "active",
+            "backup",
+            "all",
+            "filter",
+            "filter_active",
+            "filter_backup",
+        ]),
+    ),
+    (
+        "arp_all_targets",
+        "ARPAllTargets",
+        BondValue::Pick(&["any", "all"]),
+    ),
+    (
+        "primary_reselect",
+        "PrimaryReselectPolicy",
+        BondValue::Pick(&["always", "better", "failure"]),
+    ),
+    ("min_links", "MinLinks", BondValue::Num(65535)),
+    ("resend_igmp", "ResendIGMP", BondValue::Num(255)),
+    ("num_grat_arp", "GratuitousARP", BondValue::Num(255)),
+    ("num_unsol_na", "GratuitousARP", BondValue::Num(255)),
+    (
+        "packets_per_slave",
+        "PacketsPerSlave",
+        BondValue::Num(65535),
+    ),
+    ("all_slaves_active", "AllSlavesActive", BondValue::Flag),
+    ("arp_ip_target", "ARPIPTargets", BondValue::Targets),
+];
+
+/// The bond options (comma-separated `key=value`) as networkd's `[Bond]` settings.
 fn bond_options(arg: &str, s: &str) -> Result<Vec<(&'static str, String)>> {
     let mut out = Vec::new();
     for o in s.split(',').filter(|o| !o.is_empty()) {
         let (k, v) = o
             .split_once('=')
             .ok_or_else(|| anyhow!("{arg}: bond option {o:?} is not <name>=<value>"))?;
-        let num = |max: u64| -> Result<String> {
+        let Some((_, key, how)) = BOND_OPTIONS.iter().find(|(n, _, _)| *n == k) else {
+            let known: Vec<&str> = BOND_OPTIONS.iter().map(|(n, _, _)| *n).collect();
+            bail!("{arg}: unknown bond option {k:?} ({})", known.join(", "));
+        };
+        let num = |max: u64| -> Result<u64> {
             match v.parse::<u64>() {
-                Ok(n) if n <= max => Ok(n.to_string()),
+                Ok(n) if n <= max && v.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
                 _ => bail!("{arg}: bond option {k}: {v:?} is not a number up to {max}"),
             }
         };
-        let pick = |names: &[&str]| -> Result<String> {
-            // The driver also takes each value's index.
-            let i = v.parse::<usize>().ok().filter(|i| *i < names.len());
-            match (names.iter().find(|n| **n == v), i) {
-                (Some(n), _) => Ok((*n).to_string()),
-                (None, Some(i)) => Ok(names[i].to_string()),
-                _ => bail!(
-                    "{arg}: bond option {k}: {v:?} is not one of {}",
-                    names.join(", ")
-                ),
+        let val = match how {
+            BondValue::Pick(names) => {
+                let i = v.parse::<usize>().ok().filter(|i| *i < names.len());
+                match (names.iter().find(|n| **n == v), i) {
+                    (Some(n), _) => (*n).to_string(),
+                    (None, Some(i)) => names[i].to_string(),
+                    _ => bail!(
+                        "{arg}: bond option {k}: {v:?} is not one of {}",
+                        names.join(", ")
+                    ),
+                }
             }
-        };
-        let (key, val) = match k {
-            "mode" => (
-                "Mode",
-                pick(&[
-                    "balance-rr",
-                    "active-backup",
-                    "balance-xor",
-                    "broadcast",
-                    "802.3ad",
-                    "balance-tlb",
-                    "balance-alb",
-                ])?,
-            ),
-            "miimon" => ("MIIMonitorSec", format!("{}ms", num(1 << 31)?)),
-            "updelay" => ("UpDelaySec", format!("{}ms", num(1 << 31)?)),
-            "downdelay" => ("DownDelaySec", format!("{}ms", num(1 << 31)?)),
-            "arp_interval" => ("ARPIntervalSec", format!("{}ms", num(1 << 31)?)),
-            "lacp_rate" => ("LACPTransmitRate", pick(&["slow", "fast"])?),
-            "xmit_hash_policy" => (
-                "TransmitHashPolicy",
-                pick(&["layer2", "layer3+4", "layer2+3", "encap2+3", "encap3+4"])?,
-            ),
-            "ad_select" => ("AdSelect", pick(&["stable", "bandwidth", "count"])?),
-            "fail_over_mac" => ("FailOverMACPolicy", pick(&["none", "active", "follow"])?),
-            "arp_validate" => (
-                "ARPValidate",
-                pick(&[
-                    "none",
-                    "active",
-                    "backup",
-                    "all",
-                    "filter",
-                    "filter_active",
-                    "filter_backup",
-                ])?,
-            ),
-            "arp_all_targets" => ("ARPAllTargets", pick(&["any", "all"])?),
-            "primary_reselect" => (
-                "PrimaryReselectPolicy",
-                pick(&["always", "better", "failure"])?,
-            ),
-            "min_links" => ("MinLinks", num(u64::from(u16::MAX))?),
-            "resend_igmp" => ("ResendIGMP", num(255)?),
-            "num_grat_arp" | "num_unsol_na" => ("GratuitousARP", num(255)?),
-            "packets_per_slave" => ("PacketsPerSlave", num(65535)?),
-            "lp_interval" => ("LearnPacketIntervalSec", format!("{}s", num(0x7fff_ffff)?)),
-            "all_slaves_active" => (
-                "AllSlavesActive",
-                match v {
-                    "0" => "no".to_string(),
-                    "1" => "yes".to_string(),
-                    _ => bail!("{arg}: bond option all_slaves_active: {v:?} is not 0 or 1"),
-                },
-            ),
-            "arp_ip_target" => {
-                // Several targets are separated by ';' (a comma separates options).
+            BondValue::Millis => format!("{}ms", num(1 << 31)?),
+            BondValue::Secs => format!("{}s", num(0x7fff_ffff)?),
+            BondValue::Num(max) => num(*max)?.to_string(),
+            BondValue::Flag => match v {
+                "0" => "no".to_string(),
+                "1" => "yes".to_string(),
+                _ => bail!("{arg}: bond option {k}: {v:?} is not 0 or 1"),
+            },
+            BondValue::Targets => {
                 let mut t = Vec::new();
                 for a in v.split(';') {
                     let ip: Ipv4Addr = a.parse().map_err(|_| {
-                        anyhow!("{arg}: bond option arp_ip_target: {a:?} is not an IPv4 address")
+                        anyhow!("{arg}: bond option {k}: {a:?} is not an IPv4 address")
                     })?;
                     t.push(ip.to_string());
                 }
-                ("ARPIPTargets", t.join(" "))
+                t.join(" ")
             }
-            _ => bail!(
-                "{arg}: unknown bond option {k:?} (mode, miimon, updelay, downdelay, lacp_rate, xmit_hash_policy, ad_select, fail_over_mac, arp_interval, arp_ip_target, arp_validate, arp_all_targets, primary_reselect, min_links, resend_igmp, num_grat_arp, packets_per_slave, lp_interval, all_slaves_active)"
-            ),
         };
-        out.push((key, val));
+        out.push((*key, val));
     }
     Ok(out)
 }
