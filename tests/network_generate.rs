@@ -116,6 +116,19 @@ fn a_bad_argument_is_refused_by_name() {
 }
 
 #[test]
+fn a_huge_cmdline_file_is_refused() {
+    let d = tmp("huge");
+    let out = generate(&d, &format!("ip=eth0:dhcp {}", "x".repeat(70 * 1024)));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("larger than 64 KiB, not a kernel command line"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn a_bond_with_a_vlan_on_top() {
     let d = tmp("bond");
     let out = generate(

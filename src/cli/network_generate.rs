@@ -3,9 +3,10 @@
 //! for the initramfs's online fetch (dracut/30agent/agent-network-up). Without `ip=` nothing
 //! is written: the initramfs keeps DHCP on every ethernet link.
 
+use std::io::Read as _;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::network;
@@ -20,9 +21,22 @@ pub struct NetworkGenerateArgs {
     pub output: PathBuf,
 }
 
+/// A kernel command line is at most a few KiB (COMMAND_LINE_SIZE); a larger --cmdline file
+/// is refused.
+pub const MAX_CMDLINE: u64 = 64 * 1024;
+
 pub fn run(a: NetworkGenerateArgs) -> Result<()> {
-    let cmdline = std::fs::read_to_string(&a.cmdline)
+    let mut cmdline = String::new();
+    std::fs::File::open(&a.cmdline)
+        .and_then(|f| f.take(MAX_CMDLINE + 1).read_to_string(&mut cmdline))
         .with_context(|| format!("reading {}", a.cmdline.display()))?;
+    if cmdline.len() as u64 > MAX_CMDLINE {
+        bail!(
+            "--cmdline {}: larger than {} KiB, not a kernel command line",
+            a.cmdline.display(),
+            MAX_CMDLINE / 1024
+        );
+    }
     let plan = network::parse(&cmdline).context("the kernel command line's network arguments")?;
     if !plan.has_ip {
         let ignored =
