@@ -11,6 +11,7 @@ pub mod fetch;
 pub mod files;
 pub mod metadata;
 pub mod mounts;
+pub mod network;
 pub mod platform;
 pub mod report;
 pub mod stages;

@@ -53,7 +53,7 @@ GROUPS = [
                                 "groupdel", "chpasswd"]),
     ("systemd-networkd", ["systemd-networkd", "systemd-networkd-wait-online",
                           "systemd-networkd.service", "systemd-networkd.socket",
-                          "systemd-networkd-wait-online.service", "90-agent-dhcp.network",
+                          "systemd-networkd-wait-online.service", "99-agent-dhcp.network",
                           "networkctl"]),
     ("z/VM tools", ["vmur", "chccwdev", "cio_ignore"]),
     ("udevadm mount modprobe sync grep cut tail mkdir rm",

@@ -29,5 +29,15 @@ case_ "flag with value" "agent.firstboot=1 agent.platform.id=metal" yes metal
 case_ "look-alike is not the flag" "agent.firstbootx agent.platform.id=qemu" no ""
 case_ "platform without flag" "agent.platform.id=qemu" no ""
 case_ "platform sanitised" 'agent.firstboot agent.platform.id=qe$(x)mu;' yes qexmu
+case_ "flatcar flag and oem id" "flatcar.first_boot=detected flatcar.oem.id=qemu" yes qemu
+case_ "flatcar bare flag" "flatcar.first_boot" yes metal
+case_ "flatcar flag off" "flatcar.first_boot=0 flatcar.oem.id=qemu" no ""
+case_ "flatcar flag, last value wins" "flatcar.first_boot=1 flatcar.first_boot=no" no ""
+case_ "coreos flag, ec2 is aws" "coreos.first_boot=1 coreos.oem.id=ec2" yes aws
+case_ "gce is gcp, pxe is metal" "flatcar.first_boot=yes flatcar.oem.id=gce" yes gcp
+case_ "pxe is metal" "flatcar.first_boot=yes coreos.oem.id=pxe" yes metal
+case_ "flatcar oem before coreos" "flatcar.first_boot=1 coreos.oem.id=aws flatcar.oem.id=qemu" yes qemu
+case_ "ignition platform before oem id" "ignition.firstboot flatcar.oem.id=aws ignition.platform.id=qemu" yes qemu
+case_ "ignition names are not renamed" "ignition.firstboot ignition.platform.id=ec2" yes ec2
 echo "generator: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -19,6 +19,9 @@ installkernel() {
     hostonly='' instmods -c qemu_fw_cfg
     hostonly='' instmods ext4 xfs btrfs vfat nls_cp437 nls_iso8859-1 nls_ascii \
         md_mod raid0 raid1 raid10 raid456 dm_crypt virtio_net
+    # The virtual devices of the kernel command line's bond=, vlan= and bridge=
+    # (agent network-generate).
+    hostonly='' instmods bonding 8021q bridge
     # Config drives and seed disks (platform/drive.rs): their filesystems and the CD-ROM stack
     # (IDE and virtio-scsi CD-ROMs).
     hostonly='' instmods iso9660 isofs udf vfat nls_utf8 nls_cp437 nls_iso8859-1 sr_mod cdrom \
@@ -99,7 +102,8 @@ install() {
             "$systemdsystemunitdir"/systemd-networkd.service \
             "$systemdsystemunitdir"/systemd-networkd.socket \
             "$systemdsystemunitdir"/systemd-networkd-wait-online.service
-        inst_simple "$moddir/90-agent-dhcp.network" /etc/systemd/network/90-agent-dhcp.network
+        # The DHCP default, under /usr/lib so that agent network-generate can mask it from /run.
+        inst_simple "$moddir/99-agent-dhcp.network" "$systemdutildir/network/99-agent-dhcp.network"
         # networkd drops its privileges to this user.
         grep -q '^systemd-network:' "$initdir/etc/passwd" 2>/dev/null ||
             echo 'systemd-network:x:998:998:systemd Network Management:/:/usr/sbin/nologin' \

@@ -13,7 +13,8 @@ use super::run::PlatformName;
 #[derive(Debug, Args)]
 pub struct DeleteConfigArgs {
     /// Platform whose config to delete; default: the kernel command line's
-    /// agent.platform.id=, else ignition.platform.id=, else metal (nothing to delete).
+    /// agent.platform.id=, else ignition.platform.id=, else flatcar.oem.id= or coreos.oem.id=,
+    /// else metal (nothing to delete).
     #[arg(long, value_name = "NAME", value_parser = PlatformName)]
     pub platform: Option<String>,
     /// Read the kernel command line from this file (default /proc/cmdline).
@@ -21,14 +22,11 @@ pub struct DeleteConfigArgs {
     pub kernel_cmdline: PathBuf,
 }
 
-/// The platform named on the kernel command line `cmdline` (the last `agent.platform.id=`,
-/// else the last `ignition.platform.id=`, else "metal").
+/// The platform named on the kernel command line `cmdline` ([`runtime::cmdline::platform`]:
+/// `agent.platform.id=`, `ignition.platform.id=`, Flatcar's `flatcar.oem.id=`/`coreos.oem.id=`),
+/// else "metal".
 pub fn cmdline_platform(cmdline: &str) -> String {
-    let arg = |key: &str| runtime::cmdline::arg(cmdline, key).flatten();
-    arg("agent.platform.id")
-        .or_else(|| arg("ignition.platform.id"))
-        .unwrap_or("metal")
-        .to_string()
+    runtime::cmdline::platform(cmdline).unwrap_or_else(|| "metal".to_string())
 }
 
 pub fn run(a: DeleteConfigArgs) -> Result<()> {
@@ -62,6 +60,7 @@ mod tests {
             "virtualbox"
         );
         assert_eq!(cmdline_platform("ro quiet"), "metal");
+        assert_eq!(cmdline_platform("ro flatcar.oem.id=vmware"), "vmware");
         let cli = Cli::try_parse_from(["agent", "delete-config", "--platform", "vmware"]).unwrap();
         let Command::DeleteConfig(a) = cli.command else {
             panic!("not delete-config");

@@ -11,6 +11,7 @@ mod fetch;
 mod generate_docs;
 #[cfg(feature = "serve")]
 mod machines;
+mod network_generate;
 mod plan;
 mod report;
 mod run;
@@ -29,6 +30,7 @@ pub use self::fetch::FetchArgs;
 pub use self::generate_docs::GenerateDocsArgs;
 #[cfg(feature = "serve")]
 pub use self::machines::{MachinesAction, MachinesArgs};
+pub use self::network_generate::NetworkGenerateArgs;
 pub use self::plan::PlanArgs;
 pub use self::report::{ReportAction, ReportArgs};
 pub use self::run::RunArgs;
@@ -87,6 +89,9 @@ pub enum Command {
     /// After provisioning, delete the config from a platform that keeps handing it to the
     /// machine (VMware guestinfo, VirtualBox guest properties); elsewhere nothing.
     DeleteConfig(DeleteConfigArgs),
+    /// Write systemd-networkd files for the network of the kernel command line (dracut's ip=,
+    /// bond=, vlan=, bridge=, nameserver=, rd.route=, ifname=); without ip= nothing.
+    NetworkGenerate(NetworkGenerateArgs),
     /// Serve machine configs to booting machines (the MachineConfigServer).
     #[cfg(feature = "serve")]
     Serve(Box<ServeArgs>),
@@ -152,6 +157,7 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Info(a) => info(a),
         Command::Fetch(a) => runtime::signals::install().and_then(|()| fetch::run(a)),
         Command::DeleteConfig(a) => delete_config::run(a),
+        Command::NetworkGenerate(a) => network_generate::run(a),
         #[cfg(feature = "serve")]
         Command::Serve(a) => serve::run(*a),
         #[cfg(feature = "serve")]

@@ -3,7 +3,8 @@
 //! with a record of what was fetched in `<state-dir>/fetch.json`.
 //!
 //! Where the user config comes from, first match wins: `--config-file`/`--config-url`; the
-//! kernel command line (`agent.config.url=`, then `ignition.config.url=`; `/proc/cmdline`, see
+//! kernel command line (`agent.config.url=`, then `ignition.config.url=`, `flatcar.config.url=`,
+//! `coreos.config.url=`; `/proc/cmdline`, see
 //! [`crate::platform::Endpoints::kernel_cmdline`]); `<system-config-dir>/user.ign`; the
 //! `--platform` provider (which also prepares the fetcher). No config at all, or a zero-length
 //! one, is an empty config ("no user config provided"); the base configs still apply.
@@ -32,8 +33,15 @@ pub const MAX_DEPTH: usize = 10;
 pub const EXIT_NEEDS_NETWORK: i32 = 3;
 /// The user config installed in the system config directory (preempts the platform's).
 pub const USER_CONFIG_FILE: &str = "user.ign";
-/// Kernel command line keys naming the config URL, in order of preference.
-pub const CMDLINE_KEYS: &[&str] = &["agent.config.url", "ignition.config.url"];
+/// Kernel command line keys naming the config URL, in order of preference: the agent's,
+/// Ignition's, then the names Flatcar's Ignition still reads (`flatcar.config.url`, Container
+/// Linux's `coreos.config.url`).
+pub const CMDLINE_KEYS: &[&str] = &[
+    "agent.config.url",
+    "ignition.config.url",
+    "flatcar.config.url",
+    "coreos.config.url",
+];
 
 /// The record of what was fetched (its format belongs to the state directory).
 pub use crate::state::{FetchRecord as Record, Fetched};
@@ -623,5 +631,17 @@ mod tests {
             Some("tftp://a/x")
         );
         assert_eq!(cmdline_url("agent.config.url= x").as_deref(), None);
+        assert_eq!(
+            cmdline_url("flatcar.config.url=http://f/c coreos.config.url=http://c/c").as_deref(),
+            Some("http://f/c")
+        );
+        assert_eq!(
+            cmdline_url("coreos.config.url=http://c/c").as_deref(),
+            Some("http://c/c")
+        );
+        assert_eq!(
+            cmdline_url("flatcar.config.url=http://f/c ignition.config.url=http://i/c").as_deref(),
+            Some("http://i/c")
+        );
     }
 }

@@ -40,6 +40,36 @@ pub fn value<'a>(cmdline: &'a str, key: &str) -> Option<&'a str> {
         .next_back()
 }
 
+/// Kernel arguments naming the platform, in order of preference: the agent's, Ignition's
+/// (Fedora CoreOS), then Flatcar's and Container Linux's OEM id.
+pub const PLATFORM_KEYS: &[&str] = &[
+    "agent.platform.id",
+    "ignition.platform.id",
+    "flatcar.oem.id",
+    "coreos.oem.id",
+];
+
+/// The platform named on `cmdline` (the last value of the first key of [`PLATFORM_KEYS`]
+/// given with a value), with Flatcar's OEM ids that Ignition renamed read as Ignition's names
+/// (`ec2` is `aws`, `gce` is `gcp`, `pxe` is `metal`); None when no key is given.
+pub fn platform(cmdline: &str) -> Option<String> {
+    for key in PLATFORM_KEYS {
+        if let Some(v) = value(cmdline, key).filter(|v| !v.is_empty()) {
+            let flatcar = key.ends_with(".oem.id");
+            return Some(
+                match v {
+                    "ec2" if flatcar => "aws",
+                    "gce" if flatcar => "gcp",
+                    "pxe" if flatcar => "metal",
+                    v => v,
+                }
+                .to_string(),
+            );
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,6 +82,29 @@ mod tests {
         assert_eq!(arg(c, "b"), Some(None));
         assert_eq!(value(c, "b"), None);
         assert_eq!(arg(c, "c"), None);
+    }
+
+    #[test]
+    fn the_platform_and_its_aliases() {
+        let table = [
+            ("quiet", None),
+            (
+                "agent.platform.id=qemu ignition.platform.id=aws",
+                Some("qemu"),
+            ),
+            ("ignition.platform.id=aws flatcar.oem.id=gce", Some("aws")),
+            ("flatcar.oem.id=ec2 coreos.oem.id=gce", Some("aws")),
+            ("coreos.oem.id=gce", Some("gcp")),
+            ("flatcar.oem.id=pxe", Some("metal")),
+            ("flatcar.oem.id=packet", Some("packet")),
+            // Ignition's own names are not renamed.
+            ("ignition.platform.id=ec2", Some("ec2")),
+            // An empty value does not count.
+            ("flatcar.oem.id= coreos.oem.id=qemu", Some("qemu")),
+        ];
+        for (c, want) in table {
+            assert_eq!(platform(c).as_deref(), want, "{c}");
+        }
     }
 
     #[test]

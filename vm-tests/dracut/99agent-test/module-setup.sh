@@ -17,5 +17,5 @@ install() {
     mkdir -p "$initdir$systemdsystemunitdir/initrd.target.wants"
     ln_r "$systemdsystemunitdir/agent-test-done.service" \
         "$systemdsystemunitdir/initrd.target.wants/agent-test-done.service"
-    inst_multiple -o sync umount cut systemctl sleep seq cat grep sed tr cp sgdisk mkfs.ext4 ls mkdir mount blkid cryptsetup
+    inst_multiple -o sync umount cut systemctl sleep seq cat grep sed tr cp sgdisk mkfs.ext4 ls mkdir mount blkid cryptsetup sort
 }
