@@ -974,7 +974,9 @@ fn a_stalled_store_holds_the_boot_request_not_the_event_loop() {
     assert!(r.text().contains("/machine-config?token="), "{}", r.text());
     // The job lowers the gauge just after it hands the answer back, so the client may read
     // the answer first.
-    s.wait_for("the boot gauge to fall back to 0", 30, |_| waiting() == Some(0));
+    s.wait_for("the boot gauge to fall back to 0", 30, |_| {
+        waiting() == Some(0)
+    });
 }
 
 /// A token is never in the server's log (access log included) nor in the inventory: log

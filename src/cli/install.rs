@@ -130,7 +130,12 @@ pub struct InstallArgs {
     #[arg(long)]
     pub from_kargs: bool,
     /// The kernel command line --from-kargs reads.
-    #[arg(long, value_name = "FILE", default_value = "/proc/cmdline", hide = true)]
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/proc/cmdline",
+        hide = true
+    )]
     pub kernel_cmdline: PathBuf,
     /// Where the chosen disk's path is recorded (install-disk).
     #[arg(long, default_value = "/run/agent")]
@@ -176,7 +181,8 @@ fn read_config(a: &InstallArgs, f: &Fetcher, disk: &Path) -> Result<Option<Vec<u
         (None, Some(p)) => {
             let b = if p.as_os_str() == "-" {
                 let mut v = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::stdin(), &mut v).context("reading standard input")?;
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut v)
+                    .context("reading standard input")?;
                 v
             } else {
                 read_file(p, f.opts.limits.max_config_size, "config")?
@@ -210,7 +216,10 @@ fn read_config(a: &InstallArgs, f: &Fetcher, disk: &Path) -> Result<Option<Vec<u
 pub fn substitute_install_disk(cfg: &[u8], disk: &Path) -> Vec<u8> {
     const VAR: &[u8] = b"${install_disk}";
     let s = serde_json::to_string(&disk.display().to_string()).unwrap_or_default();
-    let rep = s.as_bytes().get(1..s.len().saturating_sub(1)).unwrap_or_default();
+    let rep = s
+        .as_bytes()
+        .get(1..s.len().saturating_sub(1))
+        .unwrap_or_default();
     let mut out = Vec::with_capacity(cfg.len());
     let mut i = 0;
     while i < cfg.len() {
@@ -249,11 +258,15 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
     let image = match (&a.image_url, &a.image_file) {
         (Some(u), _) => Source::Url(u.clone()),
         (None, Some(p)) => Source::File(p.clone()),
-        (None, None) => bail!("no image: give --image-url or --image-file (or coreos.inst.image_url with --from-kargs)"),
+        (None, None) => bail!(
+            "no image: give --image-url or --image-file (or coreos.inst.image_url with --from-kargs)"
+        ),
     };
     let selector = a.selector.selector();
     let (dest, stable) = match (&a.dest_device, selector.is_empty()) {
-        (Some(_), false) => bail!("give either DEST_DEVICE or the --disk-* selector flags, not both"),
+        (Some(_), false) => {
+            bail!("give either DEST_DEVICE or the --disk-* selector flags, not both")
+        }
         (Some(d), true) => (d.clone(), d.clone()),
         (None, false) => {
             let choice = a.selector.choose()?;
@@ -262,7 +275,9 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
             log::info!("install disk: {disk} ({})", stable.display());
             (PathBuf::from("/dev").join(&disk.name), stable)
         }
-        (None, true) => bail!("no install disk: give DEST_DEVICE or --disk-* selector flags (or coreos.inst.install_dev with --from-kargs)"),
+        (None, true) => bail!(
+            "no install disk: give DEST_DEVICE or --disk-* selector flags (or coreos.inst.install_dev with --from-kargs)"
+        ),
     };
     let fetcher = Fetcher::new(FetchOptions::default());
     let signed = if a.insecure {
@@ -271,17 +286,26 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
         }
         None
     } else if let Some(k) = &a.image_key {
-        let key = signature::PublicKey::parse(&String::from_utf8_lossy(
-            &read_file(k, 64 << 10, "public key")?,
-        ))
+        let key = signature::PublicKey::parse(&String::from_utf8_lossy(&read_file(
+            k,
+            64 << 10,
+            "public key",
+        )?))
         .with_context(|| format!("public key {}", k.display()))?;
         let src = a.image_signature.clone().unwrap_or_else(|| match &image {
             Source::Url(u) => format!("{u}.minisig"),
             Source::File(p) => format!("{}.minisig", p.display()),
         });
-        let sig = signature::Signature::parse(&String::from_utf8_lossy(&read_small(&fetcher, &src, "signature")?))
-            .with_context(|| format!("signature {}", crate::fetch::short(&src)))?;
-        Some(Signed { key, signature: sig })
+        let sig = signature::Signature::parse(&String::from_utf8_lossy(&read_small(
+            &fetcher,
+            &src,
+            "signature",
+        )?))
+        .with_context(|| format!("signature {}", crate::fetch::short(&src)))?;
+        Some(Signed {
+            key,
+            signature: sig,
+        })
     } else if a.image_hash.is_none() {
         bail!(
             "the image would not be verified: give --image-key (its minisign signature is checked) or --image-hash, or --insecure to write it unverified"
@@ -299,7 +323,9 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
         overwrite: a.overwrite,
         preserve_on_error: a.preserve_on_error,
         fetch_retries: a.fetch_retries,
-        device_timeout: a.device_timeout.unwrap_or(crate::endpoints::DEFAULT_DEVICE_TIMEOUT),
+        device_timeout: a
+            .device_timeout
+            .unwrap_or(crate::endpoints::DEFAULT_DEVICE_TIMEOUT),
     };
     runtime::logging::set_stage("install");
     let done = install::install(&o, &fetcher)?;
@@ -309,7 +335,11 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
         stable.display(),
         done.format.name(),
         done.bytes,
-        if done.resumed > 0 { format!(", resumed {} times", done.resumed) } else { String::new() }
+        if done.resumed > 0 {
+            format!(", resumed {} times", done.resumed)
+        } else {
+            String::new()
+        }
     );
     println!("{}", stable.display());
     if reboot {

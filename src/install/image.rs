@@ -112,10 +112,14 @@ impl Format {
     /// By the name's suffix, when it names one.
     pub fn from_suffix(name: &str) -> Option<Format> {
         let n = name.to_ascii_lowercase();
-        [(".gz", Format::Gzip), (".xz", Format::Xz), (".zst", Format::Zstd)]
-            .into_iter()
-            .find(|(s, _)| n.ends_with(s))
-            .map(|(_, f)| f)
+        [
+            (".gz", Format::Gzip),
+            (".xz", Format::Xz),
+            (".zst", Format::Zstd),
+        ]
+        .into_iter()
+        .find(|(s, _)| n.ends_with(s))
+        .map(|(_, f)| f)
     }
 }
 
@@ -236,7 +240,10 @@ impl BufRead for Chunks {
             match self.rx.recv() {
                 Ok(Msg::Data(b, n)) => {
                     let old = std::mem::replace(&mut self.cur, b);
-                    let _ = self.back.try_send(old);
+                    // (The first `cur` is an empty vector: not a buffer to read into.)
+                    if old.len() == READ_CHUNK {
+                        let _ = self.back.try_send(old);
+                    }
                     self.len = n;
                     self.pos = 0;
                 }
@@ -346,16 +353,20 @@ fn open_at<'a>(
     offset: u64,
     left: Option<Duration>,
 ) -> Result<Box<dyn Read + 'a>, Failure> {
-    let skip = |mut body: Box<dyn Read + 'a>, n: u64, what: &str| -> Result<Box<dyn Read + 'a>, Failure> {
-        if n > 0 {
-            let got = io::copy(&mut (&mut body).take(n), &mut io::sink())
-                .map_err(|e| Failure::retry(anyhow!(e).context(format!("skipping to byte {n} of {what}"))))?;
-            if got != n {
-                return Err(Failure::retry(anyhow!("{what} ended at byte {got}, before byte {n}")));
+    let skip =
+        |mut body: Box<dyn Read + 'a>, n: u64, what: &str| -> Result<Box<dyn Read + 'a>, Failure> {
+            if n > 0 {
+                let got = io::copy(&mut (&mut body).take(n), &mut io::sink()).map_err(|e| {
+                    Failure::retry(anyhow!(e).context(format!("skipping to byte {n} of {what}")))
+                })?;
+                if got != n {
+                    return Err(Failure::retry(anyhow!(
+                        "{what} ended at byte {got}, before byte {n}"
+                    )));
+                }
             }
-        }
-        Ok(body)
-    };
+            Ok(body)
+        };
     match src {
         Source::File(p) => {
             let mut file = File::open(p)
@@ -393,7 +404,10 @@ fn open_at<'a>(
                 206 => Ok(reply.body),
                 // The server ignores ranges: the whole image again, the start skipped.
                 200 => {
-                    log::info!("{}: the server ignores Range; skipping {offset} bytes", short(u));
+                    log::info!(
+                        "{}: the server ignores Range; skipping {offset} bytes",
+                        short(u)
+                    );
                     skip(reply.body, offset, &short(u))
                 }
                 500..=599 => Err(Failure::retry(anyhow!("{}", reply.describe()))),
@@ -499,7 +513,11 @@ fn decode(
         bail!(
             "{name} is named as {} but its contents are {} (by their first bytes): a wrong or damaged file",
             named.name(),
-            if format == Format::Raw { "not compressed" } else { format.name() }
+            if format == Format::Raw {
+                "not compressed"
+            } else {
+                format.name()
+            }
         );
     }
     log::info!("image format: {}", format.name());
@@ -514,13 +532,16 @@ fn decode(
             .context("starting the xz decoder")?;
             Box::new(liblzma::bufread::XzDecoder::new_stream(&mut *input, s))
         }
-        Format::Zstd => {
-            Box::new(zstd::stream::read::Decoder::with_buffer(&mut *input).context("starting the zstd decoder")?)
-        }
+        Format::Zstd => Box::new(
+            zstd::stream::read::Decoder::with_buffer(&mut *input)
+                .context("starting the zstd decoder")?,
+        ),
     };
     let mut pending = 0;
     loop {
-        let mut buf = back.try_recv().unwrap_or_else(|_| Aligned::new(WRITE_CHUNK));
+        let mut buf = back
+            .try_recv()
+            .unwrap_or_else(|_| Aligned::new(WRITE_CHUNK));
         let mut k = 0;
         let b = buf.as_mut();
         while k < WRITE_CHUNK {
@@ -673,10 +694,16 @@ mod tests {
     fn formats_by_magic_and_suffix() {
         assert_eq!(Format::from_magic(&[0x1f, 0x8b, 8]), Format::Gzip);
         assert_eq!(Format::from_magic(b"\xfd7zXZ\0\0"), Format::Xz);
-        assert_eq!(Format::from_magic(&[0x28, 0xb5, 0x2f, 0xfd, 0]), Format::Zstd);
+        assert_eq!(
+            Format::from_magic(&[0x28, 0xb5, 0x2f, 0xfd, 0]),
+            Format::Zstd
+        );
         assert_eq!(Format::from_magic(&[0xeb, 0x63, 0x90]), Format::Raw);
         assert_eq!(Format::from_magic(&[]), Format::Raw);
-        assert_eq!(Format::from_suffix("http://h/fcos.raw.XZ"), Some(Format::Xz));
+        assert_eq!(
+            Format::from_suffix("http://h/fcos.raw.XZ"),
+            Some(Format::Xz)
+        );
         assert_eq!(Format::from_suffix("img.zst"), Some(Format::Zstd));
         assert_eq!(Format::from_suffix("img.raw"), None);
     }
@@ -685,7 +712,12 @@ mod tests {
     fn hashes_in_ignitions_syntax() {
         assert!(Hasher::parse(&format!("sha256-{}", "a".repeat(64))).is_ok());
         assert!(Hasher::parse(&format!("sha512-{}", "A".repeat(128))).is_ok());
-        for bad in ["sha256", "md5-00", "sha256-xyz", &format!("sha512-{}", "a".repeat(64))] {
+        for bad in [
+            "sha256",
+            "md5-00",
+            "sha256-xyz",
+            &format!("sha512-{}", "a".repeat(64)),
+        ] {
             assert!(Hasher::parse(bad).is_err(), "{bad}");
         }
     }

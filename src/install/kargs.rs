@@ -20,7 +20,11 @@ pub struct Kargs {
 
 impl Kargs {
     pub fn parse(line: &str) -> Kargs {
-        let val = |k: &str| cmdline::value(line, k).filter(|v| !v.is_empty()).map(str::to_string);
+        let val = |k: &str| {
+            cmdline::value(line, k)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
         let flag = |k: &str| match cmdline::arg(line, k) {
             Some(None) => true,
             Some(Some(v)) => !matches!(v, "0" | "no" | "false"),
@@ -28,7 +32,11 @@ impl Kargs {
         };
         Kargs {
             install_dev: val("coreos.inst.install_dev").map(|d| {
-                if d.starts_with('/') { d } else { format!("/dev/{d}") }
+                if d.starts_with('/') {
+                    d
+                } else {
+                    format!("/dev/{d}")
+                }
             }),
             image_url: val("coreos.inst.image_url"),
             ignition_url: val("coreos.inst.ignition_url"),
@@ -63,7 +71,9 @@ mod tests {
                 skip_reboot: true,
             }
         );
-        let k = Kargs::parse("coreos.inst.install_dev=/dev/disk/by-id/wwn-0x5 coreos.inst.skip_reboot=0");
+        let k = Kargs::parse(
+            "coreos.inst.install_dev=/dev/disk/by-id/wwn-0x5 coreos.inst.skip_reboot=0",
+        );
         assert_eq!(k.install_dev.as_deref(), Some("/dev/disk/by-id/wwn-0x5"));
         assert!(!k.skip_reboot && !k.insecure && k.any());
         assert!(!Kargs::parse("quiet").any());

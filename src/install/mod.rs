@@ -78,13 +78,19 @@ pub fn existing_contents(dev: &Path, name: &str) -> Result<Vec<String>> {
     let f = File::open(dev).with_context(|| format!("opening {}", dev.display()))?;
     let g = kernel::geometry(&f, dev)?;
     match gpt::read(&f, &g) {
-        Ok(gpt::OnDisk::Gpt(t)) => out.push(format!("a GPT partition table ({} partitions)", t.entries.len())),
+        Ok(gpt::OnDisk::Gpt(t)) => out.push(format!(
+            "a GPT partition table ({} partitions)",
+            t.entries.len()
+        )),
         Ok(gpt::OnDisk::Mbr) => out.push("an MBR partition table".into()),
         Ok(gpt::OnDisk::None) => {}
         Err(e) => out.push(format!("a damaged partition table ({e:#})")),
     }
     if let Some(found) = probe::probe(dev)? {
-        let label = found.label.map(|l| format!(" labelled {l:?}")).unwrap_or_default();
+        let label = found
+            .label
+            .map(|l| format!(" labelled {l:?}"))
+            .unwrap_or_default();
         out.push(format!("a {} signature{label}", found.fstype));
     }
     let parts = kernel::kernel_partitions(name);
@@ -98,7 +104,10 @@ pub fn existing_contents(dev: &Path, name: &str) -> Result<Vec<String>> {
 pub fn ensure_not_in_use(name: &str) -> Result<()> {
     inuse::ensure_free(name, &format!("install to /dev/{name}"))?;
     for (n, _, _) in kernel::kernel_partitions(name) {
-        inuse::ensure_free(&kernel::part_name(name, n), &format!("install to /dev/{name}"))?;
+        inuse::ensure_free(
+            &kernel::part_name(name, n),
+            &format!("install to /dev/{name}"),
+        )?;
     }
     Ok(())
 }
@@ -165,7 +174,12 @@ fn open_direct(dest: &Path) -> Result<File> {
         .write(true)
         .custom_flags(nix::libc::O_DIRECT | nix::libc::O_EXCL)
         .open(dest)
-        .with_context(|| format!("opening {} for writing (O_DIRECT, exclusive)", dest.display()))
+        .with_context(|| {
+            format!(
+                "opening {} for writing (O_DIRECT, exclusive)",
+                dest.display()
+            )
+        })
 }
 
 fn open_plain(dest: &Path) -> Result<File> {
@@ -176,7 +190,12 @@ fn open_plain(dest: &Path) -> Result<File> {
         .with_context(|| format!("opening {}", dest.display()))
 }
 
-fn target<'a>(direct: &'a File, plain: &'a File, g: &gpt::Geometry, name: &'a str) -> image::Target<'a> {
+fn target<'a>(
+    direct: &'a File,
+    plain: &'a File,
+    g: &gpt::Geometry,
+    name: &'a str,
+) -> image::Target<'a> {
     image::Target {
         direct,
         plain,
@@ -193,10 +212,16 @@ fn failed(o: &Options, t: &image::Target, e: anyhow::Error) -> anyhow::Error {
         log::warn!("install failed; the disk is left as it is (--preserve-on-error)");
         return e;
     }
-    log::warn!("install failed; wiping the partition tables of {}", o.dest.display());
+    log::warn!(
+        "install failed; wiping the partition tables of {}",
+        o.dest.display()
+    );
     let _ = kernel::remove_partitions(t.plain, t.name);
     if let Err(w) = wipe_ends(t) {
-        return e.context(format!("wiping {} after the failure also failed: {w:#}", o.dest.display()));
+        return e.context(format!(
+            "wiping {} after the failure also failed: {w:#}",
+            o.dest.display()
+        ));
     }
     e
 }
@@ -204,11 +229,19 @@ fn failed(o: &Options, t: &image::Target, e: anyhow::Error) -> anyhow::Error {
 /// Zeroes the first and the last MiB: MBR, primary and backup GPT.
 fn wipe_ends(t: &image::Target) -> Result<()> {
     image::zero(t, 0, image::FIRST as u64)?;
-    let last = t.size.saturating_sub(image::FIRST as u64).max(image::FIRST as u64);
+    let last = t
+        .size
+        .saturating_sub(image::FIRST as u64)
+        .max(image::FIRST as u64);
     image::zero(t, last, image::FIRST as u64)
 }
 
-fn write(o: &Options, fetcher: &Fetcher, t: &image::Target, g: &gpt::Geometry) -> Result<Installed> {
+fn write(
+    o: &Options,
+    fetcher: &Fetcher,
+    t: &image::Target,
+    g: &gpt::Geometry,
+) -> Result<Installed> {
     let (hasher, want) = match &o.image_hash {
         Some(h) => {
             let (hs, w) = image::Hasher::parse(h)?;
@@ -227,10 +260,14 @@ fn write(o: &Options, fetcher: &Fetcher, t: &image::Target, g: &gpt::Geometry) -
     if let (Some((func, got)), Some(want)) = (&w.digests.hash, &want)
         && got != want
     {
-        bail!("image hash mismatch: expected {func}-{want}, got {func}-{got} (of the image as fetched, compressed)");
+        bail!(
+            "image hash mismatch: expected {func}-{want}, got {func}-{got} (of the image as fetched, compressed)"
+        );
     }
     if let (Some(s), Some(d)) = (&o.signed, &w.digests.blake2b) {
-        s.signature.verify(&s.key, d).context("checking the image's signature")?;
+        s.signature
+            .verify(&s.key, d)
+            .context("checking the image's signature")?;
         log::info!(
             "image signature good (key {}; trusted comment: {})",
             s.key.id_hex(),
@@ -261,11 +298,20 @@ fn write(o: &Options, fetcher: &Fetcher, t: &image::Target, g: &gpt::Geometry) -
 /// Tells the kernel about the image's partitions (BLKPG, one at a time: this works on a
 /// kernel that parses no partition tables, and on a loop device without partscan) and waits
 /// for their nodes.
-fn announce_partitions(t: &image::Target, g: &gpt::Geometry, dest: &Path, timeout: Duration) -> Result<Vec<PathBuf>> {
-    let table = match gpt::read(t.plain, g).with_context(|| format!("reading the new partition table of {}", dest.display()))? {
+fn announce_partitions(
+    t: &image::Target,
+    g: &gpt::Geometry,
+    dest: &Path,
+    timeout: Duration,
+) -> Result<Vec<PathBuf>> {
+    let table = match gpt::read(t.plain, g)
+        .with_context(|| format!("reading the new partition table of {}", dest.display()))?
+    {
         gpt::OnDisk::Gpt(table) => table,
         gpt::OnDisk::Mbr => {
-            log::warn!("the image has an MBR partition table: its partitions are not announced to the kernel");
+            log::warn!(
+                "the image has an MBR partition table: its partitions are not announced to the kernel"
+            );
             return Ok(Vec::new());
         }
         gpt::OnDisk::None => {
@@ -293,14 +339,22 @@ fn write_config(partitions: &[PathBuf], cfg: &[u8]) -> Result<PathBuf> {
     let Some((dev, fstype)) = boot else {
         bail!(
             "the image has no partition labelled {BOOT_LABEL:?} to write the config to (partitions: {})",
-            partitions.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            partitions
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     };
     let at = std::env::temp_dir().join(format!("agent-install-boot.{}", std::process::id()));
     std::fs::create_dir_all(&at).with_context(|| format!("creating {}", at.display()))?;
     let m = sys_mount::Mount::builder()
         .fstype(fstype.as_str())
-        .flags(sys_mount::MountFlags::NOSUID | sys_mount::MountFlags::NODEV | sys_mount::MountFlags::NOEXEC)
+        .flags(
+            sys_mount::MountFlags::NOSUID
+                | sys_mount::MountFlags::NODEV
+                | sys_mount::MountFlags::NOEXEC,
+        )
         .mount(&dev, &at)
         .with_context(|| format!("mounting {} ({fstype}) at {}", dev.display(), at.display()))?;
     drop(m);

@@ -283,11 +283,16 @@ impl Choice {
         let m = self.matched();
         match m.len() {
             1 => Ok(m[0]),
-            0 if self.candidates.is_empty() => bail!("no disk matches the selector: no disks found"),
+            0 if self.candidates.is_empty() => {
+                bail!("no disk matches the selector: no disks found")
+            }
             0 => bail!("no disk matches the selector; the disks:\n{self}"),
             n => bail!(
                 "{n} disks match the selector ({}), exactly one must: add properties (--disk-serial, --disk-wwn, --disk-model, ...) until one is left; the disks:\n{self}",
-                m.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
+                m.iter()
+                    .map(|d| d.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         }
     }
@@ -341,7 +346,10 @@ fn stable_path_in(by_id: &Path, name: &str) -> PathBuf {
         .collect();
     // wwn- links name the medium itself; then the others in name order.
     links.sort_by_key(|p| {
-        let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let n = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         (!n.starts_with("wwn-"), n)
     });
     links.into_iter().next().unwrap_or(dev)
@@ -464,12 +472,36 @@ mod tests {
     fn transports_from_device_paths() {
         for (name, path, want) in [
             ("loop3", "../devices/virtual/block/loop3", Transport::Loop),
-            ("nvme0n1", "../devices/pci0000:00/0000:00:04.0/nvme/nvme0/nvme0n1", Transport::Nvme),
-            ("vda", "../devices/pci0000:00/0000:00:02.0/virtio1/block/vda", Transport::Virtio),
-            ("sda", "../devices/pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0/block/sda", Transport::Sata),
-            ("sdb", "../devices/pci0000:00/0000:00:14.0/usb2/2-1/2-1:1.0/host6/target6:0:0/6:0:0:0/block/sdb", Transport::Usb),
-            ("sdc", "../devices/pci0000:00/0000:00:05.0/virtio2/host2/target2:0:0/2:0:0:0/block/sdc", Transport::Scsi),
-            ("mmcblk0", "../devices/platform/mmc0/mmc_host/mmc0/mmc0:0001/block/mmcblk0", Transport::Other),
+            (
+                "nvme0n1",
+                "../devices/pci0000:00/0000:00:04.0/nvme/nvme0/nvme0n1",
+                Transport::Nvme,
+            ),
+            (
+                "vda",
+                "../devices/pci0000:00/0000:00:02.0/virtio1/block/vda",
+                Transport::Virtio,
+            ),
+            (
+                "sda",
+                "../devices/pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0/block/sda",
+                Transport::Sata,
+            ),
+            (
+                "sdb",
+                "../devices/pci0000:00/0000:00:14.0/usb2/2-1/2-1:1.0/host6/target6:0:0/6:0:0:0/block/sdb",
+                Transport::Usb,
+            ),
+            (
+                "sdc",
+                "../devices/pci0000:00/0000:00:05.0/virtio2/host2/target2:0:0/2:0:0:0/block/sdc",
+                Transport::Scsi,
+            ),
+            (
+                "mmcblk0",
+                "../devices/platform/mmc0/mmc_host/mmc0/mmc0:0001/block/mmcblk0",
+                Transport::Other,
+            ),
         ] {
             assert_eq!(transport(name, path), want, "{path}");
         }
@@ -507,7 +539,10 @@ mod tests {
                 ("size", b"1953525168\n"),
                 ("queue/rotational", b"0\n"),
                 ("removable", b"0\n"),
-                ("device/model", b"Samsung SSD 980 PRO 1TB                 \n"),
+                (
+                    "device/model",
+                    b"Samsung SSD 980 PRO 1TB                 \n",
+                ),
                 ("device/serial", b"S5GXNF0R123456  \n"),
                 ("wwid", b"eui.002538b111b2c3d4\n"),
             ],
@@ -549,43 +584,111 @@ mod tests {
         assert_eq!(all[2].transport, Transport::Usb);
         assert!(all[2].removable && !all[2].rotational && all[1].rotational);
 
-        let pick = |s: Selector| -> Result<String> {
-            Ok(choose(&root, &s)?.one()?.name.clone())
-        };
+        let pick = |s: Selector| -> Result<String> { Ok(choose(&root, &s)?.one()?.name.clone()) };
         let g = 1u64 << 30;
         for (sel, want) in [
-            (Selector { transport: Some(Transport::Nvme), ..Default::default() }, "nvme0n1"),
-            (Selector { rotational: Some(true), ..Default::default() }, "sda"),
-            (Selector { removable: Some(true), ..Default::default() }, "sdb"),
-            (Selector { model: Some("Samsung*".into()), ..Default::default() }, "nvme0n1"),
-            (Selector { serial: Some("WD-*".into()), ..Default::default() }, "sda"),
-            (Selector { wwn: Some("eui.*".into()), ..Default::default() }, "nvme0n1"),
-            (Selector { size_min: Some(2000 * g), ..Default::default() }, "sda"),
-            (Selector { size_max: Some(100 * g), ..Default::default() }, "sdb"),
             (
-                Selector { size_min: Some(500 * g), size_max: Some(2000 * g), ..Default::default() },
+                Selector {
+                    transport: Some(Transport::Nvme),
+                    ..Default::default()
+                },
+                "nvme0n1",
+            ),
+            (
+                Selector {
+                    rotational: Some(true),
+                    ..Default::default()
+                },
+                "sda",
+            ),
+            (
+                Selector {
+                    removable: Some(true),
+                    ..Default::default()
+                },
+                "sdb",
+            ),
+            (
+                Selector {
+                    model: Some("Samsung*".into()),
+                    ..Default::default()
+                },
+                "nvme0n1",
+            ),
+            (
+                Selector {
+                    serial: Some("WD-*".into()),
+                    ..Default::default()
+                },
+                "sda",
+            ),
+            (
+                Selector {
+                    wwn: Some("eui.*".into()),
+                    ..Default::default()
+                },
+                "nvme0n1",
+            ),
+            (
+                Selector {
+                    size_min: Some(2000 * g),
+                    ..Default::default()
+                },
+                "sda",
+            ),
+            (
+                Selector {
+                    size_max: Some(100 * g),
+                    ..Default::default()
+                },
+                "sdb",
+            ),
+            (
+                Selector {
+                    size_min: Some(500 * g),
+                    size_max: Some(2000 * g),
+                    ..Default::default()
+                },
                 "nvme0n1",
             ),
         ] {
             assert_eq!(pick(sel.clone()).unwrap(), want, "{sel:?}");
         }
         // None: every disk listed with why.
-        let e = pick(Selector { transport: Some(Transport::Virtio), ..Default::default() })
-            .unwrap_err()
-            .to_string();
+        let e = pick(Selector {
+            transport: Some(Transport::Virtio),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("no disk matches"), "{e}");
-        for n in ["nvme0n1", "sda", "sdb", "transport nvme is not --disk-transport virtio"] {
+        for n in [
+            "nvme0n1",
+            "sda",
+            "sdb",
+            "transport nvme is not --disk-transport virtio",
+        ] {
             assert!(e.contains(n), "{e}");
         }
         // Two: both named.
-        let e = pick(Selector { rotational: Some(false), ..Default::default() })
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("2 disks match the selector (nvme0n1, sdb)"), "{e}");
+        let e = pick(Selector {
+            rotational: Some(false),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("2 disks match the selector (nvme0n1, sdb)"),
+            "{e}"
+        );
         // A property the disk lacks.
-        let e = pick(Selector { serial: Some("*".into()), removable: Some(true), ..Default::default() })
-            .unwrap_err()
-            .to_string();
+        let e = pick(Selector {
+            serial: Some("*".into()),
+            removable: Some(true),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("--disk-serial \"*\": the disk has none"), "{e}");
         std::fs::remove_dir_all(&root).unwrap();
     }

@@ -38,8 +38,8 @@ fn base64_line<'a>(lines: impl Iterator<Item = &'a str>, what: &str) -> Result<V
 }
 
 fn key_id_hex(id: &[u8; 8]) -> String {
-    // minisign prints the id as a little-endian 64-bit number in upper-case hex.
-    format!("{:016X}", u64::from_le_bytes(*id))
+    // As minisign prints it: a little-endian 64-bit number in upper-case hex.
+    format!("{:X}", u64::from_le_bytes(*id))
 }
 
 impl PublicKey {
@@ -76,7 +76,9 @@ impl Signature {
         let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
         let first = lines.next().context("minisign signature: empty")?;
         let sig_line = if first.starts_with("untrusted comment:") {
-            lines.next().context("minisign signature: no signature line")?
+            lines
+                .next()
+                .context("minisign signature: no signature line")?
         } else {
             first
         };
@@ -90,7 +92,10 @@ impl Signature {
                 "minisign signature: a legacy (not prehashed) signature, which cannot be checked \
                  while the image streams: sign the image with minisign -S without -l"
             ),
-            other => bail!("minisign signature: unknown algorithm {:?}", String::from_utf8_lossy(other)),
+            other => bail!(
+                "minisign signature: unknown algorithm {:?}",
+                String::from_utf8_lossy(other)
+            ),
         }
         let tc = lines
             .next()
@@ -105,7 +110,10 @@ impl Signature {
         )
         .context("minisign signature: global signature not base64")?;
         if g.len() != 64 {
-            bail!("minisign signature: global signature of {} bytes, not 64", g.len());
+            bail!(
+                "minisign signature: global signature of {} bytes, not 64",
+                g.len()
+            );
         }
         let mut key_id = [0; 8];
         key_id.copy_from_slice(&b[2..10]);
@@ -132,7 +140,10 @@ impl Signature {
             );
         }
         if !key.verify_raw(digest, &self.sig) {
-            bail!("signature verification failed: the image is not the one signed with key {}", key.id_hex());
+            bail!(
+                "signature verification failed: the image is not the one signed with key {}",
+                key.id_hex()
+            );
         }
         let mut g = self.sig.to_vec();
         g.extend_from_slice(self.trusted_comment.as_bytes());
