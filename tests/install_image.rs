@@ -401,7 +401,7 @@ fn a_disk_in_use_or_with_contents_is_refused() {
     let (code, _, err) = run(args(&[]));
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("a ext4 signature labelled \"old\"") && err.contains("--overwrite"),
+        err.contains("a signature of type ext4 labelled \"old\"") && err.contains("--overwrite"),
         "{err}"
     );
     assert_eq!(blkid(lp.dev(), "LABEL"), "old");

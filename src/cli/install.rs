@@ -349,3 +349,20 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_disk_is_substituted_as_json_string_contents() {
+        let cfg = br#"{"storage":{"disks":[{"device":"${install_disk}"}],"x":"$install_disk"}}"#;
+        let out = substitute_install_disk(cfg, Path::new("/dev/disk/by-id/wwn-0x5"));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"storage":{"disks":[{"device":"/dev/disk/by-id/wwn-0x5"}],"x":"$install_disk"}}"#
+        );
+        let out = substitute_install_disk(b"\"${install_disk}\"", Path::new("/dev/a\"b"));
+        assert_eq!(out, b"\"/dev/a\\\"b\"");
+    }
+}

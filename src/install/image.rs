@@ -39,9 +39,13 @@ pub const WRITE_QUEUE: usize = 2;
 /// The first MiB of the image, held back until the end.
 pub const FIRST: usize = 1 << 20;
 /// Every buffer of an install at once: the read chunks (queued, in the reader's and in the
-/// decompressor's hands), the write chunks likewise, and the held-back first MiB: 23 MiB.
+/// decompressor's hands), the write chunks likewise, and the held-back first MiB: 23 MiB
+/// and 20 KiB of alignment slack.
 pub const BUFFER_LIMIT: usize =
     (READ_QUEUE + 2) * READ_CHUNK + (WRITE_QUEUE + 2) * (WRITE_CHUNK + ALIGN) + FIRST + ALIGN;
+// docs/limits.md says under 24 MiB.
+const _: () = assert!(BUFFER_LIMIT < 24 << 20);
+
 /// The most memory the xz decoder may use (its dictionary: 64 MiB for `xz -9`); zstd's
 /// window is bounded by libzstd's default limit, 128 MiB (window log 27: `zstd --long=27`
 /// at most).
@@ -204,7 +208,7 @@ impl Aligned {
     pub fn as_slice(&self) -> &[u8] {
         &self.v[self.off..self.off + self.len]
     }
-    pub fn as_mut(&mut self) -> &mut [u8] {
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.v[self.off..self.off + self.len]
     }
 }
@@ -543,7 +547,7 @@ fn decode(
             .try_recv()
             .unwrap_or_else(|_| Aligned::new(WRITE_CHUNK));
         let mut k = 0;
-        let b = buf.as_mut();
+        let b = buf.as_mut_slice();
         while k < WRITE_CHUNK {
             match dec.read(&mut b[k..]) {
                 Ok(0) => break,
@@ -601,7 +605,7 @@ fn writer(
         let mut from = 0usize;
         if off < FIRST as u64 {
             let n = (FIRST - off as usize).min(k);
-            first.as_mut()[off as usize..off as usize + n].copy_from_slice(&data[..n]);
+            first.as_mut_slice()[off as usize..off as usize + n].copy_from_slice(&data[..n]);
             first_len = off as usize + n;
             from = n;
         }
@@ -727,8 +731,7 @@ mod tests {
         for n in [1, 4096, FIRST] {
             let mut a = Aligned::new(n);
             assert_eq!(a.as_slice().as_ptr() as usize % ALIGN, 0);
-            assert_eq!(a.as_mut().len(), n);
+            assert_eq!(a.as_mut_slice().len(), n);
         }
-        assert!(BUFFER_LIMIT < 24 << 20, "{BUFFER_LIMIT}");
     }
 }

@@ -91,7 +91,7 @@ pub fn existing_contents(dev: &Path, name: &str) -> Result<Vec<String>> {
             .label
             .map(|l| format!(" labelled {l:?}"))
             .unwrap_or_default();
-        out.push(format!("a {} signature{label}", found.fstype));
+        out.push(format!("a signature of type {}{label}", found.fstype));
     }
     let parts = kernel::kernel_partitions(name);
     if !parts.is_empty() {

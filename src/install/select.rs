@@ -385,13 +385,12 @@ pub fn glob(pattern: &str, s: &str) -> bool {
                         continue;
                     }
                 }
-                '\\' if pi + 1 < p.len() => {
-                    if p[pi + 1] == s[si] {
-                        pi += 2;
-                        si += 1;
-                        continue;
-                    }
+                '\\' if pi + 1 < p.len() && p[pi + 1] == s[si] => {
+                    pi += 2;
+                    si += 1;
+                    continue;
                 }
+                '\\' if pi + 1 < p.len() => {}
                 c if c == s[si] => {
                     pi += 1;
                     si += 1;
