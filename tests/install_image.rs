@@ -655,3 +655,39 @@ fn from_kernel_arguments() {
         "{err}"
     );
 }
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn an_image_past_the_decoder_memory_limit_is_refused() {
+    // A zstd frame with a 256 MiB window (streamed: zstd cannot shrink it to the input's size).
+    need("zstd");
+    let dir = TempDir::new("install-window");
+    let zst = dir.join("big-window.zst");
+    let mut child = Command::new("zstd")
+        .args(["-q", "--long=28", "-c"])
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&zst).unwrap())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&vec![7u8; 2 * MIB as usize])
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let lp = Loop::new(32);
+    let (code, _, err) = agent(&[
+        "install",
+        lp.dev(),
+        "--image-file",
+        zst.to_str().unwrap(),
+        "--insecure",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("needs more memory to decompress than the 128 MiB the decoder may use"),
+        "{err}"
+    );
+    assert_nothing_installed(&lp);
+}

@@ -555,7 +555,18 @@ fn decode(
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // The reader's own error is the one reported.
                 Err(e) if e.get_ref().is_some_and(|e| e.is::<ReaderFailed>()) => return Ok(format),
-                Err(e) => return Err(anyhow!(e).context(format!("{} data", format.name()))),
+                Err(e) => {
+                    let memory = e.to_string().contains("memory");
+                    let e = anyhow!(e).context(format!("{} data", format.name()));
+                    return Err(if memory {
+                        e.context(format!(
+                            "the image needs more memory to decompress than the {} MiB the decoder may use",
+                            DECODER_MEMORY_LIMIT >> 20
+                        ))
+                    } else {
+                        e
+                    });
+                }
             }
         }
         if k > 0 {
