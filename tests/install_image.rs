@@ -691,3 +691,66 @@ fn an_image_past_the_decoder_memory_limit_is_refused() {
     );
     assert_nothing_installed(&lp);
 }
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn a_damaged_image_is_reported_as_such_and_a_partition_is_refused() {
+    // 16 MiB that do not compress, damaged 1 MiB in: the decompressor fails while the reader
+    // still has megabytes to hand over; the error is the decompressor's.
+    need("zstd");
+    let dir = TempDir::new("install-damaged");
+    let raw = dir.join("noise.img");
+    let mut noise = vec![0u8; 16 * MIB as usize];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut noise)
+        .unwrap();
+    std::fs::write(&raw, &noise).unwrap();
+    let zst = compress(&raw, "zstd", ".zst");
+    let mut z = std::fs::read(&zst).unwrap();
+    for b in &mut z[MIB as usize..MIB as usize + 64] {
+        *b ^= 0xff;
+    }
+    std::fs::write(&zst, &z).unwrap();
+    let lp = Loop::new(32);
+    let (code, _, err) = agent(&[
+        "install",
+        lp.dev(),
+        "--image-file",
+        zst.to_str().unwrap(),
+        "--insecure",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("decompressing") && err.contains("zstd data"),
+        "{err}"
+    );
+    assert!(!err.contains("stopped"), "{err}");
+    assert_nothing_installed(&lp);
+
+    // A partition, not a disk: refused.
+    let parted = Loop::with(32 * MIB, 512, |img| {
+        support::sh(
+            "sfdisk",
+            &["-q", img.to_str().unwrap()],
+            Some(b"label: gpt\nsize=8M\n"),
+        );
+    });
+    let f = std::fs::File::open(parted.dev()).unwrap();
+    let g = agent::blockdev::kernel::geometry(&f, Path::new(parted.dev())).unwrap();
+    let table = match agent::blockdev::gpt::read(&f, &g).unwrap() {
+        agent::blockdev::gpt::OnDisk::Gpt(t) => t,
+        other => panic!("{other:?}"),
+    };
+    let nodes = agent::blockdev::kernel::sync_partitions(&f, parted.name(), &g, &table).unwrap();
+    let (code, _, err) = agent(&[
+        "install",
+        nodes[0].to_str().unwrap(),
+        "--image-file",
+        zst.to_str().unwrap(),
+        "--insecure",
+        "--overwrite",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is a partition: give the whole disk"), "{err}");
+}

@@ -267,6 +267,11 @@ impl BufRead for Chunks {
 #[error("reading the image failed")]
 struct ReaderFailed;
 
+/// The next step of the pipeline stopped (its own error is the one reported).
+#[derive(Debug, thiserror::Error)]
+#[error("the next step of the install stopped")]
+struct Stopped;
+
 /// Reads the image through `r.fetcher`, hashing and queueing it; resumes after a failure.
 fn reader(r: Reading, tx: SyncSender<Msg>, back: Receiver<Vec<u8>>) -> Result<Digests> {
     let what = r.source.describe();
@@ -286,7 +291,7 @@ fn reader(r: Reading, tx: SyncSender<Msg>, back: Receiver<Vec<u8>>) -> Result<Di
         }
         *offset += k as u64;
         tx.send(Msg::Data(buf, k))
-            .map_err(|_| Failure::fatal(anyhow!("the decompressor stopped")))
+            .map_err(|_| Failure::Fatal(anyhow::Error::new(Stopped)))
     };
     crate::fetch::retry::run(&what, total, clock, |left| {
         let mut attempt = || -> Result<(), Failure> {
@@ -479,11 +484,23 @@ pub fn stream(r: Reading, t: &Target) -> Result<Written> {
         let written = writer
             .join()
             .map_err(|_| anyhow!("the image writer panicked"))?;
-        // The first failure in the pipeline's order is the cause: a read error stops the
-        // decompressor, a write error stops it too.
-        let digests = read?;
+        // The cause is the first failure that is not a step stopping because the next one
+        // did: a read error stops the decompressor, a decompression error the reader, a
+        // write error both.
+        let stopped = |e: &anyhow::Error| e.is::<Stopped>();
+        let decoded = decoded.with_context(|| format!("decompressing {what}"));
+        let digests = match read {
+            Err(e) if stopped(&e) => None,
+            r => Some(r?),
+        };
+        let format = match decoded {
+            Err(e) if stopped(&e) => None,
+            r => Some(r?),
+        };
         let (bytes, first, first_len) = written?;
-        let format = decoded.with_context(|| format!("decompressing {what}"))?;
+        let (Some(digests), Some(format)) = (digests, format) else {
+            bail!("the install stopped without an error (a bug)");
+        };
         Ok(Written {
             format,
             digests,
@@ -541,7 +558,6 @@ fn decode(
                 .context("starting the zstd decoder")?,
         ),
     };
-    let mut pending = 0;
     loop {
         let mut buf = back
             .try_recv()
@@ -570,10 +586,9 @@ fn decode(
             }
         }
         if k > 0 {
-            pending += 1;
             if out.send((buf, k)).is_err() {
                 // The writer stopped: its error is the one reported.
-                return Ok(format);
+                return Err(anyhow::Error::new(Stopped));
             }
         }
         if k < WRITE_CHUNK {
@@ -586,7 +601,6 @@ fn decode(
     if rest > 0 {
         bail!("data follows the end of the {} stream", format.name());
     }
-    let _ = pending;
     Ok(format)
 }
 

@@ -116,6 +116,13 @@ pub fn ensure_not_in_use(name: &str) -> Result<()> {
 pub fn install(o: &Options, fetcher: &Fetcher) -> Result<Installed> {
     let dest = &o.dest;
     let name = kernel::sys_name(dest)?;
+    if Path::new("/sys/class/block")
+        .join(&name)
+        .join("partition")
+        .exists()
+    {
+        bail!("{} is a partition: give the whole disk", dest.display());
+    }
     ensure_not_in_use(&name)?;
     let found = existing_contents(dest, &name)?;
     if !found.is_empty() && !o.overwrite {
