@@ -585,11 +585,9 @@ fn decode(
                 }
             }
         }
-        if k > 0 {
-            if out.send((buf, k)).is_err() {
-                // The writer stopped: its error is the one reported.
-                return Err(anyhow::Error::new(Stopped));
-            }
+        // A send fails when the writer stopped: its error is the one reported.
+        if k > 0 && out.send((buf, k)).is_err() {
+            return Err(anyhow::Error::new(Stopped));
         }
         if k < WRITE_CHUNK {
             break;
