@@ -37,8 +37,8 @@ truncate -s $((SIZE_MIB + 64))M "$work/disk"
 dev=$(losetup -f --show "$work/disk")
 
 now() { date +%s.%N; }
-best() { # best TIME_A TIME_B
-    echo "$1 $2" | awk '{ print ($1 == "" || $2 < $1) ? $2 : $1 }'
+best() { # best BEST_SO_FAR NEW: the smaller
+    if [ -z "$1" ] || [ "$(echo "$2 < $1" | bc -l)" = 1 ]; then echo "$2"; else echo "$1"; fi
 }
 mibs() { echo "scale=1; $SIZE_MIB / $1" | bc -l; }
 
