@@ -9,6 +9,7 @@ pub mod cli;
 pub mod endpoints;
 pub mod fetch;
 pub mod files;
+pub mod install;
 pub mod metadata;
 pub mod mounts;
 pub mod network;

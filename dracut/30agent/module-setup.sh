@@ -45,6 +45,7 @@ install() {
 
     inst_script "$moddir/agent-generator" "$systemdutildir/system-generators/agent-generator"
     inst_script "$moddir/agent-stage" /usr/lib/agent/agent-stage
+    inst_script "$moddir/agent-setup-user" /usr/lib/agent/agent-setup-user
     inst_script "$moddir/agent-network-up" /usr/lib/agent/agent-network-up
     inst_script "$moddir/agent-firstboot-done" /usr/lib/agent/agent-firstboot-done
     inst_hook emergency 90 "$moddir/agent-emergency.sh"
@@ -57,13 +58,14 @@ install() {
 
     # Exactly the tools something in the initramfs runs (checked against src/ by
     # tests/dracut/main.rs): the agent (util::run: mkfs.{ext4,xfs,btrfs,fat}, mkswap, wipefs,
-    # mdadm, cryptsetup, clevis, setfiles, the useradd family, udevadm, modprobe), the units and
+    # mdadm, cryptsetup, clevis, setfiles, the useradd family, udevadm, modprobe; systemctl for
+    # the reboot after `agent install --from-kargs`), the units and
     # scripts (udevadm, mount, umount, modprobe, sync, mkdir, rm, tail). No relabelling or
     # partitioning tools: the agent writes GPT itself and reads filesystems with libblkid.
     inst_multiple -o \
         mkfs.ext4 mkfs.xfs mkfs.btrfs mkfs.fat mkswap wipefs mdadm cryptsetup setfiles \
         useradd usermod userdel groupadd groupmod groupdel udevadm mount umount \
-        modprobe sync grep cut tail mkdir rm
+        modprobe sync grep cut tail mkdir rm systemctl
     # RAID/LUKS: dmsetup for the dm rules; udev rules that name /dev/md/<name> and
     # /dev/mapper/<name> and release libdevmapper's udev cookie (without 95-dm-notify
     # cryptsetup waits for udev forever). No auto-assembly rules: the agent assembles itself.

@@ -9,6 +9,7 @@ mod delete_config;
 mod fetch;
 #[cfg(feature = "docs")]
 mod generate_docs;
+mod install;
 #[cfg(feature = "serve")]
 mod machines;
 mod network_generate;
@@ -28,6 +29,7 @@ pub use self::delete_config::DeleteConfigArgs;
 pub use self::fetch::FetchArgs;
 #[cfg(feature = "docs")]
 pub use self::generate_docs::GenerateDocsArgs;
+pub use self::install::{InstallArgs, SelectorArgs};
 #[cfg(feature = "serve")]
 pub use self::machines::{MachinesAction, MachinesArgs};
 pub use self::network_generate::NetworkGenerateArgs;
@@ -86,6 +88,9 @@ pub enum Command {
     Info(InfoArgs),
     /// Fetch one resource (URL) to a file, verified, with the provisioning fetcher.
     Fetch(FetchArgs),
+    /// Write an OS image (raw, gzip, xz or zstd; hash- or signature-checked) to a disk, given
+    /// or chosen by what it is, and the Ignition config its first boot reads.
+    Install(Box<InstallArgs>),
     /// After provisioning, delete the config from a platform that keeps handing it to the
     /// machine (VMware guestinfo, VirtualBox guest properties); elsewhere nothing.
     DeleteConfig(DeleteConfigArgs),
@@ -156,6 +161,7 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Report(a) => report::run(a),
         Command::Info(a) => info(a),
         Command::Fetch(a) => runtime::signals::install().and_then(|()| fetch::run(a)),
+        Command::Install(a) => runtime::signals::install().and_then(|()| install::run(*a)),
         Command::DeleteConfig(a) => delete_config::run(a),
         Command::NetworkGenerate(a) => network_generate::run(a),
         #[cfg(feature = "serve")]

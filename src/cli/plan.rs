@@ -21,6 +21,10 @@ pub struct PlanArgs {
     /// Print the plan as one JSON document (`disks`, `raid`, `luks`, `filesystems`).
     #[arg(long)]
     pub json: bool,
+    /// With --disk-* flags: print which disk `agent install` would choose, and why each
+    /// candidate does or does not match (then the disks plan only with --config-file).
+    #[command(flatten)]
+    pub selector: super::SelectorArgs,
 }
 
 fn read_stdin() -> Result<Vec<u8>, String> {
@@ -32,6 +36,19 @@ fn read_stdin() -> Result<Vec<u8>, String> {
 }
 
 pub fn plan(a: PlanArgs) -> anyhow::Result<()> {
+    if !a.selector.selector().is_empty() {
+        let choice = a.selector.choose()?;
+        print!("install disk candidates:\n{choice}");
+        let disk = choice.one()?;
+        println!(
+            "install disk: /dev/{} ({})",
+            disk.name,
+            crate::install::select::stable_path(&disk.name).display()
+        );
+        if a.config_file.is_none() {
+            return Ok(());
+        }
+    }
     // Default: the rendered config the fetch stage leaves in the state directory.
     let config = match &a.config_file {
         None => crate::state::StateDir::new(&a.state_dir).read_rendered()?,
