@@ -219,7 +219,7 @@ EOF
 chmod 0755 "$root"/usr/lib/os-image/*
 cat >"$root/etc/systemd/system/os-image-up.service" <<'EOF'
 [Unit]
-Description=Print OS-IMAGE-UP on the console
+Description=Report on the console that the root is up
 After=sysinit.target
 
 [Service]
@@ -231,7 +231,7 @@ WantedBy=multi-user.target
 EOF
 cat >"$root/etc/systemd/system/os-image-done.service" <<'EOF'
 [Unit]
-Description=Print OS-IMAGE-DONE on the console and power off
+Description=Report on the console, then power off
 After=multi-user.target os-image-up.service agent-report.service
 
 [Service]

@@ -423,7 +423,7 @@ run_scenario() {
                     why=$(grep -a -m1 -o 'AGENT-FAILED: [^ ]* failed' "$console" || true)
                     echo "boot $n: provisioning failed ($why)" >"$work/reason"; exit 1
                 fi
-                grep -aq 'OS-IMAGE-UP ' "$console" ||
+                grep -aq 'OS-IMAGE-UP boot_id=' "$console" ||
                     { echo "boot $n: the OS did not come up (no OS-IMAGE-UP on the console)" >"$work/reason"; exit 1; }
             elif [[ $expect_n == success ]]; then
                 if [[ $done_line != *complete=yes* ]]; then

@@ -6,8 +6,8 @@ grep -aq 'os-image: booting with agent.firstboot' "$c1" ||
 grep -aq 'first-boot flag cleared (boot-partition)' "$c1" ||
     fail "boot 1: agent-firstboot-done did not remove the stamp from the boot partition"
 grep -aq 'Agent: files' "$c1" || fail "boot 1: the files stage did not run"
-up1=$(grep -a -m1 -o 'OS-IMAGE-UP [^[:cntrl:]]*' "$c1" | tr -d '\r')
-up2=$(grep -a -m1 -o 'OS-IMAGE-UP [^[:cntrl:]]*' "$c2" | tr -d '\r')
+up1=$(grep -a -m1 -o 'OS-IMAGE-UP boot_id=[^[:cntrl:]]*' "$c1" | tr -d '\r')
+up2=$(grep -a -m1 -o 'OS-IMAGE-UP boot_id=[^[:cntrl:]]*' "$c2" | tr -d '\r')
 grep -aq 'Welcome to .*agent test OS image' "$c1" || fail "boot 1: no switch to the image's root"
 [[ $up1 == *kernel=$(. "$WORK/os/layout.env"; echo "$KERNEL_RELEASE")* ]] || fail "boot 1: $up1"
 [[ $up1 == *agent_log=yes* ]] || fail "boot 1: the root has no /var/log/agent/agent.log: $up1"
@@ -21,7 +21,7 @@ if grep -aqE 'Agent: |agent: ' "$c2"; then fail "boot 2: the agent ran: $(grep -
 [[ -n $up2 ]] || fail "boot 2: no OS-IMAGE-UP"
 [[ ${up1%% kernel=*} != "${up2%% kernel=*}" ]] || fail "boot 2 has boot 1's boot id"
 grep -aq 'CONFIG-UNIT-RAN' "$c2" || fail "boot 2: the config's unit (enabled at first boot) did not run"
-grep -aq 'OS-IMAGE-DONE' "$c2" || fail "boot 2: no OS-IMAGE-DONE"
+grep -aq 'OS-IMAGE-DONE agent-report=' "$c2" || fail "boot 2: no OS-IMAGE-DONE"
 # The disk, read with debugfs through read-only loop devices at the partitions' offsets.
 expect_eq "$(part_get 1 name)" BIOS-BOOT "partition 1 name"
 expect_eq "$(fs_get 2 LABEL)" boot "partition 2 label"
@@ -37,7 +37,7 @@ debugfs -c -R 'ls /' "$bootdev" 2>/dev/null | grep -q 'agent.firstboot' &&
 debugfs -c -R 'cat /ignition/config.ign' "$bootdev" 2>/dev/null | grep -q os-image-hello ||
     fail "ignition/config.ign missing from the boot partition"
 for n in 1 2; do
-    u=$(grep -a -m1 -o 'OS-IMAGE-UP [^[:cntrl:]]*' "$WORK/console$n.log" | sed 's/.*uptime_s=\([0-9.]*\).*/\1/')
+    u=$(grep -a -m1 -o 'OS-IMAGE-UP boot_id=[^[:cntrl:]]*' "$WORK/console$n.log" | sed 's/.*uptime_s=\([0-9.]*\).*/\1/')
     echo "boot $n: OS-IMAGE-UP at ${u}s after kernel start"
 done
 echo "build $(cat "$WORK/build_s") s; $(tr '\n' ';' <"$WORK/sizes")"
