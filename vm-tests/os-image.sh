@@ -258,6 +258,9 @@ cat >"$work/boot/grub/grub.cfg" <<EOF
 # The agent's first boot: agent.firstboot while the stamp file is on this partition
 # (agent-firstboot-done in the initramfs removes it once provisioning succeeded).
 set timeout=0
+# GRUB's own lines straight to the first serial port as well as the screen.
+serial --unit=0 --speed=115200
+terminal_output console serial
 set agent_firstboot=
 if [ -f (\$root)/agent.firstboot ]; then set agent_firstboot=agent.firstboot; fi
 echo "os-image: booting with \$agent_firstboot"
@@ -277,7 +280,7 @@ search --no-floppy --label boot --set root
 set prefix=($root)/grub
 EOF
 grub-mkimage -O i386-pc -d "$grubdir" -o "$work/core.img" -c "$work/early.cfg" -p /grub \
-    biosdisk part_gpt ext2 search search_label normal linux boot test echo ||
+    biosdisk part_gpt ext2 search search_label normal linux boot test echo serial terminal ||
     die "grub-mkimage failed"
 
 # --- filesystems and the disk --------------------------------------------------------------------
