@@ -5,7 +5,8 @@
 #     test       + the vm-tests hook (report, power off)     -> $VM_CACHE/initrd-agent-test.img
 #     reference  the same initramfs without the agent       -> $VM_CACHE/initrd-reference.img
 # KVER defaults to Debian's cloud kernel unpacked by setup.sh under $VM_CACHE/kernel/; another
-# KVER uses /lib/modules/KVER. Prints the image path.
+# KVER uses /lib/modules/KVER. INITRAMFS_OUT=FILE writes the image there instead (os-image.sh).
+# Prints the image path.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -26,8 +27,13 @@ else
 fi
 [[ -d $kmoddir ]] || { echo "initramfs: no modules for $kver ($kmoddir)" >&2; exit 1; }
 
-# dracut reads its modules from $dracutbasedir: a copy of the host's, plus ours.
-base=$VM_CACHE/dracut-base.$variant
+out=$VM_CACHE/initrd-$variant.img
+[[ $variant == test ]] && out=$VM_CACHE/initrd-agent-test.img
+out=${INITRAMFS_OUT:-$out}
+
+# dracut reads its modules from $dracutbasedir: a copy of the host's, plus ours (one per
+# output: builds of different images may run at the same time).
+base=$out.dracut-base
 rm -rf "$base"
 cp -a /usr/lib/dracut "$base"
 "$top/dracut/stage-module.sh" "$base/modules.d/30agent"
@@ -40,8 +46,6 @@ case $variant in
     reference) ;;
     *) echo "initramfs: unknown variant $variant" >&2; exit 2 ;;
 esac
-out=$VM_CACHE/initrd-$variant.img
-[[ $variant == test ]] && out=$VM_CACHE/initrd-agent-test.img
 if ! dracutbasedir=$base AGENT_BIN=$AGENT_BIN dracut --force --no-hostonly \
     --no-hostonly-cmdline --no-early-microcode --reproducible --compress zstd \
     --kver "$kver" --kmoddir "$kmoddir" --modules "$modules" \

@@ -53,6 +53,11 @@
 #                  (iPXE's `exit`): QEMU is ended once the console shows SeaBIOS's "Booting from
 #                  Hard Disk" (a disk without boot code hangs there), and the disk must be
 #                  bit-for-bit unchanged.
+#                  DISKBOOT=1: the firmware boots the disk's own boot loader (no -kernel): an
+#                  OS image that prepare.sh writes to $DISK (vm-tests/os-image.sh); SeaBIOS's
+#                  serial console as with NETBOOT. EXPECT_N=os: the booted OS printed
+#                  OS-IMAGE-UP on the console (and no stage failed); check.sh checks the rest
+#                  ($WORK/consoleN.log).
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
 #   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...);
@@ -197,6 +202,9 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG N [STOP_AT] -> exit status of QEMU (
         # The firmware boots: the network first, then the disk; a failed boot ends QEMU
         # (reboot-timeout=0 with -no-reboot). (QEMU warns that the name lacks "opt/".)
         args+=(-boot order=nc,reboot-timeout=0 -fw_cfg "name=etc/sercon-port,file=$VM_CACHE/sercon-port")
+    elif [[ -n ${DISKBOOT:-} ]]; then
+        # The disk's boot loader starts its own kernel and initramfs (an OS image).
+        args+=(-boot order=c,reboot-timeout=0 -fw_cfg "name=etc/sercon-port,file=$VM_CACHE/sercon-port")
     else
         args+=(-kernel "$kernel" -initrd "$initrd" -append "$append")
     fi
@@ -284,7 +292,7 @@ run_scenario() {
         trap stop_server EXIT
         set -a
         ADMIN_URL=
-        NETBOOT= BOOTFILE=
+        NETBOOT= BOOTFILE= DISKBOOT=
         MODE=fwcfg FWCFG= EXPECT=success BOOTS=1 DISK_MIB=2048 PLATFORM=qemu POOL=worker CMDLINE=""
         NEED_TOKEN= SERVE_CMD= TIMEOUT=${VM_TIMEOUT:-300} EXTRA_DISKS= TANG= CDROM= TPM=
         NET= GUEST_SERVER=10.0.2.100:8080
@@ -409,6 +417,14 @@ run_scenario() {
                 fi
                 [[ $(sha256sum "$disk_n" | cut -d' ' -f1) == "$sum_n" ]] ||
                     { echo "boot $n: the disk changed during a local boot" >"$work/reason"; exit 1; }
+            elif [[ $expect_n == os ]]; then
+                # An OS image booted from its disk: it came up (check.sh checks the rest).
+                if grep -aq 'AGENT-FAILED:' "$console"; then
+                    why=$(grep -a -m1 -o 'AGENT-FAILED: [^ ]* failed' "$console" || true)
+                    echo "boot $n: provisioning failed ($why)" >"$work/reason"; exit 1
+                fi
+                grep -aq 'OS-IMAGE-UP boot_id=' "$console" ||
+                    { echo "boot $n: the OS did not come up (no OS-IMAGE-UP on the console)" >"$work/reason"; exit 1; }
             elif [[ $expect_n == success ]]; then
                 if [[ $done_line != *complete=yes* ]]; then
                     why=$(grep -a -m1 -o 'AGENT-FAILED: [^ ]* failed' "$console" || true)

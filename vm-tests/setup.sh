@@ -8,7 +8,9 @@
 #  - the tools the agent's stages call, copied into the initramfs by our dracut module (mdadm,
 #    cryptsetup, clevis and its tpm2 pin for RAID/LUKS), tang (a tang server for 09-luks-tang)
 #    and swtpm (a software TPM for the tpm2 scenarios); ipxe-qemu (the iPXE ROM of QEMU's
-#    virtio-net-pci, for network boot; a dependency of qemu-system-x86 too);
+#    virtio-net-pci, for network boot; a dependency of qemu-system-x86 too); GRUB for BIOS
+#    for os-image.sh (grub-pc-bin: the i386-pc modules and boot.img; grub-common: grub-mkimage;
+#    unlike grub-pc, neither installs a boot loader on the host);
 #  - Debian's cloud kernel, unpacked (never installed) under $VM_CACHE/kernel.
 # Prints the kernel release it prepared on the last line of stdout.
 set -euo pipefail
@@ -35,7 +37,7 @@ pkgs_main="dracut-core udev kmod cpio lz4 zstd e2fsprogs dosfstools xfsprogs btr
     util-linux fdisk gdisk passwd policycoreutils file mtools socat
     mdadm cryptsetup-bin clevis clevis-luks jose curl tang libpwquality-tools cracklib-runtime
     clevis-tpm2 tpm2-tools swtpm
-    xorriso genisoimage ipxe-qemu"
+    xorriso genisoimage ipxe-qemu grub-pc-bin grub-common xz-utils"
 missing=()
 for p in $pkgs_main; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

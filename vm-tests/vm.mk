@@ -3,6 +3,8 @@
 #   make initramfs    test initramfs with our module for KVER (default: Debian's cloud kernel,
 #                     unpacked by vm-tests/setup.sh) -> $(VM_CACHE)/initrd-agent.img
 #   make vm-test      every VM scenario (installs QEMU, dracut and the kernel itself)
+#   make os-image     a bootable OS image with the agent's first boot (PLATFORM, default metal)
+#                     -> $(VM_CACHE)/os-image/os.img{,.zst,.xz}
 
 VM_CACHE ?= $(CURDIR)/target/vm
 
@@ -11,6 +13,11 @@ VM_CACHE ?= $(CURDIR)/target/vm
 .PHONY: initramfs
 initramfs: static
 	AGENT_BIN=$(CURDIR)/$(STATIC_BIN) VM_CACHE=$(VM_CACHE) vm-tests/initramfs.sh $(KVER)
+
+.PHONY: os-image
+os-image: static
+	AGENT_BIN=$(CURDIR)/$(STATIC_BIN) VM_CACHE=$(VM_CACHE) vm-tests/os-image.sh \
+		--platform $(or $(PLATFORM),metal) $(VM_CACHE)/os-image
 
 .PHONY: vm-test
 vm-test: static
