@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Sorts the differences of tests/network_diff.rs into the deliberate categories of known.tsv.
+"""Sorts the differences of tests/network/diff.rs into the deliberate categories of known.tsv.
 
-    NETWORK_DIFF_DUMP=/tmp/nd.jsonl cargo test --test network_diff
+    NETWORK_DIFF_DUMP=/tmp/nd.jsonl cargo test --test network diff::
     python3 tests/network_diff/classify.py /tmp/nd.jsonl   # rewrites known.tsv
 
 A difference no rule explains is printed and left out of known.tsv (the test then fails on it).

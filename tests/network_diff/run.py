@@ -6,7 +6,7 @@
 For each command line: the exit status of
 `systemd-network-generator --root=DIR -- <words>` and the files it wrote into
 DIR/run/systemd/network (comment lines dropped). --record writes them, with the generator's
-version, to tests/network_diff/fixtures.jsonl.gz, which tests/network_diff.rs replays (the
+version, to tests/network_diff/fixtures.jsonl.gz, which tests/network/diff.rs replays (the
 comparison itself is there: systemd is not needed to run the test).
 """
 

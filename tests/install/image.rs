@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-mod support;
+use crate::support;
 use support::TempDir;
 use support::root::Loop;
 

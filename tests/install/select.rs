@@ -5,7 +5,7 @@
 
 use std::process::{Command, Stdio};
 
-mod support;
+use crate::support;
 use support::TempDir;
 use support::root::Loop;
 
