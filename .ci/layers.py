@@ -19,9 +19,9 @@ import tempfile
 
 # Layer of each top-level module of src/ (ARCHITECTURE.md, "Layers").
 LAYERS = {
-    "mounts": 2, "endpoints": 2, "metadata": 2, "fetch": 2, "state": 2,
+    "mounts": 2, "endpoints": 2, "metadata": 2, "fetch": 2, "state": 2, "network": 2,
     "platform": 3, "blockdev": 3, "files": 3, "report": 3,
-    "stages": 4,
+    "stages": 4, "install": 4,
     "cli": 5,
 }
 # Layer of each crate of ours the agent crate depends on (ARCHITECTURE.md, "Layers"), by the

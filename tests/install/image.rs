@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
 use crate::support;
+use serde_json::Value;
 use support::TempDir;
 use support::root::Loop;
 
