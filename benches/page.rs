@@ -8,10 +8,10 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use serve::inventory::model::{Boot, StageRecord, Trust};
-use serve::inventory::{Machine, State};
-use serve::page::summary::{Query, ROWS, Scan};
-use serve::page::{Index, MachineView, PoolView};
+use serve::fleet::inventory::model::{Boot, StageRecord, Trust};
+use serve::fleet::inventory::{Machine, State};
+use serve::admin::page::summary::{Query, ROWS, Scan};
+use serve::admin::page::{Index, MachineView, PoolView};
 
 fn stage(
     s: report_format::Stage,
@@ -83,7 +83,7 @@ fn render(records: &[Machine], q: &Query, pools: &[PoolView]) -> (String, f64, f
     let pass = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
     let rows: Vec<MachineView> = window.machines.iter().map(serve::admin::view).collect();
-    let page = serve::page::index(&Index {
+    let page = serve::admin::page::index(&Index {
         pools,
         rejected: None,
         summary: &summary,
@@ -148,6 +148,6 @@ fn main() {
     println!(
         "records held by a pass: at most {} (one page) + {} failed + one duration per stage and machine",
         ROWS + 1,
-        serve::page::summary::FAILED_SHOWN
+        serve::admin::page::summary::FAILED_SHOWN
     );
 }
