@@ -8,10 +8,10 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use serve::fleet::inventory::model::{Boot, StageRecord, Trust};
-use serve::fleet::inventory::{Machine, State};
 use serve::admin::page::summary::{Query, ROWS, Scan};
 use serve::admin::page::{Index, MachineView, PoolView};
+use serve::fleet::inventory::model::{Boot, StageRecord, Trust};
+use serve::fleet::inventory::{Machine, State};
 
 fn stage(
     s: report_format::Stage,
