@@ -623,16 +623,41 @@ fn closes_at_once_after_a_whole_request_and_lingers_otherwise() {
 struct Capture(std::os::fd::OwnedFd);
 
 impl Capture {
-    fn open() -> Capture {
+    /// A capture of TCP segments from `from_port` only: a socket filter (classic BPF) keeps
+    /// out the rest of the loopback traffic, which other tests running at the same time could
+    /// otherwise use to fill the socket's buffer and make the kernel drop what we look for.
+    fn open(from_port: u16) -> Capture {
         use nix::libc;
         use std::os::fd::FromRawFd;
+        let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+            code: code as u16,
+            jt,
+            jf,
+            k,
+        };
+        let filter = [
+            // The IP header's protocol byte: TCP, or drop.
+            op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, 9),
+            op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 0, 3, 6),
+            // X = the IP header's length; the TCP source port follows it.
+            op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, 0, 0, 0),
+            op(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, 0),
+            op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 1, 0, u32::from(from_port)),
+            op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+            op(libc::BPF_RET | libc::BPF_K, 0, 0, 0x4_0000),
+        ];
+        let prog = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_ptr().cast_mut(),
+        };
         let proto = (libc::ETH_P_IP as u16).to_be();
         // SAFETY: plain syscalls on values made here; the descriptor is owned at once.
         unsafe {
+            // Protocol 0 receives nothing until bound, so no packet arrives before the filter.
             let fd = libc::socket(
                 libc::AF_PACKET,
                 libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                i32::from(proto),
+                0,
             );
             assert!(
                 fd >= 0,
@@ -640,12 +665,21 @@ impl Capture {
                 std::io::Error::last_os_error()
             );
             let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+            let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+            let r = libc::setsockopt(
+                raw,
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                (&raw const prog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as u32,
+            );
+            assert_eq!(r, 0, "socket filter: {}", std::io::Error::last_os_error());
             let mut sll: libc::sockaddr_ll = std::mem::zeroed();
             sll.sll_family = libc::AF_PACKET as u16;
             sll.sll_protocol = proto;
             sll.sll_ifindex = libc::if_nametoindex(c"lo".as_ptr()) as i32;
             let r = libc::bind(
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                raw,
                 (&raw const sll).cast(),
                 std::mem::size_of::<libc::sockaddr_ll>() as u32,
             );
@@ -722,7 +756,7 @@ fn closing_at_once_sends_the_answer_with_the_fin() {
         "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(),
         report_request("fin-1"),
     ] {
-        let cap = Capture::open();
+        let cap = Capture::open(addr.port());
         let mut c = TcpStream::connect(addr).unwrap();
         let port = c.local_addr().unwrap().port();
         c.write_all(req.as_bytes()).unwrap();
