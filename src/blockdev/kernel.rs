@@ -228,11 +228,21 @@ pub fn sync_partitions(
         .iter()
         .map(|e| (e.number, e.start * ss, e.size() * ss))
         .collect();
+    sync_partition_list(dev, disk, &want)
+}
+
+/// [`sync_partitions`] for partitions given as `(number, start, size)` in bytes (a DOS
+/// table's, [`super::mbr::read`]).
+pub fn sync_partition_list(
+    dev: &File,
+    disk: &str,
+    want: &[(u32, u64, u64)],
+) -> Result<Vec<PathBuf>> {
     let nodes = want
         .iter()
         .map(|w| PathBuf::from("/dev").join(part_name(disk, w.0)))
         .collect();
-    let updates = Updates::between(&kernel_partitions(disk), &want);
+    let updates = Updates::between(&kernel_partitions(disk), want);
     let Err(e) = updates.apply(dev, disk) else {
         return Ok(nodes);
     };
@@ -243,7 +253,7 @@ pub fn sync_partitions(
     // SAFETY: plain ioctl without arguments on a valid fd.
     unsafe { ioctl::blkrrpart(dev.as_raw_fd()) }
         .with_context(|| format!("BLKRRPART on /dev/{disk} (after: {e:#})"))?;
-    let rest = Updates::between(&kernel_partitions(disk), &want);
+    let rest = Updates::between(&kernel_partitions(disk), want);
     if !rest.is_empty() {
         log::info!("completing the kernel's partitions of /dev/{disk} after the re-read");
     }

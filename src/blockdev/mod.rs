@@ -15,6 +15,7 @@ pub mod gpt;
 pub mod inuse;
 pub mod kernel;
 pub mod luks;
+pub mod mbr;
 pub mod partitions;
 pub mod plan;
 pub mod probe;

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::blockdev::{gpt, inuse, kernel, probe};
+use crate::blockdev::{gpt, inuse, kernel, mbr, probe};
 use crate::fetch::Fetcher;
 pub use image::Source;
 
@@ -316,10 +316,17 @@ fn announce_partitions(
     {
         gpt::OnDisk::Gpt(table) => table,
         gpt::OnDisk::Mbr => {
-            log::warn!(
-                "the image has an MBR partition table: its partitions are not announced to the kernel"
+            let parts = mbr::read(t.plain, g.sector_size, g.sectors * g.sector_size).with_context(
+                || format!("reading the new partition table of {}", dest.display()),
+            )?;
+            log::info!(
+                "the image has a DOS (MBR) partition table: {} partitions",
+                parts.len()
             );
-            return Ok(Vec::new());
+            let nodes = kernel::sync_partition_list(t.plain, t.name, &parts)?;
+            kernel::udev_settle();
+            kernel::wait_for(&nodes, timeout)?;
+            return Ok(nodes);
         }
         gpt::OnDisk::None => {
             log::warn!("the image has no partition table");

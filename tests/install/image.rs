@@ -245,6 +245,118 @@ fn installs_zstd_xz_gzip_and_raw_images() {
     }
 }
 
+/// The partitions the kernel has for `disk`: (number, start, size) in 512-byte sectors.
+fn kernel_partitions(disk: &str) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/sys/block/{disk}"))
+        .unwrap()
+        .flatten()
+    {
+        let rd = |f: &str| {
+            std::fs::read_to_string(e.path().join(f))
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let (Some(n), Some(s), Some(l)) = (rd("partition"), rd("start"), rd("size")) {
+            out.push((n, s, l));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+#[ignore = "needs root: make test-root"]
+fn an_mbr_image_has_its_partitions_announced() {
+    // A DOS table: 1 `boot` (primary, ext4), 2 extended, 5 and 6 logical (`root` on 6). The
+    // kernel here parses no tables, so the nodes come only from the agent's BLKPG calls; they
+    // must be what sfdisk reads in the table (an extended partition's node is 2 sectors, as
+    // the kernel's msdos parser makes it).
+    let dir = TempDir::new("install-mbr");
+    let img = dir.join("os.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let i = img.to_str().unwrap();
+    support::sh(
+        "sfdisk",
+        &["-q", i],
+        Some(b"label: dos\nstart=2048, size=16M, type=83\nstart=34816, type=5\nsize=8M, type=83\nsize=+, type=83\n"),
+    );
+    sh(
+        "mkfs.ext4",
+        &[
+            "-q",
+            "-F",
+            "-L",
+            "boot",
+            "-E",
+            &format!("offset={MIB}"),
+            i,
+            "16M",
+        ],
+    );
+    let parts: Value = serde_json::from_str(&sh("sfdisk", &["--json", i])).unwrap();
+    let parts = parts["partitiontable"]["partitions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(parts.len(), 4, "{parts:?}");
+    let root_start = parts[3]["start"].as_u64().unwrap();
+    sh(
+        "mkfs.ext4",
+        &[
+            "-q",
+            "-F",
+            "-L",
+            "root",
+            "-E",
+            &format!("offset={}", root_start * 512),
+            i,
+            "8M",
+        ],
+    );
+    let cfg = dir.join("config.ign");
+    std::fs::write(&cfg, CONFIG).unwrap();
+    let lp = Loop::new(96);
+    let (code, _, err) = agent(&[
+        "install",
+        lp.dev(),
+        "--image-file",
+        i,
+        "--image-hash",
+        &sha256(&img),
+        "--ignition-file",
+        cfg.to_str().unwrap(),
+        "--state-dir",
+        dir.join("state").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("DOS (MBR) partition table: 4 partitions"),
+        "{err}"
+    );
+    let want: Vec<(u64, u64, u64)> = parts
+        .iter()
+        .map(|p| {
+            let node = p["node"].as_str().unwrap();
+            let digits = node.len() - node.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+            let n: u64 = node[node.len() - digits..].parse().unwrap();
+            let size = if p["type"] == "5" {
+                2
+            } else {
+                p["size"].as_u64().unwrap()
+            };
+            (n, p["start"].as_u64().unwrap(), size)
+        })
+        .collect();
+    assert_eq!(want.iter().map(|w| w.0).collect::<Vec<_>>(), [1, 2, 5, 6]);
+    assert_eq!(kernel_partitions(lp.name()), want);
+    assert_eq!(blkid(&format!("{}p6", lp.dev()), "LABEL"), "root");
+    assert_eq!(installed_config(lp.dev()), CONFIG);
+}
+
 #[test]
 #[ignore = "needs root: make test-root"]
 fn a_wrong_hash_or_signature_leaves_nothing_installed() {

@@ -642,7 +642,12 @@ impl Capture {
             // X = the IP header's length; the TCP source port follows it.
             op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, 0, 0, 0),
             op(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, 0),
-            op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 1, 0, u32::from(from_port)),
+            op(
+                libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+                1,
+                0,
+                u32::from(from_port),
+            ),
             op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
             op(libc::BPF_RET | libc::BPF_K, 0, 0, 0x4_0000),
         ];
