@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+use crate::agent;
 use crate::support;
 use serde_json::Value;
 use support::TempDir;
@@ -97,20 +98,6 @@ fn compress(img: &Path, tool: &str, suffix: &str) -> PathBuf {
 fn sha256(p: &Path) -> String {
     let out = sh("sha256sum", &[p.to_str().unwrap()]);
     format!("sha256-{}", out.split_whitespace().next().unwrap())
-}
-
-/// Runs the agent: (exit code, stdout, stderr).
-fn agent(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Partition names as sfdisk reads them from the device; empty when there is no table.

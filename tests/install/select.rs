@@ -3,26 +3,12 @@
 //! rotational and removable flags as the kernel reports them, a property loop devices lack,
 //! no match, two matches; `agent plan` shows the choice and `agent install` uses it.
 
-use std::process::{Command, Stdio};
-
+use crate::agent;
 use crate::support;
 use support::TempDir;
 use support::root::Loop;
 
 const MIB: u64 = 1 << 20;
-
-fn agent(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// A size no other loop device has: `mib` MiB plus a number of 4 KiB blocks from the
 /// process id and a counter.
