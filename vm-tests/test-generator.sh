@@ -13,6 +13,7 @@ case_() { # NAME CMDLINE EXPECT_ENABLED(yes|no) EXPECT_PLATFORM
     printf '%s\n' "$cmdline" >"$tmp/cmdline"
     AGENT_GENERATOR_CMDLINE=$tmp/cmdline AGENT_GENERATOR_RUNDIR=$tmp/run "$gen" "$tmp/units" "$tmp/units" "$tmp/units"
     [[ -L $tmp/units/initrd.target.requires/agent-complete.target ]] && got=yes
+    [[ -L $tmp/units/initrd.target.requires/agent-install.service ]] && got=install
     [[ -f $tmp/run/platform.env ]] && gotp=$(sed -n 's/^AGENT_PLATFORM=//p' "$tmp/run/platform.env")
     if [[ $got == "$want" && $gotp == "$wantp" ]]; then
         passed=$((passed + 1))
@@ -39,5 +40,11 @@ case_ "pxe is metal" "flatcar.first_boot=yes coreos.oem.id=pxe" yes metal
 case_ "flatcar oem before coreos" "flatcar.first_boot=1 coreos.oem.id=aws flatcar.oem.id=qemu" yes qemu
 case_ "ignition platform before oem id" "ignition.firstboot flatcar.oem.id=aws ignition.platform.id=qemu" yes qemu
 case_ "ignition names are not renamed" "ignition.firstboot ignition.platform.id=ec2" yes ec2
+case_ "install disk asks for an install" "coreos.inst.install_dev=sda coreos.inst.image_url=http://h/i" install ""
+case_ "image URL alone asks for an install" "coreos.inst.image_url=http://h/i.raw.xz" install ""
+case_ "install wins over first boot" "agent.firstboot coreos.inst.install_dev=/dev/vda" install ""
+case_ "selector karg asks for an install" "agent.install.disk.transport=virtio coreos.inst.image_url=http://h/i" install ""
+case_ "empty install disk is no install" "coreos.inst.install_dev= agent.firstboot" yes metal
+case_ "skip_reboot alone is no install" "coreos.inst.skip_reboot root=LABEL=root" no ""
 echo "generator: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

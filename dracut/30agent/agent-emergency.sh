@@ -3,7 +3,7 @@
 # the log of the failed provisioning stage on the console, and where the full log and the
 # stage's summary are (docs/reports.md, "The console"). Lines start with AGENT-FAILED:.
 _agent_shown=
-for _u in agent-fetch-offline agent-fetch agent-disks agent-files agent-firstboot-done; do
+for _u in agent-install agent-fetch-offline agent-fetch agent-disks agent-files agent-firstboot-done; do
     if systemctl -q is-failed "$_u.service" 2>/dev/null; then
         _agent_shown=1
         {
