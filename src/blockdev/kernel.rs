@@ -19,6 +19,17 @@ mod ioctl {
     nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
     nix::ioctl_none!(blkrrpart, 0x12, 95);
     nix::ioctl_write_ptr_bad!(blkpg, 0x1269, super::BlkpgArg);
+    nix::ioctl_write_ptr_bad!(blkzeroout, nix::request_code_none!(0x12, 127), [u64; 2]);
+}
+
+/// Has the device make `[start, start + len)` read as zeros (BLKZEROOUT: a Write Zeroes
+/// command on a disk that has one, a zeroed range of a loop device's file; the kernel writes
+/// zeros itself on a device with neither). Both must be multiples of the logical block size.
+/// `ENOTTY`, `EOPNOTSUPP` or `EINVAL`: the file cannot do it (the caller writes the zeros).
+pub fn zero_out(dev: &File, start: u64, len: u64) -> nix::Result<()> {
+    let range = [start, len];
+    // SAFETY: valid fd and a pointer to two u64s, as the ioctl reads them.
+    unsafe { ioctl::blkzeroout(dev.as_raw_fd(), &range) }.map(|_| ())
 }
 
 #[repr(C)]

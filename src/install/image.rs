@@ -22,9 +22,11 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use nix::errno::Errno;
 use sha2::Digest;
 
 use super::signature::Blake2b512;
+use crate::blockdev::kernel;
 use crate::fetch::retry::Failure;
 use crate::fetch::{Fetcher, short};
 
@@ -446,6 +448,8 @@ pub struct Written {
     /// The image's first MiB (or less, if the image is smaller), not yet on the disk.
     pub first: Aligned,
     pub first_len: usize,
+    /// Bytes of zeros the device zeroed instead of being written.
+    pub zeroed: u64,
     pub elapsed: Duration,
 }
 
@@ -497,7 +501,7 @@ pub fn stream(r: Reading, t: &Target) -> Result<Written> {
             Err(e) if stopped(&e) => None,
             r => Some(r?),
         };
-        let (bytes, first, first_len) = written?;
+        let (bytes, first, first_len, zeroed) = written?;
         let (Some(digests), Some(format)) = (digests, format) else {
             bail!("the install stopped without an error (a bug)");
         };
@@ -507,6 +511,7 @@ pub fn stream(r: Reading, t: &Target) -> Result<Written> {
             bytes,
             first,
             first_len,
+            zeroed,
             elapsed: start.elapsed(),
         })
     })
@@ -603,15 +608,19 @@ fn decode(
 }
 
 /// Writes each chunk at its offset, keeping the first MiB; returns (bytes, first MiB, its
-/// length).
+/// length, bytes zeroed by the device).
 fn writer(
     t: &Target,
     rx: Receiver<(Aligned, usize)>,
     back: SyncSender<Aligned>,
-) -> Result<(u64, Aligned, usize)> {
+) -> Result<(u64, Aligned, usize, u64)> {
     let mut first = Aligned::new(FIRST);
     let mut first_len = 0;
     let mut off: u64 = 0;
+    let mut zeros = Zeros {
+        device: true,
+        bytes: 0,
+    };
     let start = Instant::now();
     let mut next_report = start + PROGRESS_EVERY;
     for (buf, k) in rx {
@@ -637,8 +646,7 @@ fn writer(
         if !rest.is_empty() {
             let aligned = rest.len() - rest.len() % t.sector as usize;
             if aligned > 0 {
-                t.direct
-                    .write_all_at(&rest[..aligned], at)
+                put(t, &rest[..aligned], at, &mut zeros)
                     .with_context(|| format!("writing /dev/{} at byte {at}", t.name))?;
             }
             if aligned < rest.len() {
@@ -665,7 +673,57 @@ fn writer(
     t.plain
         .sync_all()
         .with_context(|| format!("syncing /dev/{}", t.name))?;
-    Ok((off, first, first_len))
+    Ok((off, first, first_len, zeros.bytes))
+}
+
+/// The runs of zeros the device zeroed instead of being written.
+struct Zeros {
+    /// Whether the device can (false after it said it cannot).
+    device: bool,
+    /// Bytes zeroed so.
+    bytes: u64,
+}
+
+/// Zero runs shorter than this are written like the rest.
+const ZERO_RUN: usize = 1 << 20;
+
+/// Writes `data` (whole logical blocks) at `at` with O_DIRECT; each whole [`ZERO_RUN`] of it
+/// that is all zeros (an image's free space) is zeroed by the device instead
+/// ([`kernel::zero_out`]), which reads back the same and writes nothing on a device that can.
+fn put(t: &Target, data: &[u8], at: u64, z: &mut Zeros) -> io::Result<()> {
+    let mut i = 0;
+    while i < data.len() {
+        let zero =
+            |j: usize| z.device && j + ZERO_RUN <= data.len() && all_zero(&data[j..j + ZERO_RUN]);
+        let run_zero = zero(i);
+        let mut j = i + ZERO_RUN.min(data.len() - i);
+        while j < data.len() && zero(j) == run_zero {
+            j += ZERO_RUN.min(data.len() - j);
+        }
+        if run_zero {
+            match kernel::zero_out(t.direct, at + i as u64, (j - i) as u64) {
+                Ok(()) => {
+                    z.bytes += (j - i) as u64;
+                    i = j;
+                    continue;
+                }
+                Err(Errno::ENOTTY | Errno::EOPNOTSUPP | Errno::EINVAL) => {
+                    log::debug!("/dev/{}: no BLKZEROOUT, zeros are written", t.name);
+                    z.device = false;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        t.direct.write_all_at(&data[i..j], at + i as u64)?;
+        i = j;
+    }
+    Ok(())
+}
+
+/// Whether `b` holds only zero bytes (4 KiB at a time: the OR of each block vectorises).
+fn all_zero(b: &[u8]) -> bool {
+    b.chunks(4096)
+        .all(|c| c.iter().fold(0u8, |a, &x| a | x) == 0)
 }
 
 /// Writes the held-back first MiB and syncs: the image becomes bootable.
@@ -733,6 +791,54 @@ mod tests {
         );
         assert_eq!(Format::from_suffix("img.zst"), Some(Format::Zstd));
         assert_eq!(Format::from_suffix("img.raw"), None);
+    }
+
+    #[test]
+    fn zero_runs_on_a_file_that_cannot_zero_are_written() {
+        // A regular file has no BLKZEROOUT: the zeros are written and the data lands as given.
+        let path = std::env::temp_dir().join(format!("agent-put-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        f.set_len(8 << 20).unwrap();
+        f.write_all_at(&vec![0xa5; 8 << 20], 0).unwrap();
+        let mut data = vec![0u8; 5 << 20];
+        data[(1 << 20) + 7] = 1;
+        data[(4 << 20) + 512..].fill(2);
+        let t = Target {
+            direct: &f,
+            plain: &f,
+            size: 8 << 20,
+            sector: 512,
+            name: "test",
+        };
+        let mut z = Zeros {
+            device: true,
+            bytes: 0,
+        };
+        put(&t, &data, 1 << 20, &mut z).unwrap();
+        assert!(!z.device, "a regular file cannot zero a range");
+        assert_eq!(z.bytes, 0);
+        let back = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(back[..1 << 20].iter().all(|&b| b == 0xa5));
+        assert_eq!(&back[1 << 20..6 << 20], &data[..]);
+        assert!(back[6 << 20..].iter().all(|&b| b == 0xa5));
+    }
+
+    #[test]
+    fn all_zero_finds_a_single_byte() {
+        let mut b = vec![0u8; ZERO_RUN];
+        assert!(all_zero(&b));
+        for at in [0, 4095, 4096, ZERO_RUN - 1] {
+            b[at] = 1;
+            assert!(!all_zero(&b), "byte {at}");
+            b[at] = 0;
+        }
     }
 
     #[test]

@@ -283,12 +283,13 @@ fn write(
     }
     image::write_first(t, &w)?;
     log::info!(
-        "wrote {} bytes ({} {} bytes fetched) in {:.1}s ({:.0} MiB/s)",
+        "wrote {} bytes ({} {} bytes fetched) in {:.1}s ({:.0} MiB/s; {} MiB of zeros zeroed by the device, not written)",
         w.bytes,
         w.format.name(),
         w.digests.raw,
         w.elapsed.as_secs_f64(),
-        w.bytes as f64 / 1048576.0 / w.elapsed.as_secs_f64().max(1e-6)
+        w.bytes as f64 / 1048576.0 / w.elapsed.as_secs_f64().max(1e-6),
+        w.zeroed >> 20
     );
     let partitions = announce_partitions(t, g, &o.dest, o.device_timeout)?;
     Ok(Installed {

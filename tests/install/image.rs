@@ -232,6 +232,48 @@ fn installs_zstd_xz_gzip_and_raw_images() {
     }
 }
 
+#[test]
+#[ignore = "needs root: make test-root"]
+fn an_images_zeros_are_zeroed_by_the_device_over_old_data() {
+    // The disk held data (noise); the image is mostly zeros (its free space). Each MiB of
+    // zeros is zeroed by the loop device (BLKZEROOUT) instead of written, and the disk reads
+    // back as the image byte for byte: no old data left where the image has zeros.
+    let fx = fixture();
+    let image = compress(&fx.img, "zstd", ".zst");
+    let lp = Loop::with(96 * MIB, 512, |p| {
+        let mut noise = vec![0u8; 96 * MIB as usize];
+        std::fs::File::open("/dev/urandom")
+            .unwrap()
+            .read_exact(&mut noise)
+            .unwrap();
+        std::fs::write(p, &noise).unwrap();
+    });
+    let state = fx.dir.join("state-zeros");
+    let (code, _, err) = agent(&[
+        "install",
+        lp.dev(),
+        "--image-file",
+        image.to_str().unwrap(),
+        "--image-hash",
+        &sha256(&image),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let zeroed: u64 = err
+        .split_once(" MiB of zeros zeroed by the device")
+        .and_then(|(before, _)| before.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no count of zeroed MiB in: {err}"));
+    assert!(zeroed >= 20, "only {zeroed} MiB zeroed: {err}");
+    let disk = lp.bytes();
+    let raw = std::fs::read(&fx.img).unwrap();
+    assert!(
+        disk[..64 * MIB as usize] == raw[..],
+        "the disk differs from the image"
+    );
+    assert_eq!(table(lp.dev()), ["boot", "root"]);
+}
+
 /// The partitions the kernel has for `disk`: (number, start, size) in 512-byte sectors.
 fn kernel_partitions(disk: &str) -> Vec<(u64, u64, u64)> {
     let mut out = Vec::new();
