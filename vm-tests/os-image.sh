@@ -21,10 +21,13 @@
 #                                 grub/grub.cfg, the first-boot stamp agent.firstboot and, once
 #                                 installed, ignition/config.ign
 #   3 root       ext4, label root systemd 252 with its libraries and busybox; the units
-#                                 os-image-up.service (prints OS-IMAGE-UP on the console) and
-#                                 os-image-done.service (after multi-user.target, where the
-#                                 agent's agent-report.service runs: prints OS-IMAGE-DONE, then
-#                                 powers off)
+#                                 os-image-up.service (prints OS-IMAGE-UP on the console),
+#                                 os-image-net.service (DHCP with busybox udhcpc on the first
+#                                 ethernet link, virtio_net from the root's modules, when a
+#                                 unit wants network-online.target) and os-image-done.service
+#                                 (after multi-user.target, where the agent's
+#                                 agent-report.service and agent-report-running.service run:
+#                                 prints OS-IMAGE-DONE, then powers off)
 # First boot: GRUB adds `agent.firstboot` to the command line while the boot partition has
 # the stamp file agent.firstboot; the agent's agent-firstboot-done removes it once
 # provisioning succeeded, so later boots do not provision again.
@@ -139,12 +142,12 @@ rm -rf "$root"/usr/share/{doc,man,info,locale,lintian,bash-completion,zsh,bug} \
 # adds the config's (20-ignition.preset), which come first.
 rm -rf "$root"/usr/lib/systemd/system-preset
 mkdir -p "$root"/usr/lib/systemd/system-preset
-printf 'enable os-image-up.service\nenable os-image-done.service\ndisable *\n' \
+printf 'enable os-image-up.service\nenable os-image-done.service\nenable os-image-net.service\ndisable *\n' \
     >"$root/usr/lib/systemd/system-preset/99-os-image.preset"
 # Generators for what the image has not (LUKS, dm-verity/integrity, hibernation, GPT
 # auto-discovery, SysV scripts, rc.local): each is one more program run at every boot.
 rm -f "$root"/usr/lib/systemd/system-generators/systemd-{cryptsetup,veritysetup,integritysetup,hibernate-resume,gpt-auto,sysv,rc-local}-generator
-for a in sh rm cat uname cut mkdir ls sleep echo grep tr; do
+for a in sh rm cat uname cut mkdir ls sleep echo grep tr ip udhcpc modprobe; do
     ln -s busybox "$root/usr/bin/$a"
 done
 ln -s ../lib/systemd/systemd "$root/usr/sbin/init"
@@ -208,13 +211,46 @@ cat >"$root/usr/lib/os-image/os-image-done" <<'EOF'
 #!/bin/sh
 # After multi-user.target (the agent's agent-report.service and the config's units ran):
 # what the agent's report unit did, then power off.
-r=none
-if [ "$(systemctl show -p LoadState --value agent-report.service)" != not-found ]; then
-    r=$(systemctl show -p ActiveState,Result --value agent-report.service | tr '\n' '/')
-fi
-echo "OS-IMAGE-DONE agent-report=${r%/} uptime_s=$(cut -d' ' -f1 /proc/uptime)" >/dev/console
+state() { # UNIT: none, or its ActiveState/Result
+    if [ "$(systemctl show -p LoadState --value "$1")" = not-found ]; then
+        echo none
+    else
+        r=$(systemctl show -p ActiveState,Result --value "$1" | tr '\n' '/')
+        echo "${r%/}"
+    fi
+}
+echo "OS-IMAGE-DONE agent-report=$(state agent-report.service)" \
+    "agent-report-running=$(state agent-report-running.service)" \
+    "uptime_s=$(cut -d' ' -f1 /proc/uptime)" >/dev/console
 # (systemctl poweroff would ask logind first, over D-Bus, which the image has not.)
 systemctl --no-block start --job-mode=replace-irreversibly poweroff.target
+EOF
+cat >"$root/usr/lib/os-image/os-image-net" <<'EOF'
+#!/bin/sh
+# The network, as an installed OS brings it up: DHCP on the first ethernet link (QEMU's user
+# network: 10.0.2.15, the router 10.0.2.2).
+[ -e /sys/module/virtio_net ] || modprobe virtio_net
+d=
+for i in 1 2 3 4 5 6 7 8 9 10; do
+    for d in /sys/class/net/e*; do [ -e "$d" ] && break 2; done
+    sleep 0.5
+done
+[ -e "$d" ] || { echo "os-image-net: no ethernet link" >/dev/console; exit 1; }
+dev=${d##*/}
+ip link set "$dev" up
+udhcpc -i "$dev" -n -q -t 10 -s /usr/lib/os-image/udhcpc.script
+echo "OS-IMAGE-NET $dev $(ip -4 -o addr show dev "$dev" | tr -s ' ' | cut -d' ' -f4)" >/dev/console
+EOF
+cat >"$root/usr/lib/os-image/udhcpc.script" <<'EOF'
+#!/bin/sh
+# busybox udhcpc's hook: the lease's address and default route on $interface.
+case $1 in
+    deconfig) ip -4 addr flush dev "$interface"; ip link set "$interface" up ;;
+    bound | renew)
+        ip -4 addr flush dev "$interface"
+        ip addr add "$ip/${mask:-24}" dev "$interface"
+        [ -z "$router" ] || ip route replace default via "${router%% *}" dev "$interface" ;;
+esac
 EOF
 chmod 0755 "$root"/usr/lib/os-image/*
 cat >"$root/etc/systemd/system/os-image-up.service" <<'EOF'
@@ -229,10 +265,25 @@ ExecStart=/usr/lib/os-image/os-image-up
 [Install]
 WantedBy=multi-user.target
 EOF
+cat >"$root/etc/systemd/system/os-image-net.service" <<'EOF'
+[Unit]
+Description=DHCP on the first ethernet link (busybox udhcpc)
+DefaultDependencies=no
+After=sysinit.target
+Before=network-online.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/lib/os-image/os-image-net
+
+[Install]
+WantedBy=network-online.target
+EOF
 cat >"$root/etc/systemd/system/os-image-done.service" <<'EOF'
 [Unit]
 Description=Report on the console, then power off
-After=multi-user.target os-image-up.service agent-report.service
+After=multi-user.target os-image-up.service agent-report.service agent-report-running.service
 
 [Service]
 Type=oneshot
@@ -244,6 +295,17 @@ EOF
 for u in os-image-up.service os-image-done.service; do
     ln -s "/etc/systemd/system/$u" "$root/etc/systemd/system/multi-user.target.wants/$u"
 done
+mkdir -p "$root/etc/systemd/system/network-online.target.wants"
+ln -s /etc/systemd/system/os-image-net.service \
+    "$root/etc/systemd/system/network-online.target.wants/os-image-net.service"
+# virtio_net and what it needs, from the test kernel's modules (busybox modprobe reads
+# modules.dep).
+mdir=lib/modules/$kver
+for m in net/core/failover.ko drivers/net/net_failover.ko drivers/net/virtio_net.ko; do
+    mkdir -p "$root/usr/$mdir/kernel/$(dirname "$m")"
+    cp "$kroot/$mdir/kernel/$m" "$root/usr/$mdir/kernel/$m"
+done
+depmod -b "$root/usr" "$kver" || die "depmod failed"
 ln -s /usr/lib/systemd/system/multi-user.target "$root/etc/systemd/system/default.target"
 # Nothing to log in with, no D-Bus, no udev: the login prompt, logind and the interactive
 # first-boot wizard would only wait.

@@ -40,7 +40,9 @@
 #                  arguments), SMBIOS_N (QEMU's -smbios type=1 fields: uuid=...,serial=...),
 #                  MAC_N (the NIC's MAC address), DISK_N (the disk image's name in $WORK, made
 #                  blank at DISK_MIB on first use; default disk.img, which is $DISK), EXPECT_N
-#                  (success|emergency|local; default success, EXPECT for the last boot)
+#                  (success|emergency|local|os|installed; default success, EXPECT for the
+#                  last boot); a DISK_N machine's EXTRA_DISKS are its own (DISK_N's name + 2,
+#                  3, ...)
 #                  NETBOOT=1 (MODE=url: the firmware boots from the network, no -kernel: SeaBIOS,
 #                  then iPXE (the ipxe-qemu ROM of virtio-net-pci) gets BOOTFILE (default
 #                  /boot.ipxe; BOOTFILE_N per boot) at the guest server by slirp's DHCP, then
@@ -57,7 +59,14 @@
 #                  OS image that prepare.sh writes to $DISK (vm-tests/os-image.sh); SeaBIOS's
 #                  serial console as with NETBOOT. EXPECT_N=os: the booted OS printed
 #                  OS-IMAGE-UP on the console (and no stage failed); check.sh checks the rest
-#                  ($WORK/consoleN.log).
+#                  ($WORK/consoleN.log). With NETBOOT, EXPECT_N=os is a machine that iPXE
+#                  sends on to its disk, whose OS boots.
+#                  EXPECT_N=installed: a live install (agent-install.service, from a boot
+#                  profile's `install` section): the console shows `agent install`'s
+#                  "installed to /dev/..." and its reboot, which ends QEMU (-no-reboot).
+#                  prepare.sh may leave more boot assets in $WORK/assets/ (linked into
+#                  serve/boot/assets/) and NAME=value lines in $WORK/serve.env (@NAME@ in
+#                  serve/'s text files becomes the value).
 #   config.ign     the config (configN.ign for boot N if present); "@TOKEN@" and "@SERVER@" are
 #                  replaced by the pool's bearer token and the server's address as the guest sees it
 #   serve/         (MODE=url) the config server's source directory (pools/<pool>.ign, ...);
@@ -211,6 +220,8 @@ boot() { # DISK CONFIG_OR_EMPTY CONSOLE_LOG N [STOP_AT] -> exit status of QEMU (
     [[ -z $smbios ]] || args+=(-smbios "type=1,$smbios")
     local i=2 extra
     for extra in ${EXTRA_DISKS:-}; do
+        # Each machine's own: made blank at first use (DISK_N's extras are DISK_N's name + i).
+        [[ -e ${disk%.img}$i.img ]] || truncate -s "${extra}M" "${disk%.img}$i.img"
         args+=(-drive "file=${disk%.img}$i.img,if=virtio,format=raw,cache=unsafe")
         i=$((i + 1))
     done
@@ -346,6 +357,19 @@ run_scenario() {
                 ln -f "$initrd" "$work/serve/boot/assets/initramfs.img" 2>/dev/null ||
                     cp "$initrd" "$work/serve/boot/assets/initramfs.img"
             fi
+            # More boot assets prepare.sh made (e.g. an OS image to install).
+            if [[ -d $work/assets ]]; then
+                mkdir -p "$work/serve/boot/assets"
+                cp -al "$work/assets/." "$work/serve/boot/assets/"
+            fi
+            # Values prepare.sh computed (NAME=value lines): @NAME@ in serve/.
+            if [[ -f $work/serve.env ]]; then
+                while IFS='=' read -r k v; do
+                    [[ $k =~ ^[A-Z][A-Z0-9_]*$ ]] || continue
+                    find "$work/serve" -path "$work/serve/boot/assets" -prune -o -type f -print0 |
+                        xargs -0 -r sed -i "s|@$k@|$v|g"
+                done <"$work/serve.env"
+            fi
             kargs="$(base_args) ${CMDLINE//@SERVER@/$guest_server}"
             # shellcheck disable=SC2086
             kjson=$(python3 -c 'import json, sys; print(", ".join(json.dumps(a) for a in sys.argv[1:]))' $kargs)
@@ -417,6 +441,18 @@ run_scenario() {
                 fi
                 [[ $(sha256sum "$disk_n" | cut -d' ' -f1) == "$sum_n" ]] ||
                     { echo "boot $n: the disk changed during a local boot" >"$work/reason"; exit 1; }
+            elif [[ $expect_n == installed ]]; then
+                # A live install (agent-install.service): the image written, the config placed,
+                # then the reboot, which ends QEMU (-no-reboot).
+                if grep -aq 'AGENT-FAILED:' "$console"; then
+                    why=$(grep -a -m1 -o 'AGENT-FAILED: [^ ]* failed' "$console" || true)
+                    err=$(grep -a -m1 -o 'agent\[[a-z]*\] error: .*' "$console" | cut -c1-160 || true)
+                    echo "boot $n: the install failed ($why${err:+: $err})" >"$work/reason"; exit 1
+                fi
+                grep -aq 'agent\[install\] info: installed to /dev/' "$console" ||
+                    { echo "boot $n: no 'installed to' from agent install on the console" >"$work/reason"; exit 1; }
+                grep -aq 'rebooting (coreos.inst.skip_reboot not given)' "$console" ||
+                    { echo "boot $n: agent install did not reboot" >"$work/reason"; exit 1; }
             elif [[ $expect_n == os ]]; then
                 # An OS image booted from its disk: it came up (check.sh checks the rest).
                 if grep -aq 'AGENT-FAILED:' "$console"; then
