@@ -750,7 +750,7 @@ fn from_kernel_arguments() {
     ]);
     assert_eq!(code, 1);
     assert!(
-        err.contains("neither coreos.inst.install_dev nor coreos.inst.image_url"),
+        err.contains("neither coreos.inst.install_dev, agent.install.disk.* nor coreos.inst.image_url"),
         "{err}"
     );
 }

@@ -128,11 +128,15 @@ fn ipxe(s: &Server, query: &str) -> String {
     t
 }
 
-/// The path and query of the `agent.config.url=` of a boot script.
+/// The path and query of the config URL of a boot script (`agent.config.url=`, or
+/// `coreos.inst.ignition_url=` with a profile's install section).
 fn config_path(script: &str) -> String {
     let url = script
         .split_whitespace()
-        .find_map(|w| w.strip_prefix("agent.config.url="))
+        .find_map(|w| {
+            w.strip_prefix("agent.config.url=")
+                .or_else(|| w.strip_prefix("coreos.inst.ignition_url="))
+        })
         .unwrap_or_else(|| panic!("no agent.config.url in {script}"));
     let rest = url.strip_prefix("http://").unwrap();
     rest[rest.find('/').unwrap()..].to_string()
@@ -1415,4 +1419,129 @@ fn socket2_connect(from: &str, to: SocketAddr) -> std::net::TcpStream {
     };
     connect(fd.as_raw_fd(), &SockaddrIn::from(to)).unwrap();
     std::net::TcpStream::from(fd)
+}
+
+/// The kernel line of a boot script with its boot token replaced by `TOKEN` and the server's
+/// address by `BASE`.
+fn kernel_line(script: &str, base: SocketAddr) -> String {
+    let line = script
+        .lines()
+        .find(|l| l.starts_with("kernel "))
+        .unwrap_or_else(|| panic!("no kernel line in {script}"));
+    let line = line.replace(&format!("http://{base}"), "BASE");
+    let at = line.find("?token=").expect("a token") + "?token=".len();
+    let end = line[at..].find(' ').map_or(line.len(), |e| at + e);
+    format!("{}TOKEN{}", &line[..at], &line[end..])
+}
+
+/// A source whose pool `worker` installs an image from the assets (its profile's `install`
+/// section, the config URL where coreos-installer takes it) and whose pool `flat` boots
+/// Flatcar's way, the config URL placed by `{{.config_url}}`, with tokens of two uses.
+fn install_source(t: &TempDir) -> PathBuf {
+    let src = source(t);
+    let hash = format!("sha512-{}", "0f".repeat(64));
+    write(
+        &src.join("boot/worker.json"),
+        &serde_json::json!({
+            "kernel": "vmlinuz", "initrd": ["initramfs.img"], "args": ["console=ttyS0"],
+            "install": {
+                "image": "os.raw.xz", "hash": hash, "overwrite": true, "skipReboot": true,
+                "disk": {"transport": "nvme", "sizeMin": "100G", "sizeMax": 2000000000000u64,
+                         "model": "SAMSUNG*", "removable": false},
+            },
+        })
+        .to_string(),
+    );
+    write(&src.join("pools/flat.ign"), &worker_config("flat"));
+    write(
+        &src.join("boot/flat.json"),
+        r#"{"kernel": "vmlinuz", "tokenUses": 2, "args": ["flatcar.first_boot=1", "flatcar.config.url={{.config_url}}", "flatcar.oem.id=pxe"]}"#,
+    );
+    write(
+        &src.join("machines/node-3.json"),
+        &machine("52:54:00:12:34:03", "flat", serde_json::json!({})),
+    );
+    std::fs::write(src.join("boot/assets/os.raw.xz"), b"not really an image").unwrap();
+    src
+}
+
+#[test]
+fn install_profiles_render_their_kernel_arguments() {
+    let t = TempDir::new("boot-install-kargs");
+    let s = start(&install_source(&t), &[]);
+    let hash = format!("sha512-{}", "0f".repeat(64));
+    assert_eq!(
+        kernel_line(&ipxe(&s, "mac=52-54-00-12-34-01"), s.plain()),
+        format!(
+            "kernel BASE/assets/vmlinuz console=ttyS0 agent.install.disk.size_min=100G \
+             agent.install.disk.size_max=2000000000000 agent.install.disk.model=SAMSUNG* \
+             agent.install.disk.transport=nvme agent.install.disk.removable=no \
+             coreos.inst.image_url=BASE/assets/os.raw.xz agent.install.image_hash={hash} \
+             coreos.inst.ignition_url=BASE/machine-config?token=TOKEN agent.install.overwrite \
+             coreos.inst.skip_reboot"
+        )
+    );
+    assert_eq!(
+        kernel_line(&ipxe(&s, "mac=52-54-00-12-34-03"), s.plain()),
+        "kernel BASE/assets/vmlinuz flatcar.first_boot=1 \
+         flatcar.config.url=BASE/machine-config?token=TOKEN flatcar.oem.id=pxe"
+    );
+    // The image in the kernel arguments is the asset the server serves.
+    let r = get(s.plain(), "/assets/os.raw.xz");
+    assert_eq!(r.body, b"not really an image");
+}
+
+#[test]
+fn a_token_of_two_uses_is_spent_twice_then_refused() {
+    let t = TempDir::new("boot-token-uses");
+    let s = start(&install_source(&t), &[]);
+    let script = ipxe(&s, "mac=52-54-00-12-34-03");
+    let url = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("flatcar.config.url="))
+        .unwrap();
+    let p = &url[url.find("/machine-config").unwrap()..];
+    let mut credentials = Vec::new();
+    for _ in 0..2 {
+        let r = get(s.plain(), p);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().contains("flat"), "{}", r.text());
+        credentials.push(r.header("x-agent-report-url").unwrap().to_string());
+    }
+    assert_ne!(credentials[0], credentials[1], "each fetch has its own credential");
+    let third = get(s.plain(), p);
+    assert_eq!(third.status, 403, "{}", third.text());
+    assert!(third.text().contains("already used"), "{}", third.text());
+    // A profile without tokenUses: one use.
+    let p1 = config_path(&ipxe(&s, "mac=52-54-00-12-34-02"));
+    assert_eq!(get(s.plain(), &p1).status, 200);
+    assert_eq!(get(s.plain(), &p1).status, 403);
+}
+
+#[test]
+fn a_bad_install_section_keeps_the_last_good_generation() {
+    let t = TempDir::new("boot-install-bad");
+    let src = install_source(&t);
+    let s = start(&src, &[]);
+    let good = s.status()["sources"][0]["active"]["generation"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (profile, want) in [
+        (
+            r#"{"kernel": "vmlinuz", "install": {"image": "os.raw.xz", "disk": {"device": "sda"}}}"#,
+            "boot/worker.json: $.install: the image would not be verified",
+        ),
+        (
+            r#"{"kernel": "vmlinuz", "tokenUses": 11}"#,
+            "boot/worker.json: $.tokenUses must be a whole number from 1 to 10",
+        ),
+        (
+            r#"{"kernel": "vmlinuz", "install": {"image": "gone.raw", "insecure": true, "disk": {"device": "sda"}}}"#,
+            "boot/assets/gone.raw does not exist",
+        ),
+    ] {
+        write(&src.join("boot/worker.json"), profile);
+        rejected(&s, &good, &[want]);
+    }
 }

@@ -85,15 +85,26 @@ pub enum State {
     /// Network-booted without a machine file that selects it (`--discovery register`): known,
     /// waiting to be given a pool. Its first report moves it on.
     Unassigned,
+    /// `agent install` wrote the OS image (its `install` report): the installed system has
+    /// not reported yet.
+    Installed,
+    /// The installed system came up (its `running` report).
+    Running,
+    /// Installed or provisioned, but no `running` report within `--running-deadline`:
+    /// never stored, derived when the inventory is read ([`standing`]).
+    Unresponsive,
 }
 
 impl State {
-    pub const ALL: [State; 5] = [
+    pub const ALL: [State; 8] = [
         State::Fetching,
         State::Provisioning,
         State::Provisioned,
         State::Failed,
         State::Unassigned,
+        State::Installed,
+        State::Running,
+        State::Unresponsive,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -103,6 +114,9 @@ impl State {
             State::Provisioned => "provisioned",
             State::Failed => "failed",
             State::Unassigned => "unassigned",
+            State::Installed => "installed",
+            State::Running => "running",
+            State::Unresponsive => "unresponsive",
         }
     }
 }
@@ -314,6 +328,9 @@ pub struct Boot {
     /// One entry per stage (in stage order); a stage reported twice keeps its most
     /// decisive report (failed over ok over started; a tie: the later).
     pub stages: Vec<StageRecord>,
+    /// The kernel release the boot's `running` report named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -448,6 +465,7 @@ fn sanitize(r: &mut Report) {
         &mut m.hostname,
         &mut r.agent,
         &mut r.error,
+        &mut r.kernel,
     ] {
         opt(s);
     }
@@ -559,6 +577,7 @@ fn validate(r: &Report) -> Result<(), Refused> {
         "MAC length",
     )?;
     check_opt("agent", &r.agent)?;
+    check_opt("kernel", &r.kernel)?;
     if let Some(c) = &r.config {
         check_opt("config.pool", &c.pool)?;
         check_opt("config.name", &c.name)?;
@@ -683,12 +702,22 @@ fn rank(o: Outcome) -> u8 {
 }
 
 /// The state a boot's stages put a machine in (docs/reports.md): any stage failed: failed;
-/// the final stage ok: provisioned; a stage ok: provisioning; only a fetch started: fetching.
-/// It does not depend on the order the reports arrived in.
+/// `running` ok: running; `install` ok as the final stage: installed; the final stage ok:
+/// provisioned; a stage ok: provisioning; only a fetch started: fetching. It does not
+/// depend on the order the reports arrived in.
 pub fn boot_state(b: &Boot) -> Option<State> {
     let ok = |s: &&StageRecord| s.outcome == Outcome::Ok;
     if b.stages.iter().any(|s| s.outcome == Outcome::Failed) {
         Some(State::Failed)
+    } else if b.stages.iter().filter(ok).any(|s| s.stage == Stage::Running) {
+        Some(State::Running)
+    } else if b
+        .stages
+        .iter()
+        .filter(ok)
+        .any(|s| s.last && s.stage == Stage::Install)
+    {
+        Some(State::Installed)
     } else if b.stages.iter().filter(ok).any(|s| s.last) {
         Some(State::Provisioned)
     } else if b.stages.iter().any(|s| ok(&s)) {
@@ -812,6 +841,9 @@ pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Appli
     let detail_bytes = detail_size(r);
     let boot = &mut m.boots[bi];
     boot.last_seen = boot.last_seen.max(origin.received);
+    if r.stage == Stage::Running && r.kernel.is_some() && speaks {
+        boot.kernel = r.kernel.clone();
+    }
     let entry = StageRecord {
         stage: r.stage,
         outcome: r.outcome,
@@ -894,11 +926,40 @@ fn trim_details(m: &mut Machine, keep: Option<&String>, drop: &mut Vec<String>) 
     }
 }
 
-/// Which machines a listing returns (`None`: any).
+/// `--running-deadline` at a time: a machine installed or provisioned more than `after`
+/// seconds before `now` without a `running` report since is [`State::Unresponsive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    pub after: u64,
+    pub now: u64,
+}
+
+/// The state a reader shows of `m` ([`Machine::state`], or [`State::Unresponsive`] past
+/// `deadline`): when its record entered installed or provisioned (the report that put
+/// it there), more than the deadline ago, it never came up.
+pub fn standing(m: &Machine, deadline: Option<Deadline>) -> Option<State> {
+    let (Some(d), Some(st @ (State::Installed | State::Provisioned))) = (deadline, m.state) else {
+        return m.state;
+    };
+    // The newest boot's final report: when the machine got where it is.
+    let since = m
+        .boots
+        .iter()
+        .rev()
+        .find_map(|b| b.stages.iter().filter(|s| s.last).map(|s| s.received).max());
+    match since {
+        Some(t) if d.now.saturating_sub(t) > d.after => Some(State::Unresponsive),
+        _ => Some(st),
+    }
+}
+
+/// Which machines a listing returns (`None`: any); `deadline`: `--running-deadline`, for
+/// [`standing`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     pub pool: Option<String>,
     pub state: Option<State>,
+    pub deadline: Option<Deadline>,
 }
 
 impl Filter {
@@ -906,7 +967,9 @@ impl Filter {
         self.pool
             .as_ref()
             .is_none_or(|p| m.pool.as_ref() == Some(p))
-            && self.state.is_none_or(|s| m.state == Some(s))
+            && self
+                .state
+                .is_none_or(|s| standing(m, self.deadline) == Some(s))
     }
 }
 
