@@ -205,10 +205,10 @@ contract!(
     max_machines_is_exact_under_concurrent_writers,
     concurrent_reports_each_once,
     boot_token_is_spent_once,
+    a_token_of_two_uses_is_spent_twice,
     token_records_past_their_time_are_forgotten,
     a_report_without_details_reads_back_empty_details,
     a_change_between_reports_is_kept,
-    a_token_of_two_uses_is_spent_twice,
 );
 
 fn states_follow_the_newest_boot(_: Backend, inv: Inv) {

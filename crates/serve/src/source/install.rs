@@ -13,7 +13,7 @@ use anyhow::{Result, bail};
 use serde_json::Value;
 
 /// Where the image comes from.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Image {
     /// A file of `boot/assets/`, fetched from the server's `/assets/`.
     Asset(String),
@@ -22,7 +22,7 @@ pub enum Image {
 }
 
 /// Which disk it goes to.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Disk {
     /// `coreos.inst.install_dev=`: a device name or path.
     Device(String),
@@ -55,8 +55,9 @@ enum Kind {
 /// The transports `agent install --disk-transport` knows.
 const TRANSPORTS: [&str; 6] = ["nvme", "sata", "scsi", "virtio", "usb", "loop"];
 
-/// A profile's `install` section, checked.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// A profile's `install` section, checked; serialized as the profile has it (the
+/// checkpoint keeps profiles so and parses them again).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Install {
     pub image: Image,
     /// `sha256-HEX` / `sha512-HEX` of the image as fetched.
@@ -238,6 +239,51 @@ fn parse_disk(file: &str, v: Option<&Value>) -> Result<Disk> {
     Ok(Disk::Selector(sel))
 }
 
+impl serde::Serialize for Install {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut o = serde_json::Map::new();
+        match &self.image {
+            Image::Asset(a) => o.insert("image".into(), a.clone().into()),
+            Image::Url(u) => o.insert("imageUrl".into(), u.clone().into()),
+        };
+        if let Some(h) = &self.hash {
+            o.insert("hash".into(), h.clone().into());
+        }
+        if let Some(k) = &self.signature_key {
+            o.insert("signatureKey".into(), k.clone().into());
+        }
+        let mut d = serde_json::Map::new();
+        match &self.disk {
+            Disk::Device(dev) => {
+                d.insert("device".into(), dev.clone().into());
+            }
+            Disk::Selector(sel) => {
+                for (karg, v) in sel {
+                    let Some((key, _, kind)) = SELECTOR.iter().find(|x| x.1 == *karg) else {
+                        continue;
+                    };
+                    let v: Value = match kind {
+                        Kind::YesNo => (v == "yes").into(),
+                        _ => v.clone().into(),
+                    };
+                    d.insert((*key).into(), v);
+                }
+            }
+        }
+        o.insert("disk".into(), d.into());
+        for (k, b) in [
+            ("insecure", self.insecure),
+            ("overwrite", self.overwrite),
+            ("skipReboot", self.skip_reboot),
+        ] {
+            if b {
+                o.insert(k.into(), true.into());
+            }
+        }
+        Value::Object(o).serialize(s)
+    }
+}
+
 impl Install {
     /// The kernel arguments that ask the live system for this install; `base`: the URL the
     /// assets are served at; `config_url`: the machine's config URL, unless the profile
@@ -322,6 +368,17 @@ mod tests {
                 "coreos.inst.insecure"
             ]
         );
+    }
+
+    #[test]
+    fn serialized_as_the_profile_has_it() {
+        let v = serde_json::json!({
+            "image": "os.raw.xz", "signatureKey": "RWQ", "skipReboot": true,
+            "disk": {"transport": "nvme", "sizeMax": "2T", "rotational": true},
+        });
+        let i = parsed(v.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&i).unwrap(), v);
+        assert_eq!(parsed(serde_json::to_value(&i).unwrap()).unwrap(), i);
     }
 
     #[test]

@@ -152,8 +152,14 @@ pub struct BootProfile {
     pub kernel: String,
     pub initrd: Vec<String>,
     pub args: Vec<String>,
+    #[serde(rename = "tokenUses", skip_serializing_if = "is_one")]
     pub token_uses: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub install: Option<crate::source::install::Install>,
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// The placeholder of a profile's `args` that the machine's config URL (with its boot

@@ -1050,6 +1050,68 @@ mod tests {
         )
     }
 
+    /// A network install as the server sees it: the live boot's `install` report
+    /// (installed, and install evidence: the next boot is local), the installed system's
+    /// first boot (provisioned), its `running` report (running, with its kernel); one that
+    /// never came up is unresponsive past the deadline, at read time only.
+    #[test]
+    fn installed_provisioned_then_running() {
+        let o = machine(5, 100);
+        let m = fold(None, &report("i", "live", "install", "ok", true), &o);
+        assert_eq!(m.state, Some(State::Installed));
+        assert!(m.installed());
+        let late = Deadline {
+            after: 60,
+            now: 161,
+        };
+        assert_eq!(standing(&m, Some(late)), Some(State::Unresponsive));
+        assert_eq!(
+            standing(&m, Some(Deadline { now: 160, ..late })),
+            Some(State::Installed)
+        );
+        assert_eq!(standing(&m, None), Some(State::Installed));
+        let o2 = machine(5, 200);
+        let m = boot(Some(m), "first", &o2);
+        assert_eq!(m.state, Some(State::Provisioned));
+        assert_eq!(
+            standing(&m, Some(Deadline { after: 60, now: 250 })),
+            Some(State::Provisioned)
+        );
+        assert_eq!(
+            standing(&m, Some(Deadline { after: 60, now: 261 })),
+            Some(State::Unresponsive)
+        );
+        let filter = |state| Filter {
+            state: Some(state),
+            deadline: Some(Deadline { after: 60, now: 261 }),
+            ..Filter::default()
+        };
+        assert!(filter(State::Unresponsive).matches(&m));
+        assert!(!filter(State::Provisioned).matches(&m));
+        let m = fold(
+            Some(m),
+            &report_with(
+                "r",
+                "first",
+                "running",
+                "ok",
+                true,
+                serde_json::json!({"kernel": "6.1.0-13-amd64"}),
+            ),
+            &machine(5, 300),
+        );
+        assert_eq!(m.state, Some(State::Running));
+        assert_eq!(m.boots.last().unwrap().kernel.as_deref(), Some("6.1.0-13-amd64"));
+        assert_eq!(
+            standing(&m, Some(Deadline { after: 60, now: 9999 })),
+            Some(State::Running)
+        );
+        // A failed install is failed, not installed.
+        let f = fold(None, &report("f", "live", "install", "failed", true), &o);
+        assert_eq!(f.state, Some(State::Failed));
+        assert!(!f.installed());
+    }
+
     #[test]
     fn only_the_machines_credential_installs() {
         // Unauthenticated, or a pool's token: provisioned in the history, not installed.
