@@ -1545,3 +1545,101 @@ fn a_bad_install_section_keeps_the_last_good_generation() {
         rejected(&s, &good, &[want]);
     }
 }
+
+/// The network install as the inventory shows it: the live boot's `install` report (with
+/// the credential of its config fetch) makes the machine `installed` and its next `/ipxe`
+/// the local disk; the installed system's first boot `provisioned`; its `running` report
+/// `running`, with the kernel it named. With `--running-deadline 1s`, a machine installed
+/// that never reports running is `unresponsive` once the second has passed (and listed so
+/// by `?state=unresponsive`); a running report with another machine's credential is
+/// refused.
+#[test]
+fn installed_provisioned_then_running_or_unresponsive() {
+    let t = TempDir::new("boot-running");
+    let s = start(&install_source(&t), &["--running-deadline", "1s"]);
+    let fetch = |q: &str| {
+        let script = ipxe(&s, q);
+        let r = get(s.plain(), &config_path(&script));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.header("x-agent-report-url").unwrap().to_string()
+    };
+    let send = |url: &str, id: &str, rid: &str, boot: &str, stage: &str, extra| {
+        post(
+            s.plain(),
+            url,
+            &report_with(id, rid, boot, stage, "ok", true, extra),
+        )
+    };
+    let state = |id: &str| admin_get(&s, &format!("/machines/{id}"))["state"].clone();
+    let q1 = "mac=52-54-00-12-34-01";
+    let id1 = "mac-52:54:00:12:34:01";
+    let url1 = fetch(q1);
+    let r = send(&url1, id1, "i1", "live-1", "install", serde_json::json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(state(id1), "installed");
+    assert!(local_boot(&ipxe(&s, q1)), "installed: the local disk");
+    // The installed system's first boot reports with the credential the install left it.
+    for (i, stage) in ["fetch", "disks", "files"].iter().enumerate() {
+        let r = post(
+            s.plain(),
+            &url1,
+            &report(id1, &format!("p{i}"), "first-1", stage, *stage == "files"),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(state(id1), "provisioned");
+    // Another machine's credential cannot say it came up.
+    let id2 = "mac-52:54:00:12:34:02";
+    let url2 = fetch("mac=52-54-00-12-34-02");
+    let r = send(&url2, id1, "forged", "first-1", "running", serde_json::json!({}));
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = send(
+        &url1,
+        id1,
+        "run1",
+        "first-1",
+        "running",
+        serde_json::json!({"kernel": "6.1.0-13-amd64"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = admin_get(&s, &format!("/machines/{id1}"));
+    assert_eq!(m["state"], "running", "{m}");
+    assert_eq!(m["boots"].as_array().unwrap().last().unwrap()["kernel"], "6.1.0-13-amd64");
+    // Machine 2 installs and never comes up: unresponsive after the deadline, at read time.
+    let r = send(&url2, id2, "i2", "live-2", "install", serde_json::json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let end = Instant::now() + Duration::from_secs(20);
+    while state(id2) != "unresponsive" {
+        assert!(Instant::now() < end, "never unresponsive: {}", state(id2));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let ids = |st: &str| -> Vec<String> {
+        admin_get(&s, &format!("/machines?state={st}"))["machines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids("unresponsive"), [id2]);
+    assert_eq!(ids("running"), [id1]);
+    assert!(ids("installed").is_empty());
+    // Without a deadline the same record is installed.
+    let plain = start(&install_source(&TempDir::new("boot-running-2")), &[]);
+    let u = {
+        let script = ipxe(&plain, q1);
+        let r = get(plain.plain(), &config_path(&script));
+        r.header("x-agent-report-url").unwrap().to_string()
+    };
+    let r = post(
+        plain.plain(),
+        &u,
+        &report_with(id1, "i1", "live-1", "install", "ok", true, serde_json::json!({})),
+    );
+    assert_eq!(r.status, 200);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        admin_get(&plain, &format!("/machines/{id1}"))["state"],
+        "installed"
+    );
+}
