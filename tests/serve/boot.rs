@@ -1643,3 +1643,137 @@ fn installed_provisioned_then_running_or_unresponsive() {
         "installed"
     );
 }
+
+/// The installed system says it came up: `agent run` from an iPXE script leaves in the root
+/// what sends the `running` report (`/var/lib/agent/running.json` 0600 with the report URL
+/// and the machine's credential, the agent binary, `agent-report-running.service` enabled,
+/// which `systemd-analyze verify` passes); the binary it left, run as the unit runs it,
+/// makes the machine `running` with the boot id and kernel of this system, and removes the
+/// state file; run again, it has nothing to send.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn the_installed_system_reports_running_from_the_root() {
+    support::root::must_be_root();
+    let t = TempDir::new("boot-running-root");
+    let s = start(&source(&t), &[]);
+    let uuid = "4c4c4544-0000-0000-0000-0000000000b2";
+    let script = ipxe(&s, &format!("mac=52-54-00-12-34-01&uuid={uuid}"));
+    let url = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("agent.config.url="))
+        .unwrap()
+        .to_string();
+    let dir = TempDir::new("boot-running-run");
+    let root = dir.path().join("root");
+    let dmi = dir.path().join("dmi");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&dmi).unwrap();
+    std::fs::write(dmi.join("product_uuid"), format!("{uuid}\n")).unwrap();
+    let cmdline = dir.path().join("cmdline");
+    std::fs::write(&cmdline, format!("agent.config.url={url}")).unwrap();
+    let out = Command::new(AGENT)
+        .args(["run", "--platform", "metal", "--root"])
+        .arg(&root)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--test-kernel-cmdline-file")
+        .arg(&cmdline)
+        .args(["--system-config-dir", "/nonexistent"])
+        .arg("--test-dmi-dir")
+        .arg(&dmi)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let m = admin_get(&s, &format!("/machines/{uuid}"));
+    assert_eq!(m["state"], "provisioned", "{m}");
+
+    let state = root.join("var/lib/agent/running.json");
+    let pending: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    let report_url = pending["url"].as_str().unwrap();
+    assert!(
+        report_url.starts_with(&format!("http://{}/report?token=", s.plain())),
+        "{pending}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&state), 0o600);
+    assert_eq!(mode(&root.join("var/lib/agent/agent")), 0o755);
+    let unit_path = root.join("etc/systemd/system/agent-report-running.service");
+    let unit = std::fs::read_to_string(&unit_path).unwrap();
+    assert!(
+        unit.contains(
+            "ExecStart=/var/lib/agent/agent report-running --state /var/lib/agent/running.json"
+        ),
+        "{unit}"
+    );
+    assert!(unit.contains("ConditionPathExists=/var/lib/agent/running.json"));
+    assert_eq!(
+        std::fs::read_link(
+            root.join("etc/systemd/system/multi-user.target.wants/agent-report-running.service")
+        )
+        .unwrap(),
+        Path::new("/etc/systemd/system/agent-report-running.service")
+    );
+    support::need("systemd-analyze", "ship.apt");
+    // Verified against the root, which gets what it needs of a system for that: the host's
+    // units (the targets it is ordered against) and the shell and rm its commands run.
+    let sys = dir.path().join("verify-root");
+    for (from, to) in [
+        ("/usr/lib/systemd/system", "usr/lib/systemd"),
+        ("/usr/bin/dash", "usr/bin"),
+        ("/usr/bin/rm", "usr/bin"),
+    ] {
+        std::fs::create_dir_all(sys.join(to)).unwrap();
+        let st = Command::new("cp").args(["-a", from]).arg(sys.join(to)).status().unwrap();
+        assert!(st.success(), "cp {from}");
+    }
+    std::os::unix::fs::symlink("usr/bin", sys.join("bin")).unwrap();
+    std::os::unix::fs::symlink("dash", sys.join("usr/bin/sh")).unwrap();
+    for d in ["etc", "var"] {
+        let st = Command::new("cp").arg("-a").arg(root.join(d)).arg(&sys).status().unwrap();
+        assert!(st.success());
+    }
+    let unit_path = sys.join("etc/systemd/system/agent-report-running.service");
+    let v = Command::new("systemd-analyze")
+        .arg(format!("--root={}", sys.display()))
+        .args(["verify", "--man=no"])
+        .arg(&unit_path)
+        .output()
+        .unwrap();
+    let verr = String::from_utf8_lossy(&v.stderr);
+    assert!(
+        v.status.success() && !verr.contains("agent-report-running"),
+        "systemd-analyze verify: {verr}"
+    );
+
+    // The unit's command, with the binary the files stage left.
+    let send = || {
+        Command::new(root.join("var/lib/agent/agent"))
+            .args(["report-running", "--state"])
+            .arg(&state)
+            .arg("--test-dmi-dir")
+            .arg(&dmi)
+            .output()
+            .unwrap()
+    };
+    let out = send();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(!state.exists(), "sent once: the state file is gone");
+    let m = admin_get(&s, &format!("/machines/{uuid}"));
+    assert_eq!(m["state"], "running", "{m}");
+    let boot = m["boots"].as_array().unwrap().last().unwrap().clone();
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(boot["boot_id"], boot_id.trim(), "{m}");
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(boot["kernel"], kernel.trim(), "{m}");
+    let out = send();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no running report to send"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
