@@ -702,9 +702,9 @@ fn rank(o: Outcome) -> u8 {
 }
 
 /// The state a boot's stages put a machine in (docs/reports.md): any stage failed: failed;
-/// `running` ok: running; `install` ok as the final stage: installed; the final stage ok:
-/// provisioned; a stage ok: provisioning; only a fetch started: fetching. It does not
-/// depend on the order the reports arrived in.
+/// `running` ok: running; a provisioning stage ok as the final one: provisioned; `install`
+/// ok as the final stage: installed; a stage ok: provisioning; only a fetch started:
+/// fetching. It does not depend on the order the reports arrived in.
 pub fn boot_state(b: &Boot) -> Option<State> {
     let ok = |s: &&StageRecord| s.outcome == Outcome::Ok;
     if b.stages.iter().any(|s| s.outcome == Outcome::Failed) {
@@ -715,11 +715,11 @@ pub fn boot_state(b: &Boot) -> Option<State> {
         .stages
         .iter()
         .filter(ok)
-        .any(|s| s.last && s.stage == Stage::Install)
+        .any(|s| s.last && s.stage != Stage::Install)
     {
-        Some(State::Installed)
-    } else if b.stages.iter().filter(ok).any(|s| s.last) {
         Some(State::Provisioned)
+    } else if b.stages.iter().filter(ok).any(|s| s.last) {
+        Some(State::Installed)
     } else if b.stages.iter().any(|s| ok(&s)) {
         Some(State::Provisioning)
     } else if b.stages.iter().any(|s| s.outcome == Outcome::Started) {
