@@ -167,16 +167,19 @@ fn kargs_selector(s: &mut SelectorArgs, d: &install::kargs::DiskKargs) -> Result
             .transpose()
     };
     const K: &str = "agent.install.disk.";
-    s.disk_size_min = s.disk_size_min.or(size(&d.size_min, &format!("{K}size_min"))?);
-    s.disk_size_max = s.disk_size_max.or(size(&d.size_max, &format!("{K}size_max"))?);
+    s.disk_size_min = s
+        .disk_size_min
+        .or(size(&d.size_min, &format!("{K}size_min"))?);
+    s.disk_size_max = s
+        .disk_size_max
+        .or(size(&d.size_max, &format!("{K}size_max"))?);
     s.disk_model = s.disk_model.take().or(d.model.clone());
     s.disk_serial = s.disk_serial.take().or(d.serial.clone());
     s.disk_wwn = s.disk_wwn.take().or(d.wwn.clone());
     if let Some(t) = &d.transport
         && s.disk_transport.is_none()
     {
-        select::Transport::parse(t)
-            .map_err(|e| anyhow::anyhow!("{K}transport={t}: {e}"))?;
+        select::Transport::parse(t).map_err(|e| anyhow::anyhow!("{K}transport={t}: {e}"))?;
         s.disk_transport = Some(t.clone());
     }
     s.disk_rotational = s
@@ -455,7 +458,13 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
         Ok(d) => d,
         Err(e) => {
             if let Some(t) = &target {
-                send_install_report(t, &a.state_dir, started, report::Changes::default(), Some(&e));
+                send_install_report(
+                    t,
+                    &a.state_dir,
+                    started,
+                    report::Changes::default(),
+                    Some(&e),
+                );
             }
             return Err(e);
         }
@@ -463,8 +472,18 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
     install::record_disk(&a.state_dir, &stable)?;
     if let Some(t) = &target {
         let mut paths = vec![stable.display().to_string()];
-        paths.extend(done.config_on.iter().map(|p| format!("{}:{}", p.display(), install::BOOT_CONFIG)));
-        send_install_report(t, &a.state_dir, started, report::Changes::of_paths(paths), None);
+        paths.extend(
+            done.config_on
+                .iter()
+                .map(|p| format!("{}:{}", p.display(), install::BOOT_CONFIG)),
+        );
+        send_install_report(
+            t,
+            &a.state_dir,
+            started,
+            report::Changes::of_paths(paths),
+            None,
+        );
     }
     log::info!(
         "installed to {} ({} image, {} bytes{})",

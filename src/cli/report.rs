@@ -34,7 +34,11 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
 #[derive(Debug, Args)]
 pub struct ReportRunningArgs {
     /// Where the report goes (written by the files stage); removed once it is sent.
-    #[arg(long, value_name = "FILE", default_value = "/var/lib/agent/running.json")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/lib/agent/running.json"
+    )]
     pub state: PathBuf,
     /// Tries before giving up (the file stays for the next boot).
     #[arg(long, value_name = "N", default_value = "10")]

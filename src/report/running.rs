@@ -167,7 +167,10 @@ mod tests {
         };
         let p = Pending::of(&t);
         let json = serde_json::to_string(&p).unwrap();
-        assert!(json.contains("\"url\":\"http://h/report?token=c\""), "{json}");
+        assert!(
+            json.contains("\"url\":\"http://h/report?token=c\""),
+            "{json}"
+        );
         let back: Pending = serde_json::from_str(&json).unwrap();
         let t2 = back.target(Endpoints::builtin());
         assert_eq!((t2.url, t2.auth, t2.cas), (t.url, t.auth, t.cas));

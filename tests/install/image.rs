@@ -750,7 +750,9 @@ fn from_kernel_arguments() {
     ]);
     assert_eq!(code, 1);
     assert!(
-        err.contains("neither coreos.inst.install_dev, agent.install.disk.* nor coreos.inst.image_url"),
+        err.contains(
+            "neither coreos.inst.install_dev, agent.install.disk.* nor coreos.inst.image_url"
+        ),
         "{err}"
     );
 }
@@ -993,7 +995,10 @@ fn unattended_from_a_boot_profile_to_running() {
         dmi.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(std::fs::read_to_string(root.join("etc/installed")).unwrap(), "yes");
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/installed")).unwrap(),
+        "yes"
+    );
     let m = machine();
     assert_eq!(m["state"], "provisioned", "{m}");
     assert_eq!(m["trust"], "machine", "{m}");
@@ -1007,4 +1012,39 @@ fn unattended_from_a_boot_profile_to_running() {
     assert_eq!(code, 0, "{err}");
     let m = machine();
     assert_eq!(m["state"], "running", "{m}");
+}
+
+/// `agent.install.*` values are checked as their flags are, before any disk is looked at.
+#[test]
+fn bad_agent_install_kargs_are_named() {
+    let dir = TempDir::new("install-bad-kargs");
+    let cmdline = dir.join("cmdline");
+    for (line, want) in [
+        (
+            "agent.install.disk.transport=ide coreos.inst.image_url=http://127.0.0.1:9/os",
+            "agent.install.disk.transport=ide: unknown transport \"ide\"",
+        ),
+        (
+            "agent.install.disk.size_min=lots coreos.inst.image_url=http://127.0.0.1:9/os",
+            "agent.install.disk.size_min=lots",
+        ),
+        (
+            "agent.install.disk.rotational=maybe coreos.inst.image_url=http://127.0.0.1:9/os",
+            "agent.install.disk.rotational",
+        ),
+        (
+            "coreos.inst.install_dev=/dev/null coreos.inst.image_url=http://127.0.0.1:9/os agent.install.image_key=notakey",
+            "public key agent.install.image_key=",
+        ),
+    ] {
+        std::fs::write(&cmdline, line).unwrap();
+        let (code, _, err) = agent(&[
+            "install",
+            "--from-kargs",
+            "--kernel-cmdline",
+            cmdline.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 1, "{line}: {err}");
+        assert!(err.contains(want), "{line}: {err}");
+    }
 }

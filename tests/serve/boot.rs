@@ -1508,7 +1508,10 @@ fn a_token_of_two_uses_is_spent_twice_then_refused() {
         assert!(r.text().contains("flat"), "{}", r.text());
         credentials.push(r.header("x-agent-report-url").unwrap().to_string());
     }
-    assert_ne!(credentials[0], credentials[1], "each fetch has its own credential");
+    assert_ne!(
+        credentials[0], credentials[1],
+        "each fetch has its own credential"
+    );
     let third = get(s.plain(), p);
     assert_eq!(third.status, 403, "{}", third.text());
     assert!(third.text().contains("already used"), "{}", third.text());
@@ -1591,7 +1594,14 @@ fn installed_provisioned_then_running_or_unresponsive() {
     // Another machine's credential cannot say it came up.
     let id2 = "mac-52:54:00:12:34:02";
     let url2 = fetch("mac=52-54-00-12-34-02");
-    let r = send(&url2, id1, "forged", "first-1", "running", serde_json::json!({}));
+    let r = send(
+        &url2,
+        id1,
+        "forged",
+        "first-1",
+        "running",
+        serde_json::json!({}),
+    );
     assert_eq!(r.status, 403, "{}", r.text());
     let r = send(
         &url1,
@@ -1604,7 +1614,10 @@ fn installed_provisioned_then_running_or_unresponsive() {
     assert_eq!(r.status, 200, "{}", r.text());
     let m = admin_get(&s, &format!("/machines/{id1}"));
     assert_eq!(m["state"], "running", "{m}");
-    assert_eq!(m["boots"].as_array().unwrap().last().unwrap()["kernel"], "6.1.0-13-amd64");
+    assert_eq!(
+        m["boots"].as_array().unwrap().last().unwrap()["kernel"],
+        "6.1.0-13-amd64"
+    );
     // Machine 2 installs and never comes up: unresponsive after the deadline, at read time.
     let r = send(&url2, id2, "i2", "live-2", "install", serde_json::json!({}));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -1634,7 +1647,15 @@ fn installed_provisioned_then_running_or_unresponsive() {
     let r = post(
         plain.plain(),
         &u,
-        &report_with(id1, "i1", "live-1", "install", "ok", true, serde_json::json!({})),
+        &report_with(
+            id1,
+            "i1",
+            "live-1",
+            "install",
+            "ok",
+            true,
+            serde_json::json!({}),
+        ),
     );
     assert_eq!(r.status, 200);
     std::thread::sleep(Duration::from_millis(1500));
@@ -1726,13 +1747,22 @@ fn the_installed_system_reports_running_from_the_root() {
         ("/usr/bin/rm", "usr/bin"),
     ] {
         std::fs::create_dir_all(sys.join(to)).unwrap();
-        let st = Command::new("cp").args(["-a", from]).arg(sys.join(to)).status().unwrap();
+        let st = Command::new("cp")
+            .args(["-a", from])
+            .arg(sys.join(to))
+            .status()
+            .unwrap();
         assert!(st.success(), "cp {from}");
     }
     std::os::unix::fs::symlink("usr/bin", sys.join("bin")).unwrap();
     std::os::unix::fs::symlink("dash", sys.join("usr/bin/sh")).unwrap();
     for d in ["etc", "var"] {
-        let st = Command::new("cp").arg("-a").arg(root.join(d)).arg(&sys).status().unwrap();
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(root.join(d))
+            .arg(&sys)
+            .status()
+            .unwrap();
         assert!(st.success());
     }
     let unit_path = sys.join("etc/systemd/system/agent-report-running.service");

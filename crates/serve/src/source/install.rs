@@ -140,7 +140,9 @@ pub fn parse(file: &str, v: &Value, assets: &dyn Fn(&str) -> bool) -> Result<Ins
     let image = match (text("image")?, text("imageUrl")?) {
         (Some(a), None) => {
             if !crate::source::selectors::valid_asset_name(&a) || !assets(&a) {
-                bail!("{file}: {at}.image: boot/assets/{a} does not exist (a file name in boot/assets/)");
+                bail!(
+                    "{file}: {at}.image: boot/assets/{a} does not exist (a file name in boot/assets/)"
+                );
             }
             Image::Asset(a)
         }
@@ -188,7 +190,10 @@ fn parse_disk(file: &str, v: Option<&Value>) -> Result<Disk> {
         k.join(", ")
     };
     let Some(o) = v.and_then(Value::as_object) else {
-        bail!("{file}: {at} must be an object: device, or the selector ({})", keys());
+        bail!(
+            "{file}: {at} must be an object: device, or the selector ({})",
+            keys()
+        );
     };
     if let Some(k) = o
         .keys()
@@ -206,7 +211,9 @@ fn parse_disk(file: &str, v: Option<&Value>) -> Result<Disk> {
         }
         return match d.as_str() {
             Some(s) if karg_safe(s) => Ok(Disk::Device(s.to_string())),
-            _ => bail!("{file}: {at}.device must be a device name or path (sda, /dev/disk/by-id/…)"),
+            _ => {
+                bail!("{file}: {at}.device must be a device name or path (sda, /dev/disk/by-id/…)")
+            }
         };
     }
     let mut sel = Vec::new();
@@ -234,7 +241,10 @@ fn parse_disk(file: &str, v: Option<&Value>) -> Result<Disk> {
         sel.push((karg, value));
     }
     if sel.is_empty() {
-        bail!("{file}: {at} is empty: give device or the selector ({})", keys());
+        bail!(
+            "{file}: {at} is empty: give device or the selector ({})",
+            keys()
+        );
     }
     Ok(Disk::Selector(sel))
 }
@@ -343,7 +353,10 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            i.kargs("http://h:8080", Some("http://h:8080/machine-config?token=T")),
+            i.kargs(
+                "http://h:8080",
+                Some("http://h:8080/machine-config?token=T")
+            ),
             [
                 "agent.install.disk.size_min=100G".to_string(),
                 "agent.install.disk.model=Samsung*".into(),
@@ -384,18 +397,54 @@ mod tests {
     #[test]
     fn refusals_name_the_value() {
         for (v, want) in [
-            (serde_json::json!({"disk": {"device": "sda"}, "insecure": true}), "needs one of image"),
-            (serde_json::json!({"image": "nope", "insecure": true, "disk": {"device": "sda"}}), "boot/assets/nope does not exist"),
-            (serde_json::json!({"image": "os.raw.xz", "disk": {"device": "sda"}}), "would not be verified"),
-            (serde_json::json!({"image": "os.raw.xz", "hash": "md5-x", "disk": {"device": "sda"}}), "$.install.hash must be"),
-            (serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {}}), "$.install.disk is empty"),
-            (serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"device": "sda", "wwn": "x"}}), "not both"),
-            (serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"transport": "ide"}}), "$.install.disk.transport must be one of nvme"),
-            (serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"model": "a b"}}), "$.install.disk.model must be a glob"),
-            (serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"sizeMin": "1X"}}), "$.install.disk.sizeMin must be a size"),
-            (serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"device": "${x}"}}), "$.install.disk.device must be"),
-            (serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"device": "sda"}, "x": 1}), "unknown key \"x\""),
-            (serde_json::json!({"imageUrl": "https://i/os", "signatureKey": "RWQ", "disk": {"device": "sda"}}), ""),
+            (
+                serde_json::json!({"disk": {"device": "sda"}, "insecure": true}),
+                "needs one of image",
+            ),
+            (
+                serde_json::json!({"image": "nope", "insecure": true, "disk": {"device": "sda"}}),
+                "boot/assets/nope does not exist",
+            ),
+            (
+                serde_json::json!({"image": "os.raw.xz", "disk": {"device": "sda"}}),
+                "would not be verified",
+            ),
+            (
+                serde_json::json!({"image": "os.raw.xz", "hash": "md5-x", "disk": {"device": "sda"}}),
+                "$.install.hash must be",
+            ),
+            (
+                serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {}}),
+                "$.install.disk is empty",
+            ),
+            (
+                serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"device": "sda", "wwn": "x"}}),
+                "not both",
+            ),
+            (
+                serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"transport": "ide"}}),
+                "$.install.disk.transport must be one of nvme",
+            ),
+            (
+                serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"model": "a b"}}),
+                "$.install.disk.model must be a glob",
+            ),
+            (
+                serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"sizeMin": "1X"}}),
+                "$.install.disk.sizeMin must be a size",
+            ),
+            (
+                serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"device": "${x}"}}),
+                "$.install.disk.device must be",
+            ),
+            (
+                serde_json::json!({"image": "os.raw.xz", "insecure": true, "disk": {"device": "sda"}, "x": 1}),
+                "unknown key \"x\"",
+            ),
+            (
+                serde_json::json!({"imageUrl": "https://i/os", "signatureKey": "RWQ", "disk": {"device": "sda"}}),
+                "",
+            ),
         ] {
             match parsed(v.clone()) {
                 Ok(_) => assert!(want.is_empty(), "{v} was taken"),
@@ -406,6 +455,10 @@ mod tests {
             }
         }
         let e = parse("boot/default.json", &serde_json::json!({"image": "os.raw.xz", "signatureKey": "RWQ", "disk": {"device": "sda"}}), &|n| n == "os.raw.xz").unwrap_err();
-        assert!(e.to_string().contains("boot/assets/os.raw.xz.minisig does not exist"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("boot/assets/os.raw.xz.minisig does not exist"),
+            "{e}"
+        );
     }
 }

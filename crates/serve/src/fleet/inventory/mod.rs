@@ -41,8 +41,7 @@ pub use self::model::{
 };
 pub use self::store::{
     BootToken, BootTokens, DEFAULT_MAX_MACHINES, Full, MAX_TOKEN_USES, Recorded, Records, Spend,
-    Store, TokenKind,
-    counts, machines, record, token_key, well_formed_token,
+    Store, TokenKind, counts, machines, record, token_key, well_formed_token,
 };
 
 /// `--inventory-store`: which store.

@@ -709,7 +709,12 @@ pub fn boot_state(b: &Boot) -> Option<State> {
     let ok = |s: &&StageRecord| s.outcome == Outcome::Ok;
     if b.stages.iter().any(|s| s.outcome == Outcome::Failed) {
         Some(State::Failed)
-    } else if b.stages.iter().filter(ok).any(|s| s.stage == Stage::Running) {
+    } else if b
+        .stages
+        .iter()
+        .filter(ok)
+        .any(|s| s.stage == Stage::Running)
+    {
         Some(State::Running)
     } else if b
         .stages
@@ -1074,16 +1079,31 @@ mod tests {
         let m = boot(Some(m), "first", &o2);
         assert_eq!(m.state, Some(State::Provisioned));
         assert_eq!(
-            standing(&m, Some(Deadline { after: 60, now: 250 })),
+            standing(
+                &m,
+                Some(Deadline {
+                    after: 60,
+                    now: 250
+                })
+            ),
             Some(State::Provisioned)
         );
         assert_eq!(
-            standing(&m, Some(Deadline { after: 60, now: 261 })),
+            standing(
+                &m,
+                Some(Deadline {
+                    after: 60,
+                    now: 261
+                })
+            ),
             Some(State::Unresponsive)
         );
         let filter = |state| Filter {
             state: Some(state),
-            deadline: Some(Deadline { after: 60, now: 261 }),
+            deadline: Some(Deadline {
+                after: 60,
+                now: 261,
+            }),
             ..Filter::default()
         };
         assert!(filter(State::Unresponsive).matches(&m));
@@ -1101,9 +1121,18 @@ mod tests {
             &machine(5, 300),
         );
         assert_eq!(m.state, Some(State::Running));
-        assert_eq!(m.boots.last().unwrap().kernel.as_deref(), Some("6.1.0-13-amd64"));
         assert_eq!(
-            standing(&m, Some(Deadline { after: 60, now: 9999 })),
+            m.boots.last().unwrap().kernel.as_deref(),
+            Some("6.1.0-13-amd64")
+        );
+        assert_eq!(
+            standing(
+                &m,
+                Some(Deadline {
+                    after: 60,
+                    now: 9999
+                })
+            ),
             Some(State::Running)
         );
         // A failed install is failed, not installed.
