@@ -65,6 +65,7 @@ fn fleet(n: usize) -> Vec<Machine> {
                 first_seen: 0,
                 last_seen: 0,
                 stages,
+                ..Boot::default()
             }];
             m
         })

@@ -9,6 +9,7 @@ use clap::Args;
 
 use crate::fetch::{Fetcher, Options as FetchOptions};
 use crate::install::{self, Signed, Source, kargs::Kargs, select, signature};
+use crate::report::{self, Target};
 use spec::config::types::Resource;
 
 /// The install disk by what it is (sizes in bytes or with K/M/G; strings are globs: `*`, `?`,
@@ -145,6 +146,49 @@ pub struct InstallArgs {
     pub device_timeout: Option<std::time::Duration>,
     #[command(flatten)]
     pub selector: SelectorArgs,
+    /// Test builds only: the SMBIOS directory (/sys/class/dmi/id) the install report's
+    /// machine identity comes from.
+    #[cfg(feature = "test-hooks")]
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub test_dmi_dir: Option<PathBuf>,
+}
+
+/// Fills the `--disk-*` selector flags not given from `agent.install.disk.*` (each checked as
+/// its flag is).
+fn kargs_selector(s: &mut SelectorArgs, d: &install::kargs::DiskKargs) -> Result<()> {
+    let size = |v: &Option<String>, k: &str| -> Result<Option<u64>> {
+        v.as_deref()
+            .map(|v| super::run::parse_size_arg(v).map_err(|e| anyhow::anyhow!("{k}={v}: {e}")))
+            .transpose()
+    };
+    let yes_no = |v: &Option<String>, k: &str| -> Result<Option<bool>> {
+        v.as_deref()
+            .map(|v| parse_yes_no(v).map_err(|e| anyhow::anyhow!("{k}: {e}")))
+            .transpose()
+    };
+    const K: &str = "agent.install.disk.";
+    s.disk_size_min = s
+        .disk_size_min
+        .or(size(&d.size_min, &format!("{K}size_min"))?);
+    s.disk_size_max = s
+        .disk_size_max
+        .or(size(&d.size_max, &format!("{K}size_max"))?);
+    s.disk_model = s.disk_model.take().or(d.model.clone());
+    s.disk_serial = s.disk_serial.take().or(d.serial.clone());
+    s.disk_wwn = s.disk_wwn.take().or(d.wwn.clone());
+    if let Some(t) = &d.transport
+        && s.disk_transport.is_none()
+    {
+        select::Transport::parse(t).map_err(|e| anyhow::anyhow!("{K}transport={t}: {e}"))?;
+        s.disk_transport = Some(t.clone());
+    }
+    s.disk_rotational = s
+        .disk_rotational
+        .or(yes_no(&d.rotational, &format!("{K}rotational"))?);
+    s.disk_removable = s
+        .disk_removable
+        .or(yes_no(&d.removable, &format!("{K}removable"))?);
+    Ok(())
 }
 
 /// Reads a signature or key: a URL through the fetcher, else a file.
@@ -167,8 +211,14 @@ fn read_file(p: &Path, limit: u64, what: &str) -> Result<Vec<u8>> {
 }
 
 /// The config bytes of `--ignition-url` / `--ignition-file`, hash-checked, `${install_disk}`
-/// replaced, and parsed as an Ignition config.
-fn read_config(a: &InstallArgs, f: &Fetcher, disk: &Path) -> Result<Option<Vec<u8>>> {
+/// replaced, and parsed as an Ignition config; with what the config server said of it
+/// (where reports go), when it was fetched from `agent serve`.
+fn read_config(
+    a: &InstallArgs,
+    f: &Fetcher,
+    disk: &Path,
+) -> Result<(Option<Vec<u8>>, Option<crate::state::Served>)> {
+    let mut served = None;
     let mut bytes = match (&a.ignition_url, &a.ignition_file) {
         (Some(u), _) => {
             let mut r = Resource {
@@ -176,7 +226,9 @@ fn read_config(a: &InstallArgs, f: &Fetcher, disk: &Path) -> Result<Option<Vec<u
                 ..Default::default()
             };
             r.verification.hash = a.ignition_hash.clone();
-            f.fetch_bytes_as(&r, "config")?
+            let b = f.fetch_bytes_as(&r, "config")?;
+            served = crate::stages::fetch::served(f, &r);
+            b
         }
         (None, Some(p)) => {
             let b = if p.as_os_str() == "-" {
@@ -202,13 +254,70 @@ fn read_config(a: &InstallArgs, f: &Fetcher, disk: &Path) -> Result<Option<Vec<u
             if a.ignition_hash.is_some() {
                 bail!("--ignition-hash needs --ignition-url or --ignition-file");
             }
-            return Ok(None);
+            return Ok((None, None));
         }
     };
     bytes = substitute_install_disk(&bytes, disk);
     spec::config::parse(&bytes)
         .map_err(|r| anyhow::anyhow!("the Ignition config to install is invalid:\n{r}"))?;
-    Ok(Some(bytes))
+    Ok((Some(bytes), served))
+}
+
+/// Where the install report goes: the report URL the config server named with the config
+/// (it carries the machine's credential); None without one.
+fn report_target(a: &InstallArgs, served: Option<&crate::state::Served>) -> Option<Target> {
+    let s = served?;
+    #[allow(unused_mut)]
+    let mut endpoints = crate::endpoints::Endpoints::builtin();
+    #[cfg(feature = "test-hooks")]
+    if let Some(d) = &a.test_dmi_dir {
+        endpoints.dmi_dir = d.clone();
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    let _ = a;
+    Some(Target {
+        url: s.report_url.clone()?,
+        auth: None,
+        cas: Vec::new(),
+        config: report::AppliedConfig {
+            pool: s.pool.clone(),
+            name: s.config.clone(),
+            hash: s.hash.clone(),
+        },
+        endpoints,
+        limits: runtime::limits::Limits::default(),
+        hostname: None,
+    })
+}
+
+/// Sends the `install` report (the live boot's final one) to `t`, or queues it in
+/// `state_dir`; a failure to is logged, never the install's.
+fn send_install_report(
+    t: &Target,
+    state_dir: &Path,
+    started: std::time::Instant,
+    changes: report::Changes,
+    error: Option<&anyhow::Error>,
+) {
+    let o = report::Outcome {
+        stage: report::ReportStage::Install,
+        outcome: if error.is_some() {
+            report::StageOutcome::Failed
+        } else {
+            report::StageOutcome::Ok
+        },
+        final_: true,
+        duration: started.elapsed(),
+        changes,
+        error,
+        platform: Some("metal"),
+    };
+    let state = crate::state::StateDir::new(state_dir);
+    if let Err(e) = state.create() {
+        log::warn!("install report not sent: {e:#}");
+        return;
+    }
+    report::deliver(t, &state, &report::build(t, o));
 }
 
 /// Replaces every `${install_disk}` in the config with the install disk's path (as a JSON
@@ -236,12 +345,14 @@ pub fn substitute_install_disk(cfg: &[u8], disk: &Path) -> Vec<u8> {
 
 pub fn run(mut a: InstallArgs) -> Result<()> {
     let mut reboot = false;
+    // The minisign public key as text: `--image-key`'s file, or `agent.install.image_key=`.
+    let mut key_text = None;
     if a.from_kargs {
         let line = runtime::cmdline::read(&a.kernel_cmdline)?;
         let k = Kargs::parse(&line);
         if !k.any() {
             bail!(
-                "--from-kargs: the kernel command line ({}) has neither coreos.inst.install_dev nor coreos.inst.image_url",
+                "--from-kargs: the kernel command line ({}) has neither coreos.inst.install_dev, agent.install.disk.* nor coreos.inst.image_url",
                 a.kernel_cmdline.display()
             );
         }
@@ -253,6 +364,12 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
             a.ignition_url = a.ignition_url.or(k.ignition_url);
         }
         a.insecure |= k.insecure;
+        a.overwrite |= k.overwrite;
+        a.image_hash = a.image_hash.or(k.image_hash);
+        if a.image_key.is_none() {
+            key_text = k.image_key;
+        }
+        kargs_selector(&mut a.selector, &k.disk)?;
         reboot = !k.skip_reboot;
     }
     let image = match (&a.image_url, &a.image_file) {
@@ -285,13 +402,16 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
             log::warn!("--insecure: the image's signature is not checked (--image-key ignored)");
         }
         None
-    } else if let Some(k) = &a.image_key {
-        let key = signature::PublicKey::parse(&String::from_utf8_lossy(&read_file(
-            k,
-            64 << 10,
-            "public key",
-        )?))
-        .with_context(|| format!("public key {}", k.display()))?;
+    } else if let Some((text, what)) = match (&a.image_key, key_text) {
+        (Some(k), _) => Some((
+            String::from_utf8_lossy(&read_file(k, 64 << 10, "public key")?).into_owned(),
+            k.display().to_string(),
+        )),
+        (None, Some(t)) => Some((t, "agent.install.image_key=".to_string())),
+        (None, None) => None,
+    } {
+        let key =
+            signature::PublicKey::parse(&text).with_context(|| format!("public key {what}"))?;
         let src = a.image_signature.clone().unwrap_or_else(|| match &image {
             Source::Url(u) => format!("{u}.minisig"),
             Source::File(p) => format!("{}.minisig", p.display()),
@@ -313,13 +433,19 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
     } else {
         None
     };
-    let ignition = read_config(&a, &fetcher, &stable)?;
+    let started = std::time::Instant::now();
+    let (ignition, served) = read_config(&a, &fetcher, &stable)?;
+    let target = report_target(&a, served.as_ref());
     let o = install::Options {
         dest: crate::blockdev::devices::block_device(&dest.display().to_string())?,
         image,
         image_hash: a.image_hash.clone(),
         signed,
         ignition,
+        served: served
+            .as_ref()
+            .filter(|s| s.report_url.is_some())
+            .and_then(|s| serde_json::to_vec(s).ok()),
         overwrite: a.overwrite,
         preserve_on_error: a.preserve_on_error,
         fetch_retries: a.fetch_retries,
@@ -328,8 +454,37 @@ pub fn run(mut a: InstallArgs) -> Result<()> {
             .unwrap_or(crate::endpoints::DEFAULT_DEVICE_TIMEOUT),
     };
     runtime::logging::set_stage("install");
-    let done = install::install(&o, &fetcher)?;
+    let done = match install::install(&o, &fetcher) {
+        Ok(d) => d,
+        Err(e) => {
+            if let Some(t) = &target {
+                send_install_report(
+                    t,
+                    &a.state_dir,
+                    started,
+                    report::Changes::default(),
+                    Some(&e),
+                );
+            }
+            return Err(e);
+        }
+    };
     install::record_disk(&a.state_dir, &stable)?;
+    if let Some(t) = &target {
+        let mut paths = vec![stable.display().to_string()];
+        paths.extend(
+            done.config_on
+                .iter()
+                .map(|p| format!("{}:{}", p.display(), install::BOOT_CONFIG)),
+        );
+        send_install_report(
+            t,
+            &a.state_dir,
+            started,
+            report::Changes::of_paths(paths),
+            None,
+        );
+    }
     log::info!(
         "installed to {} ({} image, {} bytes{})",
         stable.display(),

@@ -41,7 +41,7 @@ pub enum MachinesAction {
         #[arg(long)]
         pool: Option<String>,
         /// Only machines in this state (fetching, provisioning, provisioned, failed,
-        /// unassigned).
+        /// unassigned, installed, running, unresponsive).
         #[arg(long)]
         state: Option<String>,
         /// Machines asked for per request (the server's `?limit=`, 1 to 10,000); the listing

@@ -34,7 +34,7 @@ pub use self::install::{InstallArgs, SelectorArgs};
 pub use self::machines::{MachinesAction, MachinesArgs};
 pub use self::network_generate::NetworkGenerateArgs;
 pub use self::plan::PlanArgs;
-pub use self::report::{ReportAction, ReportArgs};
+pub use self::report::{ReportAction, ReportArgs, ReportRunningArgs};
 pub use self::run::RunArgs;
 #[cfg(feature = "serve")]
 pub use self::serve::ServeArgs;
@@ -84,6 +84,10 @@ pub enum Command {
     /// Provisioning reports: `drain` sends the ones queued in a directory (what
     /// agent-report.service runs in the provisioned system).
     Report(ReportArgs),
+    /// Tell the config server that the installed system came up: the `running` report (boot
+    /// id, kernel) to where /var/lib/agent/running.json says, once (what
+    /// agent-report-running.service runs).
+    ReportRunning(ReportRunningArgs),
     /// Print the versions of the agent and of the libraries it is built with.
     Info(InfoArgs),
     /// Fetch one resource (URL) to a file, verified, with the provisioning fetcher.
@@ -127,7 +131,7 @@ pub fn dispatch(cli: Cli) -> i32 {
     if cli.log_kmsg
         && !matches!(
             cli.command,
-            Command::Run(_) | Command::Fetch(_) | Command::Report(_)
+            Command::Run(_) | Command::Fetch(_) | Command::Report(_) | Command::ReportRunning(_)
         )
     {
         eprintln!(
@@ -159,6 +163,7 @@ pub fn dispatch(cli: Cli) -> i32 {
         },
         Command::Plan(a) => plan::plan(a),
         Command::Report(a) => report::run(a),
+        Command::ReportRunning(a) => report::running(a),
         Command::Info(a) => info(a),
         Command::Fetch(a) => runtime::signals::install().and_then(|()| fetch::run(a)),
         Command::Install(a) => runtime::signals::install().and_then(|()| install::run(*a)),

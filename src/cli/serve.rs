@@ -181,6 +181,10 @@ pub struct ServeArgs {
     /// its config (/machine-config?token=); it is spent by that fetch.
     #[arg(help_heading = "Network boot", long, default_value = "10m", value_parser = parse_duration)]
     pub boot_token_ttl: Duration,
+    /// How long a machine may stay installed or provisioned without the installed system's
+    /// `running` report before the inventory shows it as `unresponsive` [default: off].
+    #[arg(help_heading = "Network boot", long, value_name = "DURATION", value_parser = parse_duration)]
+    pub running_deadline: Option<Duration>,
     /// OpenShift mode: write the files the OpenShift Machine Config Server writes into every
     /// config (the node annotations the Machine Config Daemon starts from, the kubeconfig)
     /// instead of /etc/agent/node-config.json, and serve spec 2.2.0 to
@@ -241,6 +245,7 @@ impl From<ServeArgs> for serve::Options {
             public_url: a.public_url.map(|u| u.trim_end_matches('/').to_string()),
             discovery: a.discovery,
             boot_token_ttl: a.boot_token_ttl,
+            running_deadline: a.running_deadline,
             openshift: a.openshift,
             kubeconfig: a.kubeconfig,
             openshift_config_names: a.openshift_config_names,

@@ -29,6 +29,8 @@ pub use image::Source;
 
 /// The file on the `boot` partition the installed system's first boot reads.
 pub const BOOT_CONFIG: &str = "ignition/config.ign";
+/// Beside it: where the installed system's reports go (the first boot's `user.served.json`).
+pub const BOOT_SERVED: &str = "ignition/agent-served.json";
 /// The label of the partition the config goes to.
 pub const BOOT_LABEL: &str = "boot";
 /// Where the chosen disk's stable path is recorded.
@@ -51,6 +53,10 @@ pub struct Options {
     pub signed: Option<Signed>,
     /// The Ignition config to install, already fetched and checked.
     pub ignition: Option<Vec<u8>>,
+    /// What the config server said when the config was fetched (`state::Served`, JSON:
+    /// where the installed system's first boot reports), written beside it as
+    /// [`BOOT_SERVED`].
+    pub served: Option<Vec<u8>>,
     pub overwrite: bool,
     pub preserve_on_error: bool,
     pub fetch_retries: u32,
@@ -158,7 +164,7 @@ pub fn install(o: &Options, fetcher: &Fetcher) -> Result<Installed> {
         }
     };
     let config_on = match &o.ignition {
-        Some(cfg) => match write_config(&written.partitions, cfg) {
+        Some(cfg) => match write_config(&written.partitions, cfg, o.served.as_deref()) {
             Ok(p) => Some(p),
             Err(e) => {
                 let direct = open_direct(dest)?;
@@ -341,7 +347,7 @@ fn announce_partitions(
 }
 
 /// Writes the config to [`BOOT_CONFIG`] on the partition labelled [`BOOT_LABEL`].
-fn write_config(partitions: &[PathBuf], cfg: &[u8]) -> Result<PathBuf> {
+fn write_config(partitions: &[PathBuf], cfg: &[u8], served: Option<&[u8]>) -> Result<PathBuf> {
     let mut boot = None;
     for p in partitions {
         if let Some(f) = probe::probe(p)?
@@ -376,10 +382,16 @@ fn write_config(partitions: &[PathBuf], cfg: &[u8]) -> Result<PathBuf> {
     let mut mounts = crate::mounts::Mounts::default();
     mounts.push(at.clone(), None);
     let path = at.join(BOOT_CONFIG);
-    let r = runtime::util::write_atomic(&path, cfg, 0o600);
+    let r = runtime::util::write_atomic(&path, cfg, 0o600)
+        .with_context(|| format!("writing {BOOT_CONFIG} on {}", dev.display()))
+        .and_then(|()| match served {
+            Some(b) => runtime::util::write_atomic(&at.join(BOOT_SERVED), b, 0o600)
+                .with_context(|| format!("writing {BOOT_SERVED} on {}", dev.display())),
+            None => Ok(()),
+        });
     mounts.close()?;
     let _ = std::fs::remove_dir(&at);
-    r.with_context(|| format!("writing {BOOT_CONFIG} on {}", dev.display()))?;
+    r?;
     log::info!("wrote the config to {BOOT_CONFIG} on {}", dev.display());
     Ok(dev)
 }

@@ -10,6 +10,7 @@ pub mod identity;
 pub mod model;
 pub mod queue;
 pub mod redact;
+pub mod running;
 pub mod send;
 pub mod summary;
 
@@ -162,6 +163,7 @@ pub fn build(t: &Target, o: Outcome) -> Report {
         changes,
         error,
         log_tail,
+        kernel: None,
     }
 }
 

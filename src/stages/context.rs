@@ -100,6 +100,11 @@ pub trait Reporter {
     /// The stage's work is done, having changed `changes`: its report is sent (or queued)
     /// now. None: no report goes anywhere this boot.
     fn done(&mut self, changes: Changes) -> Option<Delivered>;
+    /// Where this boot's reports go (None: nowhere), for what the files stage leaves in the
+    /// root to send the installed system's `running` report.
+    fn target(&self) -> Option<crate::report::Target> {
+        None
+    }
 }
 
 /// No reports (a stage run on its own, as tests do).

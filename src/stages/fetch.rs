@@ -33,6 +33,9 @@ pub const MAX_DEPTH: usize = 10;
 pub const EXIT_NEEDS_NETWORK: i32 = 3;
 /// The user config installed in the system config directory (preempts the platform's).
 pub const USER_CONFIG_FILE: &str = "user.ign";
+/// Beside [`USER_CONFIG_FILE`]: where the installed config's reports go
+/// ([`crate::state::Served`] as JSON; `agent install` leaves it on the boot partition).
+pub const USER_SERVED_FILE: &str = "user.served.json";
 /// Kernel command line keys naming the config URL, in order of preference: the agent's,
 /// Ignition's, then the names Flatcar's Ignition still reads (`flatcar.config.url`, Container
 /// Linux's `coreos.config.url`).
@@ -220,7 +223,7 @@ fn acquire(
     {
         info!("config URL from the kernel command line: {}", short(&url));
         Some((fetch_url(&url, opts, rec)?, url))
-    } else if let Some(found) = system_user_config(sources, limit)? {
+    } else if let Some(found) = system_user_config(sources, limit, rec)? {
         Some(found)
     } else if let Some(p) = &ctx.platform {
         let answer = ask_platform(ctx, p, opts)?;
@@ -344,13 +347,37 @@ fn ask_platform(
 }
 
 /// `<system-config-dir>/user.ign`: a user config installed with the system, which preempts
-/// the platform's (as in Ignition).
-fn system_user_config(sources: &Sources, limit: u64) -> Result<Option<(Vec<u8>, String)>> {
+/// the platform's (as in Ignition). Beside it, `user.served.json`: what the config server
+/// said when `agent install` fetched it (where reports go, with the machine's credential),
+/// which the first boot's reports go by.
+fn system_user_config(
+    sources: &Sources,
+    limit: u64,
+    rec: &mut Record,
+) -> Result<Option<(Vec<u8>, String)>> {
     let path = sources.system_config_dir.join(USER_CONFIG_FILE);
     let source = format!("file {}", path.display());
     let found = limits::read_optional_file_bounded(&path, limit, &format!("config {source}"))?;
     if found.is_some() {
         info!("user config from {}", path.display());
+        let sp = sources.system_config_dir.join(USER_SERVED_FILE);
+        let what = format!("report target {}", sp.display());
+        match limits::read_optional_file_bounded(&sp, 64 << 10, &what) {
+            Ok(Some(b)) => match serde_json::from_slice::<crate::state::Served>(&b) {
+                Ok(s) => {
+                    info!(
+                        "reports go where the installer's config server said ({})",
+                        s.report_url
+                            .as_deref()
+                            .map_or("-".into(), crate::report::redact::url)
+                    );
+                    rec.served = Some(s);
+                }
+                Err(e) => warn!("{what}: not used: {e}"),
+            },
+            Ok(None) => {}
+            Err(e) => warn!("{e:#}"),
+        }
     }
     Ok(found.map(|b| (b, source)))
 }
@@ -375,9 +402,15 @@ fn fetch_url(url: &str, opts: &fetch::Options, rec: &mut Record) -> Result<Vec<u
 /// not against the URL that answered after a redirect, and a report URL on another origin
 /// gets no token (`report::target`).
 fn note_served(f: &Fetcher, r: &config::types::Resource, rec: &mut Record) {
-    let Some(h) = f.take_agent_headers() else {
-        return;
-    };
+    if let Some(served) = served(f, r) {
+        rec.served = Some(served);
+    }
+}
+
+/// What `agent serve` said of the config `f` fetched last for `r` (its `X-Agent-*`
+/// headers, [`note_served`]), logged; None when no server said anything.
+pub fn served(f: &Fetcher, r: &config::types::Resource) -> Option<crate::state::Served> {
+    let h = f.take_agent_headers()?;
     let asked = r.source.as_deref().unwrap_or(&h.url);
     let auth = r
         .http_headers
@@ -413,7 +446,7 @@ fn note_served(f: &Fetcher, r: &config::types::Resource, rec: &mut Record) {
             None => String::new(),
         }
     );
-    rec.served = Some(served);
+    Some(served)
 }
 
 /// The config URL named on a kernel command line (`agent.config.url` wins).

@@ -66,6 +66,11 @@ pub fn run(config: &Config, ctx: &Context, reporter: &mut dyn Reporter) -> Resul
     {
         log::warn!("installing the report queue in the root: {e:#}");
     }
+    if let Some(t) = reporter.target()
+        && let Err(e) = report_root::install_running(&w, &t)
+    {
+        log::warn!("installing the running report in the root: {e:#}");
+    }
     if let Err(e) = report_root::keep_log(&w, ctx, None) {
         log::warn!("{e:#}");
     }

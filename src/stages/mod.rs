@@ -83,14 +83,14 @@ struct StageReporter<'a> {
 }
 
 impl StageReporter<'_> {
-    fn target(&self) -> Option<Target> {
+    fn report_target(&self) -> Option<Target> {
         let c = self.ctx;
         report::target(&c.state(), self.cmdline, &c.endpoints, c.limits)
     }
 
     /// The fetch stage's "started" report (before anything is fetched).
     fn started_report(&self) {
-        if let Some(t) = self.target() {
+        if let Some(t) = self.report_target() {
             let o = self.outcome(StageOutcome::Started, false, Changes::default(), None);
             report::deliver(&t, &self.ctx.state(), &report::build(&t, o));
         }
@@ -99,7 +99,7 @@ impl StageReporter<'_> {
     /// A failed stage: its report (sent or queued) and the console summary naming where it went.
     fn failed(&self, e: &anyhow::Error) {
         let state = self.ctx.state();
-        let sent = match self.target() {
+        let sent = match self.report_target() {
             Some(t) => {
                 let o = self.outcome(
                     StageOutcome::Failed,
@@ -145,7 +145,7 @@ impl StageReporter<'_> {
 
 impl Reporter for StageReporter<'_> {
     fn done(&mut self, changes: Changes) -> Option<Delivered> {
-        let t = self.target()?;
+        let t = self.report_target()?;
         let state = self.ctx.state();
         let o = self.outcome(StageOutcome::Ok, self.final_, changes, None);
         let r = report::build(&t, o);
@@ -158,6 +158,10 @@ impl Reporter for StageReporter<'_> {
             return Some(Delivered::Queued(state.reports_dir()));
         }
         Some(report::deliver(&t, &state, &r))
+    }
+
+    fn target(&self) -> Option<Target> {
+        self.report_target()
     }
 }
 

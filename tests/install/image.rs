@@ -792,7 +792,9 @@ fn from_kernel_arguments() {
     ]);
     assert_eq!(code, 1);
     assert!(
-        err.contains("neither coreos.inst.install_dev nor coreos.inst.image_url"),
+        err.contains(
+            "neither coreos.inst.install_dev, agent.install.disk.* nor coreos.inst.image_url"
+        ),
         "{err}"
     );
 }
@@ -894,4 +896,197 @@ fn a_damaged_image_is_reported_as_such_and_a_partition_is_refused() {
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("is a partition: give the whole disk"), "{err}");
+}
+
+/// The bare-metal flow end to end, on a loop device, against a real `agent serve`: a boot
+/// profile's `install` section (the image a boot asset, its hash, the disk by a selector,
+/// overwrite, no reboot) rendered by `/ipxe` into kernel arguments; `agent install
+/// --from-kargs` with nothing but those arguments chooses the disk, writes the image over
+/// what was there, fetches the machine's config with its one-time token and leaves it, with
+/// where the installed system reports, on the boot partition; its `install` report makes the
+/// machine `installed` (and its next `/ipxe` the local disk). The first boot's copy
+/// (`agent-setup-user`) and `agent run` from that copy report with the machine's credential
+/// (`provisioned`), and the running report the files stage left makes it `running`.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn unattended_from_a_boot_profile_to_running() {
+    use support::serve::{request, serve_args, write};
+    let fx = fixture();
+    let zst = compress(&fx.img, "zstd", ".zst");
+    let src = fx.dir.join("src");
+    let uuid = "4c4c4544-0000-0000-0000-0000000000c3";
+    write(&src.join("pools/worker.ign"), CONFIG);
+    write(
+        &src.join("machines/n1.json"),
+        r#"{"selector": {"mac": "52:54:00:12:34:c3"}, "pool": "worker"}"#,
+    );
+    // An odd size no other test's loop device has: the selector finds exactly this one.
+    write(
+        &src.join("boot/worker.json"),
+        &serde_json::json!({
+            "kernel": "vmlinuz", "args": ["console=ttyS0"],
+            "install": {"image": "os.img.zst", "hash": sha256(&zst), "overwrite": true,
+                        "skipReboot": true,
+                        "disk": {"transport": "loop", "sizeMin": "93M", "sizeMax": "93M"}},
+        })
+        .to_string(),
+    );
+    std::fs::create_dir_all(src.join("boot/assets")).unwrap();
+    std::fs::write(src.join("boot/assets/vmlinuz"), b"kernel").unwrap();
+    std::fs::copy(&zst, src.join("boot/assets/os.img.zst")).unwrap();
+    let s = serve_args(&src).quiet().start();
+    let get = |path: &str| {
+        let a = s.plain();
+        request(
+            a,
+            &format!("GET {path} HTTP/1.1\r\nHost: {a}\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    let machine = || -> Value {
+        let a = s.addr_of("admin");
+        let r = request(
+            a,
+            &format!("GET /machines/{uuid} HTTP/1.1\r\nHost: {a}\r\nConnection: close\r\n\r\n"),
+        );
+        serde_json::from_slice(&r.body).unwrap()
+    };
+    let ipxe = format!("/ipxe?mac=52-54-00-12-34-c3&uuid={uuid}");
+    let script = get(&ipxe).text();
+    let kernel = script
+        .lines()
+        .find_map(|l| l.strip_prefix("kernel "))
+        .unwrap_or_else(|| panic!("{script}"));
+    let cmdline = fx.dir.join("cmdline");
+    std::fs::write(&cmdline, kernel).unwrap();
+
+    // Something is on the disk already: overwrite says to install over it.
+    let lp = Loop::new(93);
+    sh("mkfs.ext4", &["-q", "-F", lp.dev()]);
+    let dmi = fx.dir.join("dmi");
+    std::fs::create_dir_all(&dmi).unwrap();
+    std::fs::write(dmi.join("product_uuid"), format!("{uuid}\n")).unwrap();
+    let state = fx.dir.join("state");
+    let (code, out, err) = agent(&[
+        "install",
+        "--from-kargs",
+        "--kernel-cmdline",
+        cmdline.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--test-dmi-dir",
+        dmi.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), lp.dev(), "{err}");
+    assert_eq!(table(lp.dev()), ["boot", "root"]);
+    let disk = lp.bytes();
+    let raw = std::fs::read(&fx.img).unwrap();
+    assert!(disk[17 * MIB as usize..64 * MIB as usize] == raw[17 * MIB as usize..]);
+    let installed: Value = serde_json::from_str(&installed_config(lp.dev())).unwrap();
+    assert_eq!(installed["storage"]["files"][0]["path"], "/etc/installed");
+    let m = machine();
+    assert_eq!(m["state"], "installed", "{m}");
+    let installs = m["boots"][0]["stages"].as_array().unwrap();
+    assert_eq!(installs[0]["stage"], "install", "{m}");
+    let again = get(&ipxe).text();
+    assert!(again.contains("booting from the local disk"), "{again}");
+
+    // The installed system's first boot: the copy from the boot partition, then the stages.
+    let sys = fx.dir.join("system-config");
+    let st = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/dracut/30agent/agent-setup-user"
+    ))
+    .env("AGENT_BOOT_DEVICE", format!("{}p1", lp.dev()))
+    .env("AGENT_SYSTEM_CONFIG_DIR", &sys)
+    .env("AGENT_SETUP_USER_MNT", fx.dir.join("boot-mnt"))
+    .status()
+    .unwrap();
+    assert!(st.success());
+    use std::os::unix::fs::PermissionsExt;
+    let served = sys.join("user.served.json");
+    assert_eq!(
+        std::fs::metadata(&served).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let sv: Value = serde_json::from_slice(&std::fs::read(&served).unwrap()).unwrap();
+    assert!(
+        sv["reportUrl"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("http://{}/report?token=", s.plain())),
+        "{sv}"
+    );
+    let root = fx.dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let none = fx.dir.join("cmdline-first");
+    std::fs::write(&none, "console=ttyS0 agent.firstboot").unwrap();
+    let (code, _, err) = agent(&[
+        "run",
+        "--platform",
+        "metal",
+        "--root",
+        root.to_str().unwrap(),
+        "--state-dir",
+        fx.dir.join("state-first").to_str().unwrap(),
+        "--system-config-dir",
+        sys.to_str().unwrap(),
+        "--test-kernel-cmdline-file",
+        none.to_str().unwrap(),
+        "--test-dmi-dir",
+        dmi.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/installed")).unwrap(),
+        "yes"
+    );
+    let m = machine();
+    assert_eq!(m["state"], "provisioned", "{m}");
+    assert_eq!(m["trust"], "machine", "{m}");
+    let (code, _, err) = agent(&[
+        "report-running",
+        "--state",
+        root.join("var/lib/agent/running.json").to_str().unwrap(),
+        "--test-dmi-dir",
+        dmi.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let m = machine();
+    assert_eq!(m["state"], "running", "{m}");
+}
+
+/// `agent.install.*` values are checked as their flags are, before any disk is looked at.
+#[test]
+fn bad_agent_install_kargs_are_named() {
+    let dir = TempDir::new("install-bad-kargs");
+    let cmdline = dir.join("cmdline");
+    for (line, want) in [
+        (
+            "agent.install.disk.transport=ide coreos.inst.image_url=http://127.0.0.1:9/os",
+            "agent.install.disk.transport=ide: unknown transport \"ide\"",
+        ),
+        (
+            "agent.install.disk.size_min=lots coreos.inst.image_url=http://127.0.0.1:9/os",
+            "agent.install.disk.size_min=lots",
+        ),
+        (
+            "agent.install.disk.rotational=maybe coreos.inst.image_url=http://127.0.0.1:9/os",
+            "agent.install.disk.rotational",
+        ),
+        (
+            "coreos.inst.install_dev=/dev/null coreos.inst.image_url=http://127.0.0.1:9/os agent.install.image_key=notakey",
+            "public key agent.install.image_key=",
+        ),
+    ] {
+        std::fs::write(&cmdline, line).unwrap();
+        let (code, _, err) = agent(&[
+            "install",
+            "--from-kargs",
+            "--kernel-cmdline",
+            cmdline.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 1, "{line}: {err}");
+        assert!(err.contains(want), "{line}: {err}");
+    }
 }

@@ -128,11 +128,15 @@ fn ipxe(s: &Server, query: &str) -> String {
     t
 }
 
-/// The path and query of the `agent.config.url=` of a boot script.
+/// The path and query of the config URL of a boot script (`agent.config.url=`, or
+/// `coreos.inst.ignition_url=` with a profile's install section).
 fn config_path(script: &str) -> String {
     let url = script
         .split_whitespace()
-        .find_map(|w| w.strip_prefix("agent.config.url="))
+        .find_map(|w| {
+            w.strip_prefix("agent.config.url=")
+                .or_else(|| w.strip_prefix("coreos.inst.ignition_url="))
+        })
         .unwrap_or_else(|| panic!("no agent.config.url in {script}"));
     let rest = url.strip_prefix("http://").unwrap();
     rest[rest.find('/').unwrap()..].to_string()
@@ -1415,4 +1419,391 @@ fn socket2_connect(from: &str, to: SocketAddr) -> std::net::TcpStream {
     };
     connect(fd.as_raw_fd(), &SockaddrIn::from(to)).unwrap();
     std::net::TcpStream::from(fd)
+}
+
+/// The kernel line of a boot script with its boot token replaced by `TOKEN` and the server's
+/// address by `BASE`.
+fn kernel_line(script: &str, base: SocketAddr) -> String {
+    let line = script
+        .lines()
+        .find(|l| l.starts_with("kernel "))
+        .unwrap_or_else(|| panic!("no kernel line in {script}"));
+    let line = line.replace(&format!("http://{base}"), "BASE");
+    let at = line.find("?token=").expect("a token") + "?token=".len();
+    let end = line[at..].find(' ').map_or(line.len(), |e| at + e);
+    format!("{}TOKEN{}", &line[..at], &line[end..])
+}
+
+/// A source whose pool `worker` installs an image from the assets (its profile's `install`
+/// section, the config URL where coreos-installer takes it) and whose pool `flat` boots
+/// Flatcar's way, the config URL placed by `{{.config_url}}`, with tokens of two uses.
+fn install_source(t: &TempDir) -> PathBuf {
+    let src = source(t);
+    let hash = format!("sha512-{}", "0f".repeat(64));
+    write(
+        &src.join("boot/worker.json"),
+        &serde_json::json!({
+            "kernel": "vmlinuz", "initrd": ["initramfs.img"], "args": ["console=ttyS0"],
+            "install": {
+                "image": "os.raw.xz", "hash": hash, "overwrite": true, "skipReboot": true,
+                "disk": {"transport": "nvme", "sizeMin": "100G", "sizeMax": 2000000000000u64,
+                         "model": "SAMSUNG*", "removable": false},
+            },
+        })
+        .to_string(),
+    );
+    write(&src.join("pools/flat.ign"), &worker_config("flat"));
+    write(
+        &src.join("boot/flat.json"),
+        r#"{"kernel": "vmlinuz", "tokenUses": 2, "args": ["flatcar.first_boot=1", "flatcar.config.url={{.config_url}}", "flatcar.oem.id=pxe"]}"#,
+    );
+    write(
+        &src.join("machines/node-3.json"),
+        &machine("52:54:00:12:34:03", "flat", serde_json::json!({})),
+    );
+    std::fs::write(src.join("boot/assets/os.raw.xz"), b"not really an image").unwrap();
+    src
+}
+
+#[test]
+fn install_profiles_render_their_kernel_arguments() {
+    let t = TempDir::new("boot-install-kargs");
+    let s = start(&install_source(&t), &[]);
+    let hash = format!("sha512-{}", "0f".repeat(64));
+    assert_eq!(
+        kernel_line(&ipxe(&s, "mac=52-54-00-12-34-01"), s.plain()),
+        format!(
+            "kernel BASE/assets/vmlinuz console=ttyS0 agent.install.disk.size_min=100G \
+             agent.install.disk.size_max=2000000000000 agent.install.disk.model=SAMSUNG* \
+             agent.install.disk.transport=nvme agent.install.disk.removable=no \
+             coreos.inst.image_url=BASE/assets/os.raw.xz agent.install.image_hash={hash} \
+             coreos.inst.ignition_url=BASE/machine-config?token=TOKEN agent.install.overwrite \
+             coreos.inst.skip_reboot"
+        )
+    );
+    assert_eq!(
+        kernel_line(&ipxe(&s, "mac=52-54-00-12-34-03"), s.plain()),
+        "kernel BASE/assets/vmlinuz flatcar.first_boot=1 \
+         flatcar.config.url=BASE/machine-config?token=TOKEN flatcar.oem.id=pxe"
+    );
+    // The image in the kernel arguments is the asset the server serves.
+    let r = get(s.plain(), "/assets/os.raw.xz");
+    assert_eq!(r.body, b"not really an image");
+}
+
+#[test]
+fn a_token_of_two_uses_is_spent_twice_then_refused() {
+    let t = TempDir::new("boot-token-uses");
+    let s = start(&install_source(&t), &[]);
+    let script = ipxe(&s, "mac=52-54-00-12-34-03");
+    let url = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("flatcar.config.url="))
+        .unwrap();
+    let p = &url[url.find("/machine-config").unwrap()..];
+    let mut credentials = Vec::new();
+    for _ in 0..2 {
+        let r = get(s.plain(), p);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().contains("flat"), "{}", r.text());
+        credentials.push(r.header("x-agent-report-url").unwrap().to_string());
+    }
+    assert_ne!(
+        credentials[0], credentials[1],
+        "each fetch has its own credential"
+    );
+    let third = get(s.plain(), p);
+    assert_eq!(third.status, 403, "{}", third.text());
+    assert!(third.text().contains("already used"), "{}", third.text());
+    // A profile without tokenUses: one use.
+    let p1 = config_path(&ipxe(&s, "mac=52-54-00-12-34-02"));
+    assert_eq!(get(s.plain(), &p1).status, 200);
+    assert_eq!(get(s.plain(), &p1).status, 403);
+}
+
+#[test]
+fn a_bad_install_section_keeps_the_last_good_generation() {
+    let t = TempDir::new("boot-install-bad");
+    let src = install_source(&t);
+    let s = start(&src, &[]);
+    let good = s.status()["sources"][0]["active"]["generation"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (profile, want) in [
+        (
+            r#"{"kernel": "vmlinuz", "install": {"image": "os.raw.xz", "disk": {"device": "sda"}}}"#,
+            "boot/worker.json: $.install: the image would not be verified",
+        ),
+        (
+            r#"{"kernel": "vmlinuz", "tokenUses": 11}"#,
+            "boot/worker.json: $.tokenUses must be a whole number from 1 to 10",
+        ),
+        (
+            r#"{"kernel": "vmlinuz", "install": {"image": "gone.raw", "insecure": true, "disk": {"device": "sda"}}}"#,
+            "boot/assets/gone.raw does not exist",
+        ),
+    ] {
+        write(&src.join("boot/worker.json"), profile);
+        rejected(&s, &good, &[want]);
+    }
+}
+
+/// The network install as the inventory shows it: the live boot's `install` report (with
+/// the credential of its config fetch) makes the machine `installed` and its next `/ipxe`
+/// the local disk; the installed system's first boot `provisioned`; its `running` report
+/// `running`, with the kernel it named. With `--running-deadline 1s`, a machine installed
+/// that never reports running is `unresponsive` once the second has passed (and listed so
+/// by `?state=unresponsive`); a running report with another machine's credential is
+/// refused.
+#[test]
+fn installed_provisioned_then_running_or_unresponsive() {
+    let t = TempDir::new("boot-running");
+    let s = start(&install_source(&t), &["--running-deadline", "1s"]);
+    let fetch = |q: &str| {
+        let script = ipxe(&s, q);
+        let r = get(s.plain(), &config_path(&script));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.header("x-agent-report-url").unwrap().to_string()
+    };
+    let send = |url: &str, id: &str, rid: &str, boot: &str, stage: &str, extra| {
+        post(
+            s.plain(),
+            url,
+            &report_with(id, rid, boot, stage, "ok", true, extra),
+        )
+    };
+    let state = |id: &str| admin_get(&s, &format!("/machines/{id}"))["state"].clone();
+    let q1 = "mac=52-54-00-12-34-01";
+    let id1 = "mac-52:54:00:12:34:01";
+    let url1 = fetch(q1);
+    let r = send(&url1, id1, "i1", "live-1", "install", serde_json::json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(state(id1), "installed");
+    assert!(local_boot(&ipxe(&s, q1)), "installed: the local disk");
+    // The installed system's first boot reports with the credential the install left it.
+    for (i, stage) in ["fetch", "disks", "files"].iter().enumerate() {
+        let r = post(
+            s.plain(),
+            &url1,
+            &report(id1, &format!("p{i}"), "first-1", stage, *stage == "files"),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(state(id1), "provisioned");
+    // Another machine's credential cannot say it came up.
+    let id2 = "mac-52:54:00:12:34:02";
+    let url2 = fetch("mac=52-54-00-12-34-02");
+    let r = send(
+        &url2,
+        id1,
+        "forged",
+        "first-1",
+        "running",
+        serde_json::json!({}),
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = send(
+        &url1,
+        id1,
+        "run1",
+        "first-1",
+        "running",
+        serde_json::json!({"kernel": "6.1.0-13-amd64"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = admin_get(&s, &format!("/machines/{id1}"));
+    assert_eq!(m["state"], "running", "{m}");
+    assert_eq!(
+        m["boots"].as_array().unwrap().last().unwrap()["kernel"],
+        "6.1.0-13-amd64"
+    );
+    // Machine 2 installs and never comes up: unresponsive after the deadline, at read time.
+    let r = send(&url2, id2, "i2", "live-2", "install", serde_json::json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let end = Instant::now() + Duration::from_secs(20);
+    while state(id2) != "unresponsive" {
+        assert!(Instant::now() < end, "never unresponsive: {}", state(id2));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let ids = |st: &str| -> Vec<String> {
+        admin_get(&s, &format!("/machines?state={st}"))["machines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids("unresponsive"), [id2]);
+    assert_eq!(ids("running"), [id1]);
+    assert!(ids("installed").is_empty());
+    // Without a deadline the same record is installed.
+    let plain = start(&install_source(&TempDir::new("boot-running-2")), &[]);
+    let u = {
+        let script = ipxe(&plain, q1);
+        let r = get(plain.plain(), &config_path(&script));
+        r.header("x-agent-report-url").unwrap().to_string()
+    };
+    let r = post(
+        plain.plain(),
+        &u,
+        &report_with(
+            id1,
+            "i1",
+            "live-1",
+            "install",
+            "ok",
+            true,
+            serde_json::json!({}),
+        ),
+    );
+    assert_eq!(r.status, 200);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        admin_get(&plain, &format!("/machines/{id1}"))["state"],
+        "installed"
+    );
+}
+
+/// The installed system says it came up: `agent run` from an iPXE script leaves in the root
+/// what sends the `running` report (`/var/lib/agent/running.json` 0600 with the report URL
+/// and the machine's credential, the agent binary, `agent-report-running.service` enabled,
+/// which `systemd-analyze verify` passes); the binary it left, run as the unit runs it,
+/// makes the machine `running` with the boot id and kernel of this system, and removes the
+/// state file; run again, it has nothing to send.
+#[test]
+#[ignore = "needs root: make test-root"]
+fn the_installed_system_reports_running_from_the_root() {
+    support::root::must_be_root();
+    let t = TempDir::new("boot-running-root");
+    let s = start(&source(&t), &[]);
+    let uuid = "4c4c4544-0000-0000-0000-0000000000b2";
+    let script = ipxe(&s, &format!("mac=52-54-00-12-34-01&uuid={uuid}"));
+    let url = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("agent.config.url="))
+        .unwrap()
+        .to_string();
+    let dir = TempDir::new("boot-running-run");
+    let root = dir.path().join("root");
+    let dmi = dir.path().join("dmi");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&dmi).unwrap();
+    std::fs::write(dmi.join("product_uuid"), format!("{uuid}\n")).unwrap();
+    let cmdline = dir.path().join("cmdline");
+    std::fs::write(&cmdline, format!("agent.config.url={url}")).unwrap();
+    let out = Command::new(AGENT)
+        .args(["run", "--platform", "metal", "--root"])
+        .arg(&root)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--test-kernel-cmdline-file")
+        .arg(&cmdline)
+        .args(["--system-config-dir", "/nonexistent"])
+        .arg("--test-dmi-dir")
+        .arg(&dmi)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let m = admin_get(&s, &format!("/machines/{uuid}"));
+    assert_eq!(m["state"], "provisioned", "{m}");
+
+    let state = root.join("var/lib/agent/running.json");
+    let pending: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    let report_url = pending["url"].as_str().unwrap();
+    assert!(
+        report_url.starts_with(&format!("http://{}/report?token=", s.plain())),
+        "{pending}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&state), 0o600);
+    assert_eq!(mode(&root.join("var/lib/agent/agent")), 0o755);
+    let unit_path = root.join("etc/systemd/system/agent-report-running.service");
+    let unit = std::fs::read_to_string(&unit_path).unwrap();
+    assert!(
+        unit.contains(
+            "ExecStart=/var/lib/agent/agent report-running --state /var/lib/agent/running.json"
+        ),
+        "{unit}"
+    );
+    assert!(unit.contains("ConditionPathExists=/var/lib/agent/running.json"));
+    assert_eq!(
+        std::fs::read_link(
+            root.join("etc/systemd/system/multi-user.target.wants/agent-report-running.service")
+        )
+        .unwrap(),
+        Path::new("/etc/systemd/system/agent-report-running.service")
+    );
+    support::need("systemd-analyze", "ship.apt");
+    // Verified against the root, which gets what it needs of a system for that: the host's
+    // units (the targets it is ordered against) and the shell and rm its commands run.
+    let sys = dir.path().join("verify-root");
+    for (from, to) in [
+        ("/usr/lib/systemd/system", "usr/lib/systemd"),
+        ("/usr/bin/dash", "usr/bin"),
+        ("/usr/bin/rm", "usr/bin"),
+    ] {
+        std::fs::create_dir_all(sys.join(to)).unwrap();
+        let st = Command::new("cp")
+            .args(["-a", from])
+            .arg(sys.join(to))
+            .status()
+            .unwrap();
+        assert!(st.success(), "cp {from}");
+    }
+    std::os::unix::fs::symlink("usr/bin", sys.join("bin")).unwrap();
+    std::os::unix::fs::symlink("dash", sys.join("usr/bin/sh")).unwrap();
+    for d in ["etc", "var"] {
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(root.join(d))
+            .arg(&sys)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let unit_path = sys.join("etc/systemd/system/agent-report-running.service");
+    let v = Command::new("systemd-analyze")
+        .arg(format!("--root={}", sys.display()))
+        .args(["verify", "--man=no"])
+        .arg(&unit_path)
+        .output()
+        .unwrap();
+    let verr = String::from_utf8_lossy(&v.stderr);
+    assert!(
+        v.status.success() && !verr.contains("agent-report-running"),
+        "systemd-analyze verify: {verr}"
+    );
+
+    // The unit's command, with the binary the files stage left.
+    let send = || {
+        Command::new(root.join("var/lib/agent/agent"))
+            .args(["report-running", "--state"])
+            .arg(&state)
+            .arg("--test-dmi-dir")
+            .arg(&dmi)
+            .output()
+            .unwrap()
+    };
+    let out = send();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(!state.exists(), "sent once: the state file is gone");
+    let m = admin_get(&s, &format!("/machines/{uuid}"));
+    assert_eq!(m["state"], "running", "{m}");
+    let boot = m["boots"].as_array().unwrap().last().unwrap().clone();
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(boot["boot_id"], boot_id.trim(), "{m}");
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(boot["kernel"], kernel.trim(), "{m}");
+    let out = send();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no running report to send"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

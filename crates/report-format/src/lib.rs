@@ -47,6 +47,10 @@ pub struct Report {
     /// On failure: the last log lines, secrets removed.
     #[serde(default)]
     pub log_tail: Vec<String>,
+    /// The running kernel's release (`uname -r`): the `running` report of an installed
+    /// system.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
 }
 
 /// Who a machine is (`machine`).
@@ -138,6 +142,10 @@ pub enum Stage {
     Fetch,
     Disks,
     Files,
+    /// `agent install` wrote the OS image and placed the config (a live system's boot).
+    Install,
+    /// The installed system came up (its `agent report-running`, once per install).
+    Running,
 }
 
 impl Stage {
@@ -146,6 +154,8 @@ impl Stage {
             Stage::Fetch => "fetch",
             Stage::Disks => "disks",
             Stage::Files => "files",
+            Stage::Install => "install",
+            Stage::Running => "running",
         }
     }
 }
@@ -228,6 +238,7 @@ mod tests {
             },
             error: Some("files: writing /etc/app.conf".into()),
             log_tail: vec!["files: failed".into()],
+            kernel: None,
         };
         let json = serde_json::to_value(&r).unwrap();
         for k in [

@@ -85,6 +85,9 @@ pub struct Options {
     pub discovery: crate::fleet::boot::Discovery,
     /// How long a one-time boot token may fetch its config.
     pub boot_token_ttl: Duration,
+    /// How long a machine may be installed or provisioned without a `running` report before
+    /// it is shown `unresponsive` (None: never).
+    pub running_deadline: Option<Duration>,
     /// OpenShift mode: the Machine Config Server's files and spec 2.2.0 (`openshift`).
     pub openshift: bool,
     /// OpenShift mode: the kubeconfig new nodes join with.

@@ -205,6 +205,7 @@ contract!(
     max_machines_is_exact_under_concurrent_writers,
     concurrent_reports_each_once,
     boot_token_is_spent_once,
+    a_token_of_two_uses_is_spent_twice,
     token_records_past_their_time_are_forgotten,
     a_report_without_details_reads_back_empty_details,
     a_change_between_reports_is_kept,
@@ -397,28 +398,32 @@ fn filters_and_counts(_: Backend, inv: Inv) {
     assert_eq!(
         ids(Filter {
             pool: worker.clone(),
-            state: None
+            state: None,
+            ..Filter::default()
         }),
         ["m-a", "m-b", "m-e"]
     );
     assert_eq!(
         ids(Filter {
             pool: worker,
-            state: Some(State::Provisioned)
+            state: Some(State::Provisioned),
+            ..Filter::default()
         }),
         ["m-a", "m-e"]
     );
     assert_eq!(
         ids(Filter {
             pool: None,
-            state: Some(State::Fetching)
+            state: Some(State::Fetching),
+            ..Filter::default()
         }),
         ["m-d"]
     );
     assert!(
         ids(Filter {
             pool: Some("none".into()),
-            state: None
+            state: None,
+            ..Filter::default()
         })
         .is_empty()
     );
@@ -428,6 +433,7 @@ fn filters_and_counts(_: Backend, inv: Inv) {
         &Filter {
             pool: Some("worker".into()),
             state: None,
+            ..Filter::default()
         },
         Some("m-a"),
         &mut |m| {
@@ -751,6 +757,8 @@ fn boot_token(now: u64) -> BootToken {
         reports_until: now + 600 + 86_400,
         kind: Default::default(),
         issued: now,
+        uses: 1,
+        used: 0,
     }
 }
 
@@ -789,6 +797,7 @@ fn boot_token_is_spent_once(_: Backend, mut inv: Inv) {
         ok[0],
         &Spend::Spent(BootToken {
             spent: Some(now + 1),
+            used: 1,
             ..t.clone()
         })
     );
@@ -845,6 +854,58 @@ fn boot_token_is_spent_once(_: Backend, mut inv: Inv) {
             .is_some_and(|t| t.spent.is_some())
     );
     assert!(s.boot_token("k3").unwrap().is_some(), "durable");
+}
+
+/// A boot token of two uses (a boot profile's `tokenUses: 2`: a live boot, then the
+/// installed system's first boot) spent at once by eight threads through three handles:
+/// exactly two spend it, the others are refused as used; it stays refused after a restart.
+fn a_token_of_two_uses_is_spent_twice(_: Backend, mut inv: Inv) {
+    let now = now_secs();
+    let t = BootToken {
+        uses: 2,
+        ..boot_token(now)
+    };
+    let clients = [inv.replica(0), inv.replica(1), inv.replica(2)];
+    clients[0].put_boot_token("k2u", &t, now).expect("put");
+    let barrier = Arc::new(Barrier::new(8));
+    let spent: Vec<Spend> = (0..8)
+        .map(|i| {
+            let c = clients[i % 3].clone();
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                c.spend_boot_token("k2u", now + 1).expect("spend")
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let mut uses: Vec<u32> = spent
+        .iter()
+        .filter_map(|s| match s {
+            Spend::Spent(t) => Some(t.used),
+            _ => None,
+        })
+        .collect();
+    uses.sort();
+    assert_eq!(uses, [1, 2], "{spent:?}");
+    assert_eq!(
+        spent
+            .iter()
+            .filter(|s| **s == Spend::Refused("token already used"))
+            .count(),
+        6,
+        "{spent:?}"
+    );
+    drop(clients);
+    inv.restart();
+    let s = inv.store();
+    assert_eq!(s.boot_token("k2u").unwrap().unwrap().used, 2);
+    assert_eq!(
+        s.spend_boot_token("k2u", now + 2).unwrap(),
+        Spend::Refused("token already used")
+    );
 }
 
 /// A token record past its time ([`BootToken::forget_after`]) is forgotten: by the next put

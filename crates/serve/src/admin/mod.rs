@@ -312,14 +312,33 @@ impl Admin {
                 ),
             ));
         };
-        let filter = filter(req).map_err(|e| Response::text(400, e))?;
+        let mut filter = filter(req).map_err(|e| Response::text(400, e))?;
+        filter.deadline = self.deadline();
         Ok((&**store, filter))
     }
 
-    /// The key a listing of `req` is kept by, and the inventory version it is made at.
+    /// `--running-deadline` now, if set.
+    fn deadline(&self) -> Option<inventory::model::Deadline> {
+        self.fleet
+            .boot
+            .settings
+            .running_deadline
+            .map(|after| inventory::model::Deadline {
+                after,
+                now: now_secs(),
+            })
+    }
+
+    /// The key a listing of `req` is kept by, and the inventory version it is made at
+    /// (with `--running-deadline`, the second too: a machine becomes unresponsive as time
+    /// passes, not only when the inventory changes).
     fn listing_key(&self, req: &Request) -> (String, u64) {
+        let at = match self.deadline() {
+            Some(d) => format!("@{}", d.now),
+            None => String::new(),
+        };
         (
-            format!("{}?{}", req.path(), req.query().unwrap_or_default()),
+            format!("{}?{}{at}", req.path(), req.query().unwrap_or_default()),
             self.fleet.version(),
         )
     }
@@ -362,8 +381,10 @@ impl Admin {
             let roles = self.generations.roles();
             let pools = page::pools(&roles);
             let mut scan = page::summary::Scan::new(&query, &pools, page::summary::ROWS);
+            let deadline = self.deadline();
             store
-                .each_machine(&Filter::default(), None, &mut |m| {
+                .each_machine(&Filter::default(), None, &mut |mut m| {
+                    m.state = inventory::model::standing(&m, deadline);
                     scan.add(m);
                     true
                 })
@@ -400,7 +421,7 @@ impl Admin {
     }
 
     fn one_machine(&self, req: &Request, id: &str, ui: bool) -> Response {
-        let (store, _) = match self.reading(req) {
+        let (store, filter) = match self.reading(req) {
             Ok(x) => x,
             Err(r) => return r,
         };
@@ -410,7 +431,13 @@ impl Admin {
         let Some(id) = id.filter(|i| valid_id(i)) else {
             return Response::new(404);
         };
-        match store.machine(&id) {
+        let found = store.machine(&id).map(|m| {
+            m.map(|mut m| {
+                m.state = inventory::model::standing(&m, filter.deadline);
+                m
+            })
+        });
+        match found {
             Ok(Some(m)) if ui => html(page::machine(
                 &view(&m),
                 &ts(now_secs()),
@@ -605,6 +632,7 @@ fn list_machines(
             more = ms.len() == limit;
             if !more {
                 m.tokens = Default::default();
+                m.state = inventory::model::standing(&m, filter.deadline);
                 ms.push(m);
             }
             !more
@@ -690,6 +718,7 @@ fn filter(req: &Request) -> Result<Filter, String> {
     Ok(Filter {
         pool: req.query_param("pool").map(str::to_string),
         state,
+        deadline: None,
     })
 }
 

@@ -257,6 +257,7 @@ mod tests {
             first_seen: seen,
             last_seen: seen,
             stages,
+            ..Boot::default()
         }];
         m
     }

@@ -29,13 +29,16 @@ pub const OUTLIER_FACTOR: u64 = 3;
 
 /// The states in the page's order (a machine with no state yet last): the order of the bar
 /// and of the table, which lists failed machines first and finished ones last.
-pub const STATES: [&str; 6] = [
+pub const STATES: [&str; 9] = [
     "failed",
     "provisioning",
     "fetching",
     "unassigned",
     "unknown",
     "provisioned",
+    "installed",
+    "running",
+    "unresponsive",
 ];
 
 /// The index of a machine's state in [`STATES`].
@@ -47,6 +50,9 @@ pub fn rank(state: Option<State>) -> usize {
         Some(State::Unassigned) => 3,
         None => 4,
         Some(State::Provisioned) => 5,
+        Some(State::Installed) => 6,
+        Some(State::Running) => 7,
+        Some(State::Unresponsive) => 8,
     }
 }
 
@@ -390,7 +396,7 @@ impl PartialOrd for Failed {
 #[derive(Debug, Clone, Default)]
 pub struct PoolCounts {
     /// By [`STATES`].
-    pub states: [usize; 6],
+    pub states: [usize; STATES.len()],
     /// Machines whose applied config is the active generation's config for the pool, the
     /// lastKnownGood's (when that differs), or another.
     pub on_active: usize,
@@ -439,7 +445,7 @@ impl Durations {
 pub struct Summary {
     pub total: usize,
     /// By [`STATES`].
-    pub states: [usize; 6],
+    pub states: [usize; STATES.len()],
     /// The pools the source serves, by name; every other pool (and none) under `None`.
     pub pools: BTreeMap<Option<String>, PoolCounts>,
     pub causes: Vec<Cause>,

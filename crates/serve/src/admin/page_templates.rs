@@ -11,7 +11,8 @@ use super::{Index, MachineView, REFRESH_SECONDS, path_segment};
 const STYLE: &str = "\
 :root{color-scheme:light dark;--fg:#1b1b1b;--bg:#fff;--mute:#595959;--line:#d4d4d4;--card:#f4f4f4;\
 --bad:#b71c1c;--ok:#1b5e20;--run:#0d47a1;\
---s-failed:#c62828;--s-provisioning:#1565c0;--s-fetching:#64b5f6;--s-unassigned:#f9a825;--s-unknown:#9e9e9e;--s-provisioned:#2e7d32}\
+--s-failed:#c62828;--s-provisioning:#1565c0;--s-fetching:#64b5f6;--s-unassigned:#f9a825;--s-unknown:#9e9e9e;--s-provisioned:#2e7d32;\
+--s-installed:#81c784;--s-running:#1b5e20;--s-unresponsive:#6a1b9a}\
 @media (prefers-color-scheme:dark){:root{--fg:#e6e6e6;--bg:#121212;--mute:#ababab;--line:#3c3c3c;--card:#1f1f1f;\
 --bad:#ff8a80;--ok:#a5d6a7;--run:#90caf9}}\
 *{box-sizing:border-box}\
@@ -24,6 +25,7 @@ header{display:flex;flex-wrap:wrap;gap:.2rem 1rem;align-items:baseline}\
 .bar a{display:block;min-width:4px}.bar.small{height:.6rem;min-width:5rem}\
 .s-failed{background:var(--s-failed)}.s-provisioning{background:var(--s-provisioning)}.s-fetching{background:var(--s-fetching)}\
 .s-unassigned{background:var(--s-unassigned)}.s-unknown{background:var(--s-unknown)}.s-provisioned{background:var(--s-provisioned)}\
+.s-installed{background:var(--s-installed)}.s-running{background:var(--s-running)}.s-unresponsive{background:var(--s-unresponsive)}\
 ul.legend,ul.causes{list-style:none;padding:0;margin:.2rem 0}\
 ul.legend{display:flex;flex-wrap:wrap;gap:.2rem 1rem}\
 .dot{display:inline-block;width:.7rem;height:.7rem;border-radius:2px;margin-right:.3rem;vertical-align:-1px}\
@@ -88,13 +90,16 @@ fn state_class(s: &str) -> &'static str {
         "fetching" => "s-fetching",
         "unassigned" => "s-unassigned",
         "provisioned" => "s-provisioned",
+        "installed" => "s-installed",
+        "running" => "s-running",
+        "unresponsive" => "s-unresponsive",
         _ => "s-unknown",
     }
 }
 
 /// Counts by state as one bar of links (and a legend of the same links with the numbers).
 fn state_bar(
-    counts: &[usize; 6],
+    counts: &[usize; STATES.len()],
     link: impl Fn(&str) -> String,
     small: bool,
     what: &str,

@@ -166,6 +166,7 @@ impl App {
             public_url: opts.public_url.clone(),
             discovery: opts.discovery.clone(),
             token_ttl: opts.boot_token_ttl.as_secs(),
+            running_deadline: opts.running_deadline.map(|d| d.as_secs().max(1)),
         };
         Ok(App {
             generations,

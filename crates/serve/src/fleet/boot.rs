@@ -22,7 +22,7 @@ use crate::http::{Body, Request, Response};
 use crate::source::Generation;
 use crate::source::machines::Asset;
 use crate::source::render::{Pool, etag_matches};
-use crate::source::selectors::{Facts, Match, normalize_mac, normalize_uuid};
+use crate::source::selectors::{BootProfile, Facts, Match, normalize_mac, normalize_uuid};
 
 /// `--discovery`: what a network-booted machine that no machine file selects gets.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -89,12 +89,16 @@ impl Boot {
     }
 }
 
-/// `--public-url`, `--discovery`, `--boot-token-ttl` (seconds).
+/// `--public-url`, `--discovery`, `--boot-token-ttl` (seconds), `--running-deadline`
+/// (seconds; None: off).
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub public_url: Option<String>,
     pub discovery: Discovery,
     pub token_ttl: u64,
+    /// A machine installed or provisioned this long without a `running` report is shown
+    /// `unresponsive`.
+    pub running_deadline: Option<u64>,
 }
 
 /// What a request of ours is answered from: the settings, the served generation, the
@@ -329,7 +333,7 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
             return wait_script(&base, &format!("pool {pool} cannot be booted now"));
         }
     };
-    let token = match hand_out(ctx, store, &f, &id, file.as_deref(), &pool) {
+    let token = match hand_out(ctx, store, &f, &id, file.as_deref(), &pool, &profile) {
         Ok(t) => t,
         Err(why) => return wait_script(&base, why),
     };
@@ -340,13 +344,11 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
         .and_then(|f| g.machines.configs.get(f))
         .map_or(&profile.args, |c| &c.args);
     let mut s = format!("#!ipxe\nkernel {base}/assets/{}", profile.kernel);
-    for a in args {
+    for a in kernel_args(&profile, args, &base, &token) {
         s.push(' ');
-        s.push_str(a);
+        s.push_str(&a);
     }
-    s.push_str(&format!(
-        " agent.config.url={base}/machine-config?token={token}\n"
-    ));
+    s.push('\n');
     for i in &profile.initrd {
         s.push_str(&format!("initrd {base}/assets/{i}\n"));
     }
@@ -354,6 +356,23 @@ fn ipxe(ctx: &Ctx<'_>, req: &Request) -> Response {
     let s = script(s);
     ctx.recent.keep(req, &id, &s);
     s
+}
+
+/// The kernel arguments of a boot of `profile` with (filled) arguments `args`: the
+/// machine's config URL (with `token`) where the profile's `{{.config_url}}` places it,
+/// else last (`agent.config.url=`, or `coreos.inst.ignition_url=` with an install section);
+/// an install section's arguments after the profile's.
+pub fn kernel_args(profile: &BootProfile, args: &[String], base: &str, token: &str) -> Vec<String> {
+    let url = format!("{base}/machine-config?token={token}");
+    let mark = format!("{{{{.{}}}}}", crate::source::selectors::CONFIG_URL);
+    let placed = args.iter().any(|a| a.contains(&mark));
+    let mut out: Vec<String> = args.iter().map(|a| a.replace(&mark, &url)).collect();
+    let last = (!placed).then_some(url.as_str());
+    match &profile.install {
+        Some(i) => out.extend(i.kargs(base, last)),
+        None => out.extend(last.map(|u| format!("agent.config.url={u}"))),
+    }
+    out
 }
 
 /// Records a machine no machine file selects as `unassigned` (unless its reports made it
@@ -388,6 +407,7 @@ fn hand_out(
     id: &str,
     file: Option<&str>,
     pool: &str,
+    profile: &BootProfile,
 ) -> Result<String, &'static str> {
     let Some(token) = new_token() else {
         return Err("no random token could be made");
@@ -404,6 +424,8 @@ fn hand_out(
         reports_until: now + ttl,
         kind: TokenKind::Boot,
         issued: now,
+        uses: profile.token_uses,
+        used: 0,
     };
     let key = token_key(&token);
     if let Err(e) = store.put_boot_token(&key, &t, now) {

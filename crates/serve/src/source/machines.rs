@@ -273,6 +273,10 @@ fn machine_args(
         let mut parts: Vec<(usize, Option<&str>)> = Vec::new();
         let mut last = 0;
         for (start, end, key) in placeholders::find(a) {
+            // The config URL is the server's to fill at `/ipxe`: the profile's own text.
+            if key == selectors::CONFIG_URL {
+                continue;
+            }
             let v = m.values.get(key).ok_or_else(|| {
                 format!(
                     "{}: placeholder {{{{.{key}}}}}: machine {} ({}) has no value {key:?}",
@@ -646,6 +650,8 @@ mod tests {
                     kernel: "k".into(),
                     initrd: vec![],
                     args: args.iter().map(|a| a.to_string()).collect(),
+                    token_uses: 1,
+                    install: None,
                 },
             )]
             .into_iter()

@@ -23,6 +23,7 @@
 //! naming it, never a hung watcher. Errors never quote file contents ([`redact`]).
 
 pub mod accept;
+pub mod install;
 pub mod machines;
 pub mod openshift;
 pub mod placeholders;

@@ -144,13 +144,31 @@ impl MachineSpec {
     }
 }
 
-/// A pool's boot profile: the kernel, the initramfs images and the kernel arguments.
+/// A pool's boot profile: the kernel, the initramfs images, the kernel arguments, how many
+/// config fetches a boot token allows (`tokenUses`), and the install the live system makes
+/// (`install`, [`crate::source::install`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct BootProfile {
     pub kernel: String,
     pub initrd: Vec<String>,
     pub args: Vec<String>,
+    #[serde(rename = "tokenUses", skip_serializing_if = "is_one")]
+    pub token_uses: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub install: Option<crate::source::install::Install>,
 }
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// The placeholder of a profile's `args` that the machine's config URL (with its boot
+/// token) fills at `/ipxe`; without it the URL goes last, as `agent.config.url=` (or
+/// `coreos.inst.ignition_url=` with an `install` section).
+pub const CONFIG_URL: &str = "config_url";
+
+/// The most uses a boot profile's `tokenUses` may give a boot token.
+pub const MAX_TOKEN_USES: u32 = 10;
 
 /// Normalizes a MAC: `aa:bb:cc:dd:ee:ff` from colons or hyphens, any case.
 pub fn normalize_mac(s: &str) -> Option<String> {
@@ -341,7 +359,11 @@ pub fn parse_profile(
     bytes: &[u8],
     assets: &dyn Fn(&str) -> bool,
 ) -> Result<BootProfile> {
-    let v = object(file, bytes, &["kernel", "initrd", "args"])?;
+    let v = object(
+        file,
+        bytes,
+        &["kernel", "initrd", "args", "tokenUses", "install"],
+    )?;
     let o = v.as_object().expect("checked");
     let asset = |at: &str, v: &Value| -> Result<String> {
         let Some(s) = v.as_str() else {
@@ -383,10 +405,24 @@ pub fn parse_profile(
         }
         args.push(s.to_string());
     }
+    let max = MAX_TOKEN_USES;
+    let token_uses = match o.get("tokenUses") {
+        None => 1,
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=max as u64).contains(&n) => n as u32,
+            _ => bail!("{file}: $.tokenUses must be a whole number from 1 to {max}"),
+        },
+    };
+    let install = o
+        .get("install")
+        .map(|v| crate::source::install::parse(file, v, assets))
+        .transpose()?;
     Ok(BootProfile {
         kernel,
         initrd,
         args,
+        token_uses,
+        install,
     })
 }
 

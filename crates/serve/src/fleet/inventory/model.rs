@@ -85,15 +85,26 @@ pub enum State {
     /// Network-booted without a machine file that selects it (`--discovery register`): known,
     /// waiting to be given a pool. Its first report moves it on.
     Unassigned,
+    /// `agent install` wrote the OS image (its `install` report): the installed system has
+    /// not reported yet.
+    Installed,
+    /// The installed system came up (its `running` report).
+    Running,
+    /// Installed or provisioned, but no `running` report within `--running-deadline`:
+    /// never stored, derived when the inventory is read ([`standing`]).
+    Unresponsive,
 }
 
 impl State {
-    pub const ALL: [State; 5] = [
+    pub const ALL: [State; 8] = [
         State::Fetching,
         State::Provisioning,
         State::Provisioned,
         State::Failed,
         State::Unassigned,
+        State::Installed,
+        State::Running,
+        State::Unresponsive,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -103,6 +114,9 @@ impl State {
             State::Provisioned => "provisioned",
             State::Failed => "failed",
             State::Unassigned => "unassigned",
+            State::Installed => "installed",
+            State::Running => "running",
+            State::Unresponsive => "unresponsive",
         }
     }
 }
@@ -314,6 +328,9 @@ pub struct Boot {
     /// One entry per stage (in stage order); a stage reported twice keeps its most
     /// decisive report (failed over ok over started; a tie: the later).
     pub stages: Vec<StageRecord>,
+    /// The kernel release the boot's `running` report named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -448,6 +465,7 @@ fn sanitize(r: &mut Report) {
         &mut m.hostname,
         &mut r.agent,
         &mut r.error,
+        &mut r.kernel,
     ] {
         opt(s);
     }
@@ -559,6 +577,7 @@ fn validate(r: &Report) -> Result<(), Refused> {
         "MAC length",
     )?;
     check_opt("agent", &r.agent)?;
+    check_opt("kernel", &r.kernel)?;
     if let Some(c) = &r.config {
         check_opt("config.pool", &c.pool)?;
         check_opt("config.name", &c.name)?;
@@ -683,14 +702,29 @@ fn rank(o: Outcome) -> u8 {
 }
 
 /// The state a boot's stages put a machine in (docs/reports.md): any stage failed: failed;
-/// the final stage ok: provisioned; a stage ok: provisioning; only a fetch started: fetching.
-/// It does not depend on the order the reports arrived in.
+/// `running` ok: running; a provisioning stage ok as the final one: provisioned; `install`
+/// ok as the final stage: installed; a stage ok: provisioning; only a fetch started:
+/// fetching. It does not depend on the order the reports arrived in.
 pub fn boot_state(b: &Boot) -> Option<State> {
     let ok = |s: &&StageRecord| s.outcome == Outcome::Ok;
     if b.stages.iter().any(|s| s.outcome == Outcome::Failed) {
         Some(State::Failed)
-    } else if b.stages.iter().filter(ok).any(|s| s.last) {
+    } else if b
+        .stages
+        .iter()
+        .filter(ok)
+        .any(|s| s.stage == Stage::Running)
+    {
+        Some(State::Running)
+    } else if b
+        .stages
+        .iter()
+        .filter(ok)
+        .any(|s| s.last && s.stage != Stage::Install)
+    {
         Some(State::Provisioned)
+    } else if b.stages.iter().filter(ok).any(|s| s.last) {
+        Some(State::Installed)
     } else if b.stages.iter().any(|s| ok(&s)) {
         Some(State::Provisioning)
     } else if b.stages.iter().any(|s| s.outcome == Outcome::Started) {
@@ -812,6 +846,9 @@ pub fn apply(m: Option<Machine>, r: &Report, origin: &Origin) -> (Machine, Appli
     let detail_bytes = detail_size(r);
     let boot = &mut m.boots[bi];
     boot.last_seen = boot.last_seen.max(origin.received);
+    if r.stage == Stage::Running && r.kernel.is_some() && speaks {
+        boot.kernel = r.kernel.clone();
+    }
     let entry = StageRecord {
         stage: r.stage,
         outcome: r.outcome,
@@ -894,11 +931,40 @@ fn trim_details(m: &mut Machine, keep: Option<&String>, drop: &mut Vec<String>) 
     }
 }
 
-/// Which machines a listing returns (`None`: any).
+/// `--running-deadline` at a time: a machine installed or provisioned more than `after`
+/// seconds before `now` without a `running` report since is [`State::Unresponsive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    pub after: u64,
+    pub now: u64,
+}
+
+/// The state a reader shows of `m` ([`Machine::state`], or [`State::Unresponsive`] past
+/// `deadline`): when its record entered installed or provisioned (the report that put
+/// it there), more than the deadline ago, it never came up.
+pub fn standing(m: &Machine, deadline: Option<Deadline>) -> Option<State> {
+    let (Some(d), Some(st @ (State::Installed | State::Provisioned))) = (deadline, m.state) else {
+        return m.state;
+    };
+    // The newest boot's final report: when the machine got where it is.
+    let since = m
+        .boots
+        .iter()
+        .rev()
+        .find_map(|b| b.stages.iter().filter(|s| s.last).map(|s| s.received).max());
+    match since {
+        Some(t) if d.now.saturating_sub(t) > d.after => Some(State::Unresponsive),
+        _ => Some(st),
+    }
+}
+
+/// Which machines a listing returns (`None`: any); `deadline`: `--running-deadline`, for
+/// [`standing`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     pub pool: Option<String>,
     pub state: Option<State>,
+    pub deadline: Option<Deadline>,
 }
 
 impl Filter {
@@ -906,7 +972,9 @@ impl Filter {
         self.pool
             .as_ref()
             .is_none_or(|p| m.pool.as_ref() == Some(p))
-            && self.state.is_none_or(|s| m.state == Some(s))
+            && self
+                .state
+                .is_none_or(|s| standing(m, self.deadline) == Some(s))
     }
 }
 
@@ -985,6 +1053,92 @@ mod tests {
             &report(&format!("{boot}-x"), boot, "files", "ok", true),
             o,
         )
+    }
+
+    /// A network install as the server sees it: the live boot's `install` report
+    /// (installed, and install evidence: the next boot is local), the installed system's
+    /// first boot (provisioned), its `running` report (running, with its kernel); one that
+    /// never came up is unresponsive past the deadline, at read time only.
+    #[test]
+    fn installed_provisioned_then_running() {
+        let o = machine(5, 100);
+        let m = fold(None, &report("i", "live", "install", "ok", true), &o);
+        assert_eq!(m.state, Some(State::Installed));
+        assert!(m.installed());
+        let late = Deadline {
+            after: 60,
+            now: 161,
+        };
+        assert_eq!(standing(&m, Some(late)), Some(State::Unresponsive));
+        assert_eq!(
+            standing(&m, Some(Deadline { now: 160, ..late })),
+            Some(State::Installed)
+        );
+        assert_eq!(standing(&m, None), Some(State::Installed));
+        let o2 = machine(5, 200);
+        let m = boot(Some(m), "first", &o2);
+        assert_eq!(m.state, Some(State::Provisioned));
+        assert_eq!(
+            standing(
+                &m,
+                Some(Deadline {
+                    after: 60,
+                    now: 250
+                })
+            ),
+            Some(State::Provisioned)
+        );
+        assert_eq!(
+            standing(
+                &m,
+                Some(Deadline {
+                    after: 60,
+                    now: 261
+                })
+            ),
+            Some(State::Unresponsive)
+        );
+        let filter = |state| Filter {
+            state: Some(state),
+            deadline: Some(Deadline {
+                after: 60,
+                now: 261,
+            }),
+            ..Filter::default()
+        };
+        assert!(filter(State::Unresponsive).matches(&m));
+        assert!(!filter(State::Provisioned).matches(&m));
+        let m = fold(
+            Some(m),
+            &report_with(
+                "r",
+                "first",
+                "running",
+                "ok",
+                true,
+                serde_json::json!({"kernel": "6.1.0-13-amd64"}),
+            ),
+            &machine(5, 300),
+        );
+        assert_eq!(m.state, Some(State::Running));
+        assert_eq!(
+            m.boots.last().unwrap().kernel.as_deref(),
+            Some("6.1.0-13-amd64")
+        );
+        assert_eq!(
+            standing(
+                &m,
+                Some(Deadline {
+                    after: 60,
+                    now: 9999
+                })
+            ),
+            Some(State::Running)
+        );
+        // A failed install is failed, not installed.
+        let f = fold(None, &report("f", "live", "install", "failed", true), &o);
+        assert_eq!(f.state, Some(State::Failed));
+        assert!(!f.installed());
     }
 
     #[test]

@@ -69,6 +69,27 @@ pub struct BootToken {
     /// When the boot token was issued (for a report credential: its boot token's).
     #[serde(default)]
     pub issued: u64,
+    /// How many config fetches the boot token allows within its lifetime (the boot
+    /// profile's `tokenUses`, 1 to [`MAX_TOKEN_USES`]; a record without it: 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub uses: u32,
+    /// How many of them were made (`spent` is the time of the last).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub used: u32,
+}
+
+pub use crate::source::selectors::MAX_TOKEN_USES;
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What a token record is for.
@@ -110,9 +131,9 @@ pub fn well_formed_token(t: &str) -> bool {
 /// What spending a boot token gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Spend {
-    /// Spent now: the config may be served, once.
+    /// Spent now (one of its uses): the config may be served, once more.
     Spent(BootToken),
-    /// Unknown (never issued, or forgotten), expired, or already spent: refused.
+    /// Unknown (never issued, or forgotten), expired, or every use spent: refused.
     Refused(&'static str),
 }
 
@@ -122,9 +143,13 @@ impl Spend {
         match t {
             None => (Spend::Refused("unknown token"), None),
             Some(t) if t.kind != TokenKind::Boot => (Spend::Refused("unknown token"), None),
-            Some(t) if t.spent.is_some() => (Spend::Refused("token already used"), None),
+            // A record from before uses were counted that was spent has used its one.
+            Some(t) if t.used.max(t.spent.is_some() as u32) >= t.uses.max(1) => {
+                (Spend::Refused("token already used"), None)
+            }
             Some(t) if now >= t.expires => (Spend::Refused("token expired"), None),
             Some(mut t) => {
+                t.used = t.used.max(t.spent.is_some() as u32) + 1;
                 t.spent = Some(now);
                 (Spend::Spent(t.clone()), Some(t))
             }
