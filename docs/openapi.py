@@ -70,8 +70,11 @@ def text(description):
     return {"description": description, "content": {"text/plain": {"schema": {"type": "string"}}}}
 
 
-def json_body(description, schema):
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
+def json_body(description, schema, media="application/json"):
+    return {"description": description, "content": {media: {"schema": schema}}}
+
+
+IGNITION = "application/vnd.coreos.ignition+json"
 
 
 SCHEMAS = {
@@ -101,6 +104,18 @@ SCHEMAS = {
             "paths": STRINGS,
             "pathsTruncated": integer("Paths written beyond those listed."),
         }
+    ),
+    "ReportChanges": obj(
+        {
+            "partitions": obj(
+                {"created": STRINGS, "kept": STRINGS, "deleted": STRINGS},
+                optional=["created", "kept", "deleted"],
+            ),
+            "filesystems": obj({"made": STRINGS, "reused": STRINGS}, optional=["made", "reused"]),
+            "paths": STRINGS,
+            "pathsTruncated": integer("Paths written beyond those listed (absent: none)."),
+        },
+        optional=["partitions", "filesystems", "paths", "pathsTruncated"],
     ),
     "Detail": obj(
         {
@@ -197,7 +212,7 @@ SCHEMAS = {
                 "outcome": s(enum=["started", "ok", "failed"]),
                 "final": BOOL,
                 "durationMs": integer(),
-                "changes": ref("Changes"),
+                "changes": ref("ReportChanges"),
                 "error": s(nullable=True),
                 "logTail": STRINGS,
             },
@@ -388,7 +403,7 @@ PATHS = {
             "summary": "A pool's config.",
             "parameters": [{"name": "pool", "in": "path", "required": True, "schema": {"type": "string"}}],
             "responses": {
-                "200": json_body("The config.", ref("IgnitionConfig")),
+                "200": json_body("The config.", ref("IgnitionConfig"), IGNITION),
                 "404": {"description": "No such pool (an empty body)."},
             },
         }
@@ -398,7 +413,7 @@ PATHS = {
             "tags": MACHINE,
             "summary": "The config of the pool whose token is given (`Authorization: Bearer`).",
             "responses": {
-                "200": json_body("The config.", ref("IgnitionConfig")),
+                "200": json_body("The config.", ref("IgnitionConfig"), IGNITION),
                 "401": text("No token, or a malformed one."),
             },
         }

@@ -337,7 +337,11 @@ fn summary_table(v: &serde_json::Value, terminal: bool) -> String {
     };
     let mut rows: Vec<Vec<String>> = Vec::new();
     for (p, o) in v["byPool"].as_object().into_iter().flatten() {
-        let name = if p.is_empty() { "-".into() } else { visible(p).into_owned() };
+        let name = if p.is_empty() {
+            "-".into()
+        } else {
+            visible(p).into_owned()
+        };
         rows.push(row(name, o));
     }
     rows.push(row("total".into(), &v["byState"]));
@@ -550,8 +554,14 @@ mod tests {
         assert!(lines[0].ends_with("\tTOTAL"), "{t}");
         let col = |name: &str| lines[0].split('\t').position(|c| c == name).unwrap();
         let cell = |row: usize, name: &str| lines[row].split('\t').nth(col(name)).unwrap();
-        assert_eq!((cell(1, "POOL"), cell(1, "BOOTED"), cell(1, "TOTAL")), ("-", "2", "2"));
-        assert_eq!((cell(2, "POOL"), cell(2, "FAILED"), cell(2, "TOTAL")), ("worker", "1", "2"));
+        assert_eq!(
+            (cell(1, "POOL"), cell(1, "BOOTED"), cell(1, "TOTAL")),
+            ("-", "2", "2")
+        );
+        assert_eq!(
+            (cell(2, "POOL"), cell(2, "FAILED"), cell(2, "TOTAL")),
+            ("worker", "1", "2")
+        );
         assert_eq!((cell(3, "POOL"), cell(3, "TOTAL")), ("total", "4"));
     }
 

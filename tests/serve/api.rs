@@ -63,9 +63,21 @@ impl Api {
     /// `method path` on the listener `on` ("http" or "admin"), the admin token given on the
     /// admin listener unless `headers` has an Authorization; its answer checked against
     /// the document. Panics unless the status is `want`.
-    fn check(&mut self, on: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str, want: u16) -> Resp {
+    fn check(
+        &mut self,
+        on: &str,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+        want: u16,
+    ) -> Resp {
         let mut h: Vec<(&str, &str)> = headers.to_vec();
-        if on == "admin" && !h.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization")) {
+        if on == "admin"
+            && !h
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        {
             h.push(("Authorization", &self.bearer));
         }
         let r = call(self.s.addr_of(on), method, path, &h, body);
@@ -116,14 +128,33 @@ fn every_documented_answer_matches_the_document() {
     api.check("http", "GET", "/config/worker", &[], "", 200);
     api.check("http", "GET", "/config/nosuchpool", &[], "", 404);
     let pool_token = format!("Bearer {}", token_of(&api.s, "worker"));
-    api.check("http", "GET", "/ignition", &[("Authorization", &pool_token)], "", 200);
-    api.check("http", "GET", "/ignition", &[("Authorization", "Bearer !")], "", 401);
+    api.check(
+        "http",
+        "GET",
+        "/ignition",
+        &[("Authorization", &pool_token)],
+        "",
+        200,
+    );
+    api.check(
+        "http",
+        "GET",
+        "/ignition",
+        &[("Authorization", "Bearer !")],
+        "",
+        401,
+    );
     let status = api.json("http", "/status");
-    assert!(support::openapi::rfc3339_utc(status["inventory"]["since"].as_str().unwrap()));
+    assert!(support::openapi::rfc3339_utc(
+        status["inventory"]["since"].as_str().unwrap()
+    ));
     let ct = [("Content-Type", "application/json")];
     let body = report(&api.d, "r-1", "m-1", "fetch", false);
     let r = api.check("http", "POST", "/report", &ct, &body, 200);
-    assert_eq!(serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["recorded"], "new");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["recorded"],
+        "new"
+    );
     // As agents before camelCase sent it: still taken, the same record.
     let old = agent_report("r-2", "m-1", "disks", "ok", false, None)
         .replace("\"bootId\"", "\"boot_id\"")
@@ -140,10 +171,33 @@ fn every_documented_answer_matches_the_document() {
     // The admin API.
     api.check("admin", "GET", "/healthz", &[], "", 200);
     api.check("admin", "GET", "/auth/challenge", &[], "", 200);
-    api.check("admin", "GET", "/machines", &[("Authorization", "Bearer not-the-admin-token")], "", 401);
-    api.check("admin", "GET", "/machines/summary", &[("Authorization", "Bearer not-the-admin-token")], "", 401);
-    let bogus = api.check("admin", "GET", "/machines?state=bogus", &[], "", 400).text();
-    for st in ["fetching", "provisioning", "provisioned", "failed", "unassigned", "booted"] {
+    api.check(
+        "admin",
+        "GET",
+        "/machines",
+        &[("Authorization", "Bearer not-the-admin-token")],
+        "",
+        401,
+    );
+    api.check(
+        "admin",
+        "GET",
+        "/machines/summary",
+        &[("Authorization", "Bearer not-the-admin-token")],
+        "",
+        401,
+    );
+    let bogus = api
+        .check("admin", "GET", "/machines?state=bogus", &[], "", 400)
+        .text();
+    for st in [
+        "fetching",
+        "provisioning",
+        "provisioned",
+        "failed",
+        "unassigned",
+        "booted",
+    ] {
         assert!(bogus.contains(st), "{st} not in {bogus:?}");
     }
     let list = api.json("admin", "/machines");
@@ -155,7 +209,9 @@ fn every_documented_answer_matches_the_document() {
     let m1 = ms.iter().find(|m| m["id"] == "m-1").unwrap();
     assert_eq!(m1["state"], "provisioning");
     assert_eq!(m1["reports"], 2);
-    assert!(support::openapi::rfc3339_utc(m1["lastSeen"].as_str().unwrap()));
+    assert!(support::openapi::rfc3339_utc(
+        m1["lastSeen"].as_str().unwrap()
+    ));
     let only = api.json("admin", "/machines?state=booted");
     assert_eq!(only["machines"].as_array().unwrap().len(), 1);
     assert_eq!(only["machines"][0]["id"], booted["id"]);
@@ -166,28 +222,63 @@ fn every_documented_answer_matches_the_document() {
     assert_eq!(sum["byState"]["booted"], 1);
     assert_eq!(sum["byState"]["provisioning"], 1);
     assert_eq!(sum["byState"]["failed"], 0);
-    assert_eq!(sum["byPool"]["worker"], serde_json::json!({"booted": 1, "provisioning": 1}));
+    assert_eq!(
+        sum["byPool"]["worker"],
+        serde_json::json!({"booted": 1, "provisioning": 1})
+    );
     let one = api.json("admin", "/machines/m-1");
     let stages = one["boots"][0]["stages"].as_array().unwrap();
-    assert_eq!(stages[0]["detail"]["changes"]["partitions"]["created"][0], "/dev/vda4");
+    assert_eq!(
+        stages[0]["detail"]["changes"]["partitions"]["created"][0],
+        "/dev/vda4"
+    );
     api.check("admin", "GET", "/machines/nosuch", &[], "", 404);
     let admin_h = [("X-Agent-Admin", "1")];
-    let r = api.check("admin", "POST", "/machines/m-1/reprovision", &admin_h, "", 200);
+    let r = api.check(
+        "admin",
+        "POST",
+        "/machines/m-1/reprovision",
+        &admin_h,
+        "",
+        200,
+    );
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-    assert!(support::openapi::rfc3339_utc(v["reprovision"].as_str().unwrap()), "{v}");
-    api.check("admin", "POST", "/machines/nosuch/reprovision", &admin_h, "", 404);
+    assert!(
+        support::openapi::rfc3339_utc(v["reprovision"].as_str().unwrap()),
+        "{v}"
+    );
+    api.check(
+        "admin",
+        "POST",
+        "/machines/nosuch/reprovision",
+        &admin_h,
+        "",
+        404,
+    );
 
     // Forgetting a machine: a change, refused as every change a browser could send.
     api.check("admin", "DELETE", "/machines/m-1", &[], "", 403);
     let other_site = [("X-Agent-Admin", "1"), ("Origin", "http://evil.example")];
     api.check("admin", "DELETE", "/machines/m-1", &other_site, "", 403);
-    let r = call(api.s.addr_of("admin"), "DELETE", "/machines/m-1", &admin_h, "");
+    let r = call(
+        api.s.addr_of("admin"),
+        "DELETE",
+        "/machines/m-1",
+        &admin_h,
+        "",
+    );
     assert_eq!(r.status, 401, "the admin token is needed: {}", r.text());
     api.check("admin", "DELETE", "/machines/m-1", &admin_h, "", 204);
     api.check("admin", "DELETE", "/machines/m-1", &admin_h, "", 404);
     api.check("admin", "GET", "/machines/m-1", &[], "", 404);
     let sum = api.json("admin", "/machines/summary");
-    assert_eq!((sum["total"].as_u64(), sum["byState"]["provisioning"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(
+        (
+            sum["total"].as_u64(),
+            sum["byState"]["provisioning"].as_u64()
+        ),
+        (Some(1), Some(0))
+    );
     let list = api.json("admin", "/machines");
     assert_eq!(list["machines"].as_array().unwrap().len(), 1, "{list:#}");
     // It reports again (a report sent before too): a new record.
@@ -195,7 +286,24 @@ fn every_documented_answer_matches_the_document() {
     api.check("http", "POST", "/report", &ct, &again, 200);
     api.check("http", "POST", "/report", &ct, &body, 200);
     let one = api.json("admin", "/machines/m-1");
-    assert_eq!((one["reports"].as_u64(), one["state"].as_str()), (Some(2), Some("provisioned")));
+    assert_eq!(
+        (one["reports"].as_u64(), one["state"].as_str()),
+        (Some(2), Some("provisioned"))
+    );
+
+    // A server with no valid generation (a broken pool), under --require-token: not
+    // ready, and /status names no pool.
+    let broken = t.path().join("broken");
+    write(&broken.join("pools/worker.ign"), "{");
+    let s2 = serve_args(&broken)
+        .quiet()
+        .switch("--require-token")
+        .start();
+    let ready = std::mem::replace(&mut api.s, s2);
+    api.check("http", "GET", "/readyz", &[], "", 503);
+    let public = api.json("http", "/status");
+    assert_eq!(public["ready"], false, "{public:#}");
+    drop(ready);
 
     let left = api.d.unchecked();
     assert!(left.is_empty(), "documented but never checked: {left:#?}");
@@ -209,9 +317,21 @@ fn a_changed_answer_fails_the_document() {
     let src = source(&t);
     let s = admin_args(&src, &t).start();
     let body = report(&document(), "r-1", "m-1", "files", true);
-    let r = call(s.plain(), "POST", "/report", &[("Content-Type", "application/json")], &body);
+    let r = call(
+        s.plain(),
+        "POST",
+        "/report",
+        &[("Content-Type", "application/json")],
+        &body,
+    );
     assert_eq!(r.status, 200, "{}", r.text());
-    let r = call(s.addr_of("admin"), "GET", "/machines/m-1", &[("Authorization", &format!("Bearer {ADMIN_TOKEN}"))], "");
+    let r = call(
+        s.addr_of("admin"),
+        "GET",
+        "/machines/m-1",
+        &[("Authorization", &format!("Bearer {ADMIN_TOKEN}"))],
+        "",
+    );
     assert_eq!(r.status, 200);
     let good: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     let d = document();
@@ -226,8 +346,12 @@ fn a_changed_answer_fails_the_document() {
         ("lost", |v| {
             v.as_object_mut().unwrap().remove("machineFile");
         }),
-        ("epoch time", |v| v["firstSeen"] = serde_json::json!(1_796_281_200u64)),
-        ("unknown state", |v| v["state"] = serde_json::json!("unknown")),
+        ("epoch time", |v| {
+            v["firstSeen"] = serde_json::json!(1_796_281_200u64)
+        }),
+        ("unknown state", |v| {
+            v["state"] = serde_json::json!("unknown")
+        }),
         ("a stage's key renamed", |v| {
             let s = &mut v["boots"][0]["stages"][0];
             let x = s.as_object_mut().unwrap().remove("durationMs").unwrap();
@@ -240,7 +364,10 @@ fn a_changed_answer_fails_the_document() {
     for (what, change) in changes {
         let mut bad = good.clone();
         change(&mut bad);
-        assert!(d.validate(&schema, &bad, "$").is_err(), "{what}: still valid");
+        assert!(
+            d.validate(&schema, &bad, "$").is_err(),
+            "{what}: still valid"
+        );
     }
     // The checker itself: a nullable field, and what RFC 3339 in UTC is.
     assert!(support::openapi::rfc3339_utc("2026-12-03T07:00:00.042Z"));
@@ -257,7 +384,13 @@ fn the_command_line_summarises_and_deletes() {
     let s = admin_args(&src, &t).start();
     for (i, m) in ["m-1", "m-2"].iter().enumerate() {
         let body = agent_report(&format!("r-{i}"), m, "files", "ok", true, None);
-        let r = call(s.plain(), "POST", "/report", &[("Content-Type", "application/json")], &body);
+        let r = call(
+            s.plain(),
+            "POST",
+            "/report",
+            &[("Content-Type", "application/json")],
+            &body,
+        );
         assert_eq!(r.status, 200, "{}", r.text());
     }
     let agent = |args: &[&str]| {
@@ -279,11 +412,22 @@ fn the_command_line_summarises_and_deletes() {
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     let header: Vec<&str> = lines[0].split('\t').collect();
-    assert_eq!((header[0], header[header.len() - 1]), ("POOL", "TOTAL"), "{out}");
-    assert!(header.contains(&"BOOTED") && header.contains(&"UNASSIGNED"), "{out}");
+    assert_eq!(
+        (header[0], header[header.len() - 1]),
+        ("POOL", "TOTAL"),
+        "{out}"
+    );
+    assert!(
+        header.contains(&"BOOTED") && header.contains(&"UNASSIGNED"),
+        "{out}"
+    );
     let col = header.iter().position(|h| *h == "PROVISIONED").unwrap();
     let worker: Vec<&str> = lines[1].split('\t').collect();
-    assert_eq!((worker[0], worker[col], worker[header.len() - 1]), ("worker", "2", "2"), "{out}");
+    assert_eq!(
+        (worker[0], worker[col], worker[header.len() - 1]),
+        ("worker", "2", "2"),
+        "{out}"
+    );
     assert!(lines.last().unwrap().starts_with("total\t"), "{out}");
     let (ok, out, _) = agent(&["summary", "--json"]);
     assert!(ok);
@@ -298,14 +442,27 @@ fn the_command_line_summarises_and_deletes() {
     assert!(err.contains("404"), "{err}");
     let (ok, out, _) = agent(&["list"]);
     assert!(ok);
-    assert!(!out.contains("m-1") && out.contains("m-2\tprovisioned"), "{out}");
+    assert!(
+        !out.contains("m-1") && out.contains("m-2\tprovisioned"),
+        "{out}"
+    );
     let (ok, _, err) = agent(&["list", "--state", "bogus"]);
     assert!(!ok);
-    for st in ["fetching", "provisioning", "provisioned", "failed", "unassigned", "booted"] {
+    for st in [
+        "fetching",
+        "provisioning",
+        "provisioned",
+        "failed",
+        "unassigned",
+        "booted",
+    ] {
         assert!(err.contains(st), "{st} not in {err}");
     }
     let (ok, out, _) = agent(&["show", "m-2", "--json"]);
     assert!(ok);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(v["firstSeen"].is_string() && v.get("first_seen").is_none(), "{v}");
+    assert!(
+        v["firstSeen"].is_string() && v.get("first_seen").is_none(),
+        "{v}"
+    );
 }

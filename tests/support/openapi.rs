@@ -22,7 +22,9 @@ impl Document {
         let doc: Value = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
         assert!(
-            doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.0.")),
+            doc["openapi"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("3.0.")),
             "{}: not OpenAPI 3.0",
             path.display()
         );
@@ -78,8 +80,11 @@ impl Document {
             .template(path)
             .unwrap_or_else(|| panic!("{what}: the path is not in the document"));
         let op = &self.doc["paths"][&t][method.to_lowercase()];
-        assert!(op.is_object(), "{what}: {method} {t} is not in the document");
-        let resp = self.deref(&op["responses"][status.to_string()]);
+        assert!(
+            op.is_object(),
+            "{what}: {method} {t} is not in the document"
+        );
+        let resp = self.deref(&op["responses"][status.to_string()]).clone();
         assert!(
             resp.is_object(),
             "{what}: status {status} is not documented for {method} {t}"
@@ -104,7 +109,7 @@ impl Document {
             );
         };
         let schema = &m["schema"];
-        if media == "application/json" {
+        if media == "application/json" || media.ends_with("+json") {
             let v: Value = serde_json::from_slice(body)
                 .unwrap_or_else(|e| panic!("{what}: the body is not JSON: {e}"));
             if let Err(e) = self.validate(schema, &v, "$") {
@@ -123,7 +128,12 @@ impl Document {
         let mut out = Vec::new();
         for (p, ops) in self.doc["paths"].as_object().into_iter().flatten() {
             for (m, op) in ops.as_object().into_iter().flatten() {
-                for s in op["responses"].as_object().into_iter().flatten().map(|x| x.0) {
+                for s in op["responses"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|x| x.0)
+                {
                     if !self.seen.contains(&(p.clone(), m.clone(), s.clone())) {
                         out.push(format!("{} {p} → {s}", m.to_uppercase()));
                     }
@@ -137,7 +147,9 @@ impl Document {
     fn deref<'a>(&'a self, v: &'a Value) -> &'a Value {
         match v["$ref"].as_str() {
             Some(r) => {
-                let ptr = r.strip_prefix('#').unwrap_or_else(|| panic!("{r}: not local"));
+                let ptr = r
+                    .strip_prefix('#')
+                    .unwrap_or_else(|| panic!("{r}: not local"));
                 let t = self
                     .doc
                     .pointer(ptr)
@@ -235,7 +247,8 @@ impl Document {
 /// `2026-12-03T07:00:00Z` or `2026-12-03T07:00:00.042Z`: RFC 3339, UTC.
 pub fn rfc3339_utc(t: &str) -> bool {
     let b = t.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
     let base = b.len() >= 20
         && digits(0..4)
         && b[4] == b'-'

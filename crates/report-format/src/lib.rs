@@ -259,7 +259,10 @@ mod tests {
         assert_eq!(json["stage"], "files");
         assert_eq!(json["outcome"], "failed");
         assert_eq!(json["changes"]["pathsTruncated"], 2);
-        assert_eq!(json["machine"].get("instanceId"), Some(&serde_json::Value::Null));
+        assert_eq!(
+            json["machine"].get("instanceId"),
+            Some(&serde_json::Value::Null)
+        );
         assert_eq!(
             json["changes"]["paths"].as_array().unwrap().len(),
             MAX_PATHS

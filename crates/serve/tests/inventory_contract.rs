@@ -979,7 +979,10 @@ fn a_removed_machine_is_forgotten(backend: Backend, _: Inv) {
         }
     }
     let full = report("m-3-f", "m-3", "b1", "fetch", "ok", false);
-    assert_eq!(s.record(&full, &o).unwrap(), Recorded::Full(Full { max: 2 }));
+    assert_eq!(
+        s.record(&full, &o).unwrap(),
+        Recorded::Full(Full { max: 2 })
+    );
     let gone = s.remove("m-1").unwrap().expect("m-1 was known");
     assert_eq!((gone.id.as_str(), gone.reports), ("m-1", 2));
     assert!(s.machine("m-1").unwrap().is_none());
@@ -1000,7 +1003,10 @@ fn a_removed_machine_is_forgotten(backend: Backend, _: Inv) {
     assert_eq!(s.remove("m-3").unwrap().map(|m| m.reports), Some(1));
     // The removed machine reports again (its old report id too): a fresh record.
     let again = report("m-1-x", "m-1", "b2", "files", "ok", true);
-    assert_eq!(s.record(&again, &token("worker", 9)).unwrap(), Recorded::New);
+    assert_eq!(
+        s.record(&again, &token("worker", 9)).unwrap(),
+        Recorded::New
+    );
     let m = s.machine("m-1").unwrap().unwrap();
     assert_eq!((m.reports, m.first_seen, m.boots.len()), (1, 9, 1));
     assert_eq!(m.boots[0].boot_id, "b2");

@@ -153,7 +153,14 @@ mod tests {
         assert_eq!(v["installed"]["at"], "2026-12-03T07:01:00Z");
         assert_eq!(v["trust"], "machine");
         let text = v.to_string();
-        for internal in ["recent", "tokens", "format", "detail_bytes", "detailBytes", "_"] {
+        for internal in [
+            "recent",
+            "tokens",
+            "format",
+            "detail_bytes",
+            "detailBytes",
+            "_",
+        ] {
             assert!(!text.contains(internal), "{internal} in {text}");
         }
         let r = parse(
@@ -184,7 +191,10 @@ mod tests {
         assert_eq!(v["byState"].as_object().unwrap().len(), State::ALL.len());
         assert_eq!(v["byState"]["booted"], 3);
         assert_eq!(v["byState"]["fetching"], 0);
-        assert_eq!(v["byPool"]["worker"], json!({"provisioned": 2, "failed": 1}));
+        assert_eq!(
+            v["byPool"]["worker"],
+            json!({"provisioned": 2, "failed": 1})
+        );
         assert_eq!(v["byPool"][""], json!({"booted": 3}));
         assert_eq!(summary(&Vec::new())["total"], 0);
     }

@@ -103,7 +103,10 @@ struct Listing {
 impl Listings {
     /// Forgets every kept listing (the inventory changed other than by a report).
     pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// The listing `key` at inventory `version`: the kept one while current, else `render`'s

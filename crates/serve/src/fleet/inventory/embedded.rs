@@ -851,7 +851,12 @@ impl Records for Embedded {
                         .range(from.as_str()..to.as_str())
                         .with_context(|| self.what("reading"))?
                     {
-                        keys.push(e.with_context(|| self.what("reading"))?.0.value().to_string());
+                        keys.push(
+                            e.with_context(|| self.what("reading"))?
+                                .0
+                                .value()
+                                .to_string(),
+                        );
                     }
                     for k in keys {
                         details

@@ -1179,7 +1179,10 @@ mod tests {
         assert_eq!(d["changes"]["paths_truncated"], 2, "{d}");
         assert_eq!(d["log_tail"][0], "x");
         let bytes = detail_json(&r).unwrap();
-        assert_eq!(serde_json::from_slice::<serde_json::Value>(&bytes).unwrap(), d);
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap(),
+            d
+        );
         let back: Machine = serde_json::from_value(v).unwrap();
         assert_eq!(back, m);
         let back: Detail = serde_json::from_slice(&bytes).unwrap();
