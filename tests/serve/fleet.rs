@@ -1077,12 +1077,12 @@ fn report_pools_are_no_labels_on_the_machine_listener() {
 fn machines_list_and_show_print_reported_text_escaped() {
     let evil = "host\u{1b}]0;pwned\u{7}\nforged-row\tprovisioned\u{202e}txt.exe\u{9b}";
     let machine = serde_json::json!({
-        "id": "m-1", "state": "failed", "pool": "worker", "last_seen": 0,
+        "id": "m-1", "state": "failed", "pool": "worker", "lastSeen": "1970-01-01T00:00:00Z",
         "config": {"name": "c\u{1b}[2J", "hash": null},
         "identity": {"hostname": evil, "platform": "qemu"},
         "authenticated": false,
-        "boots": [{"boot_id": "b\u{2066}1", "stages": [{"stage": "disks", "outcome": "failed",
-            "duration_ms": 1, "error": evil, "detail": {"log_tail": [evil]}}]}],
+        "boots": [{"bootId": "b\u{2066}1", "stages": [{"stage": "disks", "outcome": "failed",
+            "durationMs": 1, "error": evil, "detail": {"logTail": [evil]}}]}],
     });
     let list = serde_json::json!({"machines": [machine.clone()]}).to_string();
     let one = machine.to_string();
@@ -1139,6 +1139,10 @@ fn machines_list_and_show_print_reported_text_escaped() {
     }
     let list = run(&["list"]);
     assert_eq!(list.lines().count(), 2, "header and one row: {list}");
+    assert!(list.contains("1970-01-01T00:00:00Z"), "{list}");
+    let show = run(&["show", "m-1"]);
+    assert!(show.contains(r"boot b\u{2066}1"), "{show}");
+    assert!(show.contains("disks\tfailed\t1 ms"), "{show}");
 }
 
 /// The server's resident memory (KiB).

@@ -13,13 +13,13 @@ use serde::{Deserialize, Serialize};
 pub mod limits {
     /// A report body (`--max-body-bytes` by default).
     pub const BODY_BYTES: usize = 256 * 1024;
-    /// `id`, `boot_id` and `machine.id`: letters, digits and `.:_-` only.
+    /// `id`, `bootId` and `machine.id`: letters, digits and `.:_-` only.
     pub const ID_BYTES: usize = 128;
     /// Every other string (serial, hostname, platform, config name, a partition, ...).
     pub const STRING_BYTES: usize = 256;
     /// One entry of `changes.paths`.
     pub const PATH_BYTES: usize = 4096;
-    /// `changes.paths` entries (more are counted in `paths_truncated` by the agent).
+    /// `changes.paths` entries (more are counted in `pathsTruncated` by the agent).
     pub const PATHS: usize = report_format::MAX_PATHS;
     /// Entries of each of `partitions.{created,kept,deleted}` and `filesystems.{made,reused}`.
     pub const DEVICES: usize = 128;
@@ -29,9 +29,9 @@ pub mod limits {
     pub const MAC_BYTES: usize = 64;
     /// `error` (one line).
     pub const ERROR_BYTES: usize = 4096;
-    /// `log_tail` lines.
+    /// `logTail` lines.
     pub const LOG_LINES: usize = 50;
-    /// One `log_tail` line.
+    /// One `logTail` line.
     pub const LOG_LINE_BYTES: usize = 1024;
     /// Boots kept per machine (the oldest is dropped).
     pub const BOOTS: usize = 10;
@@ -606,14 +606,14 @@ fn validate(r: &Report) -> Result<(), Refused> {
         )));
     }
     check_id("id", &r.id)?;
-    check_id("boot_id", &r.boot_id)?;
+    check_id("bootId", &r.boot_id)?;
     check_id("machine.id", &r.machine.id)?;
     check_opt("sent", &r.sent)?;
     let m = &r.machine;
     check_opt("machine.uuid", &m.uuid)?;
     check_opt("machine.serial", &m.serial)?;
     check_opt("machine.platform", &m.platform)?;
-    check_opt("machine.instance_id", &m.instance_id)?;
+    check_opt("machine.instanceId", &m.instance_id)?;
     check_opt("machine.hostname", &m.hostname)?;
     let s = limits::STRING_BYTES;
     check_list(
@@ -689,7 +689,7 @@ fn validate(r: &Report) -> Result<(), Refused> {
         check_str("error", e, limits::ERROR_BYTES, "error")?;
     }
     check_list(
-        "log_tail",
+        "logTail",
         &r.log_tail,
         limits::LOG_LINES,
         "log line",
