@@ -337,7 +337,8 @@ fn a_changed_answer_fails_the_document() {
     let d = document();
     let schema = d.schema("Machine");
     assert_eq!(d.validate(&schema, &good, "$"), Ok(()));
-    let changes: [(&str, fn(&mut serde_json::Value)); 7] = [
+    type Change = fn(&mut serde_json::Value);
+    let changes: [(&str, Change); 7] = [
         ("renamed", |v| {
             let x = v.as_object_mut().unwrap().remove("lastSeen").unwrap();
             v["last_seen"] = x;
