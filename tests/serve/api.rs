@@ -212,6 +212,34 @@ fn every_documented_answer_matches_the_document() {
     assert!(support::openapi::rfc3339_utc(
         m1["lastSeen"].as_str().unwrap()
     ));
+    // The same name on the page and on the command line.
+    let id = booted["id"].as_str().unwrap().to_string();
+    let page = call(
+        api.s.addr_of("admin"),
+        "GET",
+        &format!("/ui/machines/{}", id.replace(':', "%3A")),
+        &[("Authorization", &api.bearer)],
+        "",
+    );
+    assert_eq!(page.status, 200, "{}", page.text());
+    assert!(
+        page.text().contains("data-state=\"booted\""),
+        "{}",
+        page.text()
+    );
+    let out = std::process::Command::new(AGENT)
+        .args([
+            "machines",
+            "list",
+            "--server",
+            &format!("http://{}", api.s.addr_of("admin")),
+        ])
+        .arg("--admin-token-file")
+        .arg(t.path().join("admin.token"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.contains(&format!("{id}\tbooted\tworker")), "{out}");
     let only = api.json("admin", "/machines?state=booted");
     assert_eq!(only["machines"].as_array().unwrap().len(), 1);
     assert_eq!(only["machines"][0]["id"], booted["id"]);
