@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Writes docs/openapi.json, the OpenAPI 3.0 document of `agent serve`'s admin and machine
 APIs. Edit this script, run it (`python3 docs/openapi.py`), commit both; `cargo test --test
-serve api::` checks real answers against the document."""
+serve api::` checks real answers against the document, and that the file is this script's
+output (`python3 docs/openapi.py -` writes it to stdout)."""
 
 import json
 import os
+import sys
 
 STATES = ["fetching", "provisioning", "provisioned", "failed", "unassigned", "booted"]
 
@@ -476,7 +478,10 @@ DOC = {
 }
 
 if __name__ == "__main__":
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "openapi.json")
-    with open(out, "w") as f:
-        json.dump(DOC, f, indent=2)
-        f.write("\n")
+    text = json.dumps(DOC, indent=2) + "\n"
+    if sys.argv[1:] == ["-"]:  # to stdout (the tests compare it with the file)
+        sys.stdout.write(text)
+    else:
+        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "openapi.json")
+        with open(out, "w") as f:
+            f.write(text)

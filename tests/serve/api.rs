@@ -404,6 +404,27 @@ fn a_changed_answer_fails_the_document() {
     assert!(!support::openapi::rfc3339_utc("2026-12-03 07:00:00 UTC"));
 }
 
+/// docs/openapi.json is what docs/openapi.py writes (the script is where it is edited).
+#[test]
+fn the_document_is_its_scripts_output() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("python3")
+        .arg(root.join("docs/openapi.py"))
+        .arg("-")
+        .output()
+        .expect("running python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = std::fs::read(root.join("docs/openapi.json")).unwrap();
+    assert!(
+        out.stdout == file,
+        "docs/openapi.json is not docs/openapi.py's output: run python3 docs/openapi.py"
+    );
+}
+
 /// `agent machines summary` and `agent machines delete`, and `--state` naming every state
 /// when it is not one.
 #[test]
