@@ -84,9 +84,9 @@ async def request(raw):
 GET = b"GET /config/worker HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 FLOOR = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 def report(mid, boot, stage, last):
-    body = json.dumps({"format": 1, "id": uuid.uuid4().hex, "boot_id": boot, "machine": {"id": mid},
+    body = json.dumps({"format": 1, "id": uuid.uuid4().hex, "bootId": boot, "machine": {"id": mid},
         "agent": "bench", "config": {"pool": "worker"}, "stage": stage, "outcome": "ok", "final": last,
-        "duration_ms": 1000, "changes": {"paths": [f"/etc/fleet/{i}" for i in range(100)] if stage == "files" else []}}).encode()
+        "durationMs": 1000, "changes": {"paths": [f"/etc/fleet/{i}" for i in range(100)] if stage == "files" else []}}).encode()
     return (b"POST /report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
 lat = {"config": [], "report": []}
 bad = {"config": 0, "report": 0}
@@ -189,7 +189,7 @@ provisioned, after = 0, ""
 while True:  # /machines answers a page at a time
     m = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{aport}/machines?state=provisioned&limit=10000{after}").read())
     provisioned += sum(1 for x in m["machines"] if x["id"].startswith(f"bench-b-{name}-"))
-    if "next" not in m:
+    if not m.get("next"):  # null on the last page
         break
     after = "&after=" + m["next"]
 metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()

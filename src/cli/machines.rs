@@ -1,4 +1,5 @@
-//! `agent machines list | show ID | reprovision ID`: the server's inventory (docs/reports.md), read from its
+//! `agent machines list | show ID | summary | reprovision ID | delete ID`: the server's
+//! inventory (docs/reports.md; its JSON: docs/openapi.json), read from its
 //! admin listener, proving the admin token without sending it, through the provisioning
 //! fetcher's HTTP clients; what machines reported is printed with control characters escaped.
 
@@ -41,7 +42,7 @@ pub enum MachinesAction {
         #[arg(long)]
         pool: Option<String>,
         /// Only machines in this state (fetching, provisioning, provisioned, failed,
-        /// unassigned, installed, running, unresponsive).
+        /// unassigned, installed, running, unresponsive, booted).
         #[arg(long)]
         state: Option<String>,
         /// Machines asked for per request (the server's `?limit=`, 1 to 10,000); the listing
@@ -54,9 +55,17 @@ pub enum MachinesAction {
         /// The machine's id (SMBIOS UUID, or mac-<address>).
         id: String,
     },
+    /// How many machines, by state and by pool.
+    Summary,
     /// Install the machine again at its next network boot (after a successful install its
     /// network boots go to the local disk; docs/serve.md, "Install once").
     Reprovision {
+        /// The machine's id (SMBIOS UUID, or mac-<address>).
+        id: String,
+    },
+    /// Forget a decommissioned machine: its record and history leave the inventory (a
+    /// report it sends later starts a new record).
+    Delete {
         /// The machine's id (SMBIOS UUID, or mac-<address>).
         id: String,
     },
@@ -71,7 +80,8 @@ fn get(a: &MachinesArgs, path_and_query: &str) -> Result<serde_json::Value> {
     call(a, "GET", path_and_query)
 }
 
-/// `method` (GET, or POST without a body) on the admin listener; its JSON answer.
+/// `method` (GET, or POST or DELETE without a body) on the admin listener; its JSON answer
+/// (null for 204, no content).
 ///
 /// With `--admin-token-file` the token itself is never sent: the server's nonce
 /// (`GET /auth/challenge`) and the request are signed with it (`Authorization: Agent-HMAC`),
@@ -138,6 +148,7 @@ fn call(a: &MachinesArgs, method: &str, path_and_query: &str) -> Result<serde_js
     }
     match status {
         200 => serde_json::from_slice(&body).with_context(|| format!("{url}: not JSON")),
+        204 => Ok(serde_json::Value::Null),
         401 => bail!(
             "{url}: HTTP 401: give the admin token with --admin-token-file: {}",
             said()
@@ -154,7 +165,16 @@ fn exchange(
     url: &str,
     headers: &[(&str, String)],
 ) -> Result<(u16, Option<String>, Vec<u8>)> {
-    let resp = if method == "POST" {
+    let resp = if method == "DELETE" {
+        let mut r = agent.delete(url);
+        for (k, v) in headers {
+            r = r.header(*k, v);
+        }
+        r.config()
+            .timeout_global(Some(EXCHANGE_TIME))
+            .build()
+            .call()
+    } else if method == "POST" {
         let mut r = agent.post(url);
         for (k, v) in headers {
             r = r.header(*k, v);
@@ -269,27 +289,29 @@ fn unlinked_tempfile() -> Result<std::fs::File> {
 
 /// Rows under a header: on a terminal, columns padded to their widest cell (two spaces
 /// between); otherwise tab-separated, one line per row, for `cut` and `awk`.
-fn table<const N: usize>(header: &[String; N], rows: &[[String; N]], terminal: bool) -> String {
+fn table<R: AsRef<[String]>>(header: &[String], rows: &[R], terminal: bool) -> String {
     let mut out = String::new();
+    let all = || std::iter::once(header).chain(rows.iter().map(AsRef::as_ref));
     if !terminal {
-        for r in std::iter::once(header).chain(rows) {
+        for r in all() {
             out.push_str(&r.join("\t"));
             out.push('\n');
         }
         return out;
     }
     let width = |s: &str| s.chars().count();
-    let mut w = [0usize; N];
-    for r in std::iter::once(header).chain(rows) {
-        for (i, c) in r.iter().enumerate() {
+    let n = header.len();
+    let mut w = vec![0usize; n];
+    for r in all() {
+        for (i, c) in r.iter().enumerate().take(n) {
             w[i] = w[i].max(width(c));
         }
     }
-    for r in std::iter::once(header).chain(rows) {
+    for r in all() {
         let mut line = String::new();
-        for (i, c) in r.iter().enumerate() {
+        for (i, c) in r.iter().enumerate().take(n) {
             line.push_str(c);
-            if i + 1 < N {
+            if i + 1 < n {
                 line.push_str(&" ".repeat(w[i] - width(c) + 2));
             }
         }
@@ -297,6 +319,36 @@ fn table<const N: usize>(header: &[String; N], rows: &[[String; N]], terminal: b
         out.push('\n');
     }
     out
+}
+
+/// `/machines/summary` as a table: a row per pool (machines of no pool as `-`) and the
+/// total, a column per state (in the server's order) and the row's total.
+fn summary_table(v: &serde_json::Value, terminal: bool) -> String {
+    let states: Vec<String> = v["byState"]
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    let row = |name: String, o: &serde_json::Value| {
+        let n: Vec<u64> = states.iter().map(|s| o[s].as_u64().unwrap_or(0)).collect();
+        let mut r = vec![name];
+        r.extend(n.iter().map(u64::to_string));
+        r.push(n.iter().sum::<u64>().to_string());
+        r
+    };
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for (p, o) in v["byPool"].as_object().into_iter().flatten() {
+        let name = if p.is_empty() {
+            "-".into()
+        } else {
+            visible(p).into_owned()
+        };
+        rows.push(row(name, o));
+    }
+    rows.push(row("total".into(), &v["byState"]));
+    let mut header = vec!["POOL".to_string()];
+    header.extend(states.iter().map(|s| s.to_uppercase()));
+    header.push("TOTAL".into());
+    table(&header, &rows, terminal)
 }
 
 /// A value of the server's JSON as one field of text output (escaped: [`visible`]).
@@ -354,9 +406,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                             text(&m["state"]),
                             text(&m["pool"]),
                             text(&m["config"]["name"]),
-                            m["last_seen"]
-                                .as_u64()
-                                .map_or("-".into(), runtime::util::rfc3339),
+                            text(&m["lastSeen"]),
                             text(&m["identity"]["hostname"]),
                         ]);
                     }
@@ -399,6 +449,24 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                 text(&v["id"])
             );
         }
+        MachinesAction::Summary => {
+            let v = get(&a, "/machines/summary")?;
+            if a.json {
+                println!("{}", json_text(&v)?);
+                return Ok(());
+            }
+            use std::io::IsTerminal;
+            print!("{}", summary_table(&v, std::io::stdout().is_terminal()));
+        }
+        MachinesAction::Delete { id } => {
+            call(&a, "DELETE", &format!("/machines/{}", enc(id)))?;
+            if a.json {
+                let v = serde_json::json!({"id": id, "deleted": true});
+                println!("{}", json_text(&v)?);
+                return Ok(());
+            }
+            println!("machine {} removed from the inventory", visible(id));
+        }
         MachinesAction::Show { id } => {
             let v = get(&a, &format!("/machines/{}", enc(id)))?;
             if a.json {
@@ -416,11 +484,11 @@ pub fn run(a: MachinesArgs) -> Result<()> {
             println!("hostname\t{}", text(&v["identity"]["hostname"]));
             println!("platform\t{}", text(&v["identity"]["platform"]));
             println!("authenticated\t{}", text(&v["authenticated"]));
-            if let Some(f) = v["machine_file"].as_str() {
+            if let Some(f) = v["machineFile"].as_str() {
                 println!("machine file\tmachines/{}.json", visible(f));
             }
-            if let Some(t) = v["reprovision"].as_u64() {
-                println!("reprovision\tasked for at {}", runtime::util::rfc3339(t));
+            if let Some(t) = v["reprovision"].as_str() {
+                println!("reprovision\tasked for at {}", visible(t));
             }
             for b in v["boots"]
                 .as_array()
@@ -429,18 +497,18 @@ pub fn run(a: MachinesArgs) -> Result<()> {
                 .iter()
                 .rev()
             {
-                println!("boot {}", text(&b["boot_id"]));
+                println!("boot {}", text(&b["bootId"]));
                 for s in b["stages"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
                     println!(
                         "  {}\t{}\t{} ms",
                         text(&s["stage"]),
                         text(&s["outcome"]),
-                        text(&s["duration_ms"])
+                        text(&s["durationMs"])
                     );
                     if let Some(e) = s["error"].as_str() {
                         println!("    error: {}", visible(e));
                     }
-                    for l in s["detail"]["log_tail"]
+                    for l in s["detail"]["logTail"]
                         .as_array()
                         .map(Vec::as_slice)
                         .unwrap_or(&[])
@@ -474,6 +542,28 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn the_summary_is_a_row_per_pool_and_the_total() {
+        let v = serde_json::json!({"total": 4,
+            "byState": {"failed": 1, "booted": 2, "provisioned": 1},
+            "byPool": {"": {"booted": 2}, "worker": {"failed": 1, "provisioned": 1}}});
+        let t = summary_table(&v, false);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0].split('\t').next(), Some("POOL"));
+        assert!(lines[0].ends_with("\tTOTAL"), "{t}");
+        let col = |name: &str| lines[0].split('\t').position(|c| c == name).unwrap();
+        let cell = |row: usize, name: &str| lines[row].split('\t').nth(col(name)).unwrap();
+        assert_eq!(
+            (cell(1, "POOL"), cell(1, "BOOTED"), cell(1, "TOTAL")),
+            ("-", "2", "2")
+        );
+        assert_eq!(
+            (cell(2, "POOL"), cell(2, "FAILED"), cell(2, "TOTAL")),
+            ("worker", "1", "2")
+        );
+        assert_eq!((cell(3, "POOL"), cell(3, "TOTAL")), ("total", "4"));
+    }
 
     #[test]
     fn reported_text_is_printed_visible() {

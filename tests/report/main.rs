@@ -216,7 +216,7 @@ fn a_provisioned_machine_sends_three_reports_with_what_changed() {
         assert!(r["config"]["hash"].as_str().unwrap().starts_with("sha256-"));
         assert!(!r["machine"]["id"].as_str().unwrap().is_empty());
         assert_eq!(r["agent"], env!("CARGO_PKG_VERSION"));
-        assert!(r["error"].is_null() && r["log_tail"].as_array().unwrap().is_empty());
+        assert!(r["error"].is_null() && r["logTail"].as_array().unwrap().is_empty());
     }
     let files = &got[2].0;
     assert_eq!(files["final"], true);
@@ -272,7 +272,7 @@ fn a_fetch_failure_is_reported_to_the_kernel_argument_url() {
         err.contains("/missing.ign?…") && err.contains("404"),
         "{err}"
     );
-    assert!(!failed["log_tail"].as_array().unwrap().is_empty());
+    assert!(!failed["logTail"].as_array().unwrap().is_empty());
     assert_eq!(got[1].1, "", "no token without a served config");
     for raw in s.raw() {
         assert!(!raw.contains("querysecret"), "{raw}");
@@ -318,7 +318,7 @@ fn a_disks_failure_is_reported_with_its_device() {
             .contains("/dev/agent-report-test-absent"),
         "{r}"
     );
-    assert!(!r["log_tail"].as_array().unwrap().is_empty());
+    assert!(!r["logTail"].as_array().unwrap().is_empty());
     let sum = summary(&run.stderr());
     assert!(sum.len() <= 20, "{sum:#?}");
     let sum = sum.join("\n");
@@ -348,7 +348,7 @@ fn a_files_failure_is_reported_and_its_log_kept_in_the_root() {
     let r = &got[2].0;
     let err = r["error"].as_str().unwrap();
     assert!(err.contains("/absent/app.conf?…"), "{err}");
-    assert!(!r["log_tail"].as_array().unwrap().is_empty());
+    assert!(!r["logTail"].as_array().unwrap().is_empty());
     for raw in s.raw() {
         assert!(!raw.contains("querysecret2"), "{raw}");
     }
@@ -398,7 +398,7 @@ fn a_stage_run_alone_reports_the_runs_log_tail_not_only_its_own() {
         "{}",
         run.stderr()
     );
-    let tail: Vec<&str> = got[2].0["log_tail"]
+    let tail: Vec<&str> = got[2].0["logTail"]
         .as_array()
         .unwrap()
         .iter()

@@ -572,7 +572,7 @@ fn install_once_then_reprovision() {
         "reports authenticated by the boot token: {m}"
     );
     assert_eq!(m["pool"], "worker");
-    assert_eq!(m["machine_file"], "node-1");
+    assert_eq!(m["machineFile"], "node-1");
     // Installed: its next network boot goes to the local disk.
     assert!(local_boot(&ipxe(&s, q)), "{}", ipxe(&s, q));
     // The other machine still installs.
@@ -1093,8 +1093,8 @@ fn report_with(
 fn standing(s: &Server, id: &str) -> serde_json::Value {
     let m = admin_get(s, &format!("/machines/{id}"));
     serde_json::json!({"state": m["state"], "pool": m["pool"], "hostname": m["identity"]["hostname"],
-        "authenticated": m["authenticated"], "trust": m["trust"], "install": m["install"],
-        "reprovision": m["reprovision"], "machine_file": m["machine_file"]})
+        "authenticated": m["authenticated"], "trust": m["trust"], "installed": m["installed"],
+        "reprovision": m["reprovision"], "machineFile": m["machineFile"]})
 }
 
 fn reprovision(s: &Server, id: &str) {
@@ -1135,7 +1135,7 @@ fn forged_reports_leave_install_state_and_identity_alone() {
     assert!(local_boot(&ipxe(&s, q)));
     let installed = standing(&s, id);
     assert_eq!(installed["trust"], "machine", "{installed}");
-    assert_eq!(installed["install"]["boot_id"], "boot-1", "{installed}");
+    assert_eq!(installed["installed"]["bootId"], "boot-1", "{installed}");
     // A forged failure of a new boot, another hostname and pool in its body: history only.
     let forged = report_with(
         id,

@@ -447,7 +447,7 @@ fn agent_run_reports_land_in_the_inventory() {
         !r.text().contains("querysecret"),
         "no query string in the inventory"
     );
-    assert!(!files["detail"]["log_tail"].as_array().unwrap().is_empty());
+    assert!(!files["detail"]["logTail"].as_array().unwrap().is_empty());
 }
 
 /// The inventory's `name` gauge or counter, from the admin listener (its own event loop).
@@ -646,7 +646,7 @@ fn the_machine_limit_is_the_flag_and_listings_page() {
     assert_eq!(first["next"], "m-1");
     let second = page("limit=1&after=m-1");
     assert_eq!(second["machines"][0]["id"], "m-2");
-    assert!(second.get("next").is_none(), "{second}");
+    assert!(second["next"].is_null(), "{second}");
     for bad in ["limit=0", "limit=10001", "limit=x", "after=%2F"] {
         let r = get(admin, &format!("/machines?{bad}"), None);
         assert_eq!(r.status, 400, "{bad}: {}", r.text());
@@ -1077,12 +1077,12 @@ fn report_pools_are_no_labels_on_the_machine_listener() {
 fn machines_list_and_show_print_reported_text_escaped() {
     let evil = "host\u{1b}]0;pwned\u{7}\nforged-row\tprovisioned\u{202e}txt.exe\u{9b}";
     let machine = serde_json::json!({
-        "id": "m-1", "state": "failed", "pool": "worker", "last_seen": 0,
+        "id": "m-1", "state": "failed", "pool": "worker", "lastSeen": "1970-01-01T00:00:00Z",
         "config": {"name": "c\u{1b}[2J", "hash": null},
         "identity": {"hostname": evil, "platform": "qemu"},
         "authenticated": false,
-        "boots": [{"boot_id": "b\u{2066}1", "stages": [{"stage": "disks", "outcome": "failed",
-            "duration_ms": 1, "error": evil, "detail": {"log_tail": [evil]}}]}],
+        "boots": [{"bootId": "b\u{2066}1", "stages": [{"stage": "disks", "outcome": "failed",
+            "durationMs": 1, "error": evil, "detail": {"logTail": [evil]}}]}],
     });
     let list = serde_json::json!({"machines": [machine.clone()]}).to_string();
     let one = machine.to_string();
@@ -1139,6 +1139,10 @@ fn machines_list_and_show_print_reported_text_escaped() {
     }
     let list = run(&["list"]);
     assert_eq!(list.lines().count(), 2, "header and one row: {list}");
+    assert!(list.contains("1970-01-01T00:00:00Z"), "{list}");
+    let show = run(&["show", "m-1"]);
+    assert!(show.contains(r"boot b\u{2066}1"), "{show}");
+    assert!(show.contains("disks\tfailed\t1 ms"), "{show}");
 }
 
 /// The server's resident memory (KiB).
@@ -1192,7 +1196,7 @@ fn parked_reports_stay_within_their_memory_bound() {
             Some("x"),
         ))
         .unwrap();
-        v["log_tail"] = serde_json::json!(vec!["l".repeat(1000); 50]);
+        v["logTail"] = serde_json::json!(vec!["l".repeat(1000); 50]);
         v["changes"]["paths"] = serde_json::json!(vec!["p".repeat(4000); 48]);
         let body = v.to_string();
         format!(
@@ -1286,7 +1290,7 @@ fn big_report(id: &str, machine: &str) -> String {
         Some("files: writing /etc/app.conf failed"),
     ))
     .unwrap();
-    v["log_tail"] = (0..50)
+    v["logTail"] = (0..50)
         .map(|i| format!("{id} line {i} {}", "x".repeat(900)))
         .collect();
     v.to_string()
@@ -1394,7 +1398,12 @@ fn the_embedded_store_recovers_from_a_full_disk_without_a_restart() {
         err.contains("No space left on device") && err.contains("inventory.db"),
         "{err}"
     );
-    assert!(inv["since"].as_u64().unwrap() > 0, "{st}");
+    assert!(
+        inv["since"]
+            .as_str()
+            .is_some_and(support::openapi::rfc3339_utc),
+        "{st}"
+    );
     assert!(inv["failures"].as_u64().unwrap() >= 1, "{st}");
     assert_eq!(s.metric("agent_serve_inventory_up"), 0);
     assert_eq!(admin_metric(admin, "agent_serve_inventory_up"), Some(0));

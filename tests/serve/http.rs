@@ -790,6 +790,13 @@ fn access_log_lines() {
     assert_eq!(cfg["version"], "3.4.0");
     assert!(cfg["bytes"].as_u64().unwrap() > 100);
     assert!(cfg["durationMs"].is_number());
+    // RFC 3339 in UTC, to the millisecond, as every time the server writes.
+    let time = cfg["time"].as_str().expect("time is a string");
+    assert!(
+        time.len() == 24 && time.ends_with('Z') && time.as_bytes()[19] == b'.',
+        "{time}"
+    );
+    assert!(time.starts_with("20"), "{time}");
     assert!(
         lines
             .iter()

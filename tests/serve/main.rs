@@ -11,6 +11,7 @@ mod support;
 #[path = "../../crates/serve/tests/inventory_support/etcd.rs"]
 mod etcd_cluster;
 
+mod api;
 mod boot;
 mod butane;
 mod deploy;

@@ -48,7 +48,7 @@ fn report(
         error,
     ))
     .unwrap();
-    v["duration_ms"] = ms.into();
+    v["durationMs"] = ms.into();
     v["machine"]["macs"] =
         serde_json::json!([format!("52:54:00:00:{:02x}:{:02x}", i / 256, i % 256)]);
     v["machine"]["serial"] = format!("SN{i:05}").into();
@@ -323,7 +323,7 @@ fn a_hostile_report_renders_as_text_in_the_browser() {
     v["machine"]["platform"] = PAYLOAD.into();
     v["agent"] = PAYLOAD.into();
     v["config"]["name"] = PAYLOAD.into();
-    v["log_tail"] = serde_json::json!([PAYLOAD, PAYLOAD]);
+    v["logTail"] = serde_json::json!([PAYLOAD, PAYLOAD]);
     v["changes"]["paths"] = serde_json::json!([PAYLOAD]);
     let r = post(http, &v.to_string());
     assert_eq!(r.status, 200, "{}", r.text());

@@ -356,7 +356,10 @@ fn three_replicas_agree_on_tokens_through_a_ttl() {
         let kept = st["tokens"]["retainedPayloads"].as_array().unwrap();
         assert_eq!(kept.len(), 1, "{st}");
         assert_eq!(kept[0]["pool"], "worker");
-        assert_eq!(kept[0]["tokensExpire"], T0 + 150 + 100);
+        assert_eq!(
+            kept[0]["tokensExpire"],
+            runtime::util::rfc3339(T0 + 150 + 100)
+        );
     }
     // The old token's own TTL: refused on all three; the new one still works; the old payload
     // is pruned.

@@ -9,7 +9,8 @@
 //! - [`files`]: running the files stage on a temporary root, data URLs, hashes;
 //! - [`netns`]: a network namespace of the test's own, for servers on a platform's real address;
 //! - [`serve`]: an `agent serve` child, a raw HTTP/1.1 client, TLS;
-//! - [`browser`]: headless Chromium for the server's web page.
+//! - [`browser`]: headless Chromium for the server's web page;
+//! - [`openapi`]: answers checked against docs/openapi.json's schemas.
 //!
 //! Tests that need root are `#[ignore = "needs root: make test-root"]`: `cargo test` (and
 //! `make test-pure`) runs the rest as any user; `make test-root` runs only them and
@@ -26,6 +27,7 @@ pub mod faulty_http;
 pub mod fetch;
 pub mod files;
 pub mod netns;
+pub mod openapi;
 pub mod pki;
 pub mod root;
 pub mod serve;

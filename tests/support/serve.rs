@@ -647,7 +647,7 @@ pub fn token_of(s: &Server, pool: &str) -> String {
         .unwrap_or_else(|| panic!("no token for {pool}"))
 }
 
-/// A report body as the agent sends it (docs/reports.md).
+/// A report body as the agent sends it (docs/reports.md; camelCase).
 pub fn agent_report(
     id: &str,
     machine: &str,
@@ -659,21 +659,21 @@ pub fn agent_report(
     serde_json::json!({
         "format": 1,
         "id": id,
-        "boot_id": format!("boot-{machine}"),
+        "bootId": format!("boot-{machine}"),
         "sent": "2026-11-27T05:40:12Z",
         "machine": {"id": machine, "uuid": machine, "serial": "SER1", "macs": ["52:54:00:12:34:56"],
-                    "platform": "qemu", "instance_id": null, "hostname": format!("host-{machine}")},
+                    "platform": "qemu", "instanceId": null, "hostname": format!("host-{machine}")},
         "agent": "0.1.0",
         "config": {"pool": "worker", "name": "worker-abc", "hash": "sha256-00"},
         "stage": stage,
         "outcome": outcome,
         "final": last,
-        "duration_ms": 1234,
+        "durationMs": 1234,
         "changes": {"partitions": {"created": ["/dev/vda4"], "kept": [], "deleted": []},
                     "filesystems": {"made": ["/dev/vda4 (xfs)"], "reused": []},
                     "paths": ["/etc/hostname"]},
         "error": error,
-        "log_tail": if error.is_some() { vec!["mkfs.xfs: /dev/vdb: device busy", "disks: failed"] } else { vec![] },
+        "logTail": if error.is_some() { vec!["mkfs.xfs: /dev/vdb: device busy", "disks: failed"] } else { vec![] },
     })
     .to_string()
 }

@@ -6,7 +6,11 @@
 //!
 //! Parsing is lenient where a report may leave a field out (every optional field, the lists,
 //! `final`, `duration_ms`, `changes` have defaults) and strict where it may not (`format`,
-//! `id`, `boot_id`, `machine.id`, `stage`, `outcome`). Fields not listed here are dropped.
+//! `id`, `bootId`, `machine.id`, `stage`, `outcome`). Fields not listed here are dropped.
+//!
+//! Keys are camelCase, as every API of the server's; the snake_case names that agents
+//! before it sent (`boot_id`, `duration_ms`, `log_tail`, `instance_id`, `paths_truncated`)
+//! are read too, so machines already in the field keep reporting.
 
 use std::fmt;
 
@@ -17,11 +21,13 @@ pub const MAX_PATHS: usize = 1000;
 
 /// One report.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Report {
     /// The report format (1).
     pub format: u32,
     /// The report's own id: a retry carries the same one.
     pub id: String,
+    #[serde(alias = "boot_id")]
     pub boot_id: String,
     /// The agent's clock when it sent the report (RFC 3339).
     #[serde(default)]
@@ -37,7 +43,7 @@ pub struct Report {
     /// The boot's last stage.
     #[serde(default, rename = "final")]
     pub last: bool,
-    #[serde(default)]
+    #[serde(default, alias = "duration_ms")]
     pub duration_ms: u64,
     #[serde(default)]
     pub changes: Changes,
@@ -45,7 +51,7 @@ pub struct Report {
     #[serde(default)]
     pub error: Option<String>,
     /// On failure: the last log lines, secrets removed.
-    #[serde(default)]
+    #[serde(default, alias = "log_tail")]
     pub log_tail: Vec<String>,
     /// The running kernel's release (`uname -r`): the `running` report of an installed
     /// system.
@@ -55,6 +61,7 @@ pub struct Report {
 
 /// Who a machine is (`machine`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Identity {
     pub id: String,
     #[serde(default)]
@@ -65,7 +72,7 @@ pub struct Identity {
     pub macs: Vec<String>,
     #[serde(default)]
     pub platform: Option<String>,
-    #[serde(default)]
+    #[serde(default, alias = "instance_id")]
     pub instance_id: Option<String>,
     #[serde(default)]
     pub hostname: Option<String>,
@@ -84,6 +91,7 @@ pub struct AppliedConfig {
 
 /// What a stage changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Changes {
     #[serde(default)]
     pub partitions: Partitions,
@@ -93,7 +101,7 @@ pub struct Changes {
     #[serde(default)]
     pub paths: Vec<String>,
     /// Paths written beyond [`MAX_PATHS`] (absent when none).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero", alias = "paths_truncated")]
     pub paths_truncated: u64,
 }
 
@@ -244,7 +252,7 @@ mod tests {
         for k in [
             "format",
             "id",
-            "boot_id",
+            "bootId",
             "sent",
             "machine",
             "agent",
@@ -252,16 +260,20 @@ mod tests {
             "stage",
             "outcome",
             "final",
-            "duration_ms",
+            "durationMs",
             "changes",
             "error",
-            "log_tail",
+            "logTail",
         ] {
             assert!(json.get(k).is_some(), "{k} in {json}");
         }
         assert_eq!(json["stage"], "files");
         assert_eq!(json["outcome"], "failed");
-        assert_eq!(json["changes"]["paths_truncated"], 2);
+        assert_eq!(json["changes"]["pathsTruncated"], 2);
+        assert_eq!(
+            json["machine"].get("instanceId"),
+            Some(&serde_json::Value::Null)
+        );
         assert_eq!(
             json["changes"]["paths"].as_array().unwrap().len(),
             MAX_PATHS
@@ -270,12 +282,37 @@ mod tests {
         assert_eq!(back, r);
         // Nothing truncated: no `paths_truncated`; the least a report may carry parses.
         let v = serde_json::to_value(Changes::of_paths(vec!["/a".into()])).unwrap();
-        assert!(v.get("paths_truncated").is_none(), "{v}");
+        assert!(v.get("pathsTruncated").is_none(), "{v}");
         let least: Report = serde_json::from_str(
             r#"{"format":1,"id":"a","boot_id":"b","machine":{"id":"m"},"stage":"fetch","outcome":"started"}"#,
         )
         .unwrap();
         assert_eq!(least.outcome, Outcome::Started);
         assert!(least.config.is_none() && !least.last);
+    }
+
+    /// A report as agents before camelCase sent it (snake_case keys) reads the same as one
+    /// sent now; what goes out is camelCase only.
+    #[test]
+    fn snake_case_reports_are_still_read() {
+        let old = r#"{"format":1,"id":"a","boot_id":"b","machine":{"id":"m","instance_id":"i-1"},
+            "stage":"files","outcome":"failed","final":true,"duration_ms":7,
+            "changes":{"paths":["/a"],"paths_truncated":3},"log_tail":["x"]}"#;
+        let new = r#"{"format":1,"id":"a","bootId":"b","machine":{"id":"m","instanceId":"i-1"},
+            "stage":"files","outcome":"failed","final":true,"durationMs":7,
+            "changes":{"paths":["/a"],"pathsTruncated":3},"logTail":["x"]}"#;
+        let (o, n): (Report, Report) = (
+            serde_json::from_str(old).unwrap(),
+            serde_json::from_str(new).unwrap(),
+        );
+        assert_eq!(o, n);
+        assert_eq!(
+            (o.boot_id.as_str(), o.duration_ms, o.changes.paths_truncated),
+            ("b", 7, 3)
+        );
+        assert_eq!(o.machine.instance_id.as_deref(), Some("i-1"));
+        assert_eq!(o.log_tail, ["x"]);
+        let out = serde_json::to_string(&o).unwrap();
+        assert!(!out.contains('_'), "{out}");
     }
 }

@@ -54,6 +54,17 @@ impl Labels {
     }
 }
 
+/// A time in an answer (`/status`, the admin API): RFC 3339 in UTC, to the second, of
+/// seconds since the Unix epoch (`2026-12-03T07:00:00Z`).
+pub fn time(secs: u64) -> String {
+    runtime::util::rfc3339(secs)
+}
+
+/// [`time`] as a serde field (`#[serde(serialize_with = "crate::http::serialize_time")]`).
+pub fn serialize_time<S: serde::Serializer>(secs: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&time(*secs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -209,6 +209,7 @@ contract!(
     token_records_past_their_time_are_forgotten,
     a_report_without_details_reads_back_empty_details,
     a_change_between_reports_is_kept,
+    a_removed_machine_is_forgotten,
 );
 
 fn states_follow_the_newest_boot(_: Backend, inv: Inv) {
@@ -1020,6 +1021,67 @@ fn a_change_between_reports_is_kept(_: Backend, mut inv: Inv) {
             .len(),
         2
     );
+}
+
+/// `remove` (a decommissioned machine): the record and its details are gone, it no longer
+/// counts against `--max-machines` (a new machine fits again), a second remove finds
+/// nothing, and a later report of it makes a fresh record (not a retry of an old one).
+/// Gone after a restart too.
+fn a_removed_machine_is_forgotten(backend: Backend, _: Inv) {
+    let Some(mut inv) = backend.open("removed_2", 2) else {
+        return;
+    };
+    let s = inv.store();
+    let o = token("worker", 1);
+    for m in ["m-1", "m-2"] {
+        for (r, stage, last) in [("f", "fetch", false), ("x", "files", true)] {
+            let r = report(&format!("{m}-{r}"), m, "b1", stage, "ok", last);
+            assert_eq!(s.record(&r, &o).unwrap(), Recorded::New);
+        }
+    }
+    let full = report("m-3-f", "m-3", "b1", "fetch", "ok", false);
+    assert_eq!(
+        s.record(&full, &o).unwrap(),
+        Recorded::Full(Full { max: 2 })
+    );
+    let gone = s.remove("m-1").unwrap().expect("m-1 was known");
+    assert_eq!((gone.id.as_str(), gone.reports), ("m-1", 2));
+    assert!(s.machine("m-1").unwrap().is_none());
+    assert!(s.remove("m-1").unwrap().is_none());
+    assert!(s.remove("m-never").unwrap().is_none());
+    assert_eq!(s.machine_count().unwrap(), 1);
+    let ids: Vec<String> = s
+        .machines(&Filter::default())
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids, ["m-2"]);
+    assert_eq!(s.machine("m-2").unwrap().unwrap().reports, 2);
+    // Room for one more: the new machine fits.
+    assert_eq!(s.record(&full, &o).unwrap(), Recorded::New);
+    assert_eq!(s.machine_count().unwrap(), 2);
+    assert_eq!(s.remove("m-3").unwrap().map(|m| m.reports), Some(1));
+    // The removed machine reports again (its old report id too): a fresh record.
+    let again = report("m-1-x", "m-1", "b2", "files", "ok", true);
+    assert_eq!(
+        s.record(&again, &token("worker", 9)).unwrap(),
+        Recorded::New
+    );
+    let m = s.machine("m-1").unwrap().unwrap();
+    assert_eq!((m.reports, m.first_seen, m.boots.len()), (1, 9, 1));
+    assert_eq!(m.boots[0].boot_id, "b2");
+    assert_eq!(m.boots[0].stages.len(), 1);
+    assert_eq!(
+        m.boots[0].stages[0].detail.as_ref().map(|d| &d.changes),
+        Some(&again.changes)
+    );
+    assert_eq!(s.remove("m-1").unwrap().map(|m| m.reports), Some(1));
+    drop(s);
+    inv.restart();
+    let s = inv.store();
+    assert!(s.machine("m-1").unwrap().is_none());
+    assert_eq!(s.machine_count().unwrap(), 1);
 }
 
 /// The suite's own check: every case above is in `contract!` (a case written but not

@@ -58,12 +58,12 @@ fn inventory_report_limits_are_named() {
         ),
         (
             "log lines",
-            |v| v["log_tail"] = vec!["l"; 51].into(),
+            |v| v["logTail"] = vec!["l"; 51].into(),
             "the log line limit of 50",
         ),
         (
             "log line",
-            |v| v["log_tail"] = vec!["l".repeat(1025)].into(),
+            |v| v["logTail"] = vec!["l".repeat(1025)].into(),
             "the log line length limit of 1024",
         ),
         (
@@ -120,7 +120,7 @@ fn inventory_report_limits_are_named() {
     let mut v = body();
     v["changes"]["paths"] = vec!["p".repeat(100); limits::PATHS].into();
     v["error"] = "e".repeat(limits::ERROR_BYTES).into();
-    v["log_tail"] = vec!["l".repeat(limits::LOG_LINE_BYTES); limits::LOG_LINES].into();
+    v["logTail"] = vec!["l".repeat(limits::LOG_LINE_BYTES); limits::LOG_LINES].into();
     v["machine"]["macs"] = vec!["52:54:00:00:00:00"; limits::MACS].into();
     let bytes = serde_json::to_vec(&v).expect("JSON");
     assert!(bytes.len() > limits::BODY_BYTES / 2);

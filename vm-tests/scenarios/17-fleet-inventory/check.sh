@@ -53,8 +53,8 @@ expect("B stages", sorted((k, s["outcome"]) for k, s in sb.items()),
        [("disks", "ok"), ("fetch", "ok"), ("files", "failed")])
 for who, st in (("A", sa), ("B", sb)):
     for k, s in st.items():
-        if not isinstance(s.get("duration_ms"), int) or s["duration_ms"] <= 0:
-            bad.append(f"{who} {k}: no duration ({s.get('duration_ms')!r})")
+        if not isinstance(s.get("durationMs"), int) or s["durationMs"] <= 0:
+            bad.append(f"{who} {k}: no duration ({s.get('durationMs')!r})")
 expect("A files final", sa["files"]["final"], True)
 expect("A disks changes", sa["disks"]["detail"]["changes"]["filesystems"]["made"], ["/dev/vda1 (ext4)"])
 if "/etc/hostname" not in sa["files"]["detail"]["changes"]["paths"]:
@@ -65,7 +65,7 @@ for want in ("/etc/agent-test/payload", "hash mismatch"):
         bad.append(f"B files error lacks {want!r}: {err!r}")
 # The failed stage's log tail is the run's (each stage is its own process: the earlier
 # stages' lines come from agent.log), at most 50 lines.
-tail = sb["files"]["detail"].get("log_tail") or []
+tail = sb["files"]["detail"].get("logTail") or []
 if not tail or len(tail) > 50:
     bad.append(f"B files: log tail of {len(tail)} lines")
 elif not any(l.startswith("agent[fetch]") for l in tail):

@@ -76,9 +76,9 @@ for path, boots, mac, serial, host in ((sys.argv[1], 2, "52:54:00:29:00:01", "VM
     expect("installs (boots with reports)", len(m["boots"]), boots)
     for b in m["boots"]:
         st = {s["stage"]: s["outcome"] for s in b["stages"]}
-        expect(f"boot {b['boot_id']} stages", st, {"fetch": "ok", "disks": "ok", "files": "ok"})
+        expect(f"boot {b['bootId']} stages", st, {"fetch": "ok", "disks": "ok", "files": "ok"})
         for s in b["stages"]:
-            if not isinstance(s.get("duration_ms"), int) or s["duration_ms"] <= 0:
+            if not isinstance(s.get("durationMs"), int) or s["durationMs"] <= 0:
                 bad.append(f"{who} {s['stage']}: no duration")
             if not s.get("authenticated"):
                 bad.append(f"{who} {s['stage']}: report not authenticated")

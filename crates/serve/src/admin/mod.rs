@@ -1,11 +1,14 @@
 //! The admin listener (`--admin-listen`, 127.0.0.1:22625 by default): the only place the
-//! inventory is served — `GET /machines` (JSON, `?pool=`, `?state=`), `GET /machines/<id>`, the
-//! page (`/ui/`, `/ui/machines/<id>`) and the inventory's metrics. A machine's token never
+//! inventory is served — `GET /machines` (JSON, `?pool=`, `?state=`), `GET /machines/<id>`,
+//! `GET /machines/summary`, `DELETE /machines/<id>` (a decommissioned machine), the page
+//! (`/ui/`, `/ui/machines/<id>`) and the inventory's metrics; the JSON is [`api`]'s
+//! (docs/openapi.json). A machine's token never
 //! opens it: it takes the admin token (`--admin-token-file`) when one is set, and only
 //! loopback clients reach it otherwise (checked when it is bound). Whatever the token, it
 //! answers only requests that name it in `Host`, and changes nothing for a request a
 //! browser could send from another page ([`crate::admin::auth`]); no answer may be framed.
 
+pub mod api;
 pub mod auth;
 pub mod page;
 
@@ -60,7 +63,7 @@ impl AdminStatus {
             "listen": listen.to_string(),
             "bound": error.is_none(),
             "error": error,
-            "since": now_secs(),
+            "since": crate::http::time(now_secs()),
         });
     }
 
@@ -98,6 +101,14 @@ struct Listing {
 }
 
 impl Listings {
+    /// Forgets every kept listing (the inventory changed other than by a report).
+    pub fn clear(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     /// The listing `key` at inventory `version`: the kept one while current, else `render`'s
     /// (kept unless it is an error answer).
     pub fn get(
@@ -443,12 +454,68 @@ impl Admin {
                 &ts(now_secs()),
                 req.query_param("refresh") == Some("1"),
             )),
-            Ok(Some(mut m)) => {
-                m.tokens = Default::default();
-                json(200, &serde_json::to_value(&m).unwrap_or_default())
-            }
+            Ok(Some(m)) => json(200, &api::machine(&m)),
             Ok(None) => Response::text(404, "no such machine"),
             Err(e) => store_error(e),
+        }
+    }
+
+    /// `GET /machines/summary`: the machines by state and pool ([`api::summary`]), counted
+    /// now (one pass over the records).
+    fn summary(&self, req: &Request, _: &str) -> Response {
+        let (store, _) = match self.reading(req) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        match inventory::counts(store) {
+            Ok(c) => json(200, &api::summary(&c)),
+            Err(e) => store_error(e),
+        }
+    }
+
+    /// `/machines/<id>`: `DELETE` forgets it, the other methods read it.
+    fn machine_or_delete(&self, req: &Request, id: &str) -> Response {
+        if req.method() == "DELETE" {
+            self.delete(req, id)
+        } else {
+            self.machine(req, id)
+        }
+    }
+
+    /// `DELETE /machines/<id>`: a decommissioned machine: its record and details forgotten,
+    /// its boot token and report credentials with them (a report it still sends is
+    /// recorded as a new machine's, proving only what its credential proves); 204, or 404
+    /// for a machine not known.
+    fn delete(&self, req: &Request, id: &str) -> Response {
+        let (store, _) = match self.reading(req) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        let id = spec::encoding::data_url::percent_decode(id)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok());
+        let Some(id) = id.filter(|i| valid_id(i)) else {
+            return Response::text(404, "no such machine");
+        };
+        match store.remove(&id) {
+            Ok(Some(m)) => {
+                for k in m.tokens.boot.iter().chain(&m.tokens.report) {
+                    if let Err(e) = store.forget_boot_token(k) {
+                        log::warn!("machine {id}: forgetting a token: {e:#}");
+                    }
+                }
+                self.fleet.boot.recent.forget(&id);
+                // A listing kept from before would still show it.
+                self.listings.clear();
+                log::info!("machine {id}: removed from the inventory (decommissioned)");
+                Response::new(204)
+            }
+            Ok(None) => Response::text(404, "no such machine"),
+            Err(e) => {
+                log::error!("removing machine {id} from the inventory: {e:#}");
+                Response::text(503, "the inventory store cannot be changed now; retry")
+                    .header("Retry-After", "5")
+            }
         }
     }
 
@@ -497,7 +564,7 @@ impl Admin {
                 );
                 json(
                     200,
-                    &serde_json::json!({"id": m.id, "reprovision": m.reprovision}),
+                    &serde_json::json!({"id": m.id, "reprovision": m.reprovision.map(crate::http::time)}),
                 )
             }
             Ok(None) => Response::text(404, "no such machine"),
@@ -601,6 +668,9 @@ enum Caller {
 
 type Handle = fn(&Admin, &Request, &str) -> Response;
 
+/// The methods of `/machines/<id>`: read it, or forget it (`DELETE`).
+const MACHINE: &[&str] = &["GET", "HEAD", "DELETE"];
+
 /// The admin listener's routes, the first match answering (module docs). The last matches
 /// every path: an unknown path is answered 404 after the checks every inventory path gets.
 #[rustfmt::skip]
@@ -612,14 +682,15 @@ const ROUTES: &[Route<Caller, Handle>] = &[
     Route { methods: READ, path: Pattern::Exact("/ui"), auth: Caller::Admin, handler: |_, _, _| Response::new(308).header("Location", "/ui/") },
     Route { methods: READ, path: Pattern::Exact("/"), auth: Caller::Admin, handler: |_, _, _| Response::new(308).header("Location", "/ui/") },
     Route { methods: READ, path: Pattern::Exact("/machines"), auth: Caller::Admin, handler: Admin::machines },
+    Route { methods: READ, path: Pattern::Exact("/machines/summary"), auth: Caller::Admin, handler: Admin::summary },
     Route { methods: READ, path: Pattern::Exact("/ui/"), auth: Caller::Admin, handler: Admin::ui_index },
-    Route { methods: READ, path: Pattern::Prefix("/machines/"), auth: Caller::Admin, handler: Admin::machine },
+    Route { methods: MACHINE, path: Pattern::Prefix("/machines/"), auth: Caller::Admin, handler: Admin::machine_or_delete },
     Route { methods: READ, path: Pattern::Prefix("/ui/machines/"), auth: Caller::Admin, handler: Admin::ui_machine },
     Route { methods: READ, path: Pattern::Any, auth: Caller::Admin, handler: Admin::not_found },
 ];
 
-/// A page of `/machines` rendered (JSON): at most `limit` machines after `after`, without
-/// their tokens, and where the next page starts.
+/// A page of `/machines` rendered (JSON, [`api::listing`]): at most `limit` machines after
+/// `after`, and where the next page starts.
 fn list_machines(
     store: &dyn Store,
     filter: &Filter,
@@ -631,7 +702,6 @@ fn list_machines(
         .each_machine(filter, after, &mut |mut m| {
             more = ms.len() == limit;
             if !more {
-                m.tokens = Default::default();
                 m.state = inventory::model::standing(&m, filter.deadline);
                 ms.push(m);
             }
@@ -643,11 +713,7 @@ fn list_machines(
     } else {
         None
     };
-    let mut b = serde_json::to_vec_pretty(&Listed {
-        machines: &ms,
-        next,
-    })
-    .unwrap_or_default();
+    let mut b = serde_json::to_vec_pretty(&api::listing(&ms, next)).unwrap_or_default();
     b.push(b'\n');
     Ok(b)
 }
@@ -679,14 +745,6 @@ fn store_error(e: anyhow::Error) -> Response {
 pub const LIST_LIMIT: usize = 1000;
 /// The largest `?limit=` of `/machines`.
 pub const LIST_LIMIT_MAX: usize = 10_000;
-
-/// A page of `/machines`: `next`, when there are more, is the `?after=` of the next page.
-#[derive(serde::Serialize)]
-struct Listed<'a> {
-    machines: &'a [Machine],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next: Option<&'a str>,
-}
 
 /// `?limit=` (1 to [`LIST_LIMIT_MAX`], default [`LIST_LIMIT`]) and `?after=` (a machine id)
 /// of `/machines`.
@@ -739,7 +797,7 @@ pub fn view(m: &Machine) -> MachineView {
     MachineView {
         id: m.id.clone(),
         hostname: m.identity.hostname.clone(),
-        state: m.state.map_or("unknown", State::as_str).to_string(),
+        state: m.current().as_str().to_string(),
         pool: m.pool.clone(),
         config: m.config.as_ref().and_then(|c| c.name.clone()),
         config_hash: m.config.as_ref().and_then(|c| c.hash.clone()),

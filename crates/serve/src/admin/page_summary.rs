@@ -27,14 +27,14 @@ pub const SLOWEST: usize = 5;
 /// A stage this many times slower than the fleet's median for it is a slow outlier.
 pub const OUTLIER_FACTOR: u64 = 3;
 
-/// The states in the page's order (a machine with no state yet last): the order of the bar
-/// and of the table, which lists failed machines first and finished ones last.
+/// The states in the page's order: the order of the bar and of the table, which lists
+/// failed machines first and finished ones last.
 pub const STATES: [&str; 9] = [
     "failed",
     "provisioning",
     "fetching",
     "unassigned",
-    "unknown",
+    "booted",
     "provisioned",
     "installed",
     "running",
@@ -48,7 +48,7 @@ pub fn rank(state: Option<State>) -> usize {
         Some(State::Provisioning) => 1,
         Some(State::Fetching) => 2,
         Some(State::Unassigned) => 3,
-        None => 4,
+        None | Some(State::Booted) => 4,
         Some(State::Provisioned) => 5,
         Some(State::Installed) => 6,
         Some(State::Running) => 7,
@@ -210,7 +210,7 @@ impl Query {
 
     /// Whether `m` is in the table.
     pub fn matches(&self, m: &Machine) -> bool {
-        if self.state.is_some_and(|s| m.state != Some(s)) {
+        if self.state.is_some_and(|s| m.current() != s) {
             return false;
         }
         if self

@@ -11,7 +11,7 @@ use super::{Index, MachineView, REFRESH_SECONDS, path_segment};
 const STYLE: &str = "\
 :root{color-scheme:light dark;--fg:#1b1b1b;--bg:#fff;--mute:#595959;--line:#d4d4d4;--card:#f4f4f4;\
 --bad:#b71c1c;--ok:#1b5e20;--run:#0d47a1;\
---s-failed:#c62828;--s-provisioning:#1565c0;--s-fetching:#64b5f6;--s-unassigned:#f9a825;--s-unknown:#9e9e9e;--s-provisioned:#2e7d32;\
+--s-failed:#c62828;--s-provisioning:#1565c0;--s-fetching:#64b5f6;--s-unassigned:#f9a825;--s-booted:#9e9e9e;--s-provisioned:#2e7d32;\
 --s-installed:#81c784;--s-running:#1b5e20;--s-unresponsive:#6a1b9a}\
 @media (prefers-color-scheme:dark){:root{--fg:#e6e6e6;--bg:#121212;--mute:#ababab;--line:#3c3c3c;--card:#1f1f1f;\
 --bad:#ff8a80;--ok:#a5d6a7;--run:#90caf9}}\
@@ -24,7 +24,7 @@ header{display:flex;flex-wrap:wrap;gap:.2rem 1rem;align-items:baseline}\
 .bar{display:flex;height:1.1rem;border-radius:3px;overflow:hidden;background:var(--line);margin:.3rem 0}\
 .bar a{display:block;min-width:4px}.bar.small{height:.6rem;min-width:5rem}\
 .s-failed{background:var(--s-failed)}.s-provisioning{background:var(--s-provisioning)}.s-fetching{background:var(--s-fetching)}\
-.s-unassigned{background:var(--s-unassigned)}.s-unknown{background:var(--s-unknown)}.s-provisioned{background:var(--s-provisioned)}\
+.s-unassigned{background:var(--s-unassigned)}.s-booted{background:var(--s-booted)}.s-provisioned{background:var(--s-provisioned)}\
 .s-installed{background:var(--s-installed)}.s-running{background:var(--s-running)}.s-unresponsive{background:var(--s-unresponsive)}\
 ul.legend,ul.causes{list-style:none;padding:0;margin:.2rem 0}\
 ul.legend{display:flex;flex-wrap:wrap;gap:.2rem 1rem}\
@@ -93,7 +93,7 @@ fn state_class(s: &str) -> &'static str {
         "installed" => "s-installed",
         "running" => "s-running",
         "unresponsive" => "s-unresponsive",
-        _ => "s-unknown",
+        _ => "s-booted",
     }
 }
 
@@ -367,7 +367,7 @@ fn machines(i: &Index) -> Markup {
                 label { "State"
                     select name="state" {
                         option value="" { "any" }
-                        @for st in STATES.iter().filter(|s| **s != "unknown") {
+                        @for st in STATES.iter() {
                             option value=(st) selected[q.state.is_some_and(|x| x.as_str() == *st)] { (st) }
                         }
                     }

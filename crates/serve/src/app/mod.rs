@@ -402,11 +402,10 @@ impl App {
     ) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
+            .unwrap_or_default();
         // Never the query string's secrets nor any header: method, path, labels, sizes.
         let line = serde_json::json!({
-            "time": (now * 1000.0).round() / 1000.0,
+            "time": runtime::util::rfc3339_millis(now),
             "remote": peer.to_string(),
             "method": req.map(|r| r.method()),
             "path": req.map(|r| r.path()),

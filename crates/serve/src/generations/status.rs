@@ -22,7 +22,8 @@ use crate::source::Generation;
 pub struct GenRef {
     pub generation: String,
     pub path: String,
-    /// Unix seconds when this server first saw it in this role.
+    /// Unix seconds when this server first saw it in this role (RFC 3339 in `/status`).
+    #[serde(serialize_with = "crate::http::serialize_time")]
     pub since: u64,
 }
 

@@ -360,7 +360,7 @@ impl Tokens {
             .values()
             .map(|r| {
                 serde_json::json!({"pool": r.pool.name, "config": r.pool.config_name,
-                    "tokensExpire": self.schedule.expires(r.last_epoch)})
+                    "tokensExpire": crate::http::time(self.schedule.expires(r.last_epoch))})
             })
             .collect();
         let key_id = self

@@ -814,6 +814,63 @@ impl Records for Embedded {
         })())
     }
 
+    fn remove(&self, id: &str) -> Result<Option<Machine>> {
+        self.db.seen((|| {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = recent.take(id);
+            let tx = self
+                .db
+                .begin_write()
+                .with_context(|| self.what("starting a write to"))?;
+            let old = {
+                let mut machines = tx
+                    .open_table(MACHINES)
+                    .with_context(|| self.what("opening"))?;
+                let old = match machines
+                    .remove(id)
+                    .with_context(|| self.what("writing to"))?
+                {
+                    Some(v) => Some(
+                        serde_json::from_slice::<Machine>(v.value())
+                            .with_context(|| format!("reading machine {id} from the inventory"))?,
+                    ),
+                    None => None,
+                };
+                if old.is_some() {
+                    let mut meta = tx.open_table(META).with_context(|| self.what("opening"))?;
+                    let n = self.count(&meta)?;
+                    meta.insert(COUNT, n.saturating_sub(1))
+                        .with_context(|| self.what("writing to"))?;
+                    // Its details are `<id>/<report>`: the keys from `<id>/` up to `<id>0`.
+                    let mut details = tx
+                        .open_table(DETAILS)
+                        .with_context(|| self.what("opening"))?;
+                    let (from, to) = (format!("{id}/"), format!("{id}0"));
+                    let mut keys = Vec::new();
+                    for e in details
+                        .range(from.as_str()..to.as_str())
+                        .with_context(|| self.what("reading"))?
+                    {
+                        keys.push(
+                            e.with_context(|| self.what("reading"))?
+                                .0
+                                .value()
+                                .to_string(),
+                        );
+                    }
+                    for k in keys {
+                        details
+                            .remove(k.as_str())
+                            .with_context(|| self.what("writing to"))?;
+                    }
+                }
+                old
+            };
+            tx.commit().with_context(|| self.what("committing to"))?;
+            Ok(old)
+        })())
+    }
+
     fn each_machine(
         &self,
         filter: &Filter,

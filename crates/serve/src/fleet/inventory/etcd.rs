@@ -1081,6 +1081,48 @@ impl Records for Etcd {
         bail!("etcd: machine {id}'s record kept changing ({CONFLICT_TRIES} tries)")
     }
 
+    /// One txn, only if the record and the count's shard it takes one from are unchanged:
+    /// the record and its details deleted, that shard one less (a lost race reads again).
+    fn remove(&self, id: &str) -> Result<Option<Machine>> {
+        let _ = self.recent().take(id);
+        let mkey = self.key(&format!("machines/{id}"));
+        let dprefix = self.key(&format!("details/{id}/"));
+        for attempt in 0..CONFLICT_TRIES {
+            if attempt > 0 {
+                backoff(attempt);
+            }
+            let (old, rev, count) = self.machine_with_count(&mkey, id)?;
+            let Some(m) = old else {
+                return Ok(None);
+            };
+            let mine = my_shard();
+            let Some(i) = std::iter::once(mine)
+                .chain(0..COUNT_SHARDS)
+                .find(|&i| count.shards[i].0 > 0)
+            else {
+                bail!("etcd: machine {id} is recorded but the machine count is 0");
+            };
+            let (n, srev) = count.shards[i];
+            let shard = self.shard_key(i);
+            let txn = json!({
+                "compare": [compare_mod(&mkey, rev), compare_mod(&shard, srev)],
+                "success": [
+                    {"request_delete_range": {"key": b64(mkey.as_bytes())}},
+                    {"request_delete_range": {"key": b64(dprefix.as_bytes()),
+                        "range_end": b64(&prefix_end(&dprefix))}},
+                    {"request_put": {"key": b64(shard.as_bytes()),
+                        "value": b64((n - 1).to_string().as_bytes())}},
+                ],
+            });
+            let a: TxnAnswer = serde_json::from_slice(&self.post("/v3/kv/txn", &txn)?)
+                .with_context(|| format!("etcd: removing machine {id}"))?;
+            if a.succeeded {
+                return Ok(Some(m));
+            }
+        }
+        bail!("etcd: machine {id}'s record kept changing ({CONFLICT_TRIES} tries)")
+    }
+
     fn each_machine(
         &self,
         filter: &Filter,

@@ -42,7 +42,9 @@ pub struct Snapshot {
     pub ok: bool,
     /// Why it is down: the error of the last operation that failed.
     pub error: Option<String>,
-    /// Since when it is up (since it was opened: the time it was opened) or down.
+    /// Since when it is up (since it was opened: the time it was opened) or down (RFC 3339
+    /// in `/status`).
+    #[serde(serialize_with = "crate::http::serialize_time")]
     pub since: u64,
     /// Operations that failed since the server started.
     pub failures: u64,

@@ -152,6 +152,12 @@ impl Records for Memory {
         Ok(Some(m))
     }
 
+    fn remove(&self, id: &str) -> Result<Option<Machine>> {
+        let mut inv = self.records();
+        inv.details.remove(id);
+        Ok(inv.machines.remove(id))
+    }
+
     fn each_machine(
         &self,
         filter: &Filter,

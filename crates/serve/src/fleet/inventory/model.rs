@@ -13,13 +13,13 @@ use serde::{Deserialize, Serialize};
 pub mod limits {
     /// A report body (`--max-body-bytes` by default).
     pub const BODY_BYTES: usize = 256 * 1024;
-    /// `id`, `boot_id` and `machine.id`: letters, digits and `.:_-` only.
+    /// `id`, `bootId` and `machine.id`: letters, digits and `.:_-` only.
     pub const ID_BYTES: usize = 128;
     /// Every other string (serial, hostname, platform, config name, a partition, ...).
     pub const STRING_BYTES: usize = 256;
     /// One entry of `changes.paths`.
     pub const PATH_BYTES: usize = 4096;
-    /// `changes.paths` entries (more are counted in `paths_truncated` by the agent).
+    /// `changes.paths` entries (more are counted in `pathsTruncated` by the agent).
     pub const PATHS: usize = report_format::MAX_PATHS;
     /// Entries of each of `partitions.{created,kept,deleted}` and `filesystems.{made,reused}`.
     pub const DEVICES: usize = 128;
@@ -29,9 +29,9 @@ pub mod limits {
     pub const MAC_BYTES: usize = 64;
     /// `error` (one line).
     pub const ERROR_BYTES: usize = 4096;
-    /// `log_tail` lines.
+    /// `logTail` lines.
     pub const LOG_LINES: usize = 50;
-    /// One `log_tail` line.
+    /// One `logTail` line.
     pub const LOG_LINE_BYTES: usize = 1024;
     /// Boots kept per machine (the oldest is dropped).
     pub const BOOTS: usize = 10;
@@ -93,10 +93,14 @@ pub enum State {
     /// Installed or provisioned, but no `running` report within `--running-deadline`:
     /// never stored, derived when the inventory is read ([`standing`]).
     Unresponsive,
+    /// Network-booted (`/ipxe`), no report that counts for it yet. A record keeps it as no
+    /// state (`null`, as records always have): [`Machine::current`] names it.
+    Booted,
 }
 
 impl State {
-    pub const ALL: [State; 8] = [
+    /// Every state; a new one goes last, so none of the others moves.
+    pub const ALL: [State; 9] = [
         State::Fetching,
         State::Provisioning,
         State::Provisioned,
@@ -105,6 +109,7 @@ impl State {
         State::Installed,
         State::Running,
         State::Unresponsive,
+        State::Booted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -117,6 +122,7 @@ impl State {
             State::Installed => "installed",
             State::Running => "running",
             State::Unresponsive => "unresponsive",
+            State::Booted => "booted",
         }
     }
 }
@@ -229,6 +235,7 @@ impl TokenKeys {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
     pub id: String,
+    #[serde(serialize_with = "stored::identity")]
     pub identity: Identity,
     /// Seconds since the Unix epoch (the server's clock).
     pub first_seen: u64,
@@ -278,6 +285,11 @@ impl Machine {
             format: 1,
             ..Machine::default()
         }
+    }
+
+    /// Its state as every answer names it: a record without one is [`State::Booted`].
+    pub fn current(&self) -> State {
+        self.state.unwrap_or(State::Booted)
     }
 
     /// Whether its next network boot goes to the local disk, once no reprovision is asked
@@ -380,12 +392,66 @@ fn is_zero(n: &u64) -> bool {
 /// The bulky part of a report, stored under its report id.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Detail {
+    #[serde(serialize_with = "stored::changes")]
     pub changes: Changes,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log_tail: Vec<String>,
     /// The stage's error whole, when the record keeps only its start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// The report's parts a record keeps, written as records always were (snake_case: a server
+/// before camelCase reports reads them, and they read back either way, the wire types
+/// taking both names).
+mod stored {
+    use serde::{Serialize, Serializer};
+
+    use super::{Changes, Filesystems, Identity, Partitions};
+
+    pub fn identity<S: Serializer>(i: &Identity, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Stored<'a> {
+            id: &'a str,
+            uuid: &'a Option<String>,
+            serial: &'a Option<String>,
+            macs: &'a [String],
+            platform: &'a Option<String>,
+            instance_id: &'a Option<String>,
+            hostname: &'a Option<String>,
+        }
+        Stored {
+            id: &i.id,
+            uuid: &i.uuid,
+            serial: &i.serial,
+            macs: &i.macs,
+            platform: &i.platform,
+            instance_id: &i.instance_id,
+            hostname: &i.hostname,
+        }
+        .serialize(s)
+    }
+
+    pub fn changes<S: Serializer>(c: &Changes, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Stored<'a> {
+            partitions: &'a Partitions,
+            filesystems: &'a Filesystems,
+            paths: &'a [String],
+            #[serde(skip_serializing_if = "is_zero")]
+            paths_truncated: u64,
+        }
+        fn is_zero(n: &u64) -> bool {
+            *n == 0
+        }
+        Stored {
+            partitions: &c.partitions,
+            filesystems: &c.filesystems,
+            paths: &c.paths,
+            paths_truncated: c.paths_truncated,
+        }
+        .serialize(s)
+    }
 }
 
 /// What [`apply`] did.
@@ -558,14 +624,14 @@ fn validate(r: &Report) -> Result<(), Refused> {
         )));
     }
     check_id("id", &r.id)?;
-    check_id("boot_id", &r.boot_id)?;
+    check_id("bootId", &r.boot_id)?;
     check_id("machine.id", &r.machine.id)?;
     check_opt("sent", &r.sent)?;
     let m = &r.machine;
     check_opt("machine.uuid", &m.uuid)?;
     check_opt("machine.serial", &m.serial)?;
     check_opt("machine.platform", &m.platform)?;
-    check_opt("machine.instance_id", &m.instance_id)?;
+    check_opt("machine.instanceId", &m.instance_id)?;
     check_opt("machine.hostname", &m.hostname)?;
     let s = limits::STRING_BYTES;
     check_list(
@@ -642,7 +708,7 @@ fn validate(r: &Report) -> Result<(), Refused> {
         check_str("error", e, limits::ERROR_BYTES, "error")?;
     }
     check_list(
-        "log_tail",
+        "logTail",
         &r.log_tail,
         limits::LOG_LINES,
         "log line",
@@ -672,6 +738,7 @@ fn long_error(r: &Report) -> Option<&str> {
 pub fn detail_json(r: &Report) -> serde_json::Result<Vec<u8>> {
     #[derive(Serialize)]
     struct Borrowed<'a> {
+        #[serde(serialize_with = "stored::changes")]
         changes: &'a Changes,
         #[serde(skip_serializing_if = "<[String]>::is_empty")]
         log_tail: &'a [String],
@@ -974,7 +1041,7 @@ impl Filter {
             .is_none_or(|p| m.pool.as_ref() == Some(p))
             && self
                 .state
-                .is_none_or(|s| standing(m, self.deadline) == Some(s))
+                .is_none_or(|s| standing(m, self.deadline).unwrap_or(State::Booted) == s)
     }
 }
 
@@ -1241,6 +1308,39 @@ mod tests {
         assert!(m.installed());
         assert_eq!(m.state, Some(State::Provisioned));
         assert_eq!(m.format, 1);
+    }
+
+    /// A record is stored as records were before the API went camelCase (snake_case keys,
+    /// the report's parts too), and such a record reads back the same.
+    #[test]
+    fn records_keep_their_stored_form() {
+        let r = report_with(
+            "s-1",
+            "b1",
+            "files",
+            "ok",
+            true,
+            serde_json::json!({"machine": {"id": "m-1", "instance_id": "i-1"},
+                "changes": {"paths": ["/a"], "pathsTruncated": 2}, "log_tail": ["x"]}),
+        );
+        let m = fold(None, &r, &anon(5));
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["identity"]["instance_id"], "i-1", "{v}");
+        assert!(v["identity"].get("instanceId").is_none(), "{v}");
+        assert_eq!(v["first_seen"], 5);
+        assert!(v["recent_ids"].is_array());
+        let d = serde_json::to_value(detail(&r)).unwrap();
+        assert_eq!(d["changes"]["paths_truncated"], 2, "{d}");
+        assert_eq!(d["log_tail"][0], "x");
+        let bytes = detail_json(&r).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap(),
+            d
+        );
+        let back: Machine = serde_json::from_value(v).unwrap();
+        assert_eq!(back, m);
+        let back: Detail = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back, detail(&r));
     }
 
     #[test]

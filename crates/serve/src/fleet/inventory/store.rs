@@ -196,6 +196,10 @@ pub trait Records: Send + Sync {
         id: &str,
         f: &mut dyn FnMut(Option<Machine>) -> Option<Machine>,
     ) -> Result<Option<Machine>>;
+    /// Forgets one machine (`DELETE /machines/<id>`: decommissioned): its record and its
+    /// stages' details, atomically; it no longer counts against `--max-machines`, and a
+    /// later report of it makes a new record. The removed record (None: not known).
+    fn remove(&self, id: &str) -> Result<Option<Machine>>;
 }
 
 /// A store's network-boot token records (docs/serve.md, "One-time tokens"): one-time boot
@@ -244,14 +248,13 @@ pub fn machines(store: &(impl Records + ?Sized), filter: &Filter) -> Result<Vec<
     Ok(out)
 }
 
-/// Machines by state and pool (for metrics), counted one record at a time; machines with no
-/// state yet are not counted.
+/// Machines by state and pool (for metrics and `/machines/summary`), counted one record at a
+/// time; a machine with no report yet as [`model::State::Booted`].
 pub fn counts(store: &(impl Records + ?Sized)) -> Result<Counts> {
     let mut map = std::collections::BTreeMap::<(model::State, String), u64>::new();
     store.each_machine(&Filter::default(), None, &mut |m| {
-        if let Some(s) = m.state {
-            *map.entry((s, m.pool.unwrap_or_default())).or_insert(0) += 1;
-        }
+        *map.entry((m.current(), m.pool.unwrap_or_default()))
+            .or_insert(0) += 1;
         true
     })?;
     Ok(map.into_iter().collect())
