@@ -1796,7 +1796,7 @@ fn the_installed_system_reports_running_from_the_root() {
     assert_eq!(m["state"], "running", "{m}");
     let boot = m["boots"].as_array().unwrap().last().unwrap().clone();
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    assert_eq!(boot["boot_id"], boot_id.trim(), "{m}");
+    assert_eq!(boot["bootId"], boot_id.trim(), "{m}");
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     assert_eq!(boot["kernel"], kernel.trim(), "{m}");
     let out = send();
