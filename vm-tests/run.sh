@@ -64,6 +64,8 @@
 #                  EXPECT_N=installed: a live install (agent-install.service, from a boot
 #                  profile's `install` section): the console shows `agent install`'s
 #                  "installed to /dev/..." and its reboot, which ends QEMU (-no-reboot).
+#                  EXPECT_N=cut with STOP_AT_N=TEXT: a power cut, QEMU killed as soon as the
+#                  console shows TEXT (the boot must get that far).
 #                  prepare.sh may leave more boot assets in $WORK/assets/ (linked into
 #                  serve/boot/assets/) and NAME=value lines in $WORK/serve.env (@NAME@ in
 #                  serve/'s text files becomes the value).
@@ -414,6 +416,12 @@ run_scenario() {
                 stop_at="Booting from Hard Disk"
                 sum_n=$(sha256sum "$disk_n" | cut -d' ' -f1)
             fi
+            # EXPECT_N=cut: the power is cut (QEMU killed) once the console shows STOP_AT_N.
+            v=STOP_AT_$n
+            if [[ $expect_n == cut ]]; then
+                stop_at=${!v:-}
+                [[ -n $stop_at ]] || { echo "boot $n: EXPECT_$n=cut without STOP_AT_$n" >"$work/reason"; exit 1; }
+            fi
             log_off=$(stat -c %s "$work/server.log" 2>/dev/null || echo 0)
             s=$(date +%s.%N)
             rc=0
@@ -431,7 +439,11 @@ run_scenario() {
                 echo "qemu exited $rc on boot $n: $(tail -n3 "$console.qemu")" >"$work/reason"; exit 1
             fi
             done_line=$(grep -a 'AGENT-TEST-DONE' "$console" | tail -n1 || true)
-            if [[ $expect_n == local ]]; then
+            if [[ $expect_n == cut ]]; then
+                # boot() ends QEMU at the line (rc 0), or QEMU ended before it.
+                grep -aq -- "$stop_at" "$console" ||
+                    { echo "boot $n ended before the power cut at '$stop_at'" >"$work/reason"; exit 1; }
+            elif [[ $expect_n == local ]]; then
                 # Sent on to the local disk: the firmware tried it, no kernel ran, nothing changed.
                 grep -aqE 'Booting from Hard Disk|No bootable device' "$console" ||
                     { echo "boot $n: the firmware did not go on to the disk" >"$work/reason"; exit 1; }
