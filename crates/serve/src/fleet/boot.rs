@@ -104,6 +104,8 @@ pub struct Ctx<'a> {
     /// The boot scripts answered last (shared by a machine's repeated requests).
     pub recent: &'a Recent,
     pub generation: Option<&'a Arc<Generation>>,
+    /// lastKnownGood: what machines a rollout holds back get (`crate::fleet::rollout`).
+    pub last_known_good: Option<&'a Arc<Generation>>,
     pub store: Option<&'a dyn Store>,
     pub serve: &'a dyn Fn(&Request, &Pool, &mut Response),
 }
@@ -532,9 +534,31 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
             return;
         }
     };
-    let Some(g) = ctx.generation else {
+    let Some(active) = ctx.generation else {
         *out = Response::text(503, "no valid config generation loaded").header("Retry-After", "5");
         return;
+    };
+    // A pool in a rollout: the new config or the previous one, as its rollout says.
+    let previous;
+    let g = match crate::fleet::rollout::current(active, ctx.last_known_good, &t.pool) {
+        None => active,
+        Some(c) => match crate::fleet::rollout::choose(store, &c, &t.machine, now) {
+            Ok(crate::fleet::rollout::Choice::Active) => active,
+            Ok(crate::fleet::rollout::Choice::Previous(p)) => {
+                previous = p;
+                &previous
+            }
+            Err(e) => {
+                log::error!(
+                    "machine {}: the rollout of pool {}: {e:#}",
+                    t.machine,
+                    t.pool
+                );
+                *out = Response::text(503, "the inventory store cannot answer now; retry")
+                    .header("Retry-After", "5");
+                return;
+            }
+        },
     };
     let pool = match &t.file {
         Some(name) => match g.machines.configs.get(name).map(|c| c.served()) {
