@@ -539,27 +539,11 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
         return;
     };
     // A pool in a rollout: the new config or the previous one, as its rollout says.
-    let previous;
-    let g = match crate::fleet::rollout::current(active, ctx.last_known_good, &t.pool) {
-        None => active,
-        Some(c) => match crate::fleet::rollout::choose(store, &c, &t.machine, now) {
-            Ok(crate::fleet::rollout::Choice::Active) => active,
-            Ok(crate::fleet::rollout::Choice::Previous(p)) => {
-                previous = p;
-                &previous
-            }
-            Err(e) => {
-                log::error!(
-                    "machine {}: the rollout of pool {}: {e:#}",
-                    t.machine,
-                    t.pool
-                );
-                *out = Response::text(503, "the inventory store cannot answer now; retry")
-                    .header("Retry-After", "5");
-                return;
-            }
-        },
+    let previous = match rolled_out(ctx, store, active, &t, now) {
+        Ok(p) => p,
+        Err(r) => return *out = r,
     };
+    let g = previous.as_ref().unwrap_or(active);
     let pool = match &t.file {
         Some(name) => match g.machines.configs.get(name).map(|c| c.served()) {
             Some(Err(e)) => {
@@ -592,6 +576,36 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
         "X-Agent-Report-URL: /report\r\n",
         &format!("X-Agent-Report-URL: /report?token={credential}\r\n"),
     );
+}
+
+/// The previous generation when the rollout of token `t`'s pool holds its machine back
+/// (`crate::fleet::rollout`); None: the active one. Err: the answer (the store failed).
+fn rolled_out(
+    ctx: &Ctx<'_>,
+    store: &dyn Store,
+    active: &Arc<Generation>,
+    t: &BootToken,
+    now: u64,
+) -> Result<Option<Arc<Generation>>, Response> {
+    use crate::fleet::rollout::{self, Choice};
+    let Some(c) = rollout::current(active, ctx.last_known_good, &t.pool) else {
+        return Ok(None);
+    };
+    match rollout::choose(store, &c, &t.machine, now) {
+        Ok(Choice::Active) => Ok(None),
+        Ok(Choice::Previous(p)) => Ok(Some(p)),
+        Err(e) => {
+            log::error!(
+                "machine {}: the rollout of pool {}: {e:#}",
+                t.machine,
+                t.pool
+            );
+            Err(
+                Response::text(503, "the inventory store cannot answer now; retry")
+                    .header("Retry-After", "5"),
+            )
+        }
+    }
 }
 
 /// Remembers report credential `ckey` with `machine`, which keeps its last
