@@ -297,6 +297,45 @@ fn a_broken_config_halts_after_the_canaries() {
     assert!(s.get("/config/worker").text().contains("data:,good"));
     // A halted rollout is not resumed: promote or abort.
     assert_eq!(admin(&s, "POST", "/rollouts/worker/resume").status, 409);
+    // The page: a banner on the first screen says which pool, stage, machines and error.
+    let mut d = support::browser::Devtools::open(1366, 768);
+    d.navigate(&format!("http://{}/ui/", s.addr_of("admin")));
+    let b = d.eval(
+        "JSON.stringify([...document.querySelectorAll('section.halted[role=alert]')].map(e => \
+         ({text: e.innerText, visible: e.getBoundingClientRect().bottom <= innerHeight, \
+           links: [...e.querySelectorAll('a')].map(a => a.getAttribute('href'))})))",
+    );
+    let b: serde_json::Value = serde_json::from_str(b.as_str().unwrap()).unwrap();
+    let text = b[0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("Rollout of pool worker halted at stage 0 (3 machines)"),
+        "{b}"
+    );
+    assert!(
+        text.contains("hash mismatch") && text.contains("previous config"),
+        "{b}"
+    );
+    assert_eq!(b[0]["visible"], true, "{b}");
+    let first = format!(
+        "/ui/machines/{}",
+        machine_id(*broken[0].0).replace(':', "%3A")
+    );
+    let links = b[0]["links"].to_string();
+    assert!(
+        links.contains(&first) || links.contains(&machine_id(*broken[0].0)),
+        "{b}"
+    );
+    d.eval(&support::browser::axe_source());
+    let v = d.eval(
+        "axe.run(document, {resultTypes: ['violations']}).then(r => JSON.stringify(r.violations \
+         .filter(v => v.impact === 'serious' || v.impact === 'critical').map(v => v.id)))",
+    );
+    assert_eq!(
+        v.as_str(),
+        Some("[]"),
+        "axe-core on the page with the halt banner"
+    );
+    d.screenshot("ui-rollout-halted-1366");
 }
 
 /// A good config with steps of 2 machines, then 50 % (each stage held 4 s at least), then

@@ -454,10 +454,12 @@ impl Admin {
             let (summary, window) = scan.finish();
             let rows: Vec<MachineView> = window.machines.iter().map(view).collect();
             let rejected = page::rejected(&roles, ts);
+            let halts = page::halts(&self.fleet.rollouts.views(), ts);
             let now = ts(now_secs());
             Ok(page::index(&page::Index {
                 pools: &pools,
                 rejected: rejected.as_ref(),
+                halts: &halts,
                 summary: &summary,
                 window: &window,
                 rows: &rows,
