@@ -83,7 +83,7 @@ fn herd(
         serve: &serve_pool,
     };
     let mut times = [Duration::ZERO; 2];
-    for round in 0..2 {
+    for time in &mut times {
         for i in 0..n {
             let mac = format!("52-54-00-{tag}-{:02x}-{:02x}", i >> 8, i & 255);
             let mut out = Response::new(200);
@@ -101,7 +101,7 @@ fn herd(
             let t = Instant::now();
             let mut out = Response::new(200);
             boot::handle(&ctx, &req, &mut out);
-            times[round] += t.elapsed();
+            *time += t.elapsed();
             assert_eq!(out.status, 200);
             black_box(out);
         }
@@ -128,7 +128,8 @@ fn main() {
         Some(r#"{"steps": ["50%"], "haltAfter": "50%"}"#),
     );
     println!("{n} machines, each /ipxe then /machine-config, twice; time per /machine-config:");
-    let stores: Vec<(&str, Box<dyn Fn(&str) -> Box<dyn Store>>)> = vec![
+    type Open<'a> = Box<dyn Fn(&str) -> Box<dyn Store> + 'a>;
+    let stores: Vec<(&str, Open)> = vec![
         ("memory", Box::new(|_| Box::new(Memory::new(1_000_000)))),
         (
             "embedded",
