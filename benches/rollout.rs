@@ -46,11 +46,7 @@ fn generation(dir: &Path, marker: &str, policy: Option<&str>) -> Arc<Generation>
 }
 
 fn request(path: &str) -> serve::http::Request {
-    parse_head(
-        format!("GET {path} HTTP/1.1\r\nHost: bench").as_bytes(),
-        64,
-    )
-    .unwrap()
+    parse_head(format!("GET {path} HTTP/1.1\r\nHost: bench").as_bytes(), 64).unwrap()
 }
 
 fn serve_pool(_: &serve::http::Request, p: &Pool, out: &mut Response) {
@@ -134,9 +130,7 @@ fn main() {
         (
             "embedded",
             Box::new(|name: &str| {
-                Box::new(
-                    Embedded::open_with(&tmp.join(format!("{name}.db")), 1_000_000).unwrap(),
-                )
+                Box::new(Embedded::open_with(&tmp.join(format!("{name}.db")), 1_000_000).unwrap())
             }),
         ),
     ];
