@@ -204,11 +204,11 @@ contract!(
     max_machines,
     max_machines_is_exact_under_concurrent_writers,
     concurrent_reports_each_once,
+    rollout_records_change_atomically,
     boot_token_is_spent_once,
     token_records_past_their_time_are_forgotten,
     a_report_without_details_reads_back_empty_details,
     a_change_between_reports_is_kept,
-    rollout_records_change_atomically,
 );
 
 fn states_follow_the_newest_boot(_: Backend, inv: Inv) {
