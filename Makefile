@@ -27,7 +27,7 @@ PREFIX      ?= /usr
 DESTDIR     ?=
 VERSION     := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
-.PHONY: docs man completions install deb image deny deny-advisories all static bench-deps static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root corpus-present lint bench bench-config bench-butane bench-serve fuzz clean
+.PHONY: docs man completions install deb image deny deny-advisories all static bench-deps static-initramfs sizes check-static check-no-test-hooks deps demo-deps test-deps demo test test-pure test-root corpus-present lint bench bench-config bench-butane bench-rollout bench-serve fuzz clean
 
 all: static
 
@@ -188,7 +188,7 @@ lint:
 bench-deps: deps
 	.ci/install-packages bench
 
-bench: bench-deps bench-config bench-butane
+bench: bench-deps bench-config bench-butane bench-rollout
 	@for b in benches/*.sh; do [ -x "$$b" ] || continue; echo "== $$b"; "$$b" || exit 1; done
 
 bench-config:
@@ -196,6 +196,9 @@ bench-config:
 
 bench-butane:
 	cargo bench --locked --bench butane
+
+bench-rollout:
+	cargo bench --locked --bench rollout
 
 bench-serve: bench-deps
 	benches/serve.sh

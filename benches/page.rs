@@ -87,6 +87,7 @@ fn render(records: &[Machine], q: &Query, pools: &[PoolView]) -> (String, f64, f
     let page = serve::admin::page::index(&Index {
         pools,
         rejected: None,
+        halts: &[],
         summary: &summary,
         window: &window,
         rows: &rows,

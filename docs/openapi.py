@@ -206,6 +206,45 @@ SCHEMAS = {
         }
     ),
     "Reprovision": obj({"id": s(), "reprovision": time()}),
+    "Rollout": obj(
+        {
+            "pool": s(),
+            "from": s("The config the rollout starts from (lastKnownGood's), by hash."),
+            "to": s("The new config, by hash."),
+            "state": s(enum=["rolling", "paused", "halted", "complete", "aborted"]),
+            "stage": integer("The policy's step reached (from 0)."),
+            "step": s("That step: a count or a percentage.", nullable=True),
+            "started": time(),
+            "changed": time(),
+            "counts": obj(
+                {"given": integer(), "provisioned": integer(), "failed": integer(), "pending": integer()}
+            ),
+            "machines": {
+                "type": "array",
+                "items": obj(
+                    {
+                        "id": s(),
+                        "given": time(),
+                        "stage": integer(),
+                        "outcome": s(enum=["provisioned", "failed", "pending"], nullable=True),
+                        "error": s(nullable=True),
+                    }
+                ),
+            },
+            "halt": obj(
+                {
+                    "at": time(),
+                    "stage": integer(),
+                    "reason": s(),
+                    "machines": {"type": "array", "items": obj({"id": s(), "error": s(nullable=True)})},
+                },
+                nullable=True,
+                description="Why the rollout stopped itself.",
+            ),
+        },
+        description="A pool's rollout of a new config (docs/serve.md, *Rollouts*).",
+    ),
+    "Rollouts": obj({"rollouts": {"type": "array", "items": ref("Rollout")}}),
     "Challenge": obj({"nonce": s(), "expiresInSeconds": integer()}),
     "Report": {
         **obj(
@@ -276,6 +315,7 @@ SCHEMAS = {
     "Status": obj(
         {
             "sources": {"type": "array", "items": ref("Source")},
+            "rollouts": {"type": "array", "items": ref("Rollout")},
             "tokens": ref("Tokens"),
             "checkpoint": obj(
                 {
@@ -336,6 +376,7 @@ SCHEMAS = {
 }
 
 ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+POOL = {"name": "pool", "in": "path", "required": True, "schema": {"type": "string"}}
 ADMIN = ["admin"]
 MACHINE = ["machine"]
 REFUSED = text("Not the admin token (`--admin-token-file`), or none given.")
@@ -397,6 +438,41 @@ PATHS = {
             "responses": {
                 "200": json_body("Asked for.", ref("Reprovision")),
                 "404": text("No such machine."),
+            },
+        }
+    },
+    "/rollouts": {
+        "get": {
+            "tags": ADMIN,
+            "summary": "Every pool's rollout, as the server last evaluated it.",
+            "responses": {"200": json_body("The rollouts.", ref("Rollouts"))},
+        }
+    },
+    "/rollouts/{pool}": {
+        "get": {
+            "tags": ADMIN,
+            "summary": "A pool's rollout, read from the inventory store now.",
+            "parameters": [POOL],
+            "responses": {
+                "200": json_body("The rollout.", ref("Rollout")),
+                "404": text("No such pool, no rollout policy, or no rollout under way."),
+            },
+        }
+    },
+    "/rollouts/{pool}/{action}": {
+        "post": {
+            "tags": ADMIN,
+            "summary": "Steer a pool's rollout: `pause`, `resume`, `promote` or `abort`.",
+            "parameters": [
+                POOL,
+                {"name": "action", "in": "path", "required": True,
+                 "schema": {"type": "string", "enum": ["pause", "resume", "promote", "abort"]}},
+            ],
+            "responses": {
+                "200": json_body("The rollout after the change.", ref("Rollout")),
+                "403": CHANGE_REFUSED,
+                "404": text("No such pool, no rollout policy, or no rollout under way."),
+                "409": text("Not in this state (e.g. `resume` of a halted rollout: promote or abort it)."),
             },
         }
     },

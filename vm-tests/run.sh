@@ -396,7 +396,7 @@ run_scenario() {
                 sed -e "s|@TOKEN@|$token|g" -e "s|@SERVER@|$guest_server|g" "$cfg" >"$work/config$n.ign"
                 cfg=$work/config$n.ign
             fi
-            if [[ $n -ge 2 && -x $sdir/before$n.sh ]]; then
+            if [[ -x $sdir/before$n.sh ]]; then
                 "$sdir/before$n.sh" >"$work/before$n.log" 2>&1 ||
                     { echo "before$n.sh failed" >"$work/reason"; exit 1; }
             fi

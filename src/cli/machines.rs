@@ -89,10 +89,26 @@ fn get(a: &MachinesArgs, path_and_query: &str) -> Result<serde_json::Value> {
 /// (`X-Agent-Admin-Proof`) — a program that took the admin port learns nothing it can use
 /// and cannot feed this command an answer (docs/reports.md, "Reading the inventory").
 fn call(a: &MachinesArgs, method: &str, path_and_query: &str) -> Result<serde_json::Value> {
+    call_admin(
+        &a.server,
+        a.admin_token_file.as_deref(),
+        method,
+        path_and_query,
+    )
+}
+
+/// [`call`] on admin listener `server` with the token in `token_file` (`agent rollout`
+/// too).
+pub(super) fn call_admin(
+    server: &str,
+    admin_token_file: Option<&std::path::Path>,
+    method: &str,
+    path_and_query: &str,
+) -> Result<serde_json::Value> {
     use serve::admin::auth::{
         ADMIN_HEADER, AUTH_SCHEME, CHALLENGE_PATH, answer_proof, request_mac,
     };
-    let token = match &a.admin_token_file {
+    let token = match admin_token_file {
         Some(f) => {
             let t = std::fs::read_to_string(f)
                 .with_context(|| format!("reading --admin-token-file {}", f.display()))?;
@@ -100,7 +116,7 @@ fn call(a: &MachinesArgs, method: &str, path_and_query: &str) -> Result<serde_js
         }
         None => None,
     };
-    let base = a.server.trim_end_matches('/');
+    let base = server.trim_end_matches('/');
     let url = format!("{base}{path_and_query}");
     let opts = Options::default();
     let agents = Agents::new(&opts, None).context("setting up the HTTP client")?;
@@ -261,7 +277,7 @@ fn json_text(v: &serde_json::Value) -> Result<String> {
         .collect())
 }
 
-fn enc(s: &str) -> String {
+pub(super) fn enc(s: &str) -> String {
     s.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-') {

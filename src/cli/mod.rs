@@ -15,6 +15,8 @@ mod machines;
 mod network_generate;
 mod plan;
 mod report;
+#[cfg(feature = "serve")]
+mod rollout;
 mod run;
 #[cfg(feature = "serve")]
 mod serve;
@@ -35,6 +37,8 @@ pub use self::machines::{MachinesAction, MachinesArgs};
 pub use self::network_generate::NetworkGenerateArgs;
 pub use self::plan::PlanArgs;
 pub use self::report::{ReportAction, ReportArgs, ReportRunningArgs};
+#[cfg(feature = "serve")]
+pub use self::rollout::{RolloutAction, RolloutArgs};
 pub use self::run::RunArgs;
 #[cfg(feature = "serve")]
 pub use self::serve::ServeArgs;
@@ -114,6 +118,10 @@ pub enum Command {
     /// from its admin listener.
     #[cfg(feature = "serve")]
     Machines(MachinesArgs),
+    /// A pool's rollout on the config server (status, pause, resume, promote, abort), from
+    /// its admin listener.
+    #[cfg(feature = "serve")]
+    Rollout(RolloutArgs),
     /// Write the man pages and the bash, zsh and fish completions into a directory
     /// (packaging: `make man completions`).
     #[cfg(feature = "docs")]
@@ -177,6 +185,8 @@ pub fn dispatch(cli: Cli) -> i32 {
         Command::Pointer(a) => token::pointer_main(a),
         #[cfg(feature = "serve")]
         Command::Machines(a) => machines::run(a),
+        #[cfg(feature = "serve")]
+        Command::Rollout(a) => rollout::run(a),
         #[cfg(feature = "docs")]
         Command::GenerateDocs(a) => generate_docs::run(a),
     };

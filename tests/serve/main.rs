@@ -21,6 +21,7 @@ mod limits;
 mod openshift;
 mod page;
 mod replicas;
+mod rollout;
 mod source;
 mod tls;
 mod tokens;

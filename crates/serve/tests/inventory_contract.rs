@@ -15,8 +15,8 @@ use inventory_support::etcd::{Cluster, etcd_binary};
 use inventory_support::{RecordsExt, report};
 use runtime::util::TestDir;
 use serve::fleet::inventory::{
-    BootToken, Embedded, Etcd, EtcdOptions, Filter, Full, Machine, Memory, Origin, Recorded, Spend,
-    State, Store, limits,
+    BootToken, Embedded, Etcd, EtcdOptions, Filter, Full, Machine, Memory, Origin, Recorded,
+    Rollout, RolloutMachine, RolloutState, Spend, State, Store, limits,
 };
 
 /// Which store a case runs against.
@@ -204,6 +204,7 @@ contract!(
     max_machines,
     max_machines_is_exact_under_concurrent_writers,
     concurrent_reports_each_once,
+    rollout_records_change_atomically,
     boot_token_is_spent_once,
     a_token_of_two_uses_is_spent_twice,
     token_records_past_their_time_are_forgotten,
@@ -769,6 +770,74 @@ fn boot_token(now: u64) -> BootToken {
 /// used; an expired one is refused, and an unknown one; a forgotten one is gone; the records
 /// survive a restart. The clock is the real one (etcd keeps a record under a lease counted
 /// from it).
+/// A pool's rollout record: none at first, made once by whichever writer comes first, and
+/// changed atomically by writers on every replica at once (each of 24 machines admitted
+/// once, none lost: a compare-and-swap), the same after a restart; `f` returning None
+/// leaves it.
+fn rollout_records_change_atomically(_: Backend, mut inv: Inv) {
+    let clients = [inv.replica(0), inv.replica(1), inv.replica(2)];
+    assert_eq!(clients[0].rollout("worker").unwrap(), None);
+    let fresh = Rollout {
+        pool: "worker".into(),
+        from: "aa".into(),
+        to: "bb".into(),
+        state: RolloutState::Rolling,
+        stage: 0,
+        started: 5,
+        changed: 5,
+        machines: Vec::new(),
+        halt: None,
+    };
+    let barrier = Arc::new(Barrier::new(24));
+    let hs: Vec<_> = (0..24)
+        .map(|i| {
+            let (c, b, fresh) = (clients[i % 3].clone(), barrier.clone(), fresh.clone());
+            std::thread::spawn(move || {
+                b.wait();
+                c.update_rollout("worker", &mut |old| {
+                    let mut r = old.unwrap_or_else(|| fresh.clone());
+                    r.machines.push(RolloutMachine {
+                        id: format!("m{i}"),
+                        given: 6,
+                        stage: 0,
+                    });
+                    Some(r)
+                })
+                .expect("update")
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let r = clients[1].rollout("worker").unwrap().unwrap();
+    let mut ids: Vec<_> = r.machines.iter().map(|m| m.id.clone()).collect();
+    ids.sort();
+    let mut want: Vec<_> = (0..24).map(|i| format!("m{i}")).collect();
+    want.sort();
+    assert_eq!(ids, want, "each machine once, none lost");
+    let kept = clients[2].update_rollout("worker", &mut |_| None).unwrap();
+    assert_eq!(kept.as_ref(), Some(&r), "None leaves it");
+    drop(clients);
+    inv.restart();
+    let halted = inv
+        .store()
+        .update_rollout("worker", &mut |old| {
+            old.map(|mut r| {
+                r.state = RolloutState::Halted;
+                r
+            })
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(halted.machines, r.machines, "kept across a restart");
+    assert_eq!(
+        inv.replica(1).rollout("worker").unwrap().unwrap().state,
+        RolloutState::Halted
+    );
+    assert_eq!(inv.store().rollout("other").unwrap(), None);
+}
+
 fn boot_token_is_spent_once(_: Backend, mut inv: Inv) {
     let now = now_secs();
     let t = boot_token(now);

@@ -21,6 +21,7 @@ use self::page::{BootView, MachineView, StageView};
 use crate::fleet::Fleet;
 use crate::fleet::inventory::Store;
 use crate::fleet::inventory::{self, Filter, Machine, State};
+use crate::fleet::rollout;
 use crate::fleet::{json, now_secs};
 use crate::generations::Generations;
 use crate::http::{Body, Handler, Request, Response};
@@ -292,8 +293,90 @@ impl Admin {
         let mut text = self.fleet.metrics();
         text.push_str(&self.machine_gauges());
         text.push_str(&self.fleet.boot.metrics());
+        text.push_str(&self.fleet.rollouts.metrics());
         r.body = Body::Owned(text.into_bytes());
         r.header("Content-Type", "text/plain; version=0.0.4")
+    }
+
+    /// `GET /rollouts`: every pool's rollout, as the last evaluation saw it.
+    fn rollouts(&self, _: &Request, _: &str) -> Response {
+        json(
+            200,
+            &serde_json::json!({"rollouts": self.fleet.rollouts.json()}),
+        )
+    }
+
+    /// The store and pool `pool`'s rollout now; Err: the answer (no store, no such pool, no
+    /// rollout).
+    fn current_rollout<T>(
+        &self,
+        pool: &str,
+        f: impl FnOnce(&dyn Store, &rollout::Current<'_>) -> T,
+    ) -> Result<T, Response> {
+        let Some(store) = &self.fleet.store else {
+            return Err(Response::text(503, "no inventory store"));
+        };
+        if !crate::source::valid_pool_name(pool) {
+            return Err(Response::text(404, "no such pool"));
+        }
+        let Some(active) = self.generations.active() else {
+            return Err(Response::text(503, "no generation loaded"));
+        };
+        let lkg = self.generations.last_known_good();
+        match rollout::current(&active, lkg.as_ref(), pool) {
+            Some(c) => Ok(f(&**store, &c)),
+            None if active.rollouts.contains_key(pool) => Err(Response::text(
+                404,
+                format!(
+                    "pool {pool} is not in a rollout: its config is lastKnownGood's (or there is no lastKnownGood yet)"
+                ),
+            )),
+            None => Err(Response::text(
+                404,
+                format!("pool {pool} has no rollout policy in the served generation"),
+            )),
+        }
+    }
+
+    /// `GET /rollouts/<pool>`: the pool's rollout, read from the store now.
+    fn rollout(&self, _: &Request, pool: &str) -> Response {
+        let now = now_secs();
+        let got = self.current_rollout(pool, |store, c| {
+            let r = rollout::record(store, c, now)?;
+            let o = rollout::outcomes(store, &r, c.policy, now)?;
+            let step = c.policy.steps[r.stage.min(c.policy.steps.len() - 1)];
+            anyhow::Ok(rollout::json(&r, Some(step), &o))
+        });
+        match got {
+            Ok(Ok(v)) => json(200, &v),
+            Ok(Err(e)) => store_error(e),
+            Err(r) => r,
+        }
+    }
+
+    /// `POST /rollouts/<pool>/pause|resume|promote|abort`.
+    fn rollout_act(&self, _: &Request, pool: &str, action: rollout::Action) -> Response {
+        let now = now_secs();
+        let got = self.current_rollout(pool, |store, c| {
+            rollout::act(store, c, action, now).map(|r| {
+                r.map(|r| {
+                    let step = c.policy.steps[r.stage.min(c.policy.steps.len() - 1)];
+                    rollout::json(&r, Some(step), &[])
+                })
+            })
+        });
+        match got {
+            Ok(Ok(Ok(v))) => {
+                log::info!(
+                    "rollout of pool {pool}: {action:?} asked for: now {}",
+                    v["state"]
+                );
+                json(200, &v)
+            }
+            Ok(Ok(Err(why))) => Response::text(409, why),
+            Ok(Err(e)) => store_error(e),
+            Err(r) => r,
+        }
     }
 
     /// `GET` of a challenge: a nonce for the challenge-response.
@@ -403,10 +486,12 @@ impl Admin {
             let (summary, window) = scan.finish();
             let rows: Vec<MachineView> = window.machines.iter().map(view).collect();
             let rejected = page::rejected(&roles, ts);
+            let halts = page::halts(&self.fleet.rollouts.views(), ts);
             let now = ts(now_secs());
             Ok(page::index(&page::Index {
                 pools: &pools,
                 rejected: rejected.as_ref(),
+                halts: &halts,
                 summary: &summary,
                 window: &window,
                 rows: &rows,
@@ -678,6 +763,12 @@ const ROUTES: &[Route<Caller, Handle>] = &[
     Route { methods: ANY, path: Pattern::Exact("/healthz"), auth: Caller::Anyone, handler: |_, _, _| Response::text(200, "ok") },
     Route { methods: READ, path: Pattern::Exact(auth::CHALLENGE_PATH), auth: Caller::Host, handler: Admin::challenge },
     Route { methods: POST, path: Pattern::Within("/machines/", "/reprovision"), auth: Caller::Admin, handler: Admin::reprovision },
+    Route { methods: POST, path: Pattern::Within("/rollouts/", "/pause"), auth: Caller::Admin, handler: |a, r, p| a.rollout_act(r, p, rollout::Action::Pause) },
+    Route { methods: POST, path: Pattern::Within("/rollouts/", "/resume"), auth: Caller::Admin, handler: |a, r, p| a.rollout_act(r, p, rollout::Action::Resume) },
+    Route { methods: POST, path: Pattern::Within("/rollouts/", "/promote"), auth: Caller::Admin, handler: |a, r, p| a.rollout_act(r, p, rollout::Action::Promote) },
+    Route { methods: POST, path: Pattern::Within("/rollouts/", "/abort"), auth: Caller::Admin, handler: |a, r, p| a.rollout_act(r, p, rollout::Action::Abort) },
+    Route { methods: READ, path: Pattern::Exact("/rollouts"), auth: Caller::Admin, handler: Admin::rollouts },
+    Route { methods: READ, path: Pattern::Prefix("/rollouts/"), auth: Caller::Admin, handler: Admin::rollout },
     Route { methods: READ, path: Pattern::Exact("/metrics"), auth: Caller::Admin, handler: Admin::metrics },
     Route { methods: READ, path: Pattern::Exact("/ui"), auth: Caller::Admin, handler: |_, _, _| Response::new(308).header("Location", "/ui/") },
     Route { methods: READ, path: Pattern::Exact("/"), auth: Caller::Admin, handler: |_, _, _| Response::new(308).header("Location", "/ui/") },

@@ -49,6 +49,42 @@ pub struct Rejected {
     pub serving: Option<String>,
 }
 
+/// A pool's rollout that halted itself (what `/status` shows under `rollouts`).
+#[derive(Debug, Clone, Default)]
+pub struct HaltView {
+    pub pool: String,
+    pub stage: usize,
+    /// The stage's step (`3 machines`, `25%`).
+    pub step: String,
+    pub reason: String,
+    pub at: String,
+    /// The machines that failed, each with its error.
+    pub machines: Vec<(String, String)>,
+}
+
+/// The halted rollouts among `views`.
+pub fn halts(views: &[crate::fleet::rollout::View], ts: impl Fn(u64) -> String) -> Vec<HaltView> {
+    views
+        .iter()
+        .filter(|v| v.rollout.state == crate::fleet::inventory::RolloutState::Halted)
+        .filter_map(|v| {
+            let h = v.rollout.halt.as_ref()?;
+            Some(HaltView {
+                pool: v.rollout.pool.clone(),
+                stage: h.stage,
+                step: v.step.to_string(),
+                reason: h.reason.clone(),
+                at: ts(h.at),
+                machines: h
+                    .machines
+                    .iter()
+                    .map(|m| (m.id.clone(), m.error.clone()))
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
 /// One stage of one boot.
 #[derive(Debug, Clone, Default)]
 pub struct StageView {
@@ -184,6 +220,8 @@ pub fn ts(secs: u64) -> String {
 pub struct Index<'a> {
     pub pools: &'a [PoolView],
     pub rejected: Option<&'a Rejected>,
+    /// Rollouts that halted themselves.
+    pub halts: &'a [HaltView],
     pub summary: &'a summary::Summary,
     pub window: &'a summary::Window,
     /// The window's machines as the page shows them.
@@ -356,9 +394,18 @@ mod tests {
             since: "t".into(),
             serving: Some(HOSTILE.into()),
         };
+        let halts = [HaltView {
+            pool: HOSTILE.into(),
+            stage: 0,
+            step: HOSTILE.into(),
+            reason: HOSTILE.into(),
+            at: HOSTILE.into(),
+            machines: vec![(HOSTILE.into(), HOSTILE.into())],
+        }];
         index(&Index {
             pools: &pools,
             rejected: Some(&rejected),
+            halts: &halts,
             summary: &summary,
             window: &window,
             rows: &rows,

@@ -204,6 +204,18 @@ pub fn index(i: &Index) -> Markup {
                 span.error { (r.error) }
             }
         }
+        @for h in i.halts {
+            section.banner.halted role="alert" data-pool=(h.pool) {
+                strong.error { "Rollout of pool " (h.pool) " halted" }
+                " at stage " (h.stage) " (" (h.step) "), " (h.at) ": "
+                (h.reason) "; the next machines get the previous config."
+                ul {
+                    @for (id, error) in &h.machines {
+                        li { a href=(machine_href(id)) { (id) } ": " span.error { (error) } }
+                    }
+                }
+            }
+        }
         section #summary aria-label="machines by state" {
             (state_bar(&s.states, |st| q.link(|n| n.state = st.parse().ok()), false, "machines"))
         }

@@ -251,6 +251,7 @@ impl App {
             && let Some(store) = self.fleet.store.clone()
         {
             let generation = self.generations.seen(&mut local.seen).cloned();
+            let lkg = self.generations.last_known_good();
             let req = req.clone();
             let jobs = boot.jobs.clone();
             let client = req.peer;
@@ -265,6 +266,7 @@ impl App {
                             settings: &app.fleet.boot.settings,
                             recent: &app.fleet.boot.recent,
                             generation: generation.as_ref(),
+                            last_known_good: lkg.as_ref(),
                             store: Some(&*store),
                             serve: &|r, p, o| serve_pool(r, p, o),
                         };
@@ -275,10 +277,16 @@ impl App {
                 )
             });
         }
+        // Only `/machine-config` reads lastKnownGood (for a rollout), and it waits on the
+        // store: answered here only without jobs (tests that build an `App` alone).
+        let lkg = boot::waits_on_store(req)
+            .then(|| self.generations.last_known_good())
+            .flatten();
         let ctx = boot::Ctx {
             settings: &boot.settings,
             recent: &boot.recent,
             generation: self.generations.seen(&mut local.seen),
+            last_known_good: lkg.as_ref(),
             store: self.fleet.store.as_deref(),
             serve: &|r, p, o| serve_pool(r, p, o),
         };
@@ -307,6 +315,14 @@ impl App {
             return *out = not_loaded();
         };
         match g.pools.get(name) {
+            // A pool with a rollout policy: a fetch that names no machine is never a
+            // canary, it gets the previous config until the rollout completes.
+            Some(_) if !g.rollouts.is_empty() && g.rollouts.contains_key(name) => {
+                match self.generations.unfinished_previous(name) {
+                    Some(prev) => serve_pool(req, &prev, out),
+                    None => serve_pool(req, &g.pools[name], out),
+                }
+            }
             Some(pool) => serve_pool(req, pool, out),
             None => out.reset(404),
         }
@@ -352,6 +368,7 @@ impl App {
         let mut text = self.metrics.render(&self.conns);
         text.push_str(&self.fleet.metrics());
         text.push_str(&self.fleet.boot.metrics());
+        text.push_str(&self.fleet.rollouts.metrics());
         r.body = Body::Owned(text.into_bytes());
         *out = r.header("Content-Type", "text/plain; version=0.0.4")
     }
@@ -386,6 +403,7 @@ impl App {
             "openConnections": self.conns.open.load(Ordering::Relaxed),
             "limits": self.limits,
             "admin": self.admin_status.json(),
+            "rollouts": self.fleet.rollouts.json(),
         });
         let mut b = serde_json::to_vec_pretty(&v).unwrap_or_default();
         b.push(b'\n');

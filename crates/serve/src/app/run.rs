@@ -90,6 +90,8 @@ pub fn run(opts: &Options) -> Result<()> {
             .context("starting watcher thread")?
     };
 
+    start_rollout_tick(&app, &shutdown)?;
+
     loop {
         match sigs.wait() {
             Ok(Signal::SIGHUP) => nudges.hup(),
@@ -111,6 +113,37 @@ pub fn run(opts: &Options) -> Result<()> {
     };
     stopping.finish(opts.shutdown_grace);
     log::info!("stopped");
+    Ok(())
+}
+
+/// How often the rollouts are evaluated (halts, deadlines, the next stage).
+const ROLLOUT_TICK: Duration = Duration::from_secs(1);
+
+/// The thread that evaluates the rollouts ([`crate::fleet::rollout::tick`]) until shutdown;
+/// it reads the store only while a pool with a policy is in a rollout.
+fn start_rollout_tick(app: &Arc<App>, shutdown: &Arc<AtomicBool>) -> Result<()> {
+    let (app, shutdown) = (app.clone(), shutdown.clone());
+    std::thread::Builder::new()
+        .name("rollouts".into())
+        .spawn(move || {
+            while !shutdown.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Some(store) = &app.fleet.store {
+                    crate::fleet::rollout::tick(
+                        &**store,
+                        &app.generations,
+                        &app.fleet.rollouts,
+                        crate::fleet::now_secs(),
+                    );
+                }
+                let end = std::time::Instant::now() + ROLLOUT_TICK;
+                while std::time::Instant::now() < end
+                    && !shutdown.load(std::sync::atomic::Ordering::SeqCst)
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        })
+        .context("starting the rollout thread")?;
     Ok(())
 }
 

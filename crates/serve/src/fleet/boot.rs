@@ -108,6 +108,8 @@ pub struct Ctx<'a> {
     /// The boot scripts answered last (shared by a machine's repeated requests).
     pub recent: &'a Recent,
     pub generation: Option<&'a Arc<Generation>>,
+    /// lastKnownGood: what machines a rollout holds back get (`crate::fleet::rollout`).
+    pub last_known_good: Option<&'a Arc<Generation>>,
     pub store: Option<&'a dyn Store>,
     pub serve: &'a dyn Fn(&Request, &Pool, &mut Response),
 }
@@ -554,10 +556,16 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
             return;
         }
     };
-    let Some(g) = ctx.generation else {
+    let Some(active) = ctx.generation else {
         *out = Response::text(503, "no valid config generation loaded").header("Retry-After", "5");
         return;
     };
+    // A pool in a rollout: the new config or the previous one, as its rollout says.
+    let previous = match rolled_out(ctx, store, active, &t, now) {
+        Ok(p) => p,
+        Err(r) => return *out = r,
+    };
+    let g = previous.as_ref().unwrap_or(active);
     let pool = match &t.file {
         Some(name) => match g.machines.configs.get(name).map(|c| c.served()) {
             Some(Err(e)) => {
@@ -590,6 +598,36 @@ fn machine_config(ctx: &Ctx<'_>, req: &Request, out: &mut Response) {
         "X-Agent-Report-URL: /report\r\n",
         &format!("X-Agent-Report-URL: /report?token={credential}\r\n"),
     );
+}
+
+/// The previous generation when the rollout of token `t`'s pool holds its machine back
+/// (`crate::fleet::rollout`); None: the active one. Err: the answer (the store failed).
+fn rolled_out(
+    ctx: &Ctx<'_>,
+    store: &dyn Store,
+    active: &Arc<Generation>,
+    t: &BootToken,
+    now: u64,
+) -> Result<Option<Arc<Generation>>, Response> {
+    use crate::fleet::rollout::{self, Choice};
+    let Some(c) = rollout::current(active, ctx.last_known_good, &t.pool) else {
+        return Ok(None);
+    };
+    match rollout::choose(store, &c, &t.machine, now) {
+        Ok(Choice::Active) => Ok(None),
+        Ok(Choice::Previous(p)) => Ok(Some(p)),
+        Err(e) => {
+            log::error!(
+                "machine {}: the rollout of pool {}: {e:#}",
+                t.machine,
+                t.pool
+            );
+            Err(
+                Response::text(503, "the inventory store cannot answer now; retry")
+                    .header("Retry-After", "5"),
+            )
+        }
+    }
 }
 
 /// Remembers report credential `ckey` with `machine`, which keeps its last

@@ -5,6 +5,7 @@
 pub mod boot;
 pub mod inventory;
 pub mod jobs;
+pub mod rollout;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +45,8 @@ pub struct Fleet {
     counts: Arc<Mutex<CountsCache>>,
     /// Network boot (`/boot.ipxe`, `/ipxe`, `/assets/`, `/machine-config`).
     pub boot: boot::Boot,
+    /// The rollouts as the last tick saw them (`rollout`).
+    pub rollouts: rollout::Watch,
     /// When the server started (seconds since the Unix epoch): since when a store that
     /// could not be opened is down, in /status.
     started: u64,
@@ -339,6 +342,7 @@ impl Fleet {
             writers: OnceLock::new(),
             counts: Default::default(),
             boot: boot::Boot::new(boot),
+            rollouts: Default::default(),
             started: now_secs(),
         }
     }

@@ -74,6 +74,9 @@ struct GenRecord {
     /// ([`crate::source::machines::Saved`]), as `configs/<hash>.json`; absent when it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     machines: Option<String>,
+    /// The pools' rollout policies (`crate::source::rollout`); absent when none has one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    rollouts: BTreeMap<String, crate::source::rollout::Policy>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -261,6 +264,7 @@ impl Checkpoint {
             dir: PathBuf::from(&r.path),
             pools,
             machines,
+            rollouts: r.rollouts.clone(),
         };
         let gref = GenRef {
             generation: r.generation,
@@ -525,6 +529,7 @@ fn records(s: &Snapshot) -> Result<Records> {
 fn gen_record(g: &Generation, r: &GenRef) -> Result<GenRecord> {
     Ok(GenRecord {
         machines: (!g.machines.is_empty()).then(|| g.machines.record().0.clone()),
+        rollouts: g.rollouts.clone(),
         format: FORMAT,
         generation: r.generation.clone(),
         path: r.path.clone(),
@@ -571,6 +576,7 @@ mod tests {
                 dir: format!("/src/..{id}").into(),
                 pools: pools.iter().map(|p| (p.name.clone(), p.clone())).collect(),
                 machines: Default::default(),
+                rollouts: Default::default(),
             },
             GenRef {
                 generation: id.into(),

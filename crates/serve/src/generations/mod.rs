@@ -76,6 +76,9 @@ pub struct Generations {
     /// The tokens, rebuilt when the active generation changes and rotated on each tick.
     pub(crate) tokens: Arc<Tokens>,
     pub(crate) metrics: Arc<Metrics>,
+    /// The rollouts the store says are complete (`pool:config-hash`), told by the fleet's
+    /// rollout tick: until then lastKnownGood stays the previous generation.
+    pub(crate) rollouts_done: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// The generations by role, for the admin page and gauges.
@@ -129,12 +132,58 @@ impl Generations {
             soak,
             tokens,
             metrics,
+            rollouts_done: Mutex::default(),
         }
+    }
+
+    /// The rollouts complete now (`pool:config-hash`, see [`crate::fleet::rollout`]).
+    pub fn set_rollouts_done(&self, done: std::collections::BTreeSet<String>) {
+        *self.rollouts_done.lock().unwrap_or_else(|e| e.into_inner()) = done;
+    }
+
+    /// Whether a pool of `active` with a rollout policy has another config than
+    /// lastKnownGood's and its rollout is not complete: lastKnownGood is not replaced then.
+    pub(crate) fn rollout_unfinished(&self, t: &Tracker) -> bool {
+        let (Some(active), Some(lkg)) = (&t.active, &t.lkg) else {
+            return false;
+        };
+        let done = self.rollouts_done.lock().unwrap_or_else(|e| e.into_inner());
+        active
+            .rollouts
+            .keys()
+            .any(|pool| match (active.pools.get(pool), lkg.pools.get(pool)) {
+                (Some(new), Some(old)) => {
+                    new.config_hash != old.config_hash
+                        && !done.contains(&format!("{pool}:{}", new.config_hash))
+                }
+                _ => false,
+            })
+    }
+
+    /// For a fetch that names no machine (`/config/<pool>`): the previous config of `pool`
+    /// while its rollout is not complete (such a machine is never a canary), else None.
+    pub fn unfinished_previous(&self, pool: &str) -> Option<Arc<crate::source::render::Pool>> {
+        let t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+        let (active, lkg) = (t.active.as_ref()?, t.lkg.as_ref()?);
+        active.rollouts.get(pool)?;
+        let (new, old) = (active.pools.get(pool)?, lkg.pools.get(pool)?);
+        if new.config_hash == old.config_hash {
+            return None;
+        }
+        let key = format!("{pool}:{}", new.config_hash);
+        let done = self.rollouts_done.lock().unwrap_or_else(|e| e.into_inner());
+        (!done.contains(&key)).then(|| old.clone())
     }
 
     /// The generation served.
     pub fn active(&self) -> Option<Arc<Generation>> {
         self.active.get()
+    }
+
+    /// The lastKnownGood generation (a rollout's previous one).
+    pub fn last_known_good(&self) -> Option<Arc<Generation>> {
+        let t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+        t.lkg.clone()
     }
 
     /// The generation served, from a reader's clone (see [`Active::seen`]).
@@ -216,6 +265,7 @@ mod tests {
             dir: PathBuf::new(),
             pools: Default::default(),
             machines: Default::default(),
+            rollouts: Default::default(),
         }))
     }
 

@@ -206,6 +206,7 @@ mod tests {
             dir: format!("/src/..{id}").into(),
             pools: BTreeMap::new(),
             machines: Default::default(),
+            rollouts: Default::default(),
         }
     }
 

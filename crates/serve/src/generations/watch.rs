@@ -190,7 +190,8 @@ impl Generations {
         let now = self.tokens.now();
         {
             let mut t = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
-            if t.tick(now, self.soak)
+            if !self.rollout_unfinished(&t)
+                && t.tick(now, self.soak)
                 && let Some(l) = &t.lkg
             {
                 log::info!("generation {} is now lastKnownGood", l.id);

@@ -29,6 +29,7 @@ pub mod openshift;
 pub mod placeholders;
 pub mod reading;
 pub mod render;
+pub mod rollout;
 pub mod selectors;
 pub mod spec2;
 
@@ -66,6 +67,8 @@ pub struct Generation {
     /// The machine files, boot profiles and assets, and each machine's config
     /// (`machines/`, `boot/`; empty when the source has none).
     pub machines: Arc<MachineSet>,
+    /// Pool → its rollout policy (`crate::source::rollout`); a pool without one has none.
+    pub rollouts: BTreeMap<String, rollout::Policy>,
 }
 
 /// The raw bytes of a generation, before validation.
@@ -80,6 +83,8 @@ pub struct RawGeneration {
     pub butane_errors: Vec<String>,
     /// `machines/` and `boot/` as read.
     pub machines: RawMachines,
+    /// Pool → its rollout policy file's bytes.
+    pub rollouts: BTreeMap<String, Vec<u8>>,
 }
 
 fn is_source(name: &str) -> bool {
@@ -381,6 +386,30 @@ impl Reader<'_> {
     }
 }
 
+impl Reader<'_> {
+    /// Reads pool `pool`'s rollout policy file (entry `e`, shown as `shown`): its bytes
+    /// count in the id.
+    fn policy(&mut self, pool: &str, shown: &Path, e: &Entry) -> Result<()> {
+        e.confined(shown)?;
+        if !e.ft.is_file() {
+            return Err(not_regular(shown, &e.ft));
+        }
+        let bytes = read_regular(&e.real, rollout::MAX_BYTES)?.ok_or_else(|| {
+            anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
+                .context(format!("reading {}", shown.display()))
+        })?;
+        self.field(b"rollout");
+        self.field(pool.as_bytes());
+        self.field(&bytes);
+        if self.g.rollouts.insert(pool.to_string(), bytes).is_some() {
+            bail!(
+                "pool {pool:?} has two rollout policies ({pool}.rollout.json and {pool}/rollout.json)"
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Why loading failed: the bytes could not be read, or they were read but are invalid.
 #[derive(Debug)]
 pub enum LoadError {
@@ -594,6 +623,10 @@ fn read_from(root: &Path, bases: &Bases, translations: &mut Translations) -> Res
             e.confined(&shown)?;
             let mut frags = Vec::new();
             for f in sorted_entries(&e.real, r.bases)? {
+                if f.name == rollout::IN_DIR && !f.ft.is_dir() {
+                    r.policy(name, &shown.join(&f.name), &f)?;
+                    continue;
+                }
                 if !is_source(&f.name) || f.ft.is_dir() {
                     continue;
                 }
@@ -621,6 +654,16 @@ fn read_from(root: &Path, bases: &Bases, translations: &mut Translations) -> Res
             }
         } else {
             let name = &e.name;
+            if let Some(pool) = name.strip_suffix(rollout::SUFFIX) {
+                if !valid_pool_name(pool) {
+                    bail!(
+                        "invalid rollout policy name {name:?} in {}",
+                        shown_pools.display()
+                    );
+                }
+                r.policy(pool, &shown, &e)?;
+                continue;
+            }
             let Some(pool) = name
                 .strip_suffix(".ign")
                 .or_else(|| name.strip_suffix(".bu"))
@@ -787,11 +830,23 @@ pub fn build(raw: RawGeneration) -> Result<Generation, LoadError> {
     }
     let machines =
         crate::source::machines::build(&raw.machines, &pools, &raw.pools).map_err(invalid)?;
+    let mut rollouts = BTreeMap::new();
+    for (pool, bytes) in &raw.rollouts {
+        if !pools.contains_key(pool) {
+            return Err(invalid(format!(
+                "rollout policy for pool {pool}, which has no config"
+            )));
+        }
+        let p = rollout::Policy::parse(bytes)
+            .map_err(|e| invalid(format!("pool {pool}: rollout policy: {e}")))?;
+        rollouts.insert(pool.clone(), p);
+    }
     Ok(Generation {
         id: raw.id,
         dir: raw.dir,
         pools,
         machines: Arc::new(machines),
+        rollouts,
     })
 }
 

@@ -41,13 +41,16 @@ use super::health::Health;
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
 use super::recent::Recent;
 use super::store::{
-    BootToken, BootTokens, Full, Recorded, Records, Spend, Store, TOKEN_PRUNE_EVERY,
+    BootToken, BootTokens, Full, Recorded, Records, Rollout, Rollouts, Spend, Store,
+    TOKEN_PRUNE_EVERY,
 };
 
 const MACHINES: TableDefinition<&str, &[u8]> = TableDefinition::new("machines");
 const DETAILS: TableDefinition<&str, &[u8]> = TableDefinition::new("details");
 /// One-time network-boot tokens: SHA-256 of the token (hex) → [`BootToken`] as JSON.
 const BOOT_TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("boot_tokens");
+/// Pool → its rollout record (JSON).
+const ROLLOUTS: TableDefinition<&str, &[u8]> = TableDefinition::new("rollouts");
 /// Counters: [`COUNT`] → the number of entries of `machines` (`--max-machines` is checked
 /// against it), changed in the transaction that adds a record; [`ID`] → the inventory's id.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -518,6 +521,8 @@ impl Embedded {
         tx.open_table(DETAILS)
             .with_context(|| what("creating the tables of"))?;
         tx.open_table(BOOT_TOKENS)
+            .with_context(|| what("creating the tables of"))?;
+        tx.open_table(ROLLOUTS)
             .with_context(|| what("creating the tables of"))?;
         let id = {
             // A file written before the count was kept (or by hand) gets it counted once.
@@ -1001,6 +1006,59 @@ impl BootTokens for Embedded {
         Ok(Some(
             serde_json::from_slice(v.value()).context("reading a boot token from the inventory")?,
         ))
+    }
+}
+
+impl Rollouts for Embedded {
+    fn rollout(&self, pool: &str) -> Result<Option<Rollout>> {
+        self.db.seen((|| {
+            let tx = self.db.begin_read().with_context(|| self.what("reading"))?;
+            let t = tx
+                .open_table(ROLLOUTS)
+                .with_context(|| self.what("opening"))?;
+            let Some(v) = t.get(pool).with_context(|| self.what("reading"))? else {
+                return Ok(None);
+            };
+            Ok(Some(serde_json::from_slice(v.value()).with_context(
+                || format!("reading pool {pool}'s rollout from the inventory"),
+            )?))
+        })())
+    }
+
+    /// One redb write transaction: read, decide, write (redb runs one writer at a time).
+    fn update_rollout(
+        &self,
+        pool: &str,
+        f: &mut dyn FnMut(Option<Rollout>) -> Option<Rollout>,
+    ) -> Result<Option<Rollout>> {
+        self.db.seen((|| {
+            let tx = self
+                .db
+                .begin_write()
+                .with_context(|| self.what("starting a write to"))?;
+            let out = {
+                let mut t = tx
+                    .open_table(ROLLOUTS)
+                    .with_context(|| self.what("opening"))?;
+                let old: Option<Rollout> =
+                    match t.get(pool).with_context(|| self.what("reading"))? {
+                        Some(v) => Some(serde_json::from_slice(v.value()).with_context(|| {
+                            format!("reading pool {pool}'s rollout from the inventory")
+                        })?),
+                        None => None,
+                    };
+                match f(old.clone()) {
+                    Some(r) => {
+                        t.insert(pool, serde_json::to_vec(&r)?.as_slice())
+                            .with_context(|| self.what("writing to"))?;
+                        Some(r)
+                    }
+                    None => old,
+                }
+            };
+            tx.commit().with_context(|| self.what("committing to"))?;
+            Ok(out)
+        })())
     }
 }
 

@@ -5,7 +5,9 @@
 //! Keys, under the prefix (default `/agent/inventory/`):
 //! - `machines/<machine id>`: the record (JSON);
 //! - `details/<machine id>/<report id>`: a report's changes and log tail (JSON);
-//! - `count/00` … `count/63`, `count/gate`: the machine count (below).
+//! - `count/00` … `count/63`, `count/gate`: the machine count (below);
+//! - `rollouts/<pool>`: a pool's rollout record (JSON), changed by compare-and-swap on its
+//!   `mod_revision`, so a halt or a widening one replica decided holds on all.
 //!
 //! Recording a report is optimistic read-modify-write: range the record (its `mod_revision`),
 //! [`apply`](super::model::apply) the report, then one txn that puts the record and the
@@ -50,7 +52,9 @@ use super::batch::{CONCURRENT_WRITERS, Commits};
 use super::health::Health;
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
 use super::recent::Recent;
-use super::store::{BootToken, BootTokens, Full, Recorded, Records, Spend, Store};
+use super::store::{
+    BootToken, BootTokens, Full, Recorded, Records, Rollout, Rollouts, Spend, Store,
+};
 
 /// Time to connect to a member.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -1197,6 +1201,50 @@ impl BootTokens for Etcd {
                 serde_json::from_slice(&v).context("etcd: reading a boot token")?,
             )),
         }
+    }
+}
+
+impl Rollouts for Etcd {
+    fn rollout(&self, pool: &str) -> Result<Option<Rollout>> {
+        let k = self.key(&format!("rollouts/{pool}"));
+        match self.get(&k)? {
+            None => Ok(None),
+            Some((v, _)) => Ok(Some(
+                serde_json::from_slice(&v).with_context(|| format!("etcd: reading {k}"))?,
+            )),
+        }
+    }
+
+    /// Read, decide, then a transaction that writes only if the key's mod_revision is still
+    /// the one read (0: absent); a lost race reads again.
+    fn update_rollout(
+        &self,
+        pool: &str,
+        f: &mut dyn FnMut(Option<Rollout>) -> Option<Rollout>,
+    ) -> Result<Option<Rollout>> {
+        let k = self.key(&format!("rollouts/{pool}"));
+        for attempt in 0..CONFLICT_TRIES {
+            if attempt > 0 {
+                backoff(attempt);
+            }
+            let (old, rev) = match self.get(&k)? {
+                None => (None, 0),
+                Some((v, rev)) => (
+                    Some(
+                        serde_json::from_slice::<Rollout>(&v)
+                            .with_context(|| format!("etcd: reading {k}"))?,
+                    ),
+                    rev,
+                ),
+            };
+            let Some(new) = f(old.clone()) else {
+                return Ok(old);
+            };
+            if self.put_if(&k, rev, &serde_json::to_vec(&new)?, None)? {
+                return Ok(Some(new));
+            }
+        }
+        bail!("etcd: pool {pool}'s rollout kept changing ({CONFLICT_TRIES} tries)")
     }
 }
 

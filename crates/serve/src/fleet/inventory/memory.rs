@@ -20,7 +20,8 @@ use super::batch::Commits;
 use super::health::Health;
 use super::model::{self, Applied, Detail, Filter, Machine, Origin, Report};
 use super::store::{
-    BootToken, BootTokens, Full, Recorded, Records, Spend, Store, TOKEN_PRUNE_EVERY,
+    BootToken, BootTokens, Full, Recorded, Records, Rollout, Rollouts, Spend, Store,
+    TOKEN_PRUNE_EVERY,
 };
 
 pub struct Memory {
@@ -28,6 +29,7 @@ pub struct Memory {
     max_machines: u64,
     records: Mutex<Inventory>,
     tokens: Mutex<HashMap<String, BootToken>>,
+    rollouts: Mutex<BTreeMap<String, Rollout>>,
     /// When token records past their time were last forgotten (seconds).
     tokens_pruned: AtomicU64,
     health: Health,
@@ -48,6 +50,7 @@ impl Memory {
             max_machines,
             records: Mutex::default(),
             tokens: Mutex::default(),
+            rollouts: Mutex::default(),
             tokens_pruned: AtomicU64::new(0),
             health: Health::new(),
         }
@@ -221,6 +224,33 @@ impl BootTokens for Memory {
     fn forget_boot_token(&self, key: &str) -> Result<()> {
         self.tokens().remove(key);
         Ok(())
+    }
+}
+
+impl Rollouts for Memory {
+    fn rollout(&self, pool: &str) -> Result<Option<Rollout>> {
+        Ok(self
+            .rollouts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(pool)
+            .cloned())
+    }
+
+    fn update_rollout(
+        &self,
+        pool: &str,
+        f: &mut dyn FnMut(Option<Rollout>) -> Option<Rollout>,
+    ) -> Result<Option<Rollout>> {
+        let mut all = self.rollouts.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = all.get(pool).cloned();
+        match f(old.clone()) {
+            Some(r) => {
+                all.insert(pool.to_string(), r.clone());
+                Ok(Some(r))
+            }
+            None => Ok(old),
+        }
     }
 }
 

@@ -40,8 +40,9 @@ pub use self::model::{
     parse_within,
 };
 pub use self::store::{
-    BootToken, BootTokens, DEFAULT_MAX_MACHINES, Full, MAX_TOKEN_USES, Recorded, Records, Spend,
-    Store, TokenKind, counts, machines, record, token_key, well_formed_token,
+    BootToken, BootTokens, DEFAULT_MAX_MACHINES, FailedMachine, Full, Halt, MAX_TOKEN_USES,
+    Recorded, Records, Rollout, RolloutMachine, RolloutState, Rollouts, Spend, Store, TokenKind,
+    counts, machines, record, token_key, well_formed_token,
 };
 
 /// `--inventory-store`: which store.

@@ -274,6 +274,20 @@ pub struct Machine {
     pub format: u8,
     #[serde(default, skip_serializing_if = "TokenKeys::is_empty")]
     pub tokens: TokenKeys,
+    /// The config a rollout gave it at its last network boot (docs/serve.md, "Rollouts"):
+    /// a machine that fetches again during that rollout gets the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Given>,
+}
+
+/// What a rollout gave a machine: the pool, the rollout (by its new config's hash) and the
+/// config it was given (the new one's hash or the previous one's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Given {
+    pub pool: String,
+    pub rollout: String,
+    pub config: String,
 }
 
 impl Machine {

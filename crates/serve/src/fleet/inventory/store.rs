@@ -218,9 +218,109 @@ pub trait BootTokens: Send + Sync {
     fn forget_boot_token(&self, key: &str) -> Result<()>;
 }
 
-/// Where the inventory lives (`--inventory-store`): the machine records and the token
-/// records of one backend, and whether that backend works.
-pub trait Store: Records + BootTokens {
+/// A rollout's state (docs/serve.md, "Rollouts").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutState {
+    /// Widening stage by stage as machines on the new config report provisioned.
+    Rolling,
+    /// Asked to (`agent rollout pause`): no more machines get the new config.
+    Paused,
+    /// Failures passed the policy's threshold: the next machines get the previous config.
+    Halted,
+    /// Asked to (`agent rollout abort`): every machine gets the previous config.
+    Aborted,
+    /// The last stage reached (or promoted): every machine gets the new config.
+    Complete,
+}
+
+impl RolloutState {
+    pub const ALL: [RolloutState; 5] = [
+        RolloutState::Rolling,
+        RolloutState::Paused,
+        RolloutState::Halted,
+        RolloutState::Aborted,
+        RolloutState::Complete,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutState::Rolling => "rolling",
+            RolloutState::Paused => "paused",
+            RolloutState::Halted => "halted",
+            RolloutState::Aborted => "aborted",
+            RolloutState::Complete => "complete",
+        }
+    }
+}
+
+/// A machine given a rollout's new config, and when (seconds since the Unix epoch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutMachine {
+    pub id: String,
+    pub given: u64,
+    /// The stage it was given the new config in.
+    pub stage: usize,
+}
+
+/// Why a rollout halted: when, at which stage, and the machines that failed with their
+/// errors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Halt {
+    pub at: u64,
+    pub stage: usize,
+    pub reason: String,
+    pub machines: Vec<FailedMachine>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedMachine {
+    pub id: String,
+    pub error: String,
+}
+
+/// One pool's rollout from config `from` (lastKnownGood's) to config `to` (the active
+/// generation's), both by config hash: the state every replica decides from, kept in the
+/// inventory store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollout {
+    pub pool: String,
+    pub from: String,
+    pub to: String,
+    pub state: RolloutState,
+    /// The stage (an index into the policy's steps).
+    pub stage: usize,
+    pub started: u64,
+    /// When the state or stage last changed.
+    pub changed: u64,
+    /// The machines given the new config, in the order they were.
+    pub machines: Vec<RolloutMachine>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halt: Option<Halt>,
+}
+
+/// A store's rollout records, one per pool (docs/serve.md, "Rollouts"). Every method is
+/// safe to call from many threads and replicas at once.
+pub trait Rollouts: Send + Sync {
+    /// Pool `pool`'s rollout record.
+    fn rollout(&self, pool: &str) -> Result<Option<Rollout>>;
+    /// Changes pool `pool`'s rollout record atomically (compare-and-swap: `f` may be called
+    /// again when another writer changed it meanwhile): `f` gets the record (None: none)
+    /// and returns the new one (None: leave it). Returns what is stored afterwards.
+    fn update_rollout(
+        &self,
+        pool: &str,
+        f: &mut dyn FnMut(Option<Rollout>) -> Option<Rollout>,
+    ) -> Result<Option<Rollout>>;
+}
+
+/// Where the inventory lives (`--inventory-store`): the machine records, the token records
+/// and the rollout records of one backend, and whether that backend works.
+pub trait Store: Records + BootTokens + Rollouts {
     /// Whether the store works, as its operations (and probes) found (`super::health`).
     fn health(&self) -> &Health;
     /// Asks the store whether it works now, for [`Store::health`] (`super::health::check`

@@ -1,0 +1,108 @@
+//! `agent rollout status|pause|resume|promote|abort POOL`: a pool's rollout on the config
+//! server (docs/serve.md, "Rollouts"), through its admin listener as `agent machines` does
+//! (the admin token proven without being sent).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+
+use super::machines::{call_admin, enc};
+
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    /// The server's admin listener.
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:22625",
+        global = true,
+        env = "AGENT_SERVER"
+    )]
+    pub server: String,
+    /// The admin token's file (`agent serve --admin-token-file`).
+    #[arg(long, global = true, env = "AGENT_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Print the server's JSON as it is.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub action: RolloutAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RolloutAction {
+    /// The pool's rollout: state, stage, its machines and why it halted.
+    Status { pool: String },
+    /// Give no more machines the new config (those given it keep it).
+    Pause { pool: String },
+    /// Go on with a paused rollout.
+    Resume { pool: String },
+    /// Give every machine the new config from now on (the rollout is complete).
+    Promote { pool: String },
+    /// Give every machine the previous config from now on.
+    Abort { pool: String },
+}
+
+pub fn run(a: RolloutArgs) -> Result<()> {
+    let (method, pool, verb) = match &a.action {
+        RolloutAction::Status { pool } => ("GET", pool, None),
+        RolloutAction::Pause { pool } => ("POST", pool, Some("pause")),
+        RolloutAction::Resume { pool } => ("POST", pool, Some("resume")),
+        RolloutAction::Promote { pool } => ("POST", pool, Some("promote")),
+        RolloutAction::Abort { pool } => ("POST", pool, Some("abort")),
+    };
+    let path = match verb {
+        None => format!("/rollouts/{}", enc(pool)),
+        Some(v) => format!("/rollouts/{}/{v}", enc(pool)),
+    };
+    let v = call_admin(&a.server, a.admin_token_file.as_deref(), method, &path)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let s = |k: &str| v[k].as_str().unwrap_or("-").to_string();
+    println!("pool\t{}", s("pool"));
+    println!("state\t{}", s("state"));
+    println!("stage\t{} ({})", v["stage"], s("step"));
+    println!("from\t{}", s("from"));
+    println!("to\t{}", s("to"));
+    let c = &v["counts"];
+    if verb.is_none() {
+        println!(
+            "machines\t{} given the new config: {} provisioned, {} failed, {} pending",
+            c["given"], c["provisioned"], c["failed"], c["pending"]
+        );
+        for m in v["machines"].as_array().into_iter().flatten() {
+            let esc = |k: &str| m[k].as_str().unwrap_or("-").escape_debug().to_string();
+            println!("  {}\t{}\t{}", esc("id"), esc("outcome"), esc("error"));
+        }
+    }
+    if let Some(h) = v["halt"].as_object() {
+        let hs = |k: &str| {
+            h.get(k)
+                .and_then(|x| x.as_str())
+                .unwrap_or("-")
+                .escape_debug()
+                .to_string()
+        };
+        println!(
+            "halted\tat {} (stage {}): {}",
+            hs("at"),
+            h["stage"],
+            hs("reason")
+        );
+        for m in h
+            .get("machines")
+            .and_then(|m| m.as_array())
+            .into_iter()
+            .flatten()
+        {
+            println!(
+                "  {}\t{}",
+                m["id"].as_str().unwrap_or("-").escape_debug(),
+                m["error"].as_str().unwrap_or("-").escape_debug()
+            );
+        }
+    }
+    Ok(())
+}
