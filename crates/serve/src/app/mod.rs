@@ -493,7 +493,9 @@ fn serve_pool(req: &Request, pool: &Pool, out: &mut Response) {
             out.labels.set_pool(&pool.name);
             return;
         }
-        Negotiated::Spec2(m) => return crate::source::spec2::answer_v2(req, pool, m, out),
+        Negotiated::Spec2(m) => {
+            return crate::source::openshift::spec2::answer_v2(req, pool, m, out);
+        }
         Negotiated::Minor(m) => m,
         Negotiated::Default => pool.min_version.minor,
     };

@@ -31,7 +31,6 @@ pub mod reading;
 pub mod render;
 pub mod rollout;
 pub mod selectors;
-pub mod spec2;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::FileType;

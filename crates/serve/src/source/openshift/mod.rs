@@ -8,6 +8,9 @@
 //! `dataurl.Escape` does. The annotations are Go's `json.Marshal` of a map: keys sorted, no
 //! spaces, no trailing newline.
 
+/// Spec 2.2 answers of OpenShift mode.
+pub mod spec2;
+
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 

@@ -1,9 +1,9 @@
 //! Spec 2.2.0 for old boot images in OpenShift mode (docs/serve.md, "OpenShift mode"): a
 //! pool's document translated down, with the Machine Config Server's files.
 
-use super::openshift::mode;
-use super::render::{Pool, answer, fill_etcd_index, with_node_file};
+use super::mode;
 use crate::http::{Body, Request, Response};
+use crate::source::render::{Pool, answer, fill_etcd_index, with_node_file};
 use spec::config::v22;
 
 /// `pool`'s document as spec 2.2.0 (with `etcd_index` filled in when given).
