@@ -139,7 +139,7 @@ pub fn parse(file: &str, v: &Value, assets: &dyn Fn(&str) -> bool) -> Result<Ins
     };
     let image = match (text("image")?, text("imageUrl")?) {
         (Some(a), None) => {
-            if !crate::source::selectors::valid_asset_name(&a) || !assets(&a) {
+            if !crate::source::reading::valid_asset_name(&a) || !assets(&a) {
                 bail!(
                     "{file}: {at}.image: boot/assets/{a} does not exist (a file name in boot/assets/)"
                 );

@@ -228,7 +228,7 @@ impl MachineSet {
         let mut raw = RawMachines::default();
         let mut cache = AssetCache::default();
         for (name, sha) in &s.assets {
-            if !selectors::valid_asset_name(name) {
+            if !crate::source::reading::valid_asset_name(name) {
                 bail!("invalid asset name {name:?}");
             }
             match cache.read(&assets_dir.join(name)) {

@@ -762,7 +762,7 @@ fn read_machines(r: &mut Reader<'_>, root: &Path) -> Result<()> {
     }
     let assets: Vec<(String, PathBuf)> = plain_files(root, "boot/assets", r.bases)?
         .into_iter()
-        .filter(|(name, _)| crate::source::selectors::valid_asset_name(name))
+        .filter(|(name, _)| crate::source::reading::valid_asset_name(name))
         .collect();
     // Assets are held in memory: their sizes are summed before a byte is read.
     let total: u64 = assets

@@ -187,3 +187,12 @@ pub fn valid_pool_name(name: &str) -> bool {
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
+
+/// A file name under `boot/assets/`: no `/`, not starting with `.`, printable ASCII.
+pub fn valid_asset_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && !s.starts_with('.')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'))
+}

@@ -369,7 +369,7 @@ pub fn parse_profile(
         let Some(s) = v.as_str() else {
             bail!("{file}: {at} must be a file name in boot/assets/");
         };
-        if !valid_asset_name(s) {
+        if !crate::source::reading::valid_asset_name(s) {
             bail!(
                 "{file}: {at} must be a file name in boot/assets/ (no '/', not starting with '.')"
             );
@@ -424,15 +424,6 @@ pub fn parse_profile(
         token_uses,
         install,
     })
-}
-
-/// A file name under `boot/assets/`: no `/`, not starting with `.`, printable ASCII.
-pub fn valid_asset_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 255
-        && !s.starts_with('.')
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'))
 }
 
 /// Refuses two selectors one machine could match equally (module docs), naming both files.
