@@ -192,7 +192,7 @@ mod tests {
     /// appended files as it writes them, and the 2.2 document of the config with them.
     #[test]
     fn same_files_as_the_machine_config_server() {
-        let fixtures = include_str!("../../../../tests/mcs_fixtures/node_files.jsonl");
+        let fixtures = include_str!("../../../../../tests/mcs_fixtures/node_files.jsonl");
         let mut n = 0;
         for line in fixtures.lines() {
             let rec: serde_json::Value = serde_json::from_str(line).unwrap();
