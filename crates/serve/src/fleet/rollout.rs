@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Result;
 
-use crate::fleet::inventory::model::{Given, boot_state};
+use crate::fleet::inventory::model::{Boot, Given, boot_state};
 use crate::fleet::inventory::{
     FailedMachine, Halt, Machine, Rollout, RolloutMachine, RolloutState, State, Store,
 };
@@ -209,33 +209,48 @@ impl Outcome {
     }
 }
 
-/// What machine `m` (given the new config as `given`) did since: its first boot that began
-/// since then decides; none that ended by the policy's deadline counts as failed.
+/// What machine `m` (given the new config as `given`) did since, over its boots that began
+/// since then: a failed stage fails it; a machine provisioned counts as provisioned, unless
+/// it installed an OS image since (a network install: the live boot's `install`, then the
+/// installed system's boot), which counts once the installed system reports `running`.
+/// None by the policy's deadline counts as failed.
 pub fn outcome(m: Option<&Machine>, given: &RolloutMachine, policy: &Policy, now: u64) -> Outcome {
-    let boot = m.and_then(|m| m.boots.iter().find(|b| b.first_seen >= given.given));
-    match boot.and_then(boot_state) {
-        Some(State::Provisioned) => return Outcome::Provisioned,
-        Some(State::Failed) => {
-            let b = boot.expect("a boot has a state");
-            let why = b
-                .stages
+    let boots: Vec<&Boot> = m
+        .map(|m| {
+            m.boots
                 .iter()
-                .find(|s| s.outcome == report_format::Outcome::Failed)
-                .map(|s| {
-                    format!(
-                        "{}: {}",
-                        s.stage.as_str(),
-                        s.error.as_deref().unwrap_or("failed")
-                    )
-                })
-                .unwrap_or_else(|| "failed".into());
-            return Outcome::Failed(why);
-        }
-        _ => {}
+                .filter(|b| b.first_seen >= given.given)
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(b) = boots.iter().find(|b| boot_state(b) == Some(State::Failed)) {
+        let why = b
+            .stages
+            .iter()
+            .find(|s| s.outcome == report_format::Outcome::Failed)
+            .map(|s| {
+                format!(
+                    "{}: {}",
+                    s.stage.as_str(),
+                    s.error.as_deref().unwrap_or("failed")
+                )
+            })
+            .unwrap_or_else(|| "failed".into());
+        return Outcome::Failed(why);
+    }
+    let reached = |st: State| boots.iter().any(|b| boot_state(b) == Some(st));
+    let installed = boots.iter().any(|b| {
+        b.stages
+            .iter()
+            .any(|s| s.stage == report_format::Stage::Install)
+    });
+    if reached(State::Running) || (!installed && reached(State::Provisioned)) {
+        return Outcome::Provisioned;
     }
     if now >= given.given + policy.report_within_seconds {
         Outcome::Failed(format!(
-            "no report of provisioned within {} s of getting the new config",
+            "no report of {} within {} s of getting the new config",
+            if installed { "running" } else { "provisioned" },
             policy.report_within_seconds
         ))
     } else {
@@ -556,6 +571,7 @@ pub fn tick(store: &dyn Store, gens: &Generations, watch: &Watch, now: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::inventory::model::StageRecord;
 
     fn policy(steps: &str, halt: &str) -> Policy {
         Policy::parse(
@@ -647,5 +663,76 @@ mod tests {
         };
         assert_eq!(outcome(None, &g, &p, 50), Outcome::Pending);
         assert!(matches!(outcome(None, &g, &p, 110), Outcome::Failed(e) if e.contains("100 s")));
+    }
+
+    fn boot(id: &str, at: u64, stages: &[(report_format::Stage, bool)]) -> Boot {
+        Boot {
+            boot_id: id.into(),
+            first_seen: at,
+            last_seen: at,
+            stages: stages
+                .iter()
+                .map(|&(stage, last)| StageRecord {
+                    stage,
+                    outcome: report_format::Outcome::Ok,
+                    last,
+                    duration_ms: 1,
+                    report_id: format!("{id}-{}", stage.as_str()),
+                    received: at,
+                    authenticated: true,
+                    trust: Default::default(),
+                    counts: true,
+                    error: None,
+                    detail_bytes: 0,
+                    detail: None,
+                })
+                .collect(),
+            kernel: None,
+        }
+    }
+
+    #[test]
+    fn an_installed_machine_counts_once_it_runs() {
+        use report_format::Stage::*;
+        let p = policy("[1]", "1");
+        let g = RolloutMachine {
+            id: "m".into(),
+            given: 10,
+            stage: 0,
+        };
+        let mut m = Machine {
+            id: "m".into(),
+            ..Default::default()
+        };
+        // Provisioned in place (no install): counts.
+        m.boots = vec![boot(
+            "b1",
+            11,
+            &[(Fetch, false), (Disks, false), (Files, true)],
+        )];
+        assert_eq!(outcome(Some(&m), &g, &p, 20), Outcome::Provisioned);
+        // A network install: the live boot's install, then the installed system's boot.
+        m.boots = vec![boot("live", 11, &[(Install, true)])];
+        assert_eq!(outcome(Some(&m), &g, &p, 20), Outcome::Pending, "installed");
+        m.boots
+            .push(boot("os", 12, &[(Fetch, false), (Files, true)]));
+        assert_eq!(
+            outcome(Some(&m), &g, &p, 20),
+            Outcome::Pending,
+            "provisioned, not yet running"
+        );
+        assert!(
+            matches!(outcome(Some(&m), &g, &p, 110), Outcome::Failed(e) if e.contains("running")),
+            "never up by the deadline"
+        );
+        m.boots[1] = boot("os", 12, &[(Fetch, false), (Files, true), (Running, true)]);
+        assert_eq!(
+            outcome(Some(&m), &g, &p, 20),
+            Outcome::Provisioned,
+            "running"
+        );
+        // Boots from before it was given the config do not count.
+        m.boots = vec![boot("old", 5, &[(Files, true)])];
+        assert_eq!(outcome(Some(&m), &g, &p, 20), Outcome::Pending);
     }
 }
