@@ -44,13 +44,15 @@ pub enum RolloutAction {
 }
 
 pub fn run(a: RolloutArgs) -> Result<()> {
-    let (method, pool, verb) = match &a.action {
-        RolloutAction::Status { pool } => ("GET", pool, None),
-        RolloutAction::Pause { pool } => ("POST", pool, Some("pause")),
-        RolloutAction::Resume { pool } => ("POST", pool, Some("resume")),
-        RolloutAction::Promote { pool } => ("POST", pool, Some("promote")),
-        RolloutAction::Abort { pool } => ("POST", pool, Some("abort")),
+    let (pool, verb) = match &a.action {
+        RolloutAction::Status { pool } => (pool, None),
+        RolloutAction::Pause { pool } => (pool, Some("pause")),
+        RolloutAction::Resume { pool } => (pool, Some("resume")),
+        RolloutAction::Promote { pool } => (pool, Some("promote")),
+        RolloutAction::Abort { pool } => (pool, Some("abort")),
     };
+    // Reading the rollout is a GET, each change a POST.
+    let method = if verb.is_some() { "POST" } else { "GET" };
     let path = match verb {
         None => format!("/rollouts/{}", enc(pool)),
         Some(v) => format!("/rollouts/{}/{v}", enc(pool)),
