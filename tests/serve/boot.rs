@@ -405,16 +405,17 @@ fn most_specific_selector_wins() {
 #[test]
 fn one_time_token_is_spent_and_expires() {
     let t = TempDir::new("boot-token");
-    let s = start(&source(&t), &["--boot-token-ttl", "1s"]);
+    // Expiry is kept to the second: a TTL of 3 s leaves the first fetch at least 2 s.
+    let s = start(&source(&t), &["--boot-token-ttl", "3s"]);
     let p = config_path(&ipxe(&s, "mac=52-54-00-12-34-01"));
     assert_eq!(get(s.plain(), &p).status, 200);
     let again = get(s.plain(), &p);
     assert_eq!(again.status, 403, "second use refused");
     assert!(again.text().contains("already used"), "{}", again.text());
-    // Another machine's token, fetched only after its TTL (1 s) has passed.
+    // Another machine's token, fetched only after its TTL (3 s) has passed.
     let issued = SystemTime::now();
     let p2 = config_path(&ipxe(&s, "mac=52-54-00-12-34-02"));
-    while issued.elapsed().unwrap() < Duration::from_millis(2100) {
+    while issued.elapsed().unwrap() < Duration::from_millis(4100) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let late = get(s.plain(), &p2);
