@@ -68,6 +68,7 @@ fn herd(
         public_url: Some("http://bench".into()),
         discovery: Discovery::Pool("worker".into()),
         token_ttl: 3600,
+        running_deadline: None,
     };
     let recent = Recent::default();
     let ctx = Ctx {
