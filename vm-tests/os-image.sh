@@ -84,10 +84,13 @@ initrd_cache=$VM_CACHE/os-initrd/initramfs-$key.img
 if [[ ! -s $initrd_cache ]]; then
     mkdir -p "$VM_CACHE/os-initrd"
     rm -f "$VM_CACHE"/os-initrd/initramfs-*.img
-    INITRAMFS_OUT=$initrd_cache.tmp "$here/initramfs.sh" --variant agent "$kver" >/dev/null ||
-        die "building the initramfs failed (log: $initrd_cache.tmp.log)"
-    mv "$initrd_cache.tmp" "$initrd_cache"
-    rm -f "$initrd_cache.tmp.log"
+    # Scenarios building images at the same time each build their own copy (this process's
+    # id); the last rename wins, and every copy is the same.
+    tmp=$initrd_cache.tmp.$$
+    INITRAMFS_OUT=$tmp "$here/initramfs.sh" --variant agent "$kver" >/dev/null ||
+        die "building the initramfs failed (log: $tmp.log)"
+    mv "$tmp" "$initrd_cache"
+    rm -rf "$tmp.log" "$tmp.dracut-base"
 else
     log "initramfs from the cache: $initrd_cache"
 fi
