@@ -14,8 +14,10 @@ use clap::{Args, Subcommand};
 use crate::fetch::Options;
 use crate::fetch::clients::Agents;
 
+/// Where the config server's admin listener is and how to prove the admin token: the flags
+/// `agent machines` and `agent rollout` share.
 #[derive(Debug, Args)]
-pub struct MachinesArgs {
+pub struct AdminServer {
     /// The server's admin listener.
     #[arg(
         long,
@@ -30,6 +32,12 @@ pub struct MachinesArgs {
     /// Print the server's JSON as it is.
     #[arg(long, global = true)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MachinesArgs {
+    #[command(flatten)]
+    pub admin: AdminServer,
     #[command(subcommand)]
     pub action: MachinesAction,
 }
@@ -90,8 +98,8 @@ fn get(a: &MachinesArgs, path_and_query: &str) -> Result<serde_json::Value> {
 /// and cannot feed this command an answer (docs/reports.md, "Reading the inventory").
 fn call(a: &MachinesArgs, method: &str, path_and_query: &str) -> Result<serde_json::Value> {
     call_admin(
-        &a.server,
-        a.admin_token_file.as_deref(),
+        &a.admin.server,
+        a.admin.admin_token_file.as_deref(),
         method,
         path_and_query,
     )
@@ -395,7 +403,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
             // empty, never half a document. JSON is held in an unlinked temporary file, so the
             // listing holds one page in memory whatever the inventory's size; the table's
             // rows (a line each) are kept to align its columns.
-            let mut json = if a.json {
+            let mut json = if a.admin.json {
                 let mut f = unlinked_tempfile()?;
                 write!(f, "{{\n  \"machines\": [")?;
                 Some(std::io::BufWriter::new(f))
@@ -456,7 +464,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
         }
         MachinesAction::Reprovision { id } => {
             let v = call(&a, "POST", &format!("/machines/{}/reprovision", enc(id)))?;
-            if a.json {
+            if a.admin.json {
                 println!("{}", json_text(&v)?);
                 return Ok(());
             }
@@ -467,7 +475,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
         }
         MachinesAction::Summary => {
             let v = get(&a, "/machines/summary")?;
-            if a.json {
+            if a.admin.json {
                 println!("{}", json_text(&v)?);
                 return Ok(());
             }
@@ -476,7 +484,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
         }
         MachinesAction::Delete { id } => {
             call(&a, "DELETE", &format!("/machines/{}", enc(id)))?;
-            if a.json {
+            if a.admin.json {
                 let v = serde_json::json!({"id": id, "deleted": true});
                 println!("{}", json_text(&v)?);
                 return Ok(());
@@ -485,7 +493,7 @@ pub fn run(a: MachinesArgs) -> Result<()> {
         }
         MachinesAction::Show { id } => {
             let v = get(&a, &format!("/machines/{}", enc(id)))?;
-            if a.json {
+            if a.admin.json {
                 println!("{}", json_text(&v)?);
                 return Ok(());
             }

@@ -2,29 +2,15 @@
 //! server (docs/serve.md, "Rollouts"), through its admin listener as `agent machines` does
 //! (the admin token proven without being sent).
 
-use std::path::PathBuf;
-
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
-use super::machines::{call_admin, enc};
+use super::machines::{AdminServer, call_admin, enc};
 
 #[derive(Debug, Args)]
 pub struct RolloutArgs {
-    /// The server's admin listener.
-    #[arg(
-        long,
-        default_value = "http://127.0.0.1:22625",
-        global = true,
-        env = "AGENT_SERVER"
-    )]
-    pub server: String,
-    /// The admin token's file (`agent serve --admin-token-file`).
-    #[arg(long, global = true, env = "AGENT_ADMIN_TOKEN_FILE")]
-    pub admin_token_file: Option<PathBuf>,
-    /// Print the server's JSON as it is.
-    #[arg(long, global = true)]
-    pub json: bool,
+    #[command(flatten)]
+    pub admin: AdminServer,
     #[command(subcommand)]
     pub action: RolloutAction,
 }
@@ -57,8 +43,13 @@ pub fn run(a: RolloutArgs) -> Result<()> {
         None => format!("/rollouts/{}", enc(pool)),
         Some(v) => format!("/rollouts/{}/{v}", enc(pool)),
     };
-    let v = call_admin(&a.server, a.admin_token_file.as_deref(), method, &path)?;
-    if a.json {
+    let v = call_admin(
+        &a.admin.server,
+        a.admin.admin_token_file.as_deref(),
+        method,
+        &path,
+    )?;
+    if a.admin.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
