@@ -181,6 +181,17 @@ pub(super) fn call_admin(
     }
 }
 
+/// `r` with `headers` and the exchange's time limit.
+fn prepared<B>(
+    mut r: ureq::RequestBuilder<B>,
+    headers: &[(&str, String)],
+) -> ureq::RequestBuilder<B> {
+    for (k, v) in headers {
+        r = r.header(*k, v);
+    }
+    r.config().timeout_global(Some(EXCHANGE_TIME)).build()
+}
+
 /// One request, no redirect followed; its status, its proof header and its body (at most
 /// [`MAX_ANSWER`] bytes).
 fn exchange(
@@ -189,33 +200,10 @@ fn exchange(
     url: &str,
     headers: &[(&str, String)],
 ) -> Result<(u16, Option<String>, Vec<u8>)> {
-    let resp = if method == "DELETE" {
-        let mut r = agent.delete(url);
-        for (k, v) in headers {
-            r = r.header(*k, v);
-        }
-        r.config()
-            .timeout_global(Some(EXCHANGE_TIME))
-            .build()
-            .call()
-    } else if method == "POST" {
-        let mut r = agent.post(url);
-        for (k, v) in headers {
-            r = r.header(*k, v);
-        }
-        r.config()
-            .timeout_global(Some(EXCHANGE_TIME))
-            .build()
-            .send_empty()
-    } else {
-        let mut r = agent.get(url);
-        for (k, v) in headers {
-            r = r.header(*k, v);
-        }
-        r.config()
-            .timeout_global(Some(EXCHANGE_TIME))
-            .build()
-            .call()
+    let resp = match method {
+        "DELETE" => prepared(agent.delete(url), headers).call(),
+        "POST" => prepared(agent.post(url), headers).send_empty(),
+        _ => prepared(agent.get(url), headers).call(),
     }
     .with_context(|| url.to_string())?;
     let status = resp.status().as_u16();
