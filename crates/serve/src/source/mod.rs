@@ -101,9 +101,14 @@ fn not_regular(path: &Path, ft: &FileType) -> anyhow::Error {
 /// A source file's bytes (see [`read_regular`]); a file that vanished is a `NotFound` error,
 /// which [`read`] takes for a generation being swapped.
 fn read_source_file(path: &Path) -> Result<Vec<u8>> {
-    read_regular(path, MAX_SOURCE_FILE_BYTES)?.ok_or_else(|| {
+    read_bounded(path, MAX_SOURCE_FILE_BYTES, path)
+}
+
+/// [`read_source_file`] with its own bound, naming the file as `shown`.
+fn read_bounded(path: &Path, max: u64, shown: &Path) -> Result<Vec<u8>> {
+    read_regular(path, max)?.ok_or_else(|| {
         anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
-            .context(format!("reading {}", path.display()))
+            .context(format!("reading {}", shown.display()))
     })
 }
 
@@ -393,10 +398,7 @@ impl Reader<'_> {
         if !e.ft.is_file() {
             return Err(not_regular(shown, &e.ft));
         }
-        let bytes = read_regular(&e.real, rollout::MAX_BYTES)?.ok_or_else(|| {
-            anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
-                .context(format!("reading {}", shown.display()))
-        })?;
+        let bytes = read_bounded(&e.real, rollout::MAX_BYTES, shown)?;
         self.field(b"rollout");
         self.field(pool.as_bytes());
         self.field(&bytes);
